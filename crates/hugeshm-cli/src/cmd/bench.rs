@@ -1,0 +1,247 @@
+//! `hugeshm bench ...`: benchmarks that reproduce the field reports.
+
+use crate::output::{Out, Table};
+use hugeshm_parse::size::{format_bytes, page_size_short, parse_size};
+use hugeshm_probe::{Probe, Roots};
+use hugeshm_region::sys;
+use std::io::Read;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// Benchmarks.
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Time `hugeshm segments` on a host with many processes attached to one segment.
+    Scan(ScanArgs),
+    /// (internal) attach a SysV segment and wait for stdin to close.
+    #[command(hide = true)]
+    AttachChild {
+        /// The shmid.
+        shmid: i32,
+    },
+}
+
+/// `bench scan` options.
+#[derive(Debug, clap::Args)]
+pub struct ScanArgs {
+    /// Processes attached to the segment.
+    #[arg(long, default_value_t = 1000)]
+    pub procs: u32,
+    /// Segment size.
+    #[arg(long, default_value = "64M", value_parser = parse_size_arg)]
+    pub size: u64,
+    /// Page size of the segment: 4k, or a huge page size the pool can serve.
+    #[arg(long, default_value = "4k", value_parser = parse_size_arg)]
+    pub page_size: u64,
+    /// Timed scans (after one warm-up scan).
+    #[arg(long, default_value_t = 5)]
+    pub runs: u32,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses a size argument (`64M`, `2m`, `1G`, `4096`).
+pub fn parse_size_arg(s: &str) -> Result<u64, String> {
+    match parse_size(s) {
+        Some(0) => Err("must be more than 0".into()),
+        Some(v) => Ok(v),
+        None => Err(format!("{s:?} is not a size (examples: 4096, 4k, 2M, 1G)")),
+    }
+}
+
+/// What `bench scan --json` prints.
+#[derive(Debug, serde::Serialize)]
+struct ScanResult {
+    procs: u32,
+    size_bytes: u64,
+    page_size_bytes: u64,
+    processes_scanned: u64,
+    attached_found: usize,
+    page_size_found: Option<u64>,
+    spawn_seconds: f64,
+    runs_ms: Vec<f64>,
+    min_ms: f64,
+    median_ms: f64,
+}
+
+/// Runs a benchmark.
+pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<ExitCode> {
+    match cmd {
+        BenchCommand::Scan(a) => scan(roots, &a, out),
+        BenchCommand::AttachChild { shmid } => attach_child(shmid),
+    }
+}
+
+fn attach_child(shmid: i32) -> anyhow::Result<ExitCode> {
+    let mut att = sys::shm_attach(shmid)?;
+    att.touch();
+    // Block until the parent closes the pipe (or dies).
+    let mut buf = [0u8; 1];
+    let _ = std::io::stdin().read(&mut buf);
+    att.detach()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Children and the segment, cleaned up in Drop whatever happens.
+struct Fleet {
+    children: Vec<Child>,
+    writer: Option<std::os::fd::OwnedFd>,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.writer.take();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for c in &mut self.children {
+            loop {
+                match c.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) if Instant::now() > deadline => {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        break;
+                    }
+                    Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        }
+    }
+}
+
+fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let huge = (a.page_size > 4096).then_some(a.page_size);
+    let shmid = sys::shm_get(0, a.size, sys::ShmFlags::create_new(huge)).map_err(|e| {
+        anyhow::anyhow!(
+            "{e}{}",
+            if huge.is_some() {
+                format!(
+                    "; the bench needs {} free {} pages (try --page-size 4k)",
+                    a.size.div_ceil(a.page_size),
+                    format_bytes(a.page_size)
+                )
+            } else {
+                String::new()
+            }
+        )
+    })?;
+    // Parent attachment keeps it alive; IPC_RMID right away so nothing leaks
+    // even if this process dies (Linux still lets children attach by id).
+    let parent = sys::shm_attach(shmid);
+    let rm = sys::shm_remove(shmid);
+    let mut parent = parent?;
+    rm?;
+    parent.touch();
+
+    let exe = std::env::current_exe()?;
+    let (reader, writer) = rustix::pipe::pipe()?;
+    let mut fleet = Fleet {
+        children: Vec::new(),
+        writer: Some(writer),
+    };
+    let t0 = Instant::now();
+    let bar = out.tty && !a.json;
+    for i in 0..a.procs {
+        let child = Command::new(&exe)
+            .args(["bench", "attach-child", &shmid.to_string()])
+            .stdin(Stdio::from(reader.try_clone()?))
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("spawning child {i} of {}: {e}", a.procs))?;
+        fleet.children.push(child);
+        if bar && i % 50 == 0 {
+            eprint!("\rspawning {i}/{} processes", a.procs);
+        }
+    }
+    drop(reader);
+    // Wait until every child is attached.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let st = sys::shm_stat(shmid)?;
+        if st.nattch >= u64::from(a.procs) + 1 {
+            break;
+        }
+        if let Some(dead) = fleet
+            .children
+            .iter_mut()
+            .find_map(|c| c.try_wait().ok().flatten())
+        {
+            anyhow::bail!(
+                "a child exited before attaching ({dead}); {} of {} attached",
+                st.nattch.saturating_sub(1),
+                a.procs
+            );
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!(
+                "only {} of {} children attached after 120 s",
+                st.nattch.saturating_sub(1),
+                a.procs
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let spawn_seconds = t0.elapsed().as_secs_f64();
+    if bar {
+        eprintln!("\r{} processes attached in {:.1} s", a.procs, spawn_seconds);
+    }
+
+    let probe = Probe::new(roots.clone());
+    let mut runs = Vec::new();
+    let mut last = None;
+    for i in 0..=a.runs {
+        let t = Instant::now();
+        let r = hugeshm_doctor::segments::build(&probe);
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        if i > 0 {
+            runs.push(ms);
+        }
+        last = Some(r);
+    }
+    let r = last.expect("at least one scan ran");
+    let seg = r
+        .segments
+        .iter()
+        .find(|s| s.kind == "sysv" && s.id == Some(shmid as u64));
+    let mut sorted = runs.clone();
+    sorted.sort_by(|x, y| x.total_cmp(y));
+    let res = ScanResult {
+        procs: a.procs,
+        size_bytes: a.size,
+        page_size_bytes: a.page_size,
+        processes_scanned: r.processes_scanned,
+        attached_found: seg.map(|s| s.attached_pids.len()).unwrap_or(0),
+        page_size_found: seg.and_then(|s| s.page_size_bytes),
+        spawn_seconds,
+        min_ms: sorted.first().copied().unwrap_or(0.0),
+        median_ms: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
+        runs_ms: runs,
+    };
+    drop(fleet);
+    parent.detach()?;
+    if a.json {
+        out.json(&res)?;
+    } else {
+        let mut t = Table::new(&[
+            ">procs",
+            ">segment",
+            "page",
+            ">scanned",
+            ">attached found",
+            ">min ms",
+            ">median ms",
+        ]);
+        t.row(vec![
+            res.procs.to_string(),
+            format_bytes(res.size_bytes),
+            page_size_short(res.page_size_bytes),
+            res.processes_scanned.to_string(),
+            res.attached_found.to_string(),
+            format!("{:.1}", res.min_ms),
+            format!("{:.1}", res.median_ms),
+        ]);
+        t.render(out, "")?;
+        out.flush()?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

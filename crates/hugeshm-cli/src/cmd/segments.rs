@@ -1,0 +1,173 @@
+//! `hugeshm segments`.
+
+use crate::output::{self, Out, Table};
+use hugeshm_doctor::finding::any_actionable;
+use hugeshm_doctor::segments::{self, Segment, SegmentsReport};
+use hugeshm_parse::size::{format_bytes, page_size_short};
+use hugeshm_probe::{Probe, Roots};
+use std::process::ExitCode;
+
+/// `hugeshm segments` options.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Print the segments as a JSON array (the schema in the README).
+    #[arg(long)]
+    pub json: bool,
+    /// Exit 1 when any segment has a warning or error (silent fallback, orphan, ...).
+    #[arg(long)]
+    pub check: bool,
+    /// Also list small tmpfs files (under one huge page) that nothing maps.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// Runs the command.
+pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let probe = Probe::new(roots.clone());
+    let mut report = segments::build(&probe);
+    if !args.all {
+        report.segments.retain(|s| {
+            !(s.kind == "posix" && s.attached_pids.is_empty() && s.size_bytes < 2 << 20)
+        });
+    }
+    let actionable = any_actionable(&report.findings)
+        || report.segments.iter().any(|s| any_actionable(&s.findings));
+    if args.json {
+        out.json(&report.segments)?;
+        if !report.unreadable.is_empty() || report.processes_vanished > 0 {
+            eprintln!(
+                "hugeshm: scanned {} processes: {} could not be read, {} exited during the scan",
+                report.processes_scanned,
+                report.unreadable.len(),
+                report.processes_vanished
+            );
+        }
+    } else {
+        print(&report, out)?;
+        out.flush()?;
+    }
+    Ok(if args.check && actionable {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn page_cell(s: &Segment, out: &Out) -> String {
+    match s.page_size_bytes {
+        Some(4096) if s.size_bytes >= 2 << 20 && s.kind != "posix" => out.good("4k", false),
+        Some(p) if p > 4096 => out.good(&page_size_short(p), true),
+        Some(p) => page_size_short(p),
+        None => "?".to_string(),
+    }
+}
+
+fn attached_cell(s: &Segment) -> String {
+    if s.attached.is_empty() {
+        return match s.nattch {
+            Some(n) if n > 0 => format!("{n} (not visible)"),
+            _ => "none".to_string(),
+        };
+    }
+    let mut names: Vec<String> = s
+        .attached
+        .iter()
+        .take(3)
+        .map(|a| format!("{} {}", a.name.as_deref().unwrap_or("?"), a.pid))
+        .collect();
+    if s.attached.len() > 3 {
+        names.push(format!("+{} more", s.attached.len() - 3));
+    }
+    format!("{}: {}", s.attached.len(), names.join(", "))
+}
+
+/// Prints the human form.
+pub fn print(r: &SegmentsReport, out: &mut Out) -> anyhow::Result<()> {
+    if r.segments.is_empty() {
+        out.line("No shared memory segments or huge page mappings found.")?;
+    } else {
+        let mut t = Table::new(&[
+            "kind",
+            "id / path",
+            ">size",
+            "page",
+            ">resident",
+            "nodes",
+            "policy",
+            "attached",
+        ]);
+        for s in &r.segments {
+            let id = match (s.kind.as_str(), s.id, &s.key, &s.path) {
+                ("sysv", Some(id), Some(k), _) => format!("{id} key {k}"),
+                ("private-hugetlb", _, _, _) => format!("pid {}", s.creator_pid.unwrap_or(0)),
+                (_, _, _, Some(p)) => p.clone(),
+                (_, Some(id), _, _) => id.to_string(),
+                _ => "-".into(),
+            };
+            let nodes = if s.nodes.is_empty() {
+                "-".to_string()
+            } else {
+                s.nodes
+                    .iter()
+                    .map(|(n, b)| format!("{n}:{}", format_bytes(*b)))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            t.row(vec![
+                s.kind.clone(),
+                id,
+                format_bytes(s.size_bytes),
+                page_cell(s, out),
+                s.resident_bytes
+                    .map(format_bytes)
+                    .unwrap_or_else(|| "?".into()),
+                nodes,
+                s.numa_policy.clone().unwrap_or_else(|| "-".into()),
+                attached_cell(s),
+            ]);
+        }
+        t.render(out, "")?;
+        let unknown: Vec<&Segment> = r
+            .segments
+            .iter()
+            .filter(|s| s.page_size_bytes.is_none())
+            .collect();
+        for s in unknown {
+            out.line(out.dim(&format!(
+                "page size of {}: {}",
+                s.label(),
+                s.page_size_source
+            )))?;
+        }
+    }
+    let with: Vec<&Segment> = r
+        .segments
+        .iter()
+        .filter(|s| !s.findings.is_empty())
+        .collect();
+    if !with.is_empty() || !r.findings.is_empty() {
+        out.line("")?;
+        out.line(out.bold("Findings"))?;
+        output::findings(out, &r.findings, "  ")?;
+        for s in with {
+            output::findings(out, &s.findings, "  ")?;
+        }
+    }
+    out.line("")?;
+    out.line(out.dim(&format!(
+        "scanned {} processes in {:.0} ms{}{}",
+        r.processes_scanned,
+        r.scan_seconds * 1000.0,
+        if r.unreadable.is_empty() {
+            String::new()
+        } else {
+            format!("; {} could not be read", r.unreadable.len())
+        },
+        if r.processes_vanished == 0 {
+            String::new()
+        } else {
+            format!("; {} exited during the scan", r.processes_vanished)
+        },
+    )))?;
+    Ok(())
+}

@@ -1,0 +1,83 @@
+//! `hugeshm`: huge-page shared memory done right.
+//!
+//! Exit codes: 0 success; 1 `--check` found a warning or error; 2 usage error;
+//! 3 the command failed.
+#![forbid(unsafe_code)]
+
+mod cmd;
+mod output;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use hugeshm_probe::{Roots, FS_ROOT_ENV, PROC_ROOT_ENV, SYS_ROOT_ENV};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Huge-page shared memory done right: a host doctor, region tools and benchmarks.
+#[derive(Debug, Parser)]
+#[command(name = "hugeshm", version, about, long_about = None, after_help = "\
+Exit codes: 0 ok, 1 --check found a warning or error, 2 usage error, 3 failure.
+Start with `hugeshm status`; `hugeshm segments` tells which shared memory really sits on huge pages.")]
+struct Cli {
+    /// When to use colour: auto (only on a terminal, honouring NO_COLOR), always, never.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto, global = true)]
+    color: ColorChoice,
+    /// Read /proc from this directory (for captured fixture trees).
+    #[arg(long, env = PROC_ROOT_ENV, global = true, hide = true)]
+    proc_root: Option<PathBuf>,
+    /// Read /sys from this directory.
+    #[arg(long, env = SYS_ROOT_ENV, global = true, hide = true)]
+    sys_root: Option<PathBuf>,
+    /// Browse mounts (hugetlbfs, /dev/shm) under this directory.
+    #[arg(long, env = FS_ROOT_ENV, global = true, hide = true)]
+    fs_root: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// `--color`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// Colour on a terminal unless NO_COLOR is set.
+    Auto,
+    /// Always colour.
+    Always,
+    /// Never colour.
+    Never,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The huge page pools per page size and NUMA node, THP, limits, and what is wrong.
+    Status(cmd::status::Args),
+    /// Every shared memory segment and huge page mapping, and the page size really backing it.
+    Segments(cmd::segments::Args),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let defaults = Roots::default();
+    let roots = Roots {
+        proc: cli.proc_root.clone().unwrap_or(defaults.proc),
+        sys: cli.sys_root.clone().unwrap_or(defaults.sys),
+        fs: cli.fs_root.clone().unwrap_or(defaults.fs),
+    };
+    let mut out = output::Out::new(cli.color);
+    let result = match cli.command {
+        Command::Status(a) => cmd::status::run(&roots, &a, &mut out),
+        Command::Segments(a) => cmd::segments::run(&roots, &a, &mut out),
+        Command::Bench(b) => cmd::bench::run(&roots, b, &mut out),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            if output::is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("hugeshm: error: {e:#}");
+            ExitCode::from(3)
+        }
+    }
+}

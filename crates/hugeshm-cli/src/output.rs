@@ -1,0 +1,190 @@
+//! Terminal-aware output: colour only on a tty, simple aligned tables, and a
+//! broken pipe that is not an error.
+
+use crate::ColorChoice;
+use hugeshm_doctor::Severity;
+use std::io::{IsTerminal, Write};
+
+/// Where a command writes.
+pub struct Out {
+    color: bool,
+    /// Whether stdout is a terminal (progress bars only then).
+    pub tty: bool,
+    buf: std::io::BufWriter<std::io::Stdout>,
+}
+
+impl Out {
+    /// Stdout with the colour choice resolved.
+    pub fn new(choice: ColorChoice) -> Self {
+        let tty = std::io::stdout().is_terminal();
+        let color = match choice {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        };
+        Out {
+            color,
+            tty,
+            buf: std::io::BufWriter::new(std::io::stdout()),
+        }
+    }
+
+    /// Writes a line.
+    pub fn line(&mut self, s: impl AsRef<str>) -> anyhow::Result<()> {
+        writeln!(self.buf, "{}", s.as_ref())?;
+        Ok(())
+    }
+
+    /// Writes JSON (pretty) and a newline.
+    pub fn json<T: serde::Serialize>(&mut self, v: &T) -> anyhow::Result<()> {
+        serde_json::to_writer_pretty(&mut self.buf, v)?;
+        writeln!(self.buf)?;
+        self.flush()
+    }
+
+    /// Flushes.
+    pub fn flush(&mut self) -> anyhow::Result<()> {
+        self.buf.flush()?;
+        Ok(())
+    }
+
+    /// Bold text (a heading).
+    pub fn bold(&self, s: &str) -> String {
+        self.paint(s, "1")
+    }
+
+    /// Dim text.
+    pub fn dim(&self, s: &str) -> String {
+        self.paint(s, "2")
+    }
+
+    /// A severity tag in its colour.
+    pub fn severity(&self, s: Severity) -> String {
+        let (text, code) = match s {
+            Severity::Error => ("ERROR", "1;31"),
+            Severity::Warning => ("WARN ", "1;33"),
+            Severity::Info => ("info ", "36"),
+        };
+        self.paint(text, code)
+    }
+
+    /// Green or red text for good / bad values.
+    pub fn good(&self, s: &str, good: bool) -> String {
+        self.paint(s, if good { "32" } else { "31" })
+    }
+
+    fn paint(&self, s: &str, code: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+}
+
+/// Whether an error is a closed stdout (`hugeshm status | head`).
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<serde_json::Error>()
+                .is_some_and(|j| j.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
+    })
+}
+
+/// A table of left- or right-aligned columns (numbers right-aligned).
+pub struct Table {
+    header: Vec<String>,
+    right: Vec<bool>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with these headers; a header starting with `>` is right-aligned.
+    pub fn new(header: &[&str]) -> Self {
+        Table {
+            header: header
+                .iter()
+                .map(|h| h.trim_start_matches('>').to_string())
+                .collect(),
+            right: header.iter().map(|h| h.starts_with('>')).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds a row.
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// Renders with two spaces between columns, `indent` before each line.
+    pub fn render(&self, out: &mut Out, indent: &str) -> anyhow::Result<()> {
+        let n = self.header.len();
+        let mut w = vec![0usize; n];
+        for r in std::iter::once(&self.header).chain(self.rows.iter()) {
+            for (i, c) in r.iter().enumerate().take(n) {
+                w[i] = w[i].max(visible_len(c));
+            }
+        }
+        let fmt = |r: &[String]| -> String {
+            let mut s = String::from(indent);
+            for i in 0..n {
+                let c = r.get(i).map(String::as_str).unwrap_or("");
+                let pad = w[i].saturating_sub(visible_len(c));
+                if self.right[i] {
+                    s.push_str(&" ".repeat(pad));
+                    s.push_str(c);
+                } else {
+                    s.push_str(c);
+                    if i + 1 < n {
+                        s.push_str(&" ".repeat(pad));
+                    }
+                }
+                if i + 1 < n {
+                    s.push_str("  ");
+                }
+            }
+            s.trim_end().to_string()
+        };
+        let head = fmt(&self.header);
+        out.line(out.bold(&head))?;
+        for r in &self.rows {
+            out.line(fmt(r))?;
+        }
+        Ok(())
+    }
+}
+
+/// Length without ANSI colour codes.
+fn visible_len(s: &str) -> usize {
+    let mut n = 0;
+    let mut esc = false;
+    for c in s.chars() {
+        if esc {
+            if c == 'm' {
+                esc = false;
+            }
+        } else if c == '\x1b' {
+            esc = true;
+        } else {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Prints findings: severity, code, message, and the fix on its own line.
+pub fn findings(
+    out: &mut Out,
+    findings: &[hugeshm_doctor::Finding],
+    indent: &str,
+) -> anyhow::Result<()> {
+    for f in findings {
+        let sev = out.severity(f.severity);
+        out.line(format!("{indent}{sev} {}: {}", f.code, f.message))?;
+        if let Some(fix) = &f.fix {
+            out.line(format!("{indent}      {} {fix}", out.dim("fix:")))?;
+        }
+    }
+    Ok(())
+}

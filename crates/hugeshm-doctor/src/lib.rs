@@ -1,0 +1,27 @@
+//! The host doctor: what the huge page pools hold, which shared memory really
+//! sits on huge pages, and what is wrong, as plain serializable reports.
+//!
+//! Every report is built from a [`hugeshm_probe::Probe`], so it runs the same on
+//! the live host and on a captured fixture tree; printers (tables, JSON) live
+//! in the CLI.
+//!
+//! ```no_run
+//! use hugeshm_probe::{Probe, Roots};
+//! let probe = Probe::new(Roots::from_env());
+//! let status = hugeshm_doctor::status::build(&probe);
+//! for f in &status.findings {
+//!     println!("{:?} {}: {}", f.severity, f.code, f.message);
+//! }
+//! let segs = hugeshm_doctor::segments::build(&probe);
+//! for s in &segs.segments {
+//!     println!("{} {:?} {:?}", s.kind, s.size_bytes, s.page_size_bytes);
+//! }
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod finding;
+pub mod segments;
+pub mod status;
+
+pub use finding::{Finding, Severity};

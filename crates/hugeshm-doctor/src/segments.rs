@@ -1,0 +1,754 @@
+//! `hugeshm segments`: every shared memory object and huge page mapping on the
+//! host, and the page size really backing it.
+//!
+//! The scan reads `/proc/PID/maps` of every process first (cheap), and opens
+//! `smaps`, `numa_maps` and `status` only for processes that map shared memory
+//! or huge pages. For an object mapped by many processes (a database's shared
+//! area with hundreds of backends), `smaps` and `numa_maps` are read from a few
+//! of them only: the page size is a property of the object, and resident bytes
+//! and node placement are taken as the largest any sampled process sees.
+
+use crate::finding::{pool_fix, Finding, Severity};
+use hugeshm_parse::maps::MapsEntry;
+use hugeshm_parse::size::{format_bytes, BASE_PAGE, MIB};
+use hugeshm_probe::{HostSnapshot, MountFile, Probe, Problem, ReadError};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Instant;
+
+/// How many attached processes' smaps/numa_maps are read per object.
+pub const SAMPLE_PROCESSES: usize = 4;
+
+/// A process attached to a segment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct AttachedProcess {
+    /// Pid.
+    pub pid: u32,
+    /// Process name (`status` Name).
+    pub name: Option<String>,
+    /// Real uid.
+    pub uid: Option<u32>,
+    /// Its page-table bytes (`VmPTE`), for all of its mappings.
+    pub vm_pte_bytes: Option<u64>,
+}
+
+/// One shared memory object or huge page mapping.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Segment {
+    /// `sysv`, `memfd`, `hugetlbfs`, `anon` (MAP_SHARED|MAP_ANONYMOUS, inherited
+    /// over fork), `posix` (a file on /dev/shm or another tmpfs) or
+    /// `private-hugetlb` (a process's own MAP_HUGETLB memory, e.g. a JVM heap).
+    pub kind: String,
+    /// shmid for `sysv`; inode for the others.
+    pub id: Option<u64>,
+    /// SysV key as `ipcs` prints it (`0x0000abcd`).
+    pub key: Option<String>,
+    /// Path or name (`/dev/hugepages/x`, `/dev/shm/x`, `memfd:name`, `/anon_hugepage`).
+    pub path: Option<String>,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// The page size really backing it, from an attached process's smaps
+    /// (`KernelPageSize`) or the mount; `None` when it cannot be known.
+    pub page_size_bytes: Option<u64>,
+    /// Where `page_size_bytes` comes from, or why it is unknown.
+    pub page_size_source: String,
+    /// Bytes resident (faulted in), when known.
+    pub resident_bytes: Option<u64>,
+    /// Bytes mapped with transparent huge pages (shmem PMD mappings).
+    pub thp_bytes: Option<u64>,
+    /// Owner uid.
+    pub owner_uid: Option<u32>,
+    /// Permission bits (SysV perms, or file mode).
+    pub mode: Option<u32>,
+    /// Creator pid (SysV `cpid`; the owning process of a private mapping).
+    pub creator_pid: Option<u32>,
+    /// Creator's process name, if it still runs.
+    pub creator_name: Option<String>,
+    /// Pids of the processes mapping it.
+    pub attached_pids: Vec<u32>,
+    /// Those processes, with names and page-table bytes.
+    pub attached: Vec<AttachedProcess>,
+    /// The kernel's attach count (SysV only).
+    pub nattch: Option<u64>,
+    /// Resident bytes per NUMA node (node id as a string → bytes).
+    pub nodes: BTreeMap<String, u64>,
+    /// NUMA policy of the mapping (`default`, `bind:0-1`, `interleave:0-1`, ...).
+    pub numa_policy: Option<String>,
+    /// What is wrong with it.
+    pub findings: Vec<Finding>,
+}
+
+impl Segment {
+    /// A short human label: `sysv 32769`, `memfd:pool`, `/dev/shm/x`.
+    pub fn label(&self) -> String {
+        match (self.kind.as_str(), &self.id, &self.path) {
+            ("sysv", Some(id), _) => format!("sysv {id}"),
+            ("private-hugetlb", _, _) => {
+                format!("private-hugetlb of pid {}", self.creator_pid.unwrap_or(0))
+            }
+            (_, _, Some(p)) => p.clone(),
+            (k, Some(id), None) => format!("{k} {id}"),
+            (k, None, None) => k.to_string(),
+        }
+    }
+}
+
+/// A process the scan could not read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ProcessProblem {
+    /// Pid.
+    pub pid: u32,
+    /// The file.
+    pub path: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The whole scan.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SegmentsReport {
+    /// Every object found, SysV first, then by size.
+    pub segments: Vec<Segment>,
+    /// Processes whose maps were read.
+    pub processes_scanned: u64,
+    /// Processes that exited during the scan.
+    pub processes_vanished: u64,
+    /// Processes that could not be read (permissions, malformed files).
+    pub unreadable: Vec<ProcessProblem>,
+    /// Host files that could not be read.
+    pub problems: Vec<Problem>,
+    /// Scan-wide findings.
+    pub findings: Vec<Finding>,
+    /// NUMA nodes on the host.
+    pub numa_nodes: u32,
+    /// How long the scan took.
+    pub scan_seconds: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Key {
+    Sysv(u64),
+    File(u32, u32, u64),
+    Private(u32, u64),
+}
+
+struct Obj {
+    kind: &'static str,
+    path: Option<String>,
+    size: u64,
+    /// pid → start addresses of its mappings of the object.
+    maps: BTreeMap<u32, Vec<u64>>,
+    file: Option<MountFile>,
+    page_from_mount: Option<(u64, String)>,
+}
+
+struct Mounts {
+    hugetlbfs: Vec<(String, u64)>,
+    tmpfs: Vec<(String, bool)>,
+}
+
+fn under(path: &str, target: &str) -> bool {
+    target == "/"
+        || path
+            .strip_prefix(target)
+            .is_some_and(|r| r.starts_with('/'))
+}
+
+impl Mounts {
+    fn hugetlbfs_of(&self, path: &str) -> Option<u64> {
+        self.hugetlbfs
+            .iter()
+            .filter(|(t, _)| under(path, t))
+            .max_by_key(|(t, _)| t.len())
+            .map(|(_, s)| *s)
+    }
+    fn tmpfs_of(&self, path: &str) -> Option<bool> {
+        self.tmpfs
+            .iter()
+            .filter(|(t, _)| under(path, t))
+            .max_by_key(|(t, _)| t.len())
+            .map(|(_, h)| *h)
+    }
+}
+
+/// Which object a mapping belongs to, if it is one hugeshm reports.
+fn classify(pid: u32, m: &MapsEntry, mounts: &Mounts) -> Option<(Key, &'static str)> {
+    let path = m.pathname.as_deref()?;
+    let file_key = Key::File(m.dev_major, m.dev_minor, m.inode);
+    if let Some(hex) = path.strip_prefix("/SYSV") {
+        if hex.len() == 8 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Some((Key::Sysv(m.inode), "sysv"));
+        }
+    }
+    if path == "/anon_hugepage" {
+        return Some(if m.perms.shared {
+            (file_key, "anon")
+        } else {
+            (Key::Private(pid, m.start), "private-hugetlb")
+        });
+    }
+    if !m.perms.shared {
+        if mounts.hugetlbfs_of(path).is_some() {
+            return Some((Key::Private(pid, m.start), "private-hugetlb"));
+        }
+        return None;
+    }
+    if path.starts_with("/memfd:") {
+        return Some((file_key, "memfd"));
+    }
+    if path == "/dev/zero" && m.deleted {
+        return Some((file_key, "anon"));
+    }
+    if mounts.hugetlbfs_of(path).is_some() {
+        return Some((file_key, "hugetlbfs"));
+    }
+    if mounts.tmpfs_of(path).is_some() {
+        return Some((file_key, "posix"));
+    }
+    None
+}
+
+/// Scans the host (reads the host files first).
+pub fn build(probe: &Probe) -> SegmentsReport {
+    let host = probe.host();
+    build_with(probe, &host)
+}
+
+/// Scans the processes, given a host snapshot already read.
+pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
+    let t0 = Instant::now();
+    let mut report = SegmentsReport {
+        problems: host.problems.clone(),
+        numa_nodes: host.nodes.len() as u32,
+        ..Default::default()
+    };
+    let default_huge = host.default_page_size();
+    let mounts = Mounts {
+        hugetlbfs: host
+            .mounts
+            .iter()
+            .filter(|m| m.is_hugetlbfs())
+            .filter_map(|m| Some((m.target.clone(), m.hugetlbfs_page_size().or(default_huge)?)))
+            .collect(),
+        tmpfs: host
+            .mounts
+            .iter()
+            .filter(|m| m.is_tmpfs())
+            .map(|m| {
+                (
+                    m.target.clone(),
+                    matches!(m.option("huge"), Some(h) if h != "never"),
+                )
+            })
+            .collect(),
+    };
+
+    let mut objs: BTreeMap<Key, Obj> = BTreeMap::new();
+    let mut unreadable = Vec::new();
+    let record =
+        |unreadable: &mut Vec<ProcessProblem>, vanished: &mut u64, pid: u32, e: ReadError| {
+            if e.is_not_found() {
+                *vanished += 1;
+            } else {
+                unreadable.push(ProcessProblem {
+                    pid,
+                    path: e.path().to_string(),
+                    reason: e.to_string(),
+                });
+            }
+        };
+
+    // 1. maps of every process.
+    let pids = match probe.processes() {
+        Ok(l) => l.pids,
+        Err(e) => {
+            report.problems.push(e.to_problem());
+            Vec::new()
+        }
+    };
+    let mut vanished = 0u64;
+    for &pid in &pids {
+        let maps = match probe.pid(pid).maps() {
+            Ok(m) => m,
+            Err(e) => {
+                record(&mut unreadable, &mut vanished, pid, e);
+                continue;
+            }
+        };
+        report.processes_scanned += 1;
+        for m in &maps {
+            let Some((key, kind)) = classify(pid, m, &mounts) else {
+                continue;
+            };
+            let o = objs.entry(key).or_insert_with(|| Obj {
+                kind,
+                path: m.pathname.clone(),
+                size: 0,
+                maps: BTreeMap::new(),
+                file: None,
+                page_from_mount: None,
+            });
+            o.size = o.size.max(m.size_bytes());
+            o.maps.entry(pid).or_default().push(m.start);
+        }
+    }
+
+    // 2. Files on hugetlbfs and tmpfs mounts (found even when nobody maps them).
+    for mnt in host
+        .mounts
+        .iter()
+        .filter(|m| m.is_hugetlbfs() || (m.is_tmpfs() && m.target == "/dev/shm"))
+    {
+        let files = match probe.mount_files(&mnt.target) {
+            Ok(f) => f,
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => {
+                report.problems.push(e.to_problem());
+                continue;
+            }
+        };
+        let page = if mnt.is_hugetlbfs() {
+            mnt.hugetlbfs_page_size()
+                .or(default_huge)
+                .map(|p| (p, format!("mount {} (pagesize)", mnt.target)))
+        } else if matches!(mnt.option("huge"), None | Some("never")) {
+            Some((
+                BASE_PAGE,
+                format!("mount {} (tmpfs without huge=)", mnt.target),
+            ))
+        } else {
+            None
+        };
+        for f in files {
+            let key = Key::File(f.dev.0, f.dev.1, f.inode);
+            let o = objs.entry(key).or_insert_with(|| Obj {
+                kind: if mnt.is_hugetlbfs() {
+                    "hugetlbfs"
+                } else {
+                    "posix"
+                },
+                path: Some(f.path.clone()),
+                size: 0,
+                maps: BTreeMap::new(),
+                file: None,
+                page_from_mount: None,
+            });
+            o.size = o.size.max(f.size_bytes);
+            o.path = Some(f.path.clone());
+            o.page_from_mount = page.clone();
+            o.file = Some(f);
+        }
+    }
+
+    // 3. SysV segments nobody maps (or whose users we cannot see).
+    for s in &host.shm {
+        objs.entry(Key::Sysv(s.shmid as u64))
+            .or_insert_with(|| Obj {
+                kind: "sysv",
+                path: None,
+                size: 0,
+                maps: BTreeMap::new(),
+                file: None,
+                page_from_mount: None,
+            });
+    }
+
+    // 4. status of every process that maps something; smaps/numa_maps of a sample.
+    let mut sample: BTreeSet<u32> = BTreeSet::new();
+    let shm_by_id: HashMap<u64, &hugeshm_parse::sysvipc_shm::ShmSegment> =
+        host.shm.iter().map(|s| (s.shmid as u64, s)).collect();
+    for (key, o) in &objs {
+        let creator = match key {
+            Key::Sysv(id) => shm_by_id.get(id).map(|s| s.cpid),
+            _ => None,
+        };
+        let mut cands: Vec<u32> = o.maps.keys().copied().collect();
+        if let Some(c) = creator {
+            if let Some(i) = cands.iter().position(|p| *p == c) {
+                cands.swap(0, i);
+            }
+        }
+        sample.extend(cands.into_iter().take(SAMPLE_PROCESSES));
+    }
+    let attached_pids: BTreeSet<u32> = objs.values().flat_map(|o| o.maps.keys().copied()).collect();
+    let mut status = HashMap::new();
+    for &pid in &attached_pids {
+        match probe.pid(pid).status() {
+            Ok(s) => {
+                status.insert(pid, s);
+            }
+            Err(e) => record(&mut unreadable, &mut vanished, pid, e),
+        }
+    }
+    let mut smaps = HashMap::new();
+    let mut numa = HashMap::new();
+    for &pid in &sample {
+        match probe.pid(pid).smaps() {
+            Ok(s) => {
+                smaps.insert(pid, s);
+            }
+            Err(e) => {
+                record(&mut unreadable, &mut vanished, pid, e);
+                continue;
+            }
+        }
+        match probe.pid(pid).numa_maps() {
+            Ok(n) => {
+                numa.insert(pid, n);
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => record(&mut unreadable, &mut vanished, pid, e),
+        }
+    }
+    // A creator that has exited but is named by SysV.
+    let name_of = |pid: u32| -> Option<String> {
+        status
+            .get(&pid)
+            .map(|s| s.name.clone())
+            .or_else(|| probe.pid(pid).status().ok().map(|s| s.name))
+    };
+
+    // 5. Build the segments.
+    for (key, o) in objs {
+        let sysv = match &key {
+            Key::Sysv(id) => shm_by_id.get(id).copied(),
+            _ => None,
+        };
+        if matches!(key, Key::Sysv(_)) && sysv.is_none() {
+            // Mapped, but gone from /proc/sysvipc/shm (removed after IPC_RMID and
+            // the list read before), or a name that only looks like SysV: keep it.
+        }
+        let mut seg = Segment {
+            kind: o.kind.to_string(),
+            id: match &key {
+                Key::Sysv(id) => Some(*id),
+                Key::File(_, _, ino) => Some(*ino),
+                Key::Private(_, _) => None,
+            },
+            key: sysv.map(|s| format!("0x{:08x}", s.key as u32)),
+            path: o.path.clone().map(|p| {
+                if o.kind == "memfd" {
+                    p.trim_start_matches('/').to_string()
+                } else {
+                    p
+                }
+            }),
+            size_bytes: sysv.map(|s| s.size_bytes).unwrap_or(o.size),
+            page_size_bytes: None,
+            page_size_source: String::new(),
+            resident_bytes: None,
+            thp_bytes: None,
+            owner_uid: sysv.map(|s| s.uid).or(o.file.as_ref().map(|f| f.uid)),
+            mode: sysv
+                .map(|s| s.perms & 0o777)
+                .or(o.file.as_ref().map(|f| f.mode & 0o7777)),
+            creator_pid: match &key {
+                Key::Private(pid, _) => Some(*pid),
+                _ => sysv.map(|s| s.cpid),
+            },
+            creator_name: None,
+            attached_pids: o.maps.keys().copied().collect(),
+            attached: o
+                .maps
+                .keys()
+                .map(|&pid| {
+                    let st = status.get(&pid);
+                    AttachedProcess {
+                        pid,
+                        name: st.map(|s| s.name.clone()),
+                        uid: st.and_then(|s| s.uid),
+                        vm_pte_bytes: st.and_then(|s| s.vm_pte_bytes),
+                    }
+                })
+                .collect(),
+            nattch: sysv.map(|s| s.nattch),
+            nodes: BTreeMap::new(),
+            numa_policy: None,
+            findings: Vec::new(),
+        };
+        if seg.kind == "sysv" && seg.path.is_none() {
+            seg.path = None;
+        } else if seg.kind == "sysv" {
+            seg.path = None; // the /SYSVxxxxxxxx name says nothing the key does not
+        }
+        seg.creator_name = seg.creator_pid.and_then(name_of);
+        if seg.owner_uid.is_none() {
+            seg.owner_uid = seg.attached.first().and_then(|a| a.uid);
+        }
+
+        // Page size, resident, THP, nodes from the sampled processes.
+        let mut best_resident: Option<u64> = None;
+        let mut best_nodes: (u64, BTreeMap<u32, u64>, Option<String>) = (0, BTreeMap::new(), None);
+        for (pid, starts) in &o.maps {
+            let Some(sm) = smaps.get(pid) else { continue };
+            let mut res = 0u64;
+            let mut thp = 0u64;
+            let mut matched = false;
+            for e in sm.iter().filter(|e| starts.contains(&e.map.start)) {
+                matched = true;
+                if seg.page_size_bytes.is_none() {
+                    seg.page_size_bytes = e.kernel_page_size_bytes.or(Some(BASE_PAGE));
+                    seg.page_size_source = format!("smaps of pid {pid}");
+                }
+                res = res
+                    .saturating_add(e.rss_bytes)
+                    .saturating_add(e.hugetlb_bytes());
+                thp = thp
+                    .saturating_add(e.shmem_pmd_mapped_bytes.unwrap_or(0))
+                    .saturating_add(e.anon_huge_pages_bytes.unwrap_or(0));
+            }
+            if matched {
+                best_resident = Some(best_resident.unwrap_or(0).max(res));
+                seg.thp_bytes = Some(seg.thp_bytes.unwrap_or(0).max(thp));
+            }
+            if let Some(nm) = numa.get(pid) {
+                let mut nodes: BTreeMap<u32, u64> = BTreeMap::new();
+                let mut policy = None;
+                for e in nm.iter().filter(|e| starts.contains(&e.start)) {
+                    for (n, b) in e.node_bytes() {
+                        *nodes.entry(n).or_default() += b;
+                    }
+                    policy.get_or_insert_with(|| e.policy.clone());
+                }
+                let sum: u64 = nodes.values().sum();
+                if policy.is_some() && (best_nodes.2.is_none() || sum > best_nodes.0) {
+                    best_nodes = (sum, nodes, policy);
+                }
+            }
+        }
+        if seg.page_size_bytes.is_none() {
+            if let Some((p, src)) = &o.page_from_mount {
+                seg.page_size_bytes = Some(*p);
+                seg.page_size_source = src.clone();
+            } else if !o.maps.is_empty() {
+                seg.page_size_source = "unknown: attached processes could not be read".to_string();
+            } else if sysv.is_some_and(|s| s.nattch > 0) {
+                seg.page_size_source =
+                    "unknown: attached processes not visible (other pid namespace?)".to_string();
+            } else {
+                seg.page_size_source = "unknown: no process attached".to_string();
+            }
+        }
+        // Object-wide residency where the kernel keeps it. /proc/sysvipc/shm's
+        // rss of a hugetlb segment is inflated by the huge page's base-page
+        // count on folio-based kernels (6.x: 8 MiB shows as 4 GiB), so it is
+        // used only when it cannot exceed the segment.
+        let sysv_rss = sysv.and_then(|s| s.rss_bytes).filter(|&rss| {
+            let rounded = seg.size_bytes.div_ceil(BASE_PAGE) * BASE_PAGE;
+            seg.page_size_bytes.is_none_or(|p| p <= BASE_PAGE) && rss <= rounded
+        });
+        if seg.page_size_bytes.is_none()
+            && sysv
+                .and_then(|s| s.rss_bytes)
+                .is_some_and(|r| r > seg.size_bytes.div_ceil(BASE_PAGE) * BASE_PAGE)
+        {
+            seg.page_size_source.push_str(
+                " (its kernel rss exceeds its size, which only happens for hugetlb segments)",
+            );
+        }
+        let object_resident = sysv_rss.or(o.file.as_ref().map(|f| f.allocated_bytes));
+        seg.resident_bytes = match (best_resident, object_resident) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        seg.nodes = best_nodes
+            .1
+            .into_iter()
+            .map(|(n, b)| (n.to_string(), b))
+            .collect();
+        seg.numa_policy = best_nodes.2;
+        seg.findings = segment_findings(&seg, host, default_huge, report.numa_nodes);
+        report.segments.push(seg);
+    }
+
+    report.processes_vanished = vanished;
+    report.unreadable = unreadable;
+    if !report.unreadable.is_empty() {
+        let pids: Vec<String> = report
+            .unreadable
+            .iter()
+            .take(10)
+            .map(|p| p.pid.to_string())
+            .collect();
+        // As root nothing can be done about it (another namespace, an LSM): info.
+        let sev = if host.self_uid == Some(0) {
+            Severity::Info
+        } else {
+            Severity::Warning
+        };
+        report.findings.push(Finding::new(
+            sev,
+            "processes-unreadable",
+            format!(
+                "{} processes could not be read (pids {}{}): the shared memory they map is not counted",
+                report.unreadable.len(),
+                pids.join(", "),
+                if report.unreadable.len() > 10 { ", ..." } else { "" }
+            ),
+            Some(crate::finding::permission_fix(host.self_uid)),
+        ));
+    }
+    report.segments.sort_by(|a, b| {
+        (a.kind != "sysv", std::cmp::Reverse(a.size_bytes), a.id).cmp(&(
+            b.kind != "sysv",
+            std::cmp::Reverse(b.size_bytes),
+            b.id,
+        ))
+    });
+    report.scan_seconds = t0.elapsed().as_secs_f64();
+    report
+}
+
+fn segment_findings(
+    seg: &Segment,
+    host: &HostSnapshot,
+    default_huge: Option<u64>,
+    numa_nodes: u32,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let huge = default_huge.unwrap_or(2 * MIB);
+    let size = format_bytes(seg.size_bytes);
+    let label = seg.label();
+
+    // Silent fallback.
+    if seg.page_size_bytes == Some(BASE_PAGE) && seg.size_bytes >= huge {
+        let pages = seg.size_bytes.div_ceil(huge);
+        let avail = host.pool(huge).map(|p| p.available()).unwrap_or(0);
+        if matches!(seg.kind.as_str(), "sysv" | "anon" | "memfd") {
+            let total = host.pool(huge).map(|p| p.total()).unwrap_or(0);
+            let (short, fix) = if avail < pages {
+                (
+                    format!("; the {} pool has {avail} available", format_bytes(huge)),
+                    format!(
+                        "{}, then ",
+                        pool_fix(huge, default_huge, total + (pages - avail) + 2)
+                    ),
+                )
+            } else {
+                (
+                    format!("; the pool has room now ({avail} available)"),
+                    String::new(),
+                )
+            };
+            out.push(Finding::new(
+                Severity::Warning,
+                "silent-fallback",
+                format!(
+                    "{label} ({size}) sits on 4 KiB pages: on {} pages it would take {pages} pages{short}",
+                    format_bytes(huge)
+                ),
+                Some(format!(
+                    "{fix}restart its owner with huge pages required (PostgreSQL huge_pages=on, Oracle use_large_pages=ONLY)"
+                )),
+            ));
+        } else if seg.kind == "posix" && seg.thp_bytes.unwrap_or(0) == 0 {
+            out.push(Finding::new(
+                Severity::Info,
+                "shm-file-4k",
+                format!("{label} ({size}) is a tmpfs file on 4 KiB pages"),
+                Some("put it on hugetlbfs (mount -t hugetlbfs) or use memfd_create(MFD_HUGETLB) to get huge pages".to_string()),
+            ));
+        }
+    }
+
+    // Page tables of processes mapping a big 4 KiB segment.
+    if seg.page_size_bytes == Some(BASE_PAGE) && seg.size_bytes >= huge && !seg.attached.is_empty()
+    {
+        let pte: u64 = seg.attached.iter().filter_map(|a| a.vm_pte_bytes).sum();
+        let per_proc = seg.resident_bytes.unwrap_or(seg.size_bytes) / 512;
+        let save = seg
+            .attached
+            .iter()
+            .map(|a| a.vm_pte_bytes.unwrap_or(0).min(per_proc))
+            .sum::<u64>();
+        out.push(Finding::new(
+            Severity::Info,
+            "page-tables",
+            format!(
+                "{} processes mapping {label} hold {} of page tables (VmPTE, all their mappings); on {} pages this segment would save up to {}",
+                seg.attached.len(),
+                format_bytes(pte),
+                format_bytes(huge),
+                format_bytes(save)
+            ),
+            None,
+        ));
+    }
+
+    // Reserved but not yet touched.
+    if let (Some(ps), Some(res)) = (seg.page_size_bytes, seg.resident_bytes) {
+        if ps > BASE_PAGE {
+            let pages = seg.size_bytes.div_ceil(ps);
+            let touched = res / ps;
+            if touched < pages {
+                out.push(Finding::new(
+                    Severity::Info,
+                    "reserved-untouched",
+                    format!(
+                        "{} of {pages} {} pages of {label} are reserved but not touched yet: the first touch will pay for zeroing them",
+                        pages - touched,
+                        format_bytes(ps)
+                    ),
+                    Some("pre-fault at start-up (e.g. hugeshm create --prefault-threads, Oracle pre_page_sga, MADV_POPULATE_WRITE)".to_string()),
+                ));
+            }
+        }
+    }
+
+    // Orphans.
+    if seg.kind == "sysv" && seg.nattch == Some(0) {
+        let id = seg.id.unwrap_or(0);
+        out.push(Finding::new(
+            Severity::Warning,
+            "orphan",
+            format!(
+                "{label} ({size}, key {}, created by pid {}) has no process attached: its memory stays allocated until it is removed",
+                seg.key.as_deref().unwrap_or("?"),
+                seg.creator_pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into())
+            ),
+            Some(format!("ipcrm -m {id}   # only if no server will attach it again")),
+        ));
+    }
+    if seg.kind == "hugetlbfs" && seg.attached.is_empty() && seg.resident_bytes.unwrap_or(0) > 0 {
+        out.push(Finding::new(
+            Severity::Warning,
+            "orphan-file",
+            format!(
+                "{label} holds {} of huge pages and no process maps it (left behind by a crash?)",
+                format_bytes(seg.resident_bytes.unwrap_or(0))
+            ),
+            Some(format!(
+                "rm '{}'   # only if no server will map it again",
+                seg.path.as_deref().unwrap_or("")
+            )),
+        ));
+    }
+
+    // All on one node of several.
+    if numa_nodes > 1 {
+        let total: u64 = seg.nodes.values().sum();
+        let nonzero: Vec<&String> = seg
+            .nodes
+            .iter()
+            .filter(|(_, b)| **b > 0)
+            .map(|(n, _)| n)
+            .collect();
+        if total >= 64 * MIB && nonzero.len() == 1 {
+            out.push(Finding::new(
+                Severity::Warning,
+                "single-node",
+                format!(
+                    "all {} resident of {label} sit on node {} of {numa_nodes}: processes on the other nodes work on remote memory",
+                    format_bytes(total),
+                    nonzero[0]
+                ),
+                Some("interleave it (numactl --interleave=all, tmpfs mpol=interleave) or split it per node".to_string()),
+            ));
+        }
+    }
+    out
+}

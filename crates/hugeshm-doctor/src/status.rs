@@ -1,0 +1,562 @@
+//! `hugeshm status`: the pools per page size and node, the settings that
+//! matter, and the findings.
+
+use crate::finding::{pool_fix, Finding, Severity};
+use crate::segments::{self, SegmentsReport};
+use hugeshm_parse::size::{format_bytes, BASE_PAGE, GIB};
+use hugeshm_probe::{HostSnapshot, Probe, Problem};
+use serde::{Deserialize, Serialize};
+
+/// One pool: one page size on the whole host (`node` = `None`) or on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PoolRow {
+    /// Page size in bytes.
+    pub page_size_bytes: u64,
+    /// NUMA node, `None` for the whole host.
+    pub node: Option<u32>,
+    /// Pages in the pool (persistent + surplus).
+    pub total: u64,
+    /// Pages nobody has faulted in.
+    pub free: u64,
+    /// Pages promised to mappings but not faulted in yet (host-wide only;
+    /// the kernel keeps no per-node count, so 0 on node rows).
+    pub reserved: u64,
+    /// Surplus pages (allocated above `nr_hugepages` through overcommit).
+    pub surplus: u64,
+    /// What a new mapping can really get: free − reserved.
+    pub available: u64,
+    /// `total` in bytes.
+    pub total_bytes: u64,
+    /// `available` in bytes.
+    pub available_bytes: u64,
+    /// Whether this is the default huge page size (`Hugepagesize`).
+    pub default: bool,
+    /// Pages asked for on the kernel command line (host rows only).
+    pub boot_pages: Option<u64>,
+}
+
+/// THP settings and what they mean for a database host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ThpReport {
+    /// `enabled` (selected value), `None` without THP.
+    pub enabled: Option<String>,
+    /// `defrag`.
+    pub defrag: Option<String>,
+    /// `shmem_enabled`.
+    pub shmem_enabled: Option<String>,
+    /// `khugepaged/defrag`.
+    pub khugepaged_defrag: Option<bool>,
+    /// One line for a database host.
+    pub verdict: String,
+}
+
+/// SysV limits against the pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SysvLimits {
+    /// `kernel.shmmax`: largest segment, bytes.
+    pub shmmax_bytes: Option<u64>,
+    /// `kernel.shmall` converted to bytes (it counts base pages).
+    pub shmall_bytes: Option<u64>,
+    /// `kernel.shmmni`: most segments.
+    pub shmmni: Option<u64>,
+    /// Segments now.
+    pub segments: u64,
+    /// Their total size, bytes.
+    pub segments_bytes: u64,
+}
+
+/// Boot-time settings from `/proc/cmdline`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct BootSettings {
+    /// `default_hugepagesz=`.
+    pub default_hugepagesz_bytes: Option<u64>,
+    /// `hugepages=` per size (`page_size_bytes`, pages, per-node split).
+    pub pools: Vec<BootPoolRow>,
+    /// `hugetlb_cma=`.
+    pub hugetlb_cma: Option<String>,
+    /// `transparent_hugepage=`.
+    pub transparent_hugepage: Option<String>,
+}
+
+/// One `hugepages=` request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct BootPoolRow {
+    /// Page size.
+    pub page_size_bytes: u64,
+    /// Pages asked for.
+    pub pages: u64,
+    /// Per node (node → pages) where the per-node form was used.
+    pub per_node: std::collections::BTreeMap<u32, u64>,
+}
+
+/// A hugetlbfs or tmpfs mount.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct MountRow {
+    /// Mount point.
+    pub target: String,
+    /// `hugetlbfs` or `tmpfs`.
+    pub fstype: String,
+    /// hugetlbfs page size (the default size when `pagesize=` is absent).
+    pub page_size_bytes: Option<u64>,
+    /// `size=` limit, bytes.
+    pub size_bytes: Option<u64>,
+    /// tmpfs `huge=`.
+    pub huge: Option<String>,
+    /// tmpfs `mpol=`.
+    pub mpol: Option<String>,
+}
+
+/// NUMA node summary.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct NodeRow {
+    /// Node id.
+    pub node: u32,
+    /// Its CPUs.
+    pub cpus: Vec<u32>,
+    /// Memory on it.
+    pub mem_total_bytes: Option<u64>,
+    /// Free memory on it.
+    pub mem_free_bytes: Option<u64>,
+}
+
+/// The whole `status` report (`status --json` prints exactly this).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct StatusReport {
+    /// Whether the kernel has hugetlb support.
+    pub hugetlb_supported: bool,
+    /// The default huge page size.
+    pub default_page_size_bytes: Option<u64>,
+    /// Pools: host rows (`node` null) for every size, then per node.
+    pub pools: Vec<PoolRow>,
+    /// NUMA nodes.
+    pub nodes: Vec<NodeRow>,
+    /// THP.
+    pub thp: ThpReport,
+    /// The caller's memlock limit (soft), `None` = unlimited (or unreadable:
+    /// see `problems`).
+    pub memlock_bytes: Option<u64>,
+    /// `PageTables` of `/proc/meminfo`.
+    pub page_tables_bytes: Option<u64>,
+    /// `Hugetlb` of `/proc/meminfo`: memory in huge page pools of every size.
+    pub hugetlb_bytes: Option<u64>,
+    /// Memory in the machine.
+    pub mem_total_bytes: Option<u64>,
+    /// SysV limits.
+    pub sysv: SysvLimits,
+    /// `vm.hugetlb_shm_group`.
+    pub hugetlb_shm_group: Option<u64>,
+    /// `vm.nr_overcommit_hugepages`.
+    pub nr_overcommit_hugepages: Option<u64>,
+    /// Boot-time settings.
+    pub boot: BootSettings,
+    /// hugetlbfs and tmpfs mounts.
+    pub mounts: Vec<MountRow>,
+    /// Findings, most severe first.
+    pub findings: Vec<Finding>,
+    /// Files that could not be read.
+    pub problems: Vec<Problem>,
+}
+
+/// Builds the report: reads the host and scans the processes (for what the
+/// live segments need).
+pub fn build(probe: &Probe) -> StatusReport {
+    let host = probe.host();
+    let segs = segments::build_with(probe, &host);
+    build_from(&host, Some(&segs))
+}
+
+fn thp_verdict(enabled: Option<&str>, shmem: Option<&str>) -> String {
+    match enabled {
+        None => "THP not available on this kernel: nothing to tune".to_string(),
+        Some("always") => "always: every anonymous mapping may be backed by THP; database hosts usually want madvise (compaction stalls, memory bloat)".to_string(),
+        Some("madvise") => match shmem {
+            Some("always") | Some("force") => "madvise, but shmem THP is forced: /dev/shm and SysV 4 KiB segments may be collapsed; fine, but hugetlb is the dependable way".to_string(),
+            _ => "madvise: only regions that ask get THP; a good setting for a database host".to_string(),
+        },
+        Some("never") => "never: no THP; fine when shared memory is on hugetlb pages".to_string(),
+        Some(other) => format!("{other}: unusual THP mode"),
+    }
+}
+
+/// Builds the report from a snapshot (and the segments, when scanned).
+pub fn build_from(host: &HostSnapshot, segs: Option<&SegmentsReport>) -> StatusReport {
+    let default = host.default_page_size();
+    let cmdline = host.cmdline.clone().unwrap_or_default();
+    let mut pools = Vec::new();
+    for p in &host.pools {
+        let boot = default
+            .and_then(|d| cmdline.boot_pages(p.page_size_bytes, d))
+            .map(|b| b.pages);
+        pools.push(PoolRow {
+            page_size_bytes: p.page_size_bytes,
+            node: None,
+            total: p.total(),
+            free: p.free,
+            reserved: p.resv.unwrap_or(0),
+            surplus: p.surplus,
+            available: p.available(),
+            total_bytes: p.total().saturating_mul(p.page_size_bytes),
+            available_bytes: p.available().saturating_mul(p.page_size_bytes),
+            default: Some(p.page_size_bytes) == default,
+            boot_pages: boot,
+        });
+    }
+    for np in &host.node_pools {
+        let c = &np.counters;
+        pools.push(PoolRow {
+            page_size_bytes: c.page_size_bytes,
+            node: Some(np.node),
+            total: c.total(),
+            free: c.free,
+            reserved: 0,
+            surplus: c.surplus,
+            available: c.available(),
+            total_bytes: c.total().saturating_mul(c.page_size_bytes),
+            available_bytes: c.available().saturating_mul(c.page_size_bytes),
+            default: Some(c.page_size_bytes) == default,
+            boot_pages: None,
+        });
+    }
+
+    let thp = ThpReport {
+        enabled: host.thp.enabled.as_ref().map(|s| s.selected.clone()),
+        defrag: host.thp.defrag.as_ref().map(|s| s.selected.clone()),
+        shmem_enabled: host.thp.shmem_enabled.as_ref().map(|s| s.selected.clone()),
+        khugepaged_defrag: host.thp.khugepaged_defrag,
+        verdict: thp_verdict(
+            host.thp.enabled.as_ref().map(|s| s.selected.as_str()),
+            host.thp.shmem_enabled.as_ref().map(|s| s.selected.as_str()),
+        ),
+    };
+
+    let sysv = SysvLimits {
+        shmmax_bytes: host.sysctl.shmmax,
+        shmall_bytes: host.sysctl.shmall.map(|p| p.saturating_mul(BASE_PAGE)),
+        shmmni: host.sysctl.shmmni,
+        segments: host.shm.len() as u64,
+        segments_bytes: host
+            .shm
+            .iter()
+            .map(|s| s.size_bytes)
+            .fold(0u64, u64::saturating_add),
+    };
+
+    let boot = BootSettings {
+        default_hugepagesz_bytes: cmdline.default_hugepagesz,
+        pools: cmdline
+            .pools
+            .iter()
+            .map(|b| BootPoolRow {
+                page_size_bytes: b.page_size_bytes.or(default).unwrap_or(2 << 20),
+                pages: b.pages,
+                per_node: b.per_node.clone(),
+            })
+            .collect(),
+        hugetlb_cma: cmdline.hugetlb_cma.clone(),
+        transparent_hugepage: cmdline.transparent_hugepage.clone(),
+    };
+
+    let mounts = host
+        .mounts
+        .iter()
+        .filter(|m| {
+            m.is_hugetlbfs()
+                || (m.is_tmpfs()
+                    && (m.target == "/dev/shm"
+                        || m.option("huge").is_some()
+                        || m.option("mpol").is_some()))
+        })
+        .map(|m| MountRow {
+            target: m.target.clone(),
+            fstype: m.fstype.clone(),
+            page_size_bytes: if m.is_hugetlbfs() {
+                m.hugetlbfs_page_size().or(default)
+            } else {
+                None
+            },
+            size_bytes: m.size_bytes(),
+            huge: m.option("huge").map(str::to_string),
+            mpol: m.option("mpol").map(str::to_string),
+        })
+        .collect();
+
+    let nodes = host
+        .nodes
+        .iter()
+        .map(|n| NodeRow {
+            node: n.node,
+            cpus: n.cpus.clone(),
+            mem_total_bytes: n.meminfo.as_ref().and_then(|m| m.mem_total_bytes),
+            mem_free_bytes: n.meminfo.as_ref().and_then(|m| m.mem_free_bytes),
+        })
+        .collect();
+
+    let mut report = StatusReport {
+        hugetlb_supported: host.hugetlb_supported(),
+        default_page_size_bytes: default,
+        pools,
+        nodes,
+        thp,
+        memlock_bytes: host.self_limits.as_ref().and_then(|l| l.memlock_soft_bytes),
+        page_tables_bytes: host.meminfo.as_ref().and_then(|m| m.page_tables_bytes),
+        hugetlb_bytes: host.meminfo.as_ref().and_then(|m| m.hugetlb_bytes),
+        mem_total_bytes: host.meminfo.as_ref().and_then(|m| m.mem_total_bytes),
+        sysv,
+        hugetlb_shm_group: host.sysctl.hugetlb_shm_group,
+        nr_overcommit_hugepages: host.sysctl.nr_overcommit_hugepages,
+        boot,
+        mounts,
+        findings: Vec::new(),
+        problems: host.problems.clone(),
+    };
+    report.findings = findings(host, &report, segs);
+    report
+}
+
+fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let default = r.default_page_size_bytes;
+
+    if !r.hugetlb_supported {
+        let meminfo_read = host.meminfo.is_some();
+        if meminfo_read {
+            out.push(Finding::new(
+                Severity::Error,
+                "no-hugetlb",
+                "this kernel has no hugetlb support: /proc/meminfo has no HugePages lines and /sys/kernel/mm/hugepages is absent; shared memory can only use 4 KiB pages (or THP)",
+                Some("boot a kernel built with CONFIG_HUGETLBFS=y and CONFIG_HUGETLB_PAGE=y".to_string()),
+            ));
+        }
+    }
+
+    for p in &host.problems {
+        out.push(Finding::new(
+            Severity::Warning,
+            "unreadable-file",
+            format!("could not read {}: {}", p.path, p.reason),
+            Some(if p.reason.contains("permission denied") {
+                crate::finding::permission_fix(host.self_uid)
+            } else {
+                format!(
+                    "check {} (kernel text hugeshm cannot parse: please report it)",
+                    p.path
+                )
+            }),
+        ));
+    }
+
+    // What the live segments need, per page size.
+    let mut need_by_size: std::collections::BTreeMap<u64, (u64, Vec<String>)> = Default::default();
+    if let Some(s) = segs {
+        for seg in &s.segments {
+            let Some(ps) = seg.page_size_bytes else {
+                continue;
+            };
+            let is_shared_db_kind = matches!(seg.kind.as_str(), "sysv" | "anon" | "memfd");
+            let target = if ps > BASE_PAGE {
+                Some(ps)
+            } else if is_shared_db_kind {
+                default.filter(|d| seg.size_bytes >= *d)
+            } else {
+                None
+            };
+            if let Some(t) = target {
+                let e = need_by_size.entry(t).or_default();
+                e.0 = e.0.saturating_add(seg.size_bytes.div_ceil(t));
+                e.1.push(seg.label());
+            }
+        }
+    }
+
+    let pool_total_bytes: u64 = r
+        .pools
+        .iter()
+        .filter(|p| p.node.is_none())
+        .map(|p| p.total_bytes)
+        .sum();
+
+    for p in r.pools.iter().filter(|p| p.node.is_none()) {
+        let size = format_bytes(p.page_size_bytes);
+        let used = p.total.saturating_sub(p.available);
+        let (need, who) = need_by_size
+            .get(&p.page_size_bytes)
+            .cloned()
+            .unwrap_or_default();
+        if need > p.total {
+            let want = need + 2;
+            out.push(Finding::new(
+                Severity::Error,
+                "pool-short",
+                format!(
+                    "{size} pool holds {} pages but the shared memory segments on this host need {need} ({}): segments that do not fit run on 4 KiB pages",
+                    p.total,
+                    who.join(", ")
+                ),
+                Some(pool_fix(p.page_size_bytes, default, want)),
+            ));
+        }
+        if p.total > 0 && p.available > 2 && p.available.saturating_mul(20) >= p.total {
+            let wasted = p.available.saturating_mul(p.page_size_bytes);
+            let sev = if used == 0 || wasted >= GIB {
+                Severity::Warning
+            } else {
+                Severity::Info
+            };
+            let keep = used.max(need) + 2;
+            out.push(Finding::new(
+                sev,
+                "pool-unused",
+                format!(
+                    "{} of {} {size} pages ({}) are neither in use nor reserved: memory the OS cannot use",
+                    p.available,
+                    p.total,
+                    format_bytes(wasted)
+                ),
+                Some(format!("{}   # keeps {used} in use + {} for what segments need + 2 spare", pool_fix(p.page_size_bytes, default, keep), need.saturating_sub(used))),
+            ));
+        }
+        if let Some(b) = p.boot_pages {
+            if b > p.total {
+                out.push(Finding::new(
+                    Severity::Warning,
+                    "boot-pool-short",
+                    format!(
+                        "the kernel command line asks for {b} {size} pages but the pool holds {} (memory too fragmented at boot, or lowered since)",
+                        p.total
+                    ),
+                    Some(if p.page_size_bytes >= GIB {
+                        format!("reserve 1 GiB pages early: keep hugepagesz=1G hugepages={b} on the kernel command line and check free memory at boot, or use hugetlb_cma=")
+                    } else {
+                        pool_fix(p.page_size_bytes, default, b)
+                    }),
+                ));
+            }
+        }
+        if p.surplus > 0 {
+            out.push(Finding::new(
+                Severity::Info,
+                "pool-surplus",
+                format!("{} {size} pages are surplus pages from vm.nr_overcommit_hugepages: they are not guaranteed and return to the OS when freed", p.surplus),
+                None,
+            ));
+        }
+    }
+
+    if pool_total_bytes > 0 {
+        if r.thp.enabled.as_deref() == Some("always") {
+            out.push(Finding::new(
+                Severity::Warning,
+                "thp-always",
+                format!(
+                    "transparent huge pages are 'always' on a host with a {} huge page pool: khugepaged and fault-time compaction cause latency spikes and memory bloat in database processes",
+                    format_bytes(pool_total_bytes)
+                ),
+                Some("echo madvise > /sys/kernel/mm/transparent_hugepage/enabled   # and transparent_hugepage=madvise on the kernel command line".to_string()),
+            ));
+        }
+        if let Some(ml) = r.memlock_bytes {
+            if ml < pool_total_bytes {
+                let kib = pool_total_bytes.div_ceil(1024);
+                out.push(Finding::new(
+                    Severity::Warning,
+                    "memlock-small",
+                    format!(
+                        "the memlock limit of this process ({}) is smaller than the huge page pool ({}): a server that locks its shared memory, or uses SysV SHM_HUGETLB without vm.hugetlb_shm_group, fails",
+                        format_bytes(ml),
+                        format_bytes(pool_total_bytes)
+                    ),
+                    Some(format!("/etc/security/limits.d/99-hugeshm.conf: '* soft memlock {kib}' and '* hard memlock {kib}'; systemd units: LimitMEMLOCK={pool_total_bytes}")),
+                ));
+            }
+        }
+        if let Some(mx) = r.sysv.shmmax_bytes {
+            if mx < pool_total_bytes {
+                out.push(Finding::new(
+                    Severity::Warning,
+                    "shmmax-small",
+                    format!(
+                        "kernel.shmmax ({}) is smaller than the huge page pool ({}): one SysV segment cannot use the whole pool",
+                        format_bytes(mx),
+                        format_bytes(pool_total_bytes)
+                    ),
+                    Some(format!("sysctl -w kernel.shmmax={pool_total_bytes}")),
+                ));
+            }
+        }
+        if let Some(all) = r.sysv.shmall_bytes {
+            if all < pool_total_bytes {
+                out.push(Finding::new(
+                    Severity::Warning,
+                    "shmall-small",
+                    format!(
+                        "kernel.shmall ({} in 4 KiB pages) is smaller than the huge page pool ({}): SysV segments together cannot use the whole pool",
+                        format_bytes(all),
+                        format_bytes(pool_total_bytes)
+                    ),
+                    Some(format!("sysctl -w kernel.shmall={}", pool_total_bytes.div_ceil(BASE_PAGE))),
+                ));
+            }
+        }
+        // Pool on one node of several.
+        let node_ids: Vec<u32> = r.nodes.iter().map(|n| n.node).collect();
+        if node_ids.len() > 1 {
+            for p in r.pools.iter().filter(|p| p.node.is_none() && p.total > 0) {
+                let per: Vec<&PoolRow> = r
+                    .pools
+                    .iter()
+                    .filter(|q| q.node.is_some() && q.page_size_bytes == p.page_size_bytes)
+                    .collect();
+                let with: Vec<&&PoolRow> = per.iter().filter(|q| q.total > 0).collect();
+                if with.len() == 1 && per.len() > 1 {
+                    out.push(Finding::new(
+                        Severity::Info,
+                        "pool-one-node",
+                        format!(
+                            "all {} {} pages sit on node {} of {}: processes on other nodes use remote memory",
+                            p.total,
+                            format_bytes(p.page_size_bytes),
+                            with[0].node.unwrap_or(0),
+                            node_ids.len()
+                        ),
+                        None,
+                    ));
+                }
+            }
+        }
+    }
+
+    if let Some(s) = segs {
+        out.extend(s.findings.iter().cloned());
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        let mut worst = Severity::Info;
+        for f in s
+            .segments
+            .iter()
+            .flat_map(|g| g.findings.iter())
+            .filter(|f| f.severity >= Severity::Warning)
+        {
+            *counts.entry(f.code.as_str()).or_default() += 1;
+            worst = worst.max(f.severity);
+        }
+        if !counts.is_empty() {
+            let list: Vec<String> = counts.iter().map(|(c, n)| format!("{c} x{n}")).collect();
+            out.push(Finding::new(
+                worst,
+                "segment-findings",
+                format!("shared memory segments need attention: {}", list.join(", ")),
+                Some("hugeshm segments".to_string()),
+            ));
+        }
+    }
+
+    out.sort_by(|a, b| b.severity.cmp(&a.severity));
+    out
+}

@@ -1,0 +1,105 @@
+//! `/sys/kernel/mm/hugepages/hugepages-<size>kB/*` and the per-node
+//! `/sys/devices/system/node/nodeN/hugepages/hugepages-<size>kB/*` counters.
+//!
+//! Each file holds one number; the live reader reads the directory and hands
+//! each file's text to [`parse_counter`].
+
+use crate::error::{parse_u64, ParseError};
+use serde::{Deserialize, Serialize};
+
+/// Parses one counter file (`nr_hugepages`, `free_hugepages`, ...).
+pub fn parse_counter(path: &str, text: &str) -> Result<u64, ParseError> {
+    let line = text.lines().next().unwrap_or("");
+    if line.trim().is_empty() {
+        return Err(ParseError::file(path, "empty file, expected a page count"));
+    }
+    parse_u64(path, 1, "page count", line)
+}
+
+/// The counters of one pool: one page size, on the whole host or one node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PoolCounters {
+    /// Page size in bytes.
+    pub page_size_bytes: u64,
+    /// `nr_hugepages`: persistent pages in the pool.
+    pub nr: u64,
+    /// `free_hugepages`: pages not yet faulted in by anyone.
+    pub free: u64,
+    /// `resv_hugepages`: promised to a mapping but not yet faulted in.
+    /// Global only: `None` for a node's pool.
+    pub resv: Option<u64>,
+    /// `surplus_hugepages`: pages above `nr` allocated through overcommit.
+    pub surplus: u64,
+    /// `nr_overcommit_hugepages`: how many surplus pages may be allocated.
+    /// Global only.
+    pub nr_overcommit: Option<u64>,
+}
+
+impl PoolCounters {
+    /// Counters of one pool.
+    pub fn new(
+        page_size_bytes: u64,
+        nr: u64,
+        free: u64,
+        resv: Option<u64>,
+        surplus: u64,
+        nr_overcommit: Option<u64>,
+    ) -> Self {
+        PoolCounters {
+            page_size_bytes,
+            nr,
+            free,
+            resv,
+            surplus,
+            nr_overcommit,
+        }
+    }
+
+    /// Pages in the pool, persistent and surplus.
+    pub fn total(&self) -> u64 {
+        self.nr.saturating_add(self.surplus)
+    }
+
+    /// Pages a new mapping can really get: free minus reserved (a node's pool
+    /// has no reserve count of its own, so this is its free count).
+    pub fn available(&self) -> u64 {
+        self.free.saturating_sub(self.resv.unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters() {
+        assert_eq!(parse_counter("nr_hugepages", "16\n").unwrap(), 16);
+        assert_eq!(parse_counter("nr_hugepages", "0").unwrap(), 0);
+        let e = parse_counter("/sys/x/free_hugepages", "").unwrap_err();
+        assert!(e.to_string().contains("/sys/x/free_hugepages"));
+        assert!(parse_counter("f", "abc\n").is_err());
+        assert!(parse_counter("f", "-1\n").is_err());
+    }
+
+    #[test]
+    fn available() {
+        let p = PoolCounters {
+            page_size_bytes: 2 << 20,
+            nr: 10,
+            free: 8,
+            resv: Some(3),
+            surplus: 1,
+            nr_overcommit: Some(0),
+        };
+        assert_eq!(p.available(), 5);
+        assert_eq!(p.total(), 11);
+        // An inconsistent snapshot (read while counters moved) never underflows.
+        let q = PoolCounters {
+            free: 1,
+            resv: Some(4),
+            ..p
+        };
+        assert_eq!(q.available(), 0);
+    }
+}

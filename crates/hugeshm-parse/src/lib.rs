@@ -1,0 +1,40 @@
+//! Pure parsers for the kernel files that describe huge pages and shared memory.
+//!
+//! Every parser takes the file's text (`&str`) and returns a typed value or a
+//! [`ParseError`] naming the file and the line it could not read. Nothing here
+//! touches the file system: the `hugeshm-probe` crate reads the real files (under
+//! configurable `/proc` and `/sys` roots) and hands their text to these functions.
+//!
+//! Conventions: sizes are bytes (`kB` in the kernel's text is converted on read),
+//! fields a kernel version may lack are `Option`, public structs are
+//! `#[non_exhaustive]`.
+//!
+//! ```
+//! let text = "MemTotal:       24000000 kB\nHugePages_Total:      16\n\
+//!             HugePages_Free:       10\nHugePages_Rsvd:        2\n\
+//!             HugePages_Surp:        0\nHugepagesize:       2048 kB\n";
+//! let m = hugeshm_parse::meminfo::parse(text).unwrap();
+//! assert_eq!(m.hugepages_total, Some(16));
+//! assert_eq!(m.hugepagesize_bytes, Some(2 * 1024 * 1024));
+//! assert_eq!(m.mem_total_bytes, Some(24_000_000 * 1024));
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod cmdline;
+pub mod error;
+pub mod hugepages;
+pub mod maps;
+pub mod meminfo;
+pub mod mounts;
+pub mod node;
+pub mod numa_maps;
+pub mod pid_limits;
+pub mod pid_status;
+pub mod size;
+pub mod smaps;
+pub mod sysctl;
+pub mod sysvipc_shm;
+pub mod thp;
+
+pub use error::ParseError;

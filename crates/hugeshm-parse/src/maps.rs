@@ -1,0 +1,398 @@
+//! `/proc/PID/maps` (and the header lines of `/proc/PID/smaps`).
+//!
+//! One mapping per line:
+//!
+//! ```text
+//! 7fc6ada00000-7fc6adc00000 rw-s 00000000 00:11 0                          /SYSV0000abcd (deleted)
+//! ```
+//!
+//! `start-end` and `offset` are hex, `perms` is `rwxp`/`rwxs` with `-` for a
+//! missing right, `dev` is `major:minor` in hex, `inode` is decimal, and the
+//! pathname is the rest of the line after the padding (it may contain spaces
+//! and is empty for anonymous memory). The kernel appends ` (deleted)` to
+//! files that were unlinked, which is how SysV segments (`/SYSV<key>`), memfds
+//! (`/memfd:<name>`) and anonymous `MAP_HUGETLB` mappings (`/anon_hugepage`)
+//! always appear.
+
+use crate::error::ParseError;
+use serde::{Deserialize, Serialize};
+
+const PATH: &str = "/proc/PID/maps";
+
+/// The suffix the kernel adds to the pathname of an unlinked file.
+const DELETED: &str = " (deleted)";
+
+/// The permission column (`rw-s`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Perms {
+    /// `r`: readable.
+    pub read: bool,
+    /// `w`: writable.
+    pub write: bool,
+    /// `x`: executable.
+    pub exec: bool,
+    /// `s` (shared, `MAP_SHARED`) rather than `p` (private, copy-on-write).
+    pub shared: bool,
+}
+
+/// One line of `/proc/PID/maps`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct MapsEntry {
+    /// First address of the mapping.
+    pub start: u64,
+    /// One past the last address of the mapping.
+    pub end: u64,
+    /// The permission column.
+    pub perms: Perms,
+    /// Offset in the file (or, for SysV shm, in the segment), in bytes.
+    pub offset: u64,
+    /// Device major number (0 for anonymous memory).
+    pub dev_major: u32,
+    /// Device minor number.
+    pub dev_minor: u32,
+    /// Inode number (0 for anonymous memory; the shmid for SysV segments).
+    pub inode: u64,
+    /// The pathname without the ` (deleted)` suffix; `None` when empty
+    /// (anonymous memory). Pseudo-paths such as `[heap]` are kept as printed.
+    pub pathname: Option<String>,
+    /// The pathname ended with ` (deleted)`.
+    pub deleted: bool,
+}
+
+impl MapsEntry {
+    /// Length of the mapping in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.end.saturating_sub(self.start)
+    }
+}
+
+/// Splits off the first blank-separated field, returning it and the text after it.
+fn next_field(s: &str) -> Option<(&str, &str)> {
+    let s = s.trim_start_matches([' ', '\t']);
+    if s.is_empty() {
+        return None;
+    }
+    Some(match s.find([' ', '\t']) {
+        Some(i) => s.split_at(i),
+        None => (s, ""),
+    })
+}
+
+/// Parses a hex number (no `0x`).
+fn hex_u64(path: &str, line: usize, what: &str, text: &str) -> Result<u64, ParseError> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(ParseError::at(
+            path,
+            line,
+            format!("{what}: expected a hex number, found {text:?}"),
+        ));
+    }
+    u64::from_str_radix(text, 16).map_err(|_| {
+        ParseError::at(
+            path,
+            line,
+            format!("{what}: {text:?} does not fit in 64 bits"),
+        )
+    })
+}
+
+/// Parses a hex device number part.
+fn hex_u32(path: &str, line: usize, what: &str, text: &str) -> Result<u32, ParseError> {
+    let v = hex_u64(path, line, what, text)?;
+    u32::try_from(v).map_err(|_| {
+        ParseError::at(
+            path,
+            line,
+            format!("{what}: {text:?} does not fit in 32 bits"),
+        )
+    })
+}
+
+/// Parses the four-character permission column.
+fn parse_perms(path: &str, line: usize, text: &str) -> Result<Perms, ParseError> {
+    let bad = || {
+        ParseError::at(
+            path,
+            line,
+            format!(
+                "perms: expected \"rwxp\" or \"rwxs\" with '-' for missing rights, found {text:?}"
+            ),
+        )
+    };
+    let b = text.as_bytes();
+    let [r, w, x, s] = b else {
+        return Err(bad());
+    };
+    let flag = |c: u8, yes: u8| -> Result<bool, ParseError> {
+        match c {
+            b'-' => Ok(false),
+            c if c == yes => Ok(true),
+            _ => Err(bad()),
+        }
+    };
+    let shared = match s {
+        b's' => true,
+        b'p' => false,
+        _ => return Err(bad()),
+    };
+    Ok(Perms {
+        read: flag(*r, b'r')?,
+        write: flag(*w, b'w')?,
+        exec: flag(*x, b'x')?,
+        shared,
+    })
+}
+
+/// Parses one maps-format line (shared with smaps); `path` and `line` for errors.
+pub fn parse_line(path: &str, line_no: usize, line: &str) -> Result<MapsEntry, ParseError> {
+    let missing = |what: &str| {
+        ParseError::at(
+            path,
+            line_no,
+            format!(
+                "expected \"start-end perms offset dev inode [path]\", {what} missing in {line:?}"
+            ),
+        )
+    };
+    let (range, rest) = next_field(line).ok_or_else(|| missing("address range"))?;
+    let (perms, rest) = next_field(rest).ok_or_else(|| missing("perms"))?;
+    let (offset, rest) = next_field(rest).ok_or_else(|| missing("offset"))?;
+    let (dev, rest) = next_field(rest).ok_or_else(|| missing("device"))?;
+    let (inode, rest) = next_field(rest).ok_or_else(|| missing("inode"))?;
+
+    let (start, end) = range.split_once('-').ok_or_else(|| {
+        ParseError::at(
+            path,
+            line_no,
+            format!("address range: expected \"start-end\", found {range:?}"),
+        )
+    })?;
+    let start = hex_u64(path, line_no, "start address", start)?;
+    let end = hex_u64(path, line_no, "end address", end)?;
+    if start > end {
+        return Err(ParseError::at(
+            path,
+            line_no,
+            format!("address range: start {start:#x} is above end {end:#x}"),
+        ));
+    }
+    let perms = parse_perms(path, line_no, perms)?;
+    let offset = hex_u64(path, line_no, "offset", offset)?;
+    let (major, minor) = dev.split_once(':').ok_or_else(|| {
+        ParseError::at(
+            path,
+            line_no,
+            format!("device: expected \"major:minor\" in hex, found {dev:?}"),
+        )
+    })?;
+    let dev_major = hex_u32(path, line_no, "device major", major)?;
+    let dev_minor = hex_u32(path, line_no, "device minor", minor)?;
+    let inode = inode.parse::<u64>().map_err(|_| {
+        ParseError::at(
+            path,
+            line_no,
+            format!("inode: expected a whole number, found {inode:?}"),
+        )
+    })?;
+
+    // Only the padding is removed: a file name may itself end in blanks.
+    let name = rest.trim_start_matches([' ', '\t']);
+    let (name, deleted) = match name.strip_suffix(DELETED) {
+        Some(n) => (n, true),
+        None => (name, false),
+    };
+    let pathname = if name.is_empty() {
+        None
+    } else {
+        Some(name.to_string())
+    };
+    Ok(MapsEntry {
+        start,
+        end,
+        perms,
+        offset,
+        dev_major,
+        dev_minor,
+        inode,
+        pathname,
+        deleted,
+    })
+}
+
+/// Parses `/proc/PID/maps`. Blank lines are skipped.
+pub fn parse(text: &str) -> Result<Vec<MapsEntry>, ParseError> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| parse_line(PATH, i + 1, l))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `/proc/PID/maps` on Linux 6.18 of a process holding a hugetlb memfd, a
+    /// SysV `SHM_HUGETLB` segment, shared and private anonymous `MAP_HUGETLB`
+    /// mappings, a deleted /dev/shm file with a space and a non-huge memfd.
+    const REAL: &str = "55a76cbc5000-55a76cbc6000 r--p 00000000 fe:00 9978057                    /tmp/hp/hp
+55a76cbc6000-55a76cbc7000 r-xp 00001000 fe:00 9978057                    /tmp/hp/hp
+55a778045000-55a778066000 rw-p 00000000 00:00 0                          [heap]
+7fc6ad800000-7fc6ada00000 rw-s 00000000 00:11 6430                       /memfd:pool (deleted)
+7fc6ada00000-7fc6adc00000 rw-s 00000000 00:11 0                          /SYSV0000abcd (deleted)
+7fc6adc00000-7fc6ade00000 rw-s 00000000 00:11 6428                       /anon_hugepage (deleted)
+7fc6ade00000-7fc6ae000000 rw-p 00000000 00:11 6427                       /anon_hugepage (deleted)
+7fc6ae120000-7fc6ae123000 rw-p 00000000 00:00 0 
+7fc6ae149000-7fc6ae29f000 r-xp 00026000 fe:00 326269                     /usr/lib/x86_64-linux-gnu/libc.so.6
+7fc6ae30c000-7fc6ae30d000 rw-s 00000000 00:1b 2                          /dev/shm/x y (deleted)
+7fc6ae30d000-7fc6ae30e000 rw-s 00000000 00:01 1046                       /memfd:plain pool (deleted)
+7fc6ae316000-7fc6ae318000 r-xp 00000000 00:00 0                          [vdso]
+7ffe2e561000-7ffe2e582000 rw-p 00000000 00:00 0                          [stack]
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]
+";
+
+    #[test]
+    fn real_text() {
+        let m = parse(REAL).unwrap();
+        assert_eq!(m.len(), 14);
+
+        let exe = &m[1];
+        assert_eq!(exe.start, 0x55a76cbc6000);
+        assert_eq!(exe.end, 0x55a76cbc7000);
+        assert_eq!(exe.size_bytes(), 4096);
+        assert_eq!(
+            exe.perms,
+            Perms {
+                read: true,
+                write: false,
+                exec: true,
+                shared: false
+            }
+        );
+        assert_eq!(exe.offset, 0x1000);
+        assert_eq!((exe.dev_major, exe.dev_minor), (0xfe, 0));
+        assert_eq!(exe.inode, 9978057);
+        assert_eq!(exe.pathname.as_deref(), Some("/tmp/hp/hp"));
+        assert!(!exe.deleted);
+
+        assert_eq!(m[2].pathname.as_deref(), Some("[heap]"));
+
+        let memfd = &m[3];
+        assert_eq!(memfd.pathname.as_deref(), Some("/memfd:pool"));
+        assert!(memfd.deleted);
+        assert!(memfd.perms.shared);
+        assert_eq!(memfd.size_bytes(), 2 << 20);
+        assert_eq!((memfd.dev_major, memfd.dev_minor), (0, 0x11));
+
+        let sysv = &m[4];
+        assert_eq!(sysv.pathname.as_deref(), Some("/SYSV0000abcd"));
+        assert!(sysv.deleted);
+        assert_eq!(sysv.inode, 0);
+
+        assert_eq!(m[5].pathname.as_deref(), Some("/anon_hugepage"));
+        assert!(m[5].perms.shared);
+        assert_eq!(m[6].pathname.as_deref(), Some("/anon_hugepage"));
+        assert!(!m[6].perms.shared);
+        assert!(m[6].deleted);
+
+        let anon = &m[7];
+        assert_eq!(anon.pathname, None);
+        assert!(!anon.deleted);
+        assert_eq!((anon.dev_major, anon.dev_minor, anon.inode), (0, 0, 0));
+
+        assert_eq!(m[9].pathname.as_deref(), Some("/dev/shm/x y"));
+        assert!(m[9].deleted);
+        assert_eq!(m[10].pathname.as_deref(), Some("/memfd:plain pool"));
+
+        let vsyscall = &m[13];
+        assert_eq!(vsyscall.start, 0xffffffffff600000);
+        assert_eq!(
+            vsyscall.perms,
+            Perms {
+                read: false,
+                write: false,
+                exec: true,
+                shared: false
+            }
+        );
+    }
+
+    #[test]
+    fn pathname_edge_cases() {
+        let l = |s: &str| parse_line(PATH, 1, s).unwrap();
+        // No trailing blank after the inode.
+        assert_eq!(l("1000-2000 rw-p 00000000 00:00 0").pathname, None);
+        // A name that merely contains "(deleted)" elsewhere, and trailing blanks kept.
+        let e = l("1000-2000 rw-s 00000000 00:05 7 /dev/shm/a (deleted) b ");
+        assert_eq!(e.pathname.as_deref(), Some("/dev/shm/a (deleted) b "));
+        assert!(!e.deleted);
+        // A deleted file whose own name ends in " (deleted)".
+        let e = l("1000-2000 rw-s 00000000 00:05 7 /dev/shm/a (deleted) (deleted)");
+        assert_eq!(e.pathname.as_deref(), Some("/dev/shm/a (deleted)"));
+        assert!(e.deleted);
+        // Named anonymous memory (PR_SET_VMA_ANON_NAME).
+        assert_eq!(
+            l("1000-2000 rw-p 00000000 00:00 0   [anon:pool]")
+                .pathname
+                .as_deref(),
+            Some("[anon:pool]")
+        );
+        // Short (32-bit style) addresses and a wide major number.
+        let e = l("08048000-08049000 r-xp 00000000 103:02 12 /bin/x");
+        assert_eq!((e.start, e.dev_major, e.dev_minor), (0x08048000, 0x103, 2));
+        // Empty mapping is not an error.
+        assert_eq!(l("1000-1000 ---p 00000000 00:00 0").size_bytes(), 0);
+    }
+
+    #[test]
+    fn malformed() {
+        for bad in [
+            "2000-1000 rw-p 00000000 00:00 0",
+            "1000 rw-p 00000000 00:00 0",
+            "1000- rw-p 00000000 00:00 0",
+            "-1000 rw-p 00000000 00:00 0",
+            "0x1000-0x2000 rw-p 00000000 00:00 0",
+            "1000-1g00 rw-p 00000000 00:00 0",
+            "1000-11112222333344445 rw-p 00000000 00:00 0",
+            "1000-2000 rw-x 00000000 00:00 0",
+            "1000-2000 rw- 00000000 00:00 0",
+            "1000-2000 rwxps 00000000 00:00 0",
+            "1000-2000 wr-p 00000000 00:00 0",
+            "1000-2000 rw-p zz 00:00 0",
+            "1000-2000 rw-p 00000000 0000 0",
+            "1000-2000 rw-p 00000000 00:1000000000 0",
+            "1000-2000 rw-p 00000000 :00 0",
+            "1000-2000 rw-p 00000000 00:00 -1",
+            "1000-2000 rw-p 00000000 00:00",
+            "1000-2000 rw-p",
+            "1000-2000",
+            "garbage",
+            "1000-2000 rw-p 00000000 00:00 x /path",
+            "1000-2000 rw-p 00000000 00:00 0x10",
+            "1000-2000 r\u{e9}-p 00000000 00:00 0",
+        ] {
+            let text = format!("1000-2000 rw-p 00000000 00:00 0\n{bad}\n");
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.path, "/proc/PID/maps", "{bad:?}");
+            assert_eq!(e.line, Some(2), "{bad:?}: {e}");
+        }
+        let e = parse_line("/proc/PID/smaps", 7, "nope").unwrap_err();
+        assert_eq!((e.path.as_str(), e.line), ("/proc/PID/smaps", Some(7)));
+    }
+
+    #[test]
+    fn empty_and_truncated() {
+        assert_eq!(parse("").unwrap(), vec![]);
+        assert_eq!(parse("\n").unwrap(), vec![]);
+        // Every prefix parses or fails, never panics; a cut in the pathname
+        // cannot be detected, but a cut before it is an error.
+        for end in 0..=REAL.len() {
+            if REAL.is_char_boundary(end) {
+                let _ = parse(&REAL[..end]);
+            }
+        }
+        assert!(parse("55a76cbc5000-55a76cbc6000 r--p 0000").is_err());
+    }
+}

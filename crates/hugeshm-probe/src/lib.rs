@@ -1,0 +1,116 @@
+//! The live reader: reads the kernel's files under a `/proc` root and a `/sys`
+//! root and hands their text to `hugeshm-parse`.
+//!
+//! Both roots are parameters, so every command runs the same on the real host
+//! and on a captured fixture tree:
+//!
+//! ```no_run
+//! use hugeshm_probe::{Probe, Roots};
+//! let probe = Probe::new(Roots::from_env());
+//! let host = probe.host();
+//! for pool in &host.pools {
+//!     println!("{} B pages: {} free", pool.page_size_bytes, pool.free);
+//! }
+//! for problem in &host.problems {
+//!     eprintln!("could not read {}: {}", problem.path, problem.reason);
+//! }
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod host;
+mod process;
+mod read;
+
+pub use host::{HostSnapshot, NodeInfo, NodePool, Sysctls, ThpState};
+pub use process::{dev_major, dev_minor, MountFile, PidFiles, ProcessList};
+pub use read::{Problem, ReadError};
+
+use std::path::{Path, PathBuf};
+
+/// Environment variable naming the `/proc` root (default `/proc`).
+pub const PROC_ROOT_ENV: &str = "HUGESHM_PROC_ROOT";
+/// Environment variable naming the `/sys` root (default `/sys`).
+pub const SYS_ROOT_ENV: &str = "HUGESHM_SYS_ROOT";
+
+/// Environment variable naming the root under which mounts are browsed (default `/`).
+pub const FS_ROOT_ENV: &str = "HUGESHM_FS_ROOT";
+
+/// Where `/proc` and `/sys` are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roots {
+    /// The `/proc` root.
+    pub proc: PathBuf,
+    /// The `/sys` root.
+    pub sys: PathBuf,
+    /// The file-system root under which mounts listed in `/proc/mounts` are
+    /// browsed (`/`; a fixture's `fs/`).
+    pub fs: PathBuf,
+}
+
+impl Default for Roots {
+    fn default() -> Self {
+        Roots {
+            proc: PathBuf::from("/proc"),
+            sys: PathBuf::from("/sys"),
+            fs: PathBuf::from("/"),
+        }
+    }
+}
+
+impl Roots {
+    /// Roots from `HUGESHM_PROC_ROOT` / `HUGESHM_SYS_ROOT`, else `/proc` and `/sys`.
+    pub fn from_env() -> Self {
+        let get = |k: &str, d: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(d))
+        };
+        Roots {
+            proc: get(PROC_ROOT_ENV, "/proc"),
+            sys: get(SYS_ROOT_ENV, "/sys"),
+            fs: get(FS_ROOT_ENV, "/"),
+        }
+    }
+
+    /// A fixture tree holding `proc/` and `sys/`.
+    pub fn fixture(dir: &Path) -> Self {
+        Roots {
+            proc: dir.join("proc"),
+            sys: dir.join("sys"),
+            fs: dir.join("fs"),
+        }
+    }
+
+    /// Whether these are the real `/proc` and `/sys` (so pids are live processes).
+    pub fn is_live(&self) -> bool {
+        self.proc == Path::new("/proc")
+            && self.sys == Path::new("/sys")
+            && self.fs == Path::new("/")
+    }
+}
+
+/// A reader over one pair of roots.
+#[derive(Debug, Clone, Default)]
+pub struct Probe {
+    /// The roots read.
+    pub roots: Roots,
+}
+
+impl Probe {
+    /// A reader over `roots`.
+    pub fn new(roots: Roots) -> Self {
+        Probe { roots }
+    }
+
+    /// Path of a file under the `/proc` root (`rel` without the leading `/proc/`).
+    pub fn proc_path(&self, rel: &str) -> PathBuf {
+        self.roots.proc.join(rel)
+    }
+
+    /// Path of a file under the `/sys` root (`rel` without the leading `/sys/`).
+    pub fn sys_path(&self, rel: &str) -> PathBuf {
+        self.roots.sys.join(rel)
+    }
+}

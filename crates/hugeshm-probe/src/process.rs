@@ -1,0 +1,147 @@
+//! Per-process files and the files on shared-memory mounts.
+
+use crate::read::{io_error, read_parse, ReadError};
+use crate::Probe;
+use hugeshm_parse::maps::MapsEntry;
+use hugeshm_parse::numa_maps::NumaMapsEntry;
+use hugeshm_parse::pid_limits::PidLimits;
+use hugeshm_parse::pid_status::PidStatus;
+use hugeshm_parse::smaps::SmapsEntry;
+use hugeshm_parse::{maps, numa_maps, pid_limits, pid_status, smaps};
+use serde::{Deserialize, Serialize};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+/// The files of one process under the `/proc` root.
+#[derive(Debug, Clone)]
+pub struct PidFiles {
+    /// The pid.
+    pub pid: u32,
+    dir: PathBuf,
+}
+
+impl PidFiles {
+    /// `/proc/PID/status`.
+    pub fn status(&self) -> Result<PidStatus, ReadError> {
+        read_parse(&self.dir.join("status"), pid_status::parse)
+    }
+    /// `/proc/PID/limits`.
+    pub fn limits(&self) -> Result<PidLimits, ReadError> {
+        read_parse(&self.dir.join("limits"), pid_limits::parse)
+    }
+    /// `/proc/PID/maps`.
+    pub fn maps(&self) -> Result<Vec<MapsEntry>, ReadError> {
+        read_parse(&self.dir.join("maps"), maps::parse)
+    }
+    /// `/proc/PID/smaps`.
+    pub fn smaps(&self) -> Result<Vec<SmapsEntry>, ReadError> {
+        read_parse(&self.dir.join("smaps"), smaps::parse)
+    }
+    /// `/proc/PID/numa_maps` (absent on kernels without NUMA).
+    pub fn numa_maps(&self) -> Result<Vec<NumaMapsEntry>, ReadError> {
+        read_parse(&self.dir.join("numa_maps"), numa_maps::parse)
+    }
+}
+
+/// The pids found under the `/proc` root.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessList {
+    /// Pids, ascending.
+    pub pids: Vec<u32>,
+}
+
+/// A file found on a hugetlbfs or tmpfs mount.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct MountFile {
+    /// Its path as the host sees it (not prefixed by a fixture root).
+    pub path: String,
+    /// Its size (`st_size`).
+    pub size_bytes: u64,
+    /// Bytes allocated (`st_blocks` × 512): resident pages on hugetlbfs and tmpfs.
+    pub allocated_bytes: u64,
+    /// Owner uid.
+    pub uid: u32,
+    /// Mode bits.
+    pub mode: u32,
+    /// Device number (as `major:minor`, the form /proc/PID/maps uses).
+    pub dev: (u32, u32),
+    /// Inode.
+    pub inode: u64,
+}
+
+impl Probe {
+    /// The processes under the `/proc` root.
+    pub fn processes(&self) -> Result<ProcessList, ReadError> {
+        let rd = std::fs::read_dir(&self.roots.proc)
+            .map_err(|e| io_error(self.roots.proc.display().to_string(), e))?;
+        let mut pids: Vec<u32> = rd
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        pids.sort_unstable();
+        Ok(ProcessList { pids })
+    }
+
+    /// The files of one process.
+    pub fn pid(&self, pid: u32) -> PidFiles {
+        PidFiles {
+            pid,
+            dir: self.roots.proc.join(pid.to_string()),
+        }
+    }
+
+    /// Regular files below a mount point (recursively, not crossing into other
+    /// mounts), read under the file-system root.
+    pub fn mount_files(&self, target: &str) -> Result<Vec<MountFile>, ReadError> {
+        let base = self.roots.fs.join(target.trim_start_matches('/'));
+        let top = std::fs::metadata(&base).map_err(|e| io_error(base.display().to_string(), e))?;
+        let mut out = Vec::new();
+        let mut stack = vec![base.clone()];
+        while let Some(dir) = stack.pop() {
+            let rd = match std::fs::read_dir(&dir) {
+                Ok(rd) => rd,
+                Err(e) => return Err(io_error(dir.display().to_string(), e)),
+            };
+            for entry in rd.filter_map(|e| e.ok()) {
+                let Ok(md) = entry.path().symlink_metadata() else {
+                    continue;
+                };
+                if md.dev() != top.dev() {
+                    continue;
+                }
+                if md.is_dir() {
+                    stack.push(entry.path());
+                } else if md.is_file() {
+                    let rel = entry
+                        .path()
+                        .strip_prefix(&self.roots.fs)
+                        .map(|p| p.to_path_buf())
+                        .unwrap_or(entry.path());
+                    let dev = md.dev();
+                    out.push(MountFile {
+                        path: format!("/{}", rel.display()).replace("//", "/"),
+                        size_bytes: md.size(),
+                        allocated_bytes: md.blocks().saturating_mul(512),
+                        uid: md.uid(),
+                        mode: md.mode(),
+                        dev: (dev_major(dev), dev_minor(dev)),
+                        inode: md.ino(),
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+}
+
+/// Linux's `major()` of a `dev_t`.
+pub fn dev_major(dev: u64) -> u32 {
+    (((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff)) as u32
+}
+
+/// Linux's `minor()` of a `dev_t`.
+pub fn dev_minor(dev: u64) -> u32 {
+    (((dev >> 12) & 0xffff_ff00) | (dev & 0xff)) as u32
+}

@@ -1,0 +1,108 @@
+//! Reading one file and turning every failure into a typed, reportable error.
+
+use hugeshm_parse::ParseError;
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::path::Path;
+
+/// Why a file could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// The file does not exist (often: the kernel lacks the feature).
+    #[error("{path}: not present")]
+    NotFound {
+        /// The path.
+        path: String,
+    },
+    /// Permission denied.
+    #[error("{path}: permission denied (run as root to read it)")]
+    PermissionDenied {
+        /// The path.
+        path: String,
+    },
+    /// Another I/O error.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The error.
+        source: io::Error,
+    },
+    /// The text could not be parsed.
+    #[error("{0}")]
+    Parse(#[from] ParseError),
+}
+
+impl ReadError {
+    /// Whether this is "file absent" (as opposed to unreadable or malformed).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ReadError::NotFound { .. })
+    }
+
+    /// The path the error is about.
+    pub fn path(&self) -> &str {
+        match self {
+            ReadError::NotFound { path }
+            | ReadError::PermissionDenied { path }
+            | ReadError::Io { path, .. } => path,
+            ReadError::Parse(p) => &p.path,
+        }
+    }
+
+    /// This error as a [`Problem`] for reports.
+    pub fn to_problem(&self) -> Problem {
+        Problem {
+            path: self.path().to_string(),
+            reason: self.to_string(),
+        }
+    }
+}
+
+/// A file that could not be read or parsed, for reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Problem {
+    /// The path.
+    pub path: String,
+    /// Why, in full.
+    pub reason: String,
+}
+
+/// Reads a whole file as text (lossy UTF-8: kernel text may hold odd bytes in names).
+pub(crate) fn read_text(path: &Path) -> Result<String, ReadError> {
+    let p = path.display().to_string();
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(String::from_utf8(bytes)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())),
+        Err(e) => Err(io_error(p, e)),
+    }
+}
+
+pub(crate) fn io_error(path: String, e: io::Error) -> ReadError {
+    match e.kind() {
+        io::ErrorKind::NotFound => ReadError::NotFound { path },
+        io::ErrorKind::PermissionDenied => ReadError::PermissionDenied { path },
+        _ if e.raw_os_error() == Some(3) => ReadError::NotFound { path }, // ESRCH: process gone
+        _ => ReadError::Io { path, source: e },
+    }
+}
+
+/// Reads and parses a file, relabelling parse errors with the real path.
+pub(crate) fn read_parse<T>(
+    path: &Path,
+    parse: impl FnOnce(&str) -> Result<T, ParseError>,
+) -> Result<T, ReadError> {
+    let text = read_text(path)?;
+    parse(&text).map_err(|e| ReadError::Parse(e.with_path(path.display().to_string())))
+}
+
+/// Like [`read_parse`] for parsers that take the path themselves.
+pub(crate) fn read_parse_at<T>(
+    path: &Path,
+    parse: impl FnOnce(&str, &str) -> Result<T, ParseError>,
+) -> Result<T, ReadError> {
+    let text = read_text(path)?;
+    let p = path.display().to_string();
+    parse(&p, &text).map_err(ReadError::Parse)
+}
