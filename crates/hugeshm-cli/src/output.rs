@@ -128,9 +128,9 @@ impl Table {
         }
         let fmt = |r: &[String]| -> String {
             let mut s = String::from(indent);
-            for i in 0..n {
+            for (i, width) in w.iter().enumerate() {
                 let c = r.get(i).map(String::as_str).unwrap_or("");
-                let pad = w[i].saturating_sub(visible_len(c));
+                let pad = width.saturating_sub(visible_len(c));
                 if self.right[i] {
                     s.push_str(&" ".repeat(pad));
                     s.push_str(c);

@@ -557,6 +557,6 @@ fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>
         }
     }
 
-    out.sort_by(|a, b| b.severity.cmp(&a.severity));
+    out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     out
 }

@@ -158,7 +158,7 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let st = sys::shm_stat(shmid)?;
-        if st.nattch >= u64::from(a.procs) + 1 {
+        if st.nattch > u64::from(a.procs) {
             break;
         }
         if let Some(dead) = fleet

@@ -1,0 +1,1162 @@
+//! Safe wrappers around the Linux system calls behind huge-page shared memory.
+//!
+//! Ownership is explicit: a [`Mapping`] owns an `mmap`'d range and unmaps it
+//! on drop, a [`ShmAttachment`] owns a `shmat` address and detaches it on
+//! drop. Both also offer a consuming method ([`Mapping::unmap`],
+//! [`ShmAttachment::detach`]) that returns the error instead of printing it.
+//!
+//! Memory behind these handles may be *shared with other processes*, which
+//! can write to it at any time. The handles therefore never hand out `&[u8]`
+//! or `&mut [u8]`; they expose the raw pointer plus copying helpers
+//! ([`Mapping::read_at`], [`Mapping::write_at`], [`Mapping::fill`]) and a
+//! content-preserving page toucher ([`Mapping::touch`]).
+//!
+//! rustix is used wherever it has the call; libc only for the System V calls
+//! (`shmget`, `shmat`, `shmdt`, `shmctl`).
+
+use std::ffi::c_void;
+use std::fmt;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use rustix::fs::MemfdFlags;
+use rustix::mm::{Advice, MapFlags, ProtFlags};
+
+/// Shift of the huge page size (as log2) in `MAP_HUGETLB`, `SHM_HUGETLB` and
+/// `MFD_HUGETLB` flags (`MAP_HUGE_SHIFT` = `SHM_HUGE_SHIFT` = `MFD_HUGE_SHIFT`).
+pub const HUGE_SHIFT: u32 = 26;
+
+/// `IPC_PRIVATE`: the key that always creates a new System V segment.
+pub const IPC_PRIVATE: i32 = 0;
+
+/// `SHM_DEST`: mode bit of a segment marked for removal (`IPC_RMID`) that
+/// is still attached somewhere.
+pub const SHM_DEST: u32 = 0o1000;
+
+/// `SHM_LOCKED`: mode bit of a segment locked with `SHM_LOCK`.
+pub const SHM_LOCKED: u32 = 0o2000;
+
+/// `HUGETLBFS_MAGIC`: `statfs.f_type` of hugetlbfs (memfd `MFD_HUGETLB`
+/// files live there too).
+const HUGETLBFS_MAGIC: u64 = 0x9584_58f6;
+
+/// Error of a wrapped system call: which call, with which arguments, and
+/// why it failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SysError {
+    /// The system call returned an error.
+    #[error("{call}: {}", std::io::Error::from_raw_os_error(*errno))]
+    Os {
+        /// The call with its arguments, e.g. `munmap(addr=0x7f.., len=4096)`.
+        call: String,
+        /// The raw `errno` value.
+        errno: i32,
+    },
+    /// The arguments were rejected before any system call was made.
+    #[error("{call}: invalid argument: {reason}")]
+    InvalidArgument {
+        /// The call with its arguments.
+        call: String,
+        /// Why the arguments were rejected.
+        reason: String,
+    },
+}
+
+impl SysError {
+    fn os(call: String, errno: rustix::io::Errno) -> Self {
+        SysError::Os {
+            call,
+            errno: errno.raw_os_error(),
+        }
+    }
+
+    fn last_os(call: String) -> Self {
+        let errno = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        SysError::Os { call, errno }
+    }
+
+    fn invalid(call: String, reason: impl Into<String>) -> Self {
+        SysError::InvalidArgument {
+            call,
+            reason: reason.into(),
+        }
+    }
+
+    /// The failed call with its arguments.
+    pub fn call(&self) -> &str {
+        match self {
+            SysError::Os { call, .. } | SysError::InvalidArgument { call, .. } => call,
+        }
+    }
+
+    /// The `errno` of the failure; `None` when the arguments were rejected
+    /// before the call.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            SysError::Os { errno, .. } => Some(*errno),
+            SysError::InvalidArgument { .. } => None,
+        }
+    }
+
+    /// The `errno` as a [`std::io::Error`] (`EINVAL` for rejected arguments).
+    pub fn io_error(&self) -> std::io::Error {
+        std::io::Error::from_raw_os_error(self.errno().unwrap_or(libc::EINVAL))
+    }
+}
+
+impl From<SysError> for std::io::Error {
+    fn from(err: SysError) -> Self {
+        std::io::Error::new(err.io_error().kind(), err)
+    }
+}
+
+/// The base (smallest) page size of the system, e.g. 4096.
+pub fn base_page_size() -> usize {
+    rustix::param::page_size()
+}
+
+/// Formats a size in bytes the way the kernel names page sizes: `2MiB`,
+/// `1GiB`, `64KiB`, or plain bytes when not a whole number of KiB.
+pub fn format_size(bytes: u64) -> String {
+    const KIB: u64 = 1 << 10;
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    if bytes >= GIB && bytes % GIB == 0 {
+        format!("{}GiB", bytes / GIB)
+    } else if bytes >= MIB && bytes % MIB == 0 {
+        format!("{}MiB", bytes / MIB)
+    } else if bytes >= KIB && bytes % KIB == 0 {
+        format!("{}KiB", bytes / KIB)
+    } else {
+        format!("{bytes}B")
+    }
+}
+
+/// Validates a huge page size and returns its log2 (16..=63).
+fn huge_page_log2(call: &str, size: u64) -> Result<u32, SysError> {
+    if !size.is_power_of_two() {
+        return Err(SysError::invalid(
+            call.to_owned(),
+            format!("huge page size {size} is not a power of two"),
+        ));
+    }
+    let log2 = size.trailing_zeros();
+    if !(16..=63).contains(&log2) {
+        return Err(SysError::invalid(
+            call.to_owned(),
+            format!("huge page size {size} is outside 64KiB..2^63"),
+        ));
+    }
+    Ok(log2)
+}
+
+fn round_up(len: usize, page: usize) -> Option<usize> {
+    debug_assert!(page > 0);
+    len.checked_add(page - 1).map(|v| v / page * page)
+}
+
+fn huge_usize(call: &str, size: u64) -> Result<usize, SysError> {
+    usize::try_from(size).map_err(|_| {
+        SysError::invalid(
+            call.to_owned(),
+            format!("huge page size {size} does not fit in usize"),
+        )
+    })
+}
+
+/// Copies `buf.len()` bytes from `src + offset` with volatile byte reads.
+///
+/// # Safety
+/// `src..src + len` must be a live mapping and `offset + buf.len() <= len`.
+unsafe fn volatile_read(src: *const u8, offset: usize, buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        // SAFETY: the caller guarantees `offset + i < len` within a live
+        // mapping; volatile because other processes may write concurrently.
+        *b = unsafe { std::ptr::read_volatile(src.add(offset + i)) };
+    }
+}
+
+/// Copies `data` to `dst + offset` with volatile byte writes.
+///
+/// # Safety
+/// `dst..dst + len` must be a live writable mapping that is not accessed
+/// through Rust references, and `offset + data.len() <= len`.
+unsafe fn volatile_write(dst: *mut u8, offset: usize, data: &[u8]) {
+    for (i, b) in data.iter().enumerate() {
+        // SAFETY: the caller guarantees `offset + i < len` within a live,
+        // writable mapping.
+        unsafe { std::ptr::write_volatile(dst.add(offset + i), *b) };
+    }
+}
+
+fn check_range(
+    call: impl FnOnce() -> String,
+    offset: usize,
+    n: usize,
+    len: usize,
+) -> Result<(), SysError> {
+    match offset.checked_add(n) {
+        Some(end) if end <= len => Ok(()),
+        _ => Err(SysError::invalid(
+            call(),
+            format!("range {offset}+{n} exceeds the region length {len}"),
+        )),
+    }
+}
+
+/// A memory region owned by this crate ([`Mapping`] or [`ShmAttachment`]).
+///
+/// This trait is sealed: only this crate's handles implement it, so the
+/// pointer and length are always a live mapping.
+pub trait MappedRegion: sealed::Sealed {
+    /// Start address of the region.
+    fn region_ptr(&self) -> *mut u8;
+    /// Length of the region in bytes.
+    fn region_len(&self) -> usize;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Mapping {}
+    impl Sealed for super::ShmAttachment {}
+}
+
+// ---------------------------------------------------------------------------
+// Mapping
+// ---------------------------------------------------------------------------
+
+/// An owned `mmap`'d range; unmapped on drop.
+///
+/// `len()` is the mapped length, i.e. the requested length rounded up to the
+/// mapping's page size (`munmap` of a hugetlb mapping needs the full length).
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+    page_size: usize,
+}
+
+// SAFETY: a Mapping is a plain owned address range; munmap may be called from
+// any thread, and all mutation through it needs `&mut self`.
+unsafe impl Send for Mapping {}
+// SAFETY: the only `&self` operations are address queries, volatile reads and
+// madvise, none of which race with anything reachable through `&self`.
+unsafe impl Sync for Mapping {}
+
+impl fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mapping")
+            .field("addr", &format_args!("{:#x}", self.ptr.as_ptr() as usize))
+            .field("len", &self.len)
+            .field("page_size", &self.page_size)
+            .finish()
+    }
+}
+
+impl Mapping {
+    /// Start address of the mapping. Writing through it is the caller's
+    /// responsibility (`unsafe`); the mapping stays valid until `self` drops.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Start address as an integer (for reports and `/proc/PID/smaps`).
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// Mapped length in bytes (a multiple of [`Mapping::page_size`]).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: empty mappings cannot be created.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Page size backing the mapping: the huge page size for hugetlb
+    /// mappings, otherwise the base page size.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// Copies `buf.len()` bytes starting at `offset` out of the mapping.
+    pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Result<(), SysError> {
+        check_range(
+            || format!("Mapping::read_at(addr={:#x}, offset={offset})", self.addr()),
+            offset,
+            buf.len(),
+            self.len,
+        )?;
+        // SAFETY: range checked against the live mapping owned by self.
+        unsafe { volatile_read(self.as_ptr(), offset, buf) };
+        Ok(())
+    }
+
+    /// Copies `data` into the mapping at `offset`.
+    pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), SysError> {
+        check_range(
+            || {
+                format!(
+                    "Mapping::write_at(addr={:#x}, offset={offset})",
+                    self.addr()
+                )
+            },
+            offset,
+            data.len(),
+            self.len,
+        )?;
+        // SAFETY: range checked; the mapping is writable (PROT_WRITE) and
+        // `&mut self` excludes other accesses from this process.
+        unsafe { volatile_write(self.as_ptr(), offset, data) };
+        Ok(())
+    }
+
+    /// Sets every byte of the mapping to `byte` (faults in every page).
+    pub fn fill(&mut self, byte: u8) {
+        // SAFETY: the whole range is a live writable mapping owned by self;
+        // no Rust references to it exist (`&mut self`).
+        unsafe { std::ptr::write_bytes(self.as_ptr(), byte, self.len) };
+    }
+
+    /// Write-faults every page without changing its contents (an atomic
+    /// `fetch_or(0)` per page). The fallback when [`populate_write`] is not
+    /// supported by the kernel.
+    pub fn touch(&mut self) {
+        // SAFETY: live writable mapping owned by self, `&mut self` excludes
+        // concurrent non-atomic access from this process.
+        unsafe { touch_pages(self.as_ptr(), self.len, self.page_size) };
+    }
+
+    /// `madvise(MADV_POPULATE_WRITE)` over the whole mapping.
+    pub fn populate_write(&self) -> Result<(), SysError> {
+        populate_write(self)
+    }
+
+    /// Unmaps now, returning the `munmap` error instead of printing it.
+    pub fn unmap(self) -> Result<(), SysError> {
+        let this = std::mem::ManuallyDrop::new(self);
+        this.do_unmap()
+    }
+
+    fn do_unmap(&self) -> Result<(), SysError> {
+        // SAFETY: ptr/len are exactly what mmap returned and no references
+        // into the mapping can outlive self (we never hand any out).
+        unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast::<c_void>(), self.len) }.map_err(|e| {
+            SysError::os(
+                format!("munmap(addr={:#x}, len={})", self.addr(), self.len),
+                e,
+            )
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if let Err(err) = self.do_unmap() {
+            eprintln!("hugeshm-region: {err}");
+        }
+    }
+}
+
+impl MappedRegion for Mapping {
+    fn region_ptr(&self) -> *mut u8 {
+        self.as_ptr()
+    }
+    fn region_len(&self) -> usize {
+        self.len
+    }
+}
+
+fn describe_map_flags(shared: bool, anon: bool, huge: Option<u64>) -> String {
+    let mut s = String::from(if shared { "MAP_SHARED" } else { "MAP_PRIVATE" });
+    if anon {
+        s.push_str("|MAP_ANONYMOUS");
+    }
+    if let Some(h) = huge {
+        s.push_str("|MAP_HUGETLB|");
+        s.push_str(&format_size(h));
+    }
+    s
+}
+
+/// Maps `len` bytes of anonymous memory, read-write.
+///
+/// `shared` selects `MAP_SHARED` (visible to children after fork, counted as
+/// shmem) versus `MAP_PRIVATE`. With `huge_page_size = Some(size)` the mapping
+/// is `MAP_HUGETLB` with the size encoded in the `MAP_HUGE_SHIFT` bits and
+/// `len` is rounded up to a multiple of `size`; otherwise it is rounded up to
+/// the base page size. Huge pages are reserved from the pool at this call, so
+/// an exhausted pool fails here with `ENOMEM`.
+pub fn mmap_anon(
+    len: usize,
+    shared: bool,
+    huge_page_size: Option<u64>,
+) -> Result<Mapping, SysError> {
+    let call = || {
+        format!(
+            "mmap(len={len}, {})",
+            describe_map_flags(shared, true, huge_page_size)
+        )
+    };
+    if len == 0 {
+        return Err(SysError::invalid(call(), "length is zero"));
+    }
+    let mut flags = if shared {
+        MapFlags::SHARED
+    } else {
+        MapFlags::PRIVATE
+    };
+    let page = match huge_page_size {
+        Some(size) => {
+            let log2 = huge_page_log2(&call(), size)?;
+            let huge = MapFlags::hugetlb_with_size_log2(log2)
+                .ok_or_else(|| SysError::invalid(call(), "unsupported huge page size"))?;
+            flags |= huge;
+            huge_usize(&call(), size)?
+        }
+        None => base_page_size(),
+    };
+    let rounded =
+        round_up(len, page).ok_or_else(|| SysError::invalid(call(), "length overflows"))?;
+    // SAFETY: a null hint lets the kernel choose a fresh range, so no existing
+    // memory is affected; the result is owned by the returned Mapping.
+    let ptr = unsafe {
+        rustix::mm::mmap_anonymous(
+            std::ptr::null_mut(),
+            rounded,
+            ProtFlags::READ | ProtFlags::WRITE,
+            flags,
+        )
+    }
+    .map_err(|e| SysError::os(call(), e))?;
+    let ptr = NonNull::new(ptr.cast::<u8>())
+        .ok_or_else(|| SysError::invalid(call(), "kernel returned address 0"))?;
+    Ok(Mapping {
+        ptr,
+        len: rounded,
+        page_size: page,
+    })
+}
+
+/// Returns the page size of the filesystem behind `fd` when it is hugetlbfs.
+fn hugetlbfs_page_size(fd: BorrowedFd<'_>) -> Option<usize> {
+    let st = rustix::fs::fstatfs(fd).ok()?;
+    #[allow(clippy::unnecessary_cast)]
+    let f_type = st.f_type as u64 & 0xffff_ffff;
+    if f_type == HUGETLBFS_MAGIC {
+        #[allow(clippy::unnecessary_cast)]
+        usize::try_from(st.f_bsize as i64).ok().filter(|b| *b > 0)
+    } else {
+        None
+    }
+}
+
+/// Maps `len` bytes of the file `fd` at `offset`, `MAP_SHARED`, read-write.
+///
+/// `fd` must be open read-write. When the file lives on hugetlbfs (including
+/// memfds created with a huge page size) `len` is rounded up to the huge
+/// page size, otherwise to the base page size; `offset` must be a multiple
+/// of that page size. Touching memory beyond the end of the file raises
+/// SIGBUS, so size the file first (see [`set_len`]).
+pub fn mmap_fd(fd: BorrowedFd<'_>, len: usize, offset: u64) -> Result<Mapping, SysError> {
+    let raw = fd.as_raw_fd();
+    let call = || format!("mmap(fd={raw}, len={len}, offset={offset}, MAP_SHARED)");
+    if len == 0 {
+        return Err(SysError::invalid(call(), "length is zero"));
+    }
+    let page = hugetlbfs_page_size(fd).unwrap_or_else(base_page_size);
+    let rounded =
+        round_up(len, page).ok_or_else(|| SysError::invalid(call(), "length overflows"))?;
+    // SAFETY: a null hint lets the kernel choose a fresh range, so no existing
+    // memory is affected; the result is owned by the returned Mapping.
+    let ptr = unsafe {
+        rustix::mm::mmap(
+            std::ptr::null_mut(),
+            rounded,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::SHARED,
+            fd,
+            offset,
+        )
+    }
+    .map_err(|e| SysError::os(call(), e))?;
+    let ptr = NonNull::new(ptr.cast::<u8>())
+        .ok_or_else(|| SysError::invalid(call(), "kernel returned address 0"))?;
+    Ok(Mapping {
+        ptr,
+        len: rounded,
+        page_size: page,
+    })
+}
+
+/// `memfd_create(name, MFD_CLOEXEC [| MFD_HUGETLB | size bits])`.
+///
+/// With a huge page size the file lives on the internal hugetlbfs mount and
+/// its length (see [`set_len`]) must be a multiple of that size.
+pub fn memfd_create(name: &str, huge_page_size: Option<u64>) -> Result<OwnedFd, SysError> {
+    let call = || {
+        let mut s = format!("memfd_create(name={name:?}, MFD_CLOEXEC");
+        if let Some(h) = huge_page_size {
+            s.push_str("|MFD_HUGETLB|");
+            s.push_str(&format_size(h));
+        }
+        s.push(')');
+        s
+    };
+    let mut flags = MemfdFlags::CLOEXEC;
+    if let Some(size) = huge_page_size {
+        let log2 = huge_page_log2(&call(), size)?;
+        flags |= MemfdFlags::HUGETLB | MemfdFlags::from_bits_retain(log2 << HUGE_SHIFT);
+    }
+    rustix::fs::memfd_create(name, flags).map_err(|e| SysError::os(call(), e))
+}
+
+/// `ftruncate(fd, len)`: sets the size of a memfd, hugetlbfs or `/dev/shm`
+/// file.
+pub fn set_len(fd: BorrowedFd<'_>, len: u64) -> Result<(), SysError> {
+    rustix::fs::ftruncate(fd, len)
+        .map_err(|e| SysError::os(format!("ftruncate(fd={}, len={len})", fd.as_raw_fd()), e))
+}
+
+/// `shm_open(name, O_RDWR|O_CREAT|O_EXCL, mode)`: creates a new POSIX shared
+/// memory object (a file in `/dev/shm`). Fails with `EEXIST` if it exists.
+pub fn posix_shm_create(name: &str, mode: u32) -> Result<OwnedFd, SysError> {
+    use rustix::shm;
+    shm::open(
+        name,
+        shm::OFlags::RDWR | shm::OFlags::CREATE | shm::OFlags::EXCL,
+        shm::Mode::from_bits_truncate(mode),
+    )
+    .map_err(|e| {
+        SysError::os(
+            format!("shm_open(name={name:?}, O_RDWR|O_CREAT|O_EXCL, mode={mode:#o})"),
+            e,
+        )
+    })
+}
+
+/// `shm_open(name, O_RDWR)`: opens an existing POSIX shared memory object.
+pub fn posix_shm_open(name: &str) -> Result<OwnedFd, SysError> {
+    use rustix::shm;
+    shm::open(name, shm::OFlags::RDWR, shm::Mode::empty())
+        .map_err(|e| SysError::os(format!("shm_open(name={name:?}, O_RDWR)"), e))
+}
+
+/// `shm_unlink(name)`: removes a POSIX shared memory object from `/dev/shm`.
+pub fn posix_shm_unlink(name: &str) -> Result<(), SysError> {
+    rustix::shm::unlink(name).map_err(|e| SysError::os(format!("shm_unlink(name={name:?})"), e))
+}
+
+// ---------------------------------------------------------------------------
+// Pre-faulting
+// ---------------------------------------------------------------------------
+
+/// `madvise(MADV_POPULATE_WRITE)` (Linux 5.14+) over a whole region:
+/// write-faults every page, allocating it, without changing its contents.
+///
+/// Errors carry the errno: `EINVAL` on kernels without the advice (use
+/// [`Mapping::touch`] instead), `ENOMEM`/`EFAULT` when pages could not be
+/// allocated (e.g. the huge page pool ran out), `EHWPOISON` on poisoned
+/// memory.
+pub fn populate_write<R: MappedRegion + ?Sized>(region: &R) -> Result<(), SysError> {
+    // SAFETY: MappedRegion is sealed; its implementors always describe a live
+    // mapping they own.
+    unsafe { populate_write_raw(region.region_ptr(), region.region_len()) }
+}
+
+/// `madvise(ptr, len, MADV_POPULATE_WRITE)` on a raw range.
+///
+/// # Safety
+/// `ptr..ptr + len` must be a mapping owned by the caller (page-aligned
+/// `ptr`); populating does not change contents but allocates memory and
+/// breaks copy-on-write sharing.
+pub unsafe fn populate_write_raw(ptr: *mut u8, len: usize) -> Result<(), SysError> {
+    // SAFETY: the caller guarantees the range is its own mapping; the advice
+    // never changes the contents of memory.
+    unsafe { rustix::mm::madvise(ptr.cast::<c_void>(), len, Advice::LinuxPopulateWrite) }.map_err(
+        |e| {
+            SysError::os(
+                format!(
+                    "madvise(addr={:#x}, len={len}, MADV_POPULATE_WRITE)",
+                    ptr as usize
+                ),
+                e,
+            )
+        },
+    )
+}
+
+/// Write-faults every page of `ptr..ptr + len` with one atomic `fetch_or(0)`
+/// per `page` bytes, which preserves contents even while other processes
+/// write to shared memory. `page == 0` means the base page size. Any stride
+/// no larger than the real page size is correct, merely slower when smaller.
+///
+/// # Safety
+/// `ptr..ptr + len` must be a live, writable mapping, and no other thread of
+/// this process may access it non-atomically during the call.
+pub unsafe fn touch_pages(ptr: *mut u8, len: usize, page: usize) {
+    if len == 0 {
+        return;
+    }
+    let page = if page == 0 { base_page_size() } else { page };
+    let start = ptr as usize;
+    let mut off = 0usize;
+    while off < len {
+        // SAFETY: off < len, so the byte lies in the caller's writable
+        // mapping; u8 atomics need no alignment and the caller excludes
+        // concurrent non-atomic access.
+        unsafe { AtomicU8::from_ptr(ptr.add(off)) }.fetch_or(0, Ordering::Relaxed);
+        // Next page boundary after start + off.
+        let addr = start + off;
+        off = (addr / page + 1) * page - start;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// System V shared memory
+// ---------------------------------------------------------------------------
+
+/// Flags for [`shm_get`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShmFlags {
+    /// `IPC_CREAT`: create the segment if the key has none.
+    pub create: bool,
+    /// `IPC_EXCL`: with `create`, fail with `EEXIST` if it already exists.
+    pub exclusive: bool,
+    /// `SHM_HUGETLB` with this page size (in the `SHM_HUGE_SHIFT` bits).
+    pub huge_page_size: Option<u64>,
+    /// Permission bits (`0o600` by default); only the low 9 bits are used.
+    pub mode: u32,
+}
+
+impl Default for ShmFlags {
+    fn default() -> Self {
+        ShmFlags {
+            create: false,
+            exclusive: false,
+            huge_page_size: None,
+            mode: 0o600,
+        }
+    }
+}
+
+impl ShmFlags {
+    /// Flags that create a new segment (`IPC_CREAT|IPC_EXCL`, mode 0600),
+    /// with huge pages of the given size when `Some`.
+    pub fn create_new(huge_page_size: Option<u64>) -> Self {
+        ShmFlags {
+            create: true,
+            exclusive: true,
+            huge_page_size,
+            mode: 0o600,
+        }
+    }
+}
+
+impl fmt::Display for ShmFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.create {
+            f.write_str("IPC_CREAT|")?;
+        }
+        if self.exclusive {
+            f.write_str("IPC_EXCL|")?;
+        }
+        if let Some(h) = self.huge_page_size {
+            write!(f, "SHM_HUGETLB|{}|", format_size(h))?;
+        }
+        write!(f, "{:04o}", self.mode & 0o777)
+    }
+}
+
+fn format_key(key: i32) -> String {
+    if key == IPC_PRIVATE {
+        "IPC_PRIVATE".to_owned()
+    } else {
+        format!("{:#x}", key as u32)
+    }
+}
+
+/// `shmget(key, size, flags)`: returns the shmid of a System V segment.
+///
+/// Use [`IPC_PRIVATE`] as the key for a fresh anonymous segment. With
+/// `huge_page_size`, huge pages are reserved at this call (no
+/// `SHM_NORESERVE`), so an exhausted pool fails here with `ENOMEM`; the
+/// kernel rounds the backing up to the huge page size.
+pub fn shm_get(key: i32, size: u64, flags: ShmFlags) -> Result<i32, SysError> {
+    let call = || format!("shmget(key={}, size={size}, {flags})", format_key(key));
+    let size_t = usize::try_from(size)
+        .map_err(|_| SysError::invalid(call(), "size does not fit in size_t"))?;
+    let mut shmflg = (flags.mode & 0o777) as i32;
+    if flags.create {
+        shmflg |= libc::IPC_CREAT;
+    }
+    if flags.exclusive {
+        shmflg |= libc::IPC_EXCL;
+    }
+    if let Some(h) = flags.huge_page_size {
+        let log2 = huge_page_log2(&call(), h)?;
+        shmflg |= libc::SHM_HUGETLB | ((log2 as i32) << HUGE_SHIFT);
+    }
+    // SAFETY: shmget takes only integer arguments and touches no memory of
+    // this process.
+    let id = unsafe { libc::shmget(key, size_t, shmflg) };
+    if id < 0 {
+        return Err(SysError::last_os(call()));
+    }
+    Ok(id)
+}
+
+/// `shmctl(shmid, IPC_RMID)`: marks the segment for removal; it is destroyed
+/// once the last attachment is gone (immediately when nattch is 0).
+pub fn shm_remove(shmid: i32) -> Result<(), SysError> {
+    // SAFETY: IPC_RMID ignores the buffer argument, so null is valid.
+    let rc = unsafe { libc::shmctl(shmid, libc::IPC_RMID, std::ptr::null_mut()) };
+    if rc < 0 {
+        return Err(SysError::last_os(format!(
+            "shmctl(shmid={shmid}, IPC_RMID)"
+        )));
+    }
+    Ok(())
+}
+
+/// What `shmctl(IPC_STAT)` says about a System V segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ShmStat {
+    /// The key it was created with (0 for `IPC_PRIVATE` or after `IPC_RMID`).
+    pub key: i32,
+    /// Size in bytes as requested at creation (`shm_segsz`).
+    pub size: u64,
+    /// Number of current attachments.
+    pub nattch: u64,
+    /// Pid of the creator.
+    pub cpid: i32,
+    /// Pid of the last `shmat`/`shmdt`.
+    pub lpid: i32,
+    /// Owner uid.
+    pub uid: u32,
+    /// Owner gid.
+    pub gid: u32,
+    /// Permission bits plus [`SHM_DEST`] / [`SHM_LOCKED`].
+    pub mode: u32,
+}
+
+impl ShmStat {
+    /// True when `IPC_RMID` was done but attachments remain (`SHM_DEST`).
+    pub fn marked_for_removal(&self) -> bool {
+        self.mode & SHM_DEST != 0
+    }
+}
+
+/// `shmctl(shmid, IPC_STAT)`.
+pub fn shm_stat(shmid: i32) -> Result<ShmStat, SysError> {
+    let mut ds = std::mem::MaybeUninit::<libc::shmid_ds>::zeroed();
+    // SAFETY: ds points to a properly sized and aligned shmid_ds the kernel
+    // fills in.
+    let rc = unsafe { libc::shmctl(shmid, libc::IPC_STAT, ds.as_mut_ptr()) };
+    if rc < 0 {
+        return Err(SysError::last_os(format!(
+            "shmctl(shmid={shmid}, IPC_STAT)"
+        )));
+    }
+    // SAFETY: IPC_STAT succeeded and filled the struct; it was zeroed before
+    // (all-zero is a valid shmid_ds), so padding is initialized too.
+    let ds = unsafe { ds.assume_init() };
+    #[cfg(target_env = "musl")]
+    let key = ds.shm_perm.__ipc_perm_key;
+    #[cfg(not(target_env = "musl"))]
+    let key = ds.shm_perm.__key;
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    Ok(ShmStat {
+        key: key as i32,
+        size: ds.shm_segsz as u64,
+        nattch: ds.shm_nattch as u64,
+        cpid: ds.shm_cpid as i32,
+        lpid: ds.shm_lpid as i32,
+        uid: ds.shm_perm.uid as u32,
+        gid: ds.shm_perm.gid as u32,
+        mode: u32::from(ds.shm_perm.mode),
+    })
+}
+
+/// An attached System V segment (`shmat`); detached (`shmdt`) on drop.
+///
+/// Detaching does not remove the segment: call [`shm_remove`] for that.
+pub struct ShmAttachment {
+    ptr: NonNull<u8>,
+    len: usize,
+    shmid: i32,
+}
+
+// SAFETY: an attachment is a plain owned address range; shmdt may be called
+// from any thread, and all mutation through it needs `&mut self`.
+unsafe impl Send for ShmAttachment {}
+// SAFETY: the only `&self` operations are address queries, volatile reads and
+// madvise.
+unsafe impl Sync for ShmAttachment {}
+
+impl fmt::Debug for ShmAttachment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShmAttachment")
+            .field("shmid", &self.shmid)
+            .field("addr", &format_args!("{:#x}", self.ptr.as_ptr() as usize))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// `shmat(shmid, NULL, 0)`: attaches a segment read-write at an address
+/// chosen by the kernel. The attachment length is the segment size from
+/// `IPC_STAT`.
+pub fn shm_attach(shmid: i32) -> Result<ShmAttachment, SysError> {
+    let stat = shm_stat(shmid)?;
+    let call = || format!("shmat(shmid={shmid}, size={})", stat.size);
+    let len = usize::try_from(stat.size)
+        .map_err(|_| SysError::invalid(call(), "segment size does not fit in usize"))?;
+    // SAFETY: a null address lets the kernel choose a fresh range, so no
+    // existing memory is affected; the result is owned by the attachment.
+    let addr = unsafe { libc::shmat(shmid, std::ptr::null(), 0) };
+    if addr as isize == -1 {
+        return Err(SysError::last_os(call()));
+    }
+    let Some(ptr) = NonNull::new(addr.cast::<u8>()) else {
+        return Err(SysError::invalid(call(), "kernel returned address 0"));
+    };
+    Ok(ShmAttachment { ptr, len, shmid })
+}
+
+impl ShmAttachment {
+    /// The segment's shmid.
+    pub fn shmid(&self) -> i32 {
+        self.shmid
+    }
+
+    /// Attach address. Writing through it is the caller's responsibility.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Attach address as an integer.
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// Segment size in bytes (as requested at `shmget`).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-sized segment (which the kernel does not create).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies `buf.len()` bytes starting at `offset` out of the segment.
+    pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Result<(), SysError> {
+        check_range(
+            || {
+                format!(
+                    "ShmAttachment::read_at(shmid={}, offset={offset})",
+                    self.shmid
+                )
+            },
+            offset,
+            buf.len(),
+            self.len,
+        )?;
+        // SAFETY: range checked against the live attachment owned by self.
+        unsafe { volatile_read(self.as_ptr(), offset, buf) };
+        Ok(())
+    }
+
+    /// Copies `data` into the segment at `offset`.
+    pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), SysError> {
+        check_range(
+            || {
+                format!(
+                    "ShmAttachment::write_at(shmid={}, offset={offset})",
+                    self.shmid
+                )
+            },
+            offset,
+            data.len(),
+            self.len,
+        )?;
+        // SAFETY: range checked; attached read-write and `&mut self`
+        // excludes other accesses from this process.
+        unsafe { volatile_write(self.as_ptr(), offset, data) };
+        Ok(())
+    }
+
+    /// Sets every byte of the segment to `byte`.
+    pub fn fill(&mut self, byte: u8) {
+        // SAFETY: the whole range is attached read-write and owned by self.
+        unsafe { std::ptr::write_bytes(self.as_ptr(), byte, self.len) };
+    }
+
+    /// Write-faults every page without changing contents (base-page stride,
+    /// correct for any backing page size).
+    pub fn touch(&mut self) {
+        // SAFETY: live writable attachment owned by self, `&mut self`.
+        unsafe { touch_pages(self.as_ptr(), self.len, base_page_size()) };
+    }
+
+    /// `madvise(MADV_POPULATE_WRITE)` over the whole attachment.
+    pub fn populate_write(&self) -> Result<(), SysError> {
+        populate_write(self)
+    }
+
+    /// Detaches now, returning the `shmdt` error instead of printing it.
+    pub fn detach(self) -> Result<(), SysError> {
+        let this = std::mem::ManuallyDrop::new(self);
+        this.do_detach()
+    }
+
+    fn do_detach(&self) -> Result<(), SysError> {
+        // SAFETY: ptr is the address shmat returned; nothing references the
+        // attachment beyond self.
+        let rc = unsafe { libc::shmdt(self.ptr.as_ptr().cast::<c_void>().cast_const()) };
+        if rc < 0 {
+            return Err(SysError::last_os(format!(
+                "shmdt(shmid={}, addr={:#x})",
+                self.shmid,
+                self.addr()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ShmAttachment {
+    fn drop(&mut self) {
+        if let Err(err) = self.do_detach() {
+            eprintln!("hugeshm-region: {err}");
+        }
+    }
+}
+
+impl MappedRegion for ShmAttachment {
+    fn region_ptr(&self) -> *mut u8 {
+        self.as_ptr()
+    }
+    fn region_len(&self) -> usize {
+        self.len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    fn page() -> usize {
+        base_page_size()
+    }
+
+    #[test]
+    fn anon_private_rounds_and_roundtrips() {
+        let mut m = mmap_anon(1, false, None).expect("mmap");
+        assert_eq!(m.len(), page());
+        assert_eq!(m.page_size(), page());
+        assert_eq!(m.addr() % page(), 0);
+        m.write_at(10, b"abc").unwrap();
+        let mut buf = [0u8; 3];
+        m.read_at(10, &mut buf).unwrap();
+        assert_eq!(&buf, b"abc");
+        assert!(m.read_at(page() - 1, &mut buf).is_err());
+        assert!(m.write_at(usize::MAX, b"x").is_err());
+        m.unmap().expect("munmap");
+    }
+
+    #[test]
+    fn anon_shared_fill_touch_populate() {
+        let mut m = mmap_anon(3 * page() + 5, true, None).expect("mmap");
+        assert_eq!(m.len(), 4 * page());
+        m.fill(0x5a);
+        m.touch();
+        m.populate_write()
+            .expect("MADV_POPULATE_WRITE on kernel >= 5.14");
+        let mut buf = [0u8; 1];
+        for off in [0, page(), m.len() - 1] {
+            m.read_at(off, &mut buf).unwrap();
+            assert_eq!(buf[0], 0x5a, "touch/populate must preserve contents");
+        }
+        drop(m);
+    }
+
+    #[test]
+    fn touch_pages_unaligned_covers_every_page() {
+        let mut m = mmap_anon(4 * page(), false, None).unwrap();
+        m.fill(7);
+        // SAFETY: inside a live private mapping owned by this test.
+        unsafe { touch_pages(m.as_ptr().add(100), 2 * page(), page()) };
+        // SAFETY: as above; stride 0 = base page size.
+        unsafe { touch_pages(m.as_ptr(), m.len(), 0) };
+        let mut b = [0u8];
+        m.read_at(2 * page() + 99, &mut b).unwrap();
+        assert_eq!(b[0], 7);
+    }
+
+    #[test]
+    fn zero_length_and_bad_huge_size_are_rejected() {
+        let err = mmap_anon(0, false, None).unwrap_err();
+        assert!(err.errno().is_none());
+        assert!(err.to_string().contains("length is zero"), "{err}");
+        let err = mmap_anon(4096, true, Some(3000)).unwrap_err();
+        assert!(err.to_string().contains("not a power of two"), "{err}");
+        let err = mmap_anon(4096, true, Some(4096)).unwrap_err();
+        assert!(err.to_string().contains("outside"), "{err}");
+        let err = memfd_create("x", Some(12345)).unwrap_err();
+        assert!(
+            err.to_string().starts_with("memfd_create(name=\"x\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn huge_anon_either_maps_or_fails_with_context() {
+        // Works without root: succeeds only if free 2 MiB pages exist.
+        match mmap_anon(1, false, Some(2 << 20)) {
+            Ok(m) => {
+                assert_eq!(m.len(), 2 << 20);
+                assert_eq!(m.page_size(), 2 << 20);
+            }
+            Err(err) => {
+                let msg = err.to_string();
+                assert!(
+                    msg.starts_with("mmap(len=1, MAP_PRIVATE|MAP_ANONYMOUS|MAP_HUGETLB|2MiB): "),
+                    "{msg}"
+                );
+                assert!(err.errno().is_some());
+            }
+        }
+    }
+
+    #[test]
+    fn memfd_plain_shared_between_mappings() {
+        let fd = memfd_create("hugeshm-region-test", None).expect("memfd");
+        set_len(fd.as_fd(), 2 * page() as u64).unwrap();
+        assert!(hugetlbfs_page_size(fd.as_fd()).is_none());
+        let mut a = mmap_fd(fd.as_fd(), 2 * page(), 0).unwrap();
+        let b = mmap_fd(fd.as_fd(), page(), page() as u64).unwrap();
+        a.write_at(page() + 3, b"shared").unwrap();
+        let mut buf = [0u8; 6];
+        b.read_at(3, &mut buf).unwrap();
+        assert_eq!(&buf, b"shared");
+        b.unmap().unwrap();
+        drop(a);
+    }
+
+    #[test]
+    fn mmap_fd_errors_name_the_call() {
+        let fd = memfd_create("hugeshm-region-test", None).unwrap();
+        let err = mmap_fd(fd.as_fd(), page(), 1).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::EINVAL));
+        assert!(err.to_string().starts_with("mmap(fd="), "{err}");
+    }
+
+    #[test]
+    fn sysv_plain_lifecycle() {
+        let size = 3 * page() as u64 + 1;
+        let id = shm_get(IPC_PRIVATE, size, ShmFlags::create_new(None)).expect("shmget");
+        let result = std::panic::catch_unwind(|| {
+            let st = shm_stat(id).unwrap();
+            assert_eq!(st.size, size);
+            assert_eq!(st.nattch, 0);
+            assert_eq!(st.cpid, std::process::id() as i32);
+            assert_eq!(st.mode & 0o777, 0o600);
+            assert!(!st.marked_for_removal());
+
+            let mut a = shm_attach(id).unwrap();
+            let b = shm_attach(id).unwrap();
+            assert_eq!(a.len() as u64, size);
+            assert_eq!(shm_stat(id).unwrap().nattch, 2);
+            a.write_at(size as usize - 4, b"sysv").unwrap();
+            a.touch();
+            a.populate_write().unwrap();
+            let mut buf = [0u8; 4];
+            b.read_at(size as usize - 4, &mut buf).unwrap();
+            assert_eq!(&buf, b"sysv");
+            b.detach().unwrap();
+            assert_eq!(shm_stat(id).unwrap().nattch, 1);
+
+            shm_remove(id).unwrap();
+            let st = shm_stat(id).unwrap();
+            assert!(st.marked_for_removal());
+            assert_eq!(st.key, 0);
+            drop(a);
+            let err = shm_stat(id).unwrap_err();
+            assert!(matches!(
+                err.errno(),
+                Some(libc::EINVAL) | Some(libc::EIDRM)
+            ));
+            assert_eq!(err.call(), format!("shmctl(shmid={id}, IPC_STAT)"));
+        });
+        let _ = shm_remove(id);
+        if let Err(p) = result {
+            std::panic::resume_unwind(p);
+        }
+    }
+
+    #[test]
+    fn sysv_error_message_has_key_size_and_flags() {
+        // Non-existent key without IPC_CREAT fails ENOENT.
+        let flags = ShmFlags {
+            huge_page_size: Some(2 << 20),
+            ..ShmFlags::default()
+        };
+        let err = shm_get(0x7a5e_0001, 4194304, flags).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::ENOENT));
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "shmget(key=0x7a5e0001, size=4194304, SHM_HUGETLB|2MiB|0600): {}",
+                std::io::Error::from_raw_os_error(libc::ENOENT)
+            )
+        );
+        let io: std::io::Error = err.into();
+        assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+        assert!(shm_attach(-1).is_err());
+        assert!(shm_remove(-1).is_err());
+    }
+
+    #[test]
+    fn posix_shm_create_open_unlink() {
+        let name = format!("hugeshm-region-test-{}", std::process::id());
+        let fd = posix_shm_create(&name, 0o600).expect("shm_open");
+        let res = (|| -> Result<(), SysError> {
+            assert_eq!(
+                posix_shm_create(&name, 0o600).unwrap_err().errno(),
+                Some(libc::EEXIST)
+            );
+            set_len(fd.as_fd(), page() as u64)?;
+            let mut m = mmap_fd(fd.as_fd(), page(), 0)?;
+            m.write_at(0, b"q")?;
+            let fd2 = posix_shm_open(&name)?;
+            let m2 = mmap_fd(fd2.as_fd(), page(), 0)?;
+            let mut b = [0u8];
+            m2.read_at(0, &mut b)?;
+            assert_eq!(&b, b"q");
+            Ok(())
+        })();
+        posix_shm_unlink(&name).expect("shm_unlink");
+        res.unwrap();
+        assert!(posix_shm_unlink(&name).is_err());
+    }
+
+    #[test]
+    fn format_size_names() {
+        assert_eq!(format_size(2 << 20), "2MiB");
+        assert_eq!(format_size(1 << 30), "1GiB");
+        assert_eq!(format_size(64 << 10), "64KiB");
+        assert_eq!(format_size(100), "100B");
+        assert_eq!(
+            ShmFlags::create_new(Some(1 << 30)).to_string(),
+            "IPC_CREAT|IPC_EXCL|SHM_HUGETLB|1GiB|0600"
+        );
+    }
+}

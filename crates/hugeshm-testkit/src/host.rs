@@ -1,0 +1,363 @@
+//! Snapshots of host shared-memory state, for leak checks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use crate::pool::HUGEPAGES_SYSFS;
+
+/// One line of `/proc/sysvipc/shm`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SysvSegment {
+    /// The segment's key (0 for `IPC_PRIVATE` or after `IPC_RMID`).
+    pub key: i32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Current attachments.
+    pub nattch: u64,
+    /// Creator pid.
+    pub cpid: i32,
+    /// Owner uid.
+    pub uid: u32,
+}
+
+/// Counters of one huge page size (from its sysfs directory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolCounts {
+    /// `nr_hugepages` (persistent pool size).
+    pub total: u64,
+    /// `free_hugepages`.
+    pub free: u64,
+    /// `resv_hugepages` (reserved, not yet faulted).
+    pub resv: u64,
+    /// `surplus_hugepages` (overcommitted pages in use).
+    pub surplus: u64,
+}
+
+/// A snapshot of shared-memory state on the host.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HostState {
+    /// System V segments by shmid, from `/proc/sysvipc/shm`.
+    pub sysv: BTreeMap<i32, SysvSegment>,
+    /// Huge page counters by page size in kB.
+    pub pools: BTreeMap<u64, PoolCounts>,
+    /// Mount points of hugetlbfs, from `/proc/mounts`.
+    pub hugetlbfs_mounts: BTreeSet<PathBuf>,
+    /// Every file and directory below those mounts.
+    pub hugetlbfs_files: BTreeSet<PathBuf>,
+    /// Every file and directory below `/dev/shm`.
+    pub devshm_files: BTreeSet<PathBuf>,
+}
+
+impl HostState {
+    /// Reads the live host state.
+    pub fn capture() -> Result<HostState, String> {
+        let mut state = HostState::default();
+        let shm = std::fs::read_to_string("/proc/sysvipc/shm")
+            .map_err(|e| format!("read /proc/sysvipc/shm: {e}"))?;
+        state.sysv = parse_sysvipc_shm(&shm)?;
+        let root = Path::new(HUGEPAGES_SYSFS);
+        if let Ok(rd) = std::fs::read_dir(root) {
+            for entry in rd.filter_map(|e| e.ok()) {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let Some(kb) = name
+                    .strip_prefix("hugepages-")
+                    .and_then(|s| s.strip_suffix("kB"))
+                    .and_then(|s| s.parse::<u64>().ok())
+                else {
+                    continue;
+                };
+                let dir = entry.path();
+                let rd = |f: &str| -> Result<u64, String> {
+                    let p = dir.join(f);
+                    let t = std::fs::read_to_string(&p)
+                        .map_err(|e| format!("read {}: {e}", p.display()))?;
+                    t.trim()
+                        .parse()
+                        .map_err(|e| format!("parse {}: {e}", p.display()))
+                };
+                state.pools.insert(
+                    kb,
+                    PoolCounts {
+                        total: rd("nr_hugepages")?,
+                        free: rd("free_hugepages")?,
+                        resv: rd("resv_hugepages")?,
+                        surplus: rd("surplus_hugepages")?,
+                    },
+                );
+            }
+        }
+        let mounts = std::fs::read_to_string("/proc/mounts")
+            .map_err(|e| format!("read /proc/mounts: {e}"))?;
+        state.hugetlbfs_mounts = parse_hugetlbfs_mounts(&mounts);
+        for m in &state.hugetlbfs_mounts {
+            walk(m, 0, &mut state.hugetlbfs_files);
+        }
+        walk(Path::new("/dev/shm"), 0, &mut state.devshm_files);
+        Ok(state)
+    }
+
+    /// What changed from `self` to `later`, one line per change: new or
+    /// vanished System V segments, changed huge page counters, new or
+    /// vanished files in hugetlbfs mounts and `/dev/shm`. Empty means no
+    /// leak. (Attachment counts of segments that exist in both are ignored.)
+    pub fn diff(&self, later: &HostState) -> Vec<String> {
+        let mut out = Vec::new();
+        for (id, seg) in &later.sysv {
+            match self.sysv.get(id) {
+                None => out.push(format!(
+                    "new SysV segment shmid={id} key={:#010x} size={} nattch={} cpid={} uid={}",
+                    seg.key as u32, seg.size, seg.nattch, seg.cpid, seg.uid
+                )),
+                Some(old) if old.key != seg.key || old.size != seg.size => out.push(format!(
+                    "SysV segment shmid={id} changed: key {:#010x} -> {:#010x}, size {} -> {}",
+                    old.key as u32, seg.key as u32, old.size, seg.size
+                )),
+                Some(_) => {}
+            }
+        }
+        for (id, seg) in &self.sysv {
+            if !later.sysv.contains_key(id) {
+                out.push(format!(
+                    "SysV segment shmid={id} key={:#010x} size={} disappeared",
+                    seg.key as u32, seg.size
+                ));
+            }
+        }
+        let kbs: BTreeSet<u64> = self
+            .pools
+            .keys()
+            .chain(later.pools.keys())
+            .copied()
+            .collect();
+        for kb in kbs {
+            let a = self.pools.get(&kb).copied().unwrap_or_default();
+            let b = later.pools.get(&kb).copied().unwrap_or_default();
+            if a != b {
+                let mut parts = Vec::new();
+                for (name, x, y) in [
+                    ("total", a.total, b.total),
+                    ("free", a.free, b.free),
+                    ("resv", a.resv, b.resv),
+                    ("surplus", a.surplus, b.surplus),
+                ] {
+                    if x != y {
+                        parts.push(format!("{name} {x} -> {y}"));
+                    }
+                }
+                out.push(format!("hugepages-{kb}kB: {}", parts.join(", ")));
+            }
+        }
+        for (what, a, b) in [
+            ("hugetlbfs", &self.hugetlbfs_files, &later.hugetlbfs_files),
+            ("/dev/shm", &self.devshm_files, &later.devshm_files),
+        ] {
+            for p in b.difference(a) {
+                out.push(format!("new {what} file {}", p.display()));
+            }
+            for p in a.difference(b) {
+                out.push(format!("{what} file {} disappeared", p.display()));
+            }
+        }
+        out
+    }
+}
+
+/// Parses `/proc/sysvipc/shm` (columns located by the header line).
+fn parse_sysvipc_shm(text: &str) -> Result<BTreeMap<i32, SysvSegment>, String> {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .ok_or("empty /proc/sysvipc/shm")?
+        .split_whitespace()
+        .collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .ok_or_else(|| format!("/proc/sysvipc/shm: no {name} column"))
+    };
+    let (c_key, c_id, c_size, c_nattch, c_cpid, c_uid) = (
+        col("key")?,
+        col("shmid")?,
+        col("size")?,
+        col("nattch")?,
+        col("cpid")?,
+        col("uid")?,
+    );
+    let mut out = BTreeMap::new();
+    for line in lines {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.is_empty() {
+            continue;
+        }
+        let get = |i: usize| -> Result<&str, String> {
+            f.get(i)
+                .copied()
+                .ok_or_else(|| format!("/proc/sysvipc/shm: short line {line:?}"))
+        };
+        let num = |i: usize| -> Result<i64, String> {
+            get(i)?
+                .parse::<i64>()
+                .map_err(|e| format!("/proc/sysvipc/shm: {e} in {line:?}"))
+        };
+        let seg = SysvSegment {
+            key: num(c_key)? as i32,
+            size: num(c_size)? as u64,
+            nattch: num(c_nattch)? as u64,
+            cpid: num(c_cpid)? as i32,
+            uid: num(c_uid)? as u32,
+        };
+        out.insert(num(c_id)? as i32, seg);
+    }
+    Ok(out)
+}
+
+/// Mount points of hugetlbfs in `/proc/mounts` text.
+fn parse_hugetlbfs_mounts(text: &str) -> BTreeSet<PathBuf> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let _src = f.next()?;
+            let mnt = f.next()?;
+            let fstype = f.next()?;
+            (fstype == "hugetlbfs").then(|| PathBuf::from(unescape_mount(mnt)))
+        })
+        .collect()
+}
+
+/// Undoes the octal escapes (`\040` etc.) of `/proc/mounts`.
+fn unescape_mount(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 4 <= b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') as u32 * 64
+                + (b[i + 2] - b'0') as u32 * 8
+                + (b[i + 3] - b'0') as u32;
+            if let Ok(byte) = u8::try_from(v) {
+                out.push(byte);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Collects every entry below `dir` (not following symlinks), depth-limited.
+fn walk(dir: &Path, depth: usize, out: &mut BTreeSet<PathBuf>) {
+    if depth > 8 {
+        return;
+    }
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in rd.filter_map(|e| e.ok()) {
+        let path = entry.path();
+        let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+        out.insert(path.clone());
+        if is_dir {
+            walk(&path, depth + 1, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHM: &str = "       key      shmid perms                  size  cpid  lpid nattch   uid   gid  cuid  cgid      atime      dtime      ctime                   rss                  swap\n\
+                 0          5   600               2097152  1234  1234      1     0     0     0     0 1700000000          0 1700000000                     0                     0\n\
+        1234567890         32768  1600                  4096  4321     0      0  1000  1000  1000  1000          0          0 1700000001                  4096                     0\n";
+
+    #[test]
+    fn parses_sysvipc() {
+        let m = parse_sysvipc_shm(SHM).unwrap();
+        assert_eq!(m.len(), 2);
+        assert_eq!(
+            m[&5],
+            SysvSegment {
+                key: 0,
+                size: 2097152,
+                nattch: 1,
+                cpid: 1234,
+                uid: 0
+            }
+        );
+        assert_eq!(m[&32768].key, 1234567890);
+        assert_eq!(m[&32768].uid, 1000);
+        assert!(parse_sysvipc_shm("").is_err());
+    }
+
+    #[test]
+    fn parses_mounts() {
+        let text = "hugetlbfs /dev/hugepages hugetlbfs rw,relatime,pagesize=2M 0 0\n\
+                    none /mnt/huge\\0401G hugetlbfs rw,pagesize=1024M 0 0\n\
+                    tmpfs /dev/shm tmpfs rw 0 0\n";
+        let m = parse_hugetlbfs_mounts(text);
+        assert_eq!(
+            m.into_iter().collect::<Vec<_>>(),
+            vec![
+                PathBuf::from("/dev/hugepages"),
+                PathBuf::from("/mnt/huge 1G")
+            ]
+        );
+        assert_eq!(unescape_mount("a\\134b\\0"), "a\\b\\0");
+    }
+
+    #[test]
+    fn diff_reports_changes() {
+        let mut a = HostState::default();
+        a.pools.insert(
+            2048,
+            PoolCounts {
+                total: 8,
+                free: 8,
+                resv: 0,
+                surplus: 0,
+            },
+        );
+        a.devshm_files.insert("/dev/shm/old".into());
+        let mut b = a.clone();
+        assert!(a.diff(&b).is_empty());
+        b.sysv.insert(
+            7,
+            SysvSegment {
+                key: 0x1234,
+                size: 4096,
+                nattch: 0,
+                cpid: 9,
+                uid: 0,
+            },
+        );
+        b.pools.get_mut(&2048).unwrap().free = 7;
+        b.devshm_files.clear();
+        b.hugetlbfs_files.insert("/dev/hugepages/x".into());
+        let d = a.diff(&b);
+        assert_eq!(
+            d,
+            vec![
+                "new SysV segment shmid=7 key=0x00001234 size=4096 nattch=0 cpid=9 uid=0"
+                    .to_string(),
+                "hugepages-2048kB: free 8 -> 7".to_string(),
+                "new hugetlbfs file /dev/hugepages/x".to_string(),
+                "/dev/shm file /dev/shm/old disappeared".to_string(),
+            ]
+        );
+        let back = b.diff(&a);
+        assert!(back[0].starts_with("SysV segment shmid=7"), "{back:?}");
+    }
+
+    #[test]
+    fn capture_reads_live_host() {
+        let s = HostState::capture().unwrap();
+        assert!(s.pools.contains_key(&2048) || s.pools.is_empty());
+        assert!(s.diff(&s).is_empty());
+    }
+}
