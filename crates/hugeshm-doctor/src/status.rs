@@ -403,7 +403,7 @@ fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>
                 Some(pool_fix(p.page_size_bytes, default, want)),
             ));
         }
-        if p.total > 0 && p.available > 2 && p.available.saturating_mul(20) >= p.total {
+        if need <= p.total && p.total > 0 && p.available > 2 && p.available.saturating_mul(20) >= p.total {
             let wasted = p.available.saturating_mul(p.page_size_bytes);
             let sev = if used == 0 || wasted >= GIB {
                 Severity::Warning
