@@ -403,7 +403,11 @@ fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>
                 Some(pool_fix(p.page_size_bytes, default, want)),
             ));
         }
-        if need <= p.total && p.total > 0 && p.available > 2 && p.available.saturating_mul(20) >= p.total {
+        if need <= p.total
+            && p.total > 0
+            && p.available > 2
+            && p.available.saturating_mul(20) >= p.total
+        {
             let wasted = p.available.saturating_mul(p.page_size_bytes);
             let sev = if used == 0 || wasted >= GIB {
                 Severity::Warning
@@ -559,4 +563,173 @@ fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>
 
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hugeshm_parse::hugepages::PoolCounters;
+    use hugeshm_parse::meminfo::Meminfo;
+    use hugeshm_parse::pid_limits::PidLimits;
+    use hugeshm_parse::size::MIB;
+
+    const M2: u64 = 2 * MIB;
+
+    fn host(nr: u64, free: u64, resv: u64) -> HostSnapshot {
+        let mut h = HostSnapshot::default();
+        let mut m = Meminfo::default();
+        m.hugepages_total = Some(nr);
+        m.hugepages_free = Some(free);
+        m.hugepages_rsvd = Some(resv);
+        m.hugepages_surp = Some(0);
+        m.hugepagesize_bytes = Some(M2);
+        m.page_tables_bytes = Some(4 * MIB);
+        h.meminfo = Some(m);
+        h.hugetlb_sysfs = true;
+        h.pools = vec![
+            PoolCounters::new(M2, nr, free, Some(resv), 0, Some(0)),
+            PoolCounters::new(GIB, 0, 0, Some(0), 0, Some(0)),
+        ];
+        h
+    }
+
+    fn codes(r: &StatusReport) -> Vec<&str> {
+        r.findings.iter().map(|f| f.code.as_str()).collect()
+    }
+
+    #[test]
+    fn pools_and_available() {
+        let r = build_from(&host(100, 60, 10), None);
+        let row = r
+            .pools
+            .iter()
+            .find(|p| p.page_size_bytes == M2 && p.node.is_none())
+            .unwrap();
+        assert_eq!(
+            (row.total, row.free, row.reserved, row.available),
+            (100, 60, 10, 50)
+        );
+        assert_eq!(row.available_bytes, 50 * M2);
+        assert!(row.default);
+        assert!(
+            !r.pools
+                .iter()
+                .find(|p| p.page_size_bytes == GIB)
+                .unwrap()
+                .default
+        );
+    }
+
+    #[test]
+    fn unused_pool_is_reported_with_a_fix() {
+        let r = build_from(&host(100, 100, 0), None);
+        let f = r.findings.iter().find(|f| f.code == "pool-unused").unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(f.message.contains("100 of 100"), "{}", f.message);
+        assert!(
+            f.fix
+                .as_deref()
+                .unwrap()
+                .starts_with("sysctl -w vm.nr_hugepages=2"),
+            "{:?}",
+            f.fix
+        );
+        // A pool used but for its two spare pages says nothing.
+        let r = build_from(&host(100, 2, 0), None);
+        assert!(!codes(&r).contains(&"pool-unused"));
+    }
+
+    #[test]
+    fn no_hugetlb_kernel() {
+        let mut h = HostSnapshot::default();
+        let mut m = Meminfo::default();
+        m.mem_total_bytes = Some(GIB);
+        h.meminfo = Some(m);
+        let r = build_from(&h, None);
+        assert!(!r.hugetlb_supported);
+        assert!(r.pools.is_empty());
+        assert_eq!(codes(&r), vec!["no-hugetlb"]);
+        assert_eq!(r.findings[0].severity, Severity::Error);
+    }
+
+    #[test]
+    fn limits_and_thp() {
+        let mut h = host(512, 0, 0);
+        let mut l = PidLimits::default();
+        l.memlock_soft_bytes = Some(64 * 1024);
+        h.self_limits = Some(l);
+        h.sysctl.shmmax = Some(32 * MIB);
+        h.sysctl.shmall = Some(1024);
+        h.thp.enabled =
+            Some(hugeshm_parse::thp::parse_selector("e", "[always] madvise never").unwrap());
+        let r = build_from(&h, None);
+        let c = codes(&r);
+        for code in [
+            "memlock-small",
+            "shmmax-small",
+            "shmall-small",
+            "thp-always",
+        ] {
+            assert!(c.contains(&code), "{code} missing from {c:?}");
+        }
+        let ml = r
+            .findings
+            .iter()
+            .find(|f| f.code == "memlock-small")
+            .unwrap();
+        assert!(
+            ml.fix.as_deref().unwrap().contains("memlock 1048576"),
+            "{:?}",
+            ml.fix
+        );
+        assert_eq!(r.memlock_bytes, Some(64 * 1024));
+        // Without a pool none of these matter.
+        let mut h0 = h.clone();
+        h0.pools = vec![PoolCounters::new(M2, 0, 0, Some(0), 0, Some(0))];
+        assert!(build_from(&h0, None).findings.is_empty());
+    }
+
+    #[test]
+    fn boot_pages_not_granted() {
+        let mut h = host(0, 0, 0);
+        h.pools[1] = PoolCounters::new(GIB, 6, 6, Some(0), 0, Some(0));
+        h.cmdline = Some(hugeshm_parse::cmdline::parse("hugepagesz=1G hugepages=8").unwrap());
+        let r = build_from(&h, None);
+        let f = r
+            .findings
+            .iter()
+            .find(|f| f.code == "boot-pool-short")
+            .unwrap();
+        assert!(
+            f.message
+                .contains("asks for 8 1 GiB pages but the pool holds 6"),
+            "{}",
+            f.message
+        );
+        assert_eq!(
+            r.pools
+                .iter()
+                .find(|p| p.page_size_bytes == GIB)
+                .unwrap()
+                .boot_pages,
+            Some(8)
+        );
+    }
+
+    #[test]
+    fn unreadable_files_become_findings() {
+        let mut h = host(0, 0, 0);
+        h.problems.push(Problem::new(
+            "/sys/x",
+            "/sys/x: permission denied (run as root to read it)",
+        ));
+        let r = build_from(&h, None);
+        let f = r
+            .findings
+            .iter()
+            .find(|f| f.code == "unreadable-file")
+            .unwrap();
+        assert!(f.message.contains("/sys/x"));
+        assert_eq!(r.problems.len(), 1);
+    }
 }

@@ -69,6 +69,16 @@ pub struct Problem {
     pub reason: String,
 }
 
+impl Problem {
+    /// A problem with a path and a reason.
+    pub fn new(path: impl Into<String>, reason: impl Into<String>) -> Self {
+        Problem {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
 /// Reads a whole file as text (lossy UTF-8: kernel text may hold odd bytes in names).
 pub(crate) fn read_text(path: &Path) -> Result<String, ReadError> {
     let p = path.display().to_string();
