@@ -95,3 +95,21 @@ pub(crate) fn kb_to_bytes(path: &str, line: usize, what: &str, kb: u64) -> Resul
         )
     })
 }
+
+/// Parses `N kB` (as in status, smaps and meminfo) into bytes.
+pub(crate) fn parse_kb(path: &str, line: usize, what: &str, text: &str) -> Result<u64, ParseError> {
+    let text = text.trim();
+    let (num, unit) = match text.split_once(char::is_whitespace) {
+        Some((a, b)) => (a, b.trim()),
+        None => (text, ""),
+    };
+    if unit != "kB" {
+        return Err(ParseError::at(
+            path,
+            line,
+            format!("{what}: expected \"N kB\", found {text:?}"),
+        ));
+    }
+    let kb = parse_u64(path, line, what, num)?;
+    kb_to_bytes(path, line, what, kb)
+}

@@ -22,14 +22,16 @@ pub fn parse_counter(path: &str, text: &str) -> Result<u64, ParseError> {
 pub struct PoolCounters {
     /// Page size in bytes.
     pub page_size_bytes: u64,
-    /// `nr_hugepages`: persistent pages in the pool.
+    /// `nr_hugepages`: pages in the pool, surplus pages included (the same
+    /// number as `HugePages_Total`).
     pub nr: u64,
     /// `free_hugepages`: pages not yet faulted in by anyone.
     pub free: u64,
     /// `resv_hugepages`: promised to a mapping but not yet faulted in.
     /// Global only: `None` for a node's pool.
     pub resv: Option<u64>,
-    /// `surplus_hugepages`: pages above `nr` allocated through overcommit.
+    /// `surplus_hugepages`: how many of `nr` were allocated through overcommit
+    /// (they go back to the OS when freed).
     pub surplus: u64,
     /// `nr_overcommit_hugepages`: how many surplus pages may be allocated.
     /// Global only.
@@ -56,9 +58,14 @@ impl PoolCounters {
         }
     }
 
-    /// Pages in the pool, persistent and surplus.
+    /// Pages in the pool, persistent and surplus (`nr` already counts surplus pages).
     pub fn total(&self) -> u64 {
-        self.nr.saturating_add(self.surplus)
+        self.nr
+    }
+
+    /// Persistent pages: the pool without its surplus.
+    pub fn persistent(&self) -> u64 {
+        self.nr.saturating_sub(self.surplus)
     }
 
     /// Pages a new mapping can really get: free minus reserved (a node's pool
@@ -93,7 +100,8 @@ mod tests {
             nr_overcommit: Some(0),
         };
         assert_eq!(p.available(), 5);
-        assert_eq!(p.total(), 11);
+        assert_eq!(p.total(), 10);
+        assert_eq!(p.persistent(), 9);
         // An inconsistent snapshot (read while counters moved) never underflows.
         let q = PoolCounters {
             free: 1,

@@ -4,7 +4,7 @@
 //! unknown keys are skipped (kernels keep adding them). Kernel threads print
 //! no `Vm*` lines at all, so those fields are `Option`.
 
-use crate::error::{kb_to_bytes, parse_u64, ParseError};
+use crate::error::{parse_u64, ParseError};
 use serde::{Deserialize, Serialize};
 
 const PATH: &str = "/proc/PID/status";
@@ -39,22 +39,8 @@ fn parse_u32(line: usize, what: &str, text: &str) -> Result<u32, ParseError> {
         .map_err(|_| ParseError::at(PATH, line, format!("{what}: {v} does not fit in 32 bits")))
 }
 
-/// Parses `N kB` into bytes.
 fn parse_kb(line: usize, what: &str, text: &str) -> Result<u64, ParseError> {
-    let text = text.trim();
-    let (num, unit) = match text.split_once(char::is_whitespace) {
-        Some((a, b)) => (a, b.trim()),
-        None => (text, ""),
-    };
-    if unit != "kB" {
-        return Err(ParseError::at(
-            PATH,
-            line,
-            format!("{what}: expected \"N kB\", found {text:?}"),
-        ));
-    }
-    let kb = parse_u64(PATH, line, what, num)?;
-    kb_to_bytes(PATH, line, what, kb)
+    crate::error::parse_kb(PATH, line, what, text)
 }
 
 /// Parses `/proc/PID/status`. Fails when there is no `Name:` line or a field

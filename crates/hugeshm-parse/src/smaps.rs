@@ -11,7 +11,7 @@
 //! forked child in `Shared_Hugetlb`. The values are kept as the kernel prints
 //! them.
 
-use crate::error::{kb_to_bytes, parse_u64, ParseError};
+use crate::error::ParseError;
 use crate::maps::{self, MapsEntry};
 use serde::{Deserialize, Serialize};
 
@@ -81,22 +81,8 @@ impl SmapsEntry {
     }
 }
 
-/// Parses `N kB` into bytes.
 fn parse_kb(line: usize, what: &str, text: &str) -> Result<u64, ParseError> {
-    let text = text.trim();
-    let (num, unit) = match text.split_once(char::is_whitespace) {
-        Some((a, b)) => (a, b.trim()),
-        None => (text, ""),
-    };
-    if unit != "kB" {
-        return Err(ParseError::at(
-            PATH,
-            line,
-            format!("{what}: expected \"N kB\", found {text:?}"),
-        ));
-    }
-    let kb = parse_u64(PATH, line, what, num)?;
-    kb_to_bytes(PATH, line, what, kb)
+    crate::error::parse_kb(PATH, line, what, text)
 }
 
 /// A mapping being read: its header line and the fields seen so far.
