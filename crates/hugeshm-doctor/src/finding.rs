@@ -73,12 +73,7 @@ pub fn pool_fix(page_size: u64, default_size: Option<u64>, pages: u64) -> String
     }
 }
 
-/// The fix for a file that could not be read for lack of permission, which
-/// depends on whether hugeshm already runs as root.
-pub fn permission_fix(self_uid: Option<u32>) -> String {
-    if self_uid == Some(0) {
-        "already root: the process is protected by the ptrace access check (another user or pid namespace, or a Yama/LSM policy); run hugeshm in the namespace of that process".to_string()
-    } else {
-        "run hugeshm as root (sudo hugeshm ...)".to_string()
-    }
+/// `1 process`, `2 processes`.
+pub fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }

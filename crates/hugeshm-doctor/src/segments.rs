@@ -8,10 +8,10 @@
 //! of them only: the page size is a property of the object, and resident bytes
 //! and node placement are taken as the largest any sampled process sees.
 
-use crate::finding::{pool_fix, Finding, Severity};
+use crate::finding::{plural, pool_fix, Finding, Severity};
 use hugeshm_parse::maps::MapsEntry;
 use hugeshm_parse::size::{format_bytes, BASE_PAGE, MIB};
-use hugeshm_probe::{HostSnapshot, MountFile, Probe, Problem, ReadError};
+use hugeshm_probe::{HostSnapshot, MountFile, Probe, Problem, ProblemKind, ReadError};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
@@ -101,10 +101,9 @@ impl Segment {
 pub struct ProcessProblem {
     /// Pid.
     pub pid: u32,
-    /// The file.
-    pub path: String,
-    /// Why.
-    pub reason: String,
+    /// The file, what went wrong and why.
+    #[serde(flatten)]
+    pub problem: Problem,
 }
 
 /// The whole scan.
@@ -256,8 +255,7 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
             } else {
                 unreadable.push(ProcessProblem {
                     pid,
-                    path: e.path().to_string(),
-                    reason: e.to_string(),
+                    problem: e.to_problem(),
                 });
             }
         };
@@ -568,29 +566,9 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
     report.processes_vanished = vanished;
     report.unreadable = unreadable;
     if !report.unreadable.is_empty() {
-        let pids: Vec<String> = report
-            .unreadable
-            .iter()
-            .take(10)
-            .map(|p| p.pid.to_string())
-            .collect();
-        // As root nothing can be done about it (another namespace, an LSM): info.
-        let sev = if host.self_uid == Some(0) {
-            Severity::Info
-        } else {
-            Severity::Warning
-        };
-        report.findings.push(Finding::new(
-            sev,
-            "processes-unreadable",
-            format!(
-                "{} processes could not be read (pids {}{}): the shared memory they map is not counted",
-                report.unreadable.len(),
-                pids.join(", "),
-                if report.unreadable.len() > 10 { ", ..." } else { "" }
-            ),
-            Some(crate::finding::permission_fix(host.self_uid)),
-        ));
+        report
+            .findings
+            .push(unreadable_finding(&report.unreadable, host.self_uid));
     }
     report.segments.sort_by(|a, b| {
         (a.kind != "sysv", std::cmp::Reverse(a.size_bytes), a.id).cmp(&(
@@ -601,6 +579,48 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
     });
     report.scan_seconds = t0.elapsed().as_secs_f64();
     report
+}
+
+/// One finding for the processes the scan could not read, with a fix per cause.
+fn unreadable_finding(unreadable: &[ProcessProblem], self_uid: Option<u32>) -> Finding {
+    let pids: Vec<String> = unreadable
+        .iter()
+        .take(10)
+        .map(|p| p.pid.to_string())
+        .collect();
+    let mut fixes: Vec<String> = Vec::new();
+    let mut sev = Severity::Info;
+    for p in unreadable {
+        // Permission denied as root: nothing the admin can change here (another
+        // namespace, an LSM), so it is worth knowing, not a warning.
+        let this = match p.problem.kind {
+            ProblemKind::Permission if self_uid == Some(0) => Severity::Info,
+            _ => Severity::Warning,
+        };
+        sev = sev.max(this);
+        let fix = match p.problem.kind {
+            ProblemKind::Malformed => p
+                .problem
+                .fix(self_uid)
+                .replace(&p.problem.path, "/proc/PID files"),
+            _ => p.problem.fix(self_uid),
+        };
+        if !fixes.contains(&fix) {
+            fixes.push(fix);
+        }
+    }
+    Finding::new(
+        sev,
+        "processes-unreadable",
+        format!(
+            "{} could not be read (pids {}{}): the shared memory they map is not counted; first: {}",
+            plural(unreadable.len(), "process", "processes"),
+            pids.join(", "),
+            if unreadable.len() > 10 { ", ..." } else { "" },
+            unreadable[0].problem.reason
+        ),
+        Some(fixes.join("; ")),
+    )
 }
 
 fn segment_findings(
@@ -618,7 +638,9 @@ fn segment_findings(
     if seg.page_size_bytes == Some(BASE_PAGE) && seg.size_bytes >= huge {
         let pages = seg.size_bytes.div_ceil(huge);
         let avail = host.pool(huge).map(|p| p.available()).unwrap_or(0);
-        if matches!(seg.kind.as_str(), "sysv" | "anon" | "memfd") {
+        if !host.hugetlb_supported() {
+            // Nothing to fall back from: the kernel finding (no-hugetlb) says what to do.
+        } else if matches!(seg.kind.as_str(), "sysv" | "anon" | "memfd") {
             let total = host.pool(huge).map(|p| p.total()).unwrap_or(0);
             let (short, fix) = if avail < pages {
                 (

@@ -192,8 +192,10 @@ pub fn build_from(host: &HostSnapshot, segs: Option<&SegmentsReport>) -> StatusR
     let cmdline = host.cmdline.clone().unwrap_or_default();
     let mut pools = Vec::new();
     for p in &host.pools {
-        let boot = default
-            .and_then(|d| cmdline.boot_pages(p.page_size_bytes, d))
+        // A request without hugepagesz= is for the default size; with the default
+        // unknown (meminfo unreadable) only requests naming their size match.
+        let boot = cmdline
+            .boot_pages(p.page_size_bytes, default.unwrap_or(0))
             .map(|b| b.pages);
         pools.push(PoolRow {
             page_size_bytes: p.page_size_bytes,
@@ -231,10 +233,19 @@ pub fn build_from(host: &HostSnapshot, segs: Option<&SegmentsReport>) -> StatusR
         defrag: host.thp.defrag.as_ref().map(|s| s.selected.clone()),
         shmem_enabled: host.thp.shmem_enabled.as_ref().map(|s| s.selected.clone()),
         khugepaged_defrag: host.thp.khugepaged_defrag,
-        verdict: thp_verdict(
-            host.thp.enabled.as_ref().map(|s| s.selected.as_str()),
-            host.thp.shmem_enabled.as_ref().map(|s| s.selected.as_str()),
-        ),
+        verdict: if host.thp.enabled.is_none()
+            && host
+                .problems
+                .iter()
+                .any(|p| p.path.ends_with("transparent_hugepage/enabled"))
+        {
+            "THP mode could not be read (see the findings)".to_string()
+        } else {
+            thp_verdict(
+                host.thp.enabled.as_ref().map(|s| s.selected.as_str()),
+                host.thp.shmem_enabled.as_ref().map(|s| s.selected.as_str()),
+            )
+        },
     };
 
     let sysv = SysvLimits {
@@ -341,15 +352,8 @@ fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>
         out.push(Finding::new(
             Severity::Warning,
             "unreadable-file",
-            format!("could not read {}: {}", p.path, p.reason),
-            Some(if p.reason.contains("permission denied") {
-                crate::finding::permission_fix(host.self_uid)
-            } else {
-                format!(
-                    "check {} (kernel text hugeshm cannot parse: please report it)",
-                    p.path
-                )
-            }),
+            p.reason.clone(),
+            Some(p.fix(host.self_uid)),
         ));
     }
 
@@ -393,10 +397,10 @@ fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>
         if need > p.total {
             let want = need + 2;
             out.push(Finding::new(
-                Severity::Error,
+                Severity::Warning,
                 "pool-short",
                 format!(
-                    "{size} pool holds {} pages but the shared memory segments on this host need {need} ({}): segments that do not fit run on 4 KiB pages",
+                    "{size} pool holds {} pages but the shared memory segments on this host would need {need} on huge pages ({}): the ones that do not fit run on 4 KiB pages",
                     p.total,
                     who.join(", ")
                 ),
@@ -721,8 +725,10 @@ mod tests {
         let mut h = host(0, 0, 0);
         h.problems.push(Problem::new(
             "/sys/x",
+            hugeshm_probe::ProblemKind::Permission,
             "/sys/x: permission denied (run as root to read it)",
         ));
+        h.self_uid = Some(1000);
         let r = build_from(&h, None);
         let f = r
             .findings
@@ -730,6 +736,10 @@ mod tests {
             .find(|f| f.code == "unreadable-file")
             .unwrap();
         assert!(f.message.contains("/sys/x"));
+        assert_eq!(
+            f.fix.as_deref(),
+            Some("run hugeshm as root (sudo hugeshm ...)")
+        );
         assert_eq!(r.problems.len(), 1);
     }
 }

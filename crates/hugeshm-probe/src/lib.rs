@@ -24,7 +24,7 @@ mod read;
 
 pub use host::{HostSnapshot, NodeInfo, NodePool, Sysctls, ThpState};
 pub use process::{dev_major, dev_minor, MountFile, PidFiles, ProcessList};
-pub use read::{Problem, ReadError};
+pub use read::{Problem, ProblemKind, ReadError};
 
 use std::path::{Path, PathBuf};
 

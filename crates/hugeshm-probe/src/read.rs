@@ -54,9 +54,34 @@ impl ReadError {
     pub fn to_problem(&self) -> Problem {
         Problem {
             path: self.path().to_string(),
+            kind: self.kind(),
             reason: self.to_string(),
         }
     }
+
+    /// What went wrong, in one word.
+    pub fn kind(&self) -> ProblemKind {
+        match self {
+            ReadError::NotFound { .. } => ProblemKind::NotFound,
+            ReadError::PermissionDenied { .. } => ProblemKind::Permission,
+            ReadError::Io { .. } => ProblemKind::Io,
+            ReadError::Parse(_) => ProblemKind::Malformed,
+        }
+    }
+}
+
+/// The kind of a [`Problem`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProblemKind {
+    /// The file vanished (a process exited mid-scan).
+    NotFound,
+    /// Permission denied.
+    Permission,
+    /// Another I/O error (e.g. a directory where a file should be).
+    Io,
+    /// The kernel text could not be parsed.
+    Malformed,
 }
 
 /// A file that could not be read or parsed, for reports.
@@ -65,16 +90,29 @@ impl ReadError {
 pub struct Problem {
     /// The path.
     pub path: String,
+    /// What went wrong.
+    pub kind: ProblemKind,
     /// Why, in full.
     pub reason: String,
 }
 
 impl Problem {
-    /// A problem with a path and a reason.
-    pub fn new(path: impl Into<String>, reason: impl Into<String>) -> Self {
+    /// A problem with a path, a kind and a reason.
+    pub fn new(path: impl Into<String>, kind: ProblemKind, reason: impl Into<String>) -> Self {
         Problem {
             path: path.into(),
+            kind,
             reason: reason.into(),
+        }
+    }
+
+    /// The fix to print for it; `self_uid` is the uid hugeshm runs as.
+    pub fn fix(&self, self_uid: Option<u32>) -> String {
+        match self.kind {
+            ProblemKind::Permission if self_uid == Some(0) => "already root: the file is protected by the ptrace access check (another user or pid namespace, or a Yama/LSM policy); run hugeshm in the namespace of that process".to_string(),
+            ProblemKind::Permission => "run hugeshm as root (sudo hugeshm ...)".to_string(),
+            ProblemKind::Malformed => format!("hugeshm cannot parse {}: please report it with the output of scripts/capture-fixture.sh", self.path),
+            ProblemKind::Io | ProblemKind::NotFound => format!("check that {} is a readable file", self.path),
         }
     }
 }
