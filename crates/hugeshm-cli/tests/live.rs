@@ -881,3 +881,104 @@ fn orphan_flagged() {
     assert_no_leaks(&before, &ours);
     restore_pool(T, pool);
 }
+
+/// A hugetlbfs mount in a temporary directory, unmounted (files removed
+/// first) on drop, whatever the test did.
+struct HugetlbfsMount {
+    dir: std::path::PathBuf,
+}
+
+impl HugetlbfsMount {
+    fn new(test: &str) -> HugetlbfsMount {
+        let dir = std::env::temp_dir().join(format!("hugeshm-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create the mount point");
+        let st = Command::new("mount")
+            .args([
+                "-t",
+                "hugetlbfs",
+                "-o",
+                "pagesize=2M,mode=0700",
+                "hugeshm-test",
+            ])
+            .arg(&dir)
+            .status()
+            .expect("run mount");
+        assert!(st.success(), "mount -t hugetlbfs failed: {st}");
+        HugetlbfsMount { dir }
+    }
+}
+
+impl Drop for HugetlbfsMount {
+    fn drop(&mut self) {
+        if let Ok(rd) = std::fs::read_dir(&self.dir) {
+            for e in rd.flatten() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        let st = Command::new("umount").arg(&self.dir).status();
+        if !matches!(st, Ok(s) if s.success()) {
+            eprintln!("warning: umount {} failed: {st:?}", self.dir.display());
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+#[test]
+fn hugetlbfs_file_and_orphan_file() {
+    const T: &str = "hugetlbfs_file_and_orphan_file";
+    if skip_unless_root(T) {
+        return;
+    }
+    let pool = pool_guard(T);
+    pool.ensure_free(HUGE_2M, 2)
+        .expect("2 available 2 MiB pages");
+    let before = HostState::capture().expect("capture host state");
+    {
+        let mnt = HugetlbfsMount::new(T);
+        let path = mnt.dir.join("pool");
+        let spec = format!("hugetlbfs:{}:4M", path.display());
+        let tp =
+            TestProc::spawn(["--touch", "--keep-files", spec.as_str()]).expect("spawn testproc");
+        let pid = tp.pid();
+
+        // Mapped: the page size comes from the process's smaps.
+        let segs = segments_json();
+        let p = path.display().to_string();
+        let s = segs
+            .iter()
+            .find(|s| s.kind == "hugetlbfs" && s.path.as_deref() == Some(p.as_str()))
+            .unwrap_or_else(|| panic!("no hugetlbfs segment {p} in {segs:#?}"));
+        assert_eq!(s.page_size_bytes, Some(HUGE_2M), "{s:#?}");
+        assert!(s.page_size_source.starts_with("smaps of pid"), "{s:#?}");
+        assert_eq!(s.attached_pids, vec![pid], "{s:#?}");
+        assert_eq!(s.size_bytes, 4 * MIB, "{s:#?}");
+        assert_eq!(s.resident_bytes, Some(4 * MIB), "{s:#?}");
+        assert!(s.findings.is_empty(), "{s:#?}");
+
+        // The process exits, the file stays: its pages are held by nobody.
+        assert!(tp.finish().expect("testproc exits").success());
+        let segs = segments_json();
+        let s = segs
+            .iter()
+            .find(|s| s.kind == "hugetlbfs" && s.path.as_deref() == Some(p.as_str()))
+            .unwrap_or_else(|| panic!("the file vanished from segments: {segs:#?}"));
+        assert!(s.attached_pids.is_empty(), "{s:#?}");
+        assert_eq!(s.page_size_bytes, Some(HUGE_2M), "from the mount: {s:#?}");
+        assert!(s.page_size_source.contains("pagesize"), "{s:#?}");
+        assert_eq!(s.resident_bytes, Some(4 * MIB), "{s:#?}");
+        let f = s
+            .findings
+            .iter()
+            .find(|f| f.code == "orphan-file")
+            .unwrap_or_else(|| panic!("no orphan-file finding: {s:#?}"));
+        assert!(f.fix.as_deref().unwrap_or("").contains(&p), "{f:?}");
+        // mnt drops here: file removed, unmounted.
+    }
+    let mounts = std::fs::read_to_string("/proc/mounts").expect("read /proc/mounts");
+    assert!(
+        !mounts.contains("hugeshm-test"),
+        "mount left behind:\n{mounts}"
+    );
+    assert_no_leaks(&before, &[]);
+    restore_pool(T, pool);
+}

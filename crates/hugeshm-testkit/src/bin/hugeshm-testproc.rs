@@ -35,12 +35,15 @@ SPEC (SIZE in bytes, or with K/M/G suffix, binary units):
   anon-shared-huge:SIZE    anonymous MAP_SHARED|MAP_HUGETLB
   anon-shared-plain:SIZE   anonymous MAP_SHARED
   devshm:NAME:SIZE         /dev/shm/NAME (shm_open O_EXCL), mapped MAP_SHARED
+  hugetlbfs:PATH:SIZE      a new file PATH on a hugetlbfs mount, mapped MAP_SHARED
 
 OPTIONS:
   --touch             pre-fault every page (MADV_POPULATE_WRITE, falling back
                       to touching one byte per page on old kernels)
   --orphan-sysv       exit right after the report, leaving SysV segments
                       (nattch 0, not IPC_RMID'd) for the caller to remove
+  --keep-files        leave hugetlbfs files in place on exit (the caller
+                      removes them)
   --page-size BYTES   huge page size for *-huge kinds (default 2097152)
   --key 0xKEY         SysV key of the first sysv object (the next get KEY+1,
                       ...); default IPC_PRIVATE
@@ -60,6 +63,7 @@ enum Kind {
     AnonSharedHuge,
     AnonSharedPlain,
     DevShm,
+    Hugetlbfs,
 }
 
 impl Kind {
@@ -74,6 +78,7 @@ impl Kind {
             "anon-shared-huge" => Kind::AnonSharedHuge,
             "anon-shared-plain" => Kind::AnonSharedPlain,
             "devshm" => Kind::DevShm,
+            "hugetlbfs" => Kind::Hugetlbfs,
             _ => return None,
         })
     }
@@ -89,13 +94,18 @@ impl Kind {
             Kind::AnonSharedHuge => "anon-shared-huge",
             Kind::AnonSharedPlain => "anon-shared-plain",
             Kind::DevShm => "devshm",
+            Kind::Hugetlbfs => "hugetlbfs",
         }
     }
 
     fn is_huge(self) -> bool {
         matches!(
             self,
-            Kind::SysvHuge | Kind::MemfdHuge | Kind::PrivateHuge | Kind::AnonSharedHuge
+            Kind::SysvHuge
+                | Kind::MemfdHuge
+                | Kind::PrivateHuge
+                | Kind::AnonSharedHuge
+                | Kind::Hugetlbfs
         )
     }
 }
@@ -112,6 +122,7 @@ struct Options {
     specs: Vec<Spec>,
     touch: bool,
     orphan_sysv: bool,
+    keep_files: bool,
     page_size: u64,
     key: i32,
 }
@@ -150,6 +161,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Options>,
         specs: Vec::new(),
         touch: false,
         orphan_sysv: false,
+        keep_files: false,
         page_size: 2 << 20,
         key: sys::IPC_PRIVATE,
     };
@@ -159,6 +171,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Options>,
             "-h" | "--help" => return Ok(None),
             "--touch" => opts.touch = true,
             "--orphan-sysv" => opts.orphan_sysv = true,
+            "--keep-files" => opts.keep_files = true,
             "--page-size" => {
                 let v = it.next().ok_or("--page-size needs a value")?;
                 opts.page_size = parse_size(&v)?;
@@ -178,6 +191,12 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Options>,
                     }
                     (Kind::DevShm, _) => {
                         return Err(format!("{spec:?}: expected devshm:NAME:SIZE"))
+                    }
+                    (Kind::Hugetlbfs, [_, path, size]) if path.starts_with('/') => {
+                        (Some((*path).to_owned()), *size)
+                    }
+                    (Kind::Hugetlbfs, _) => {
+                        return Err(format!("{spec:?}: expected hugetlbfs:/ABSOLUTE/PATH:SIZE"))
                     }
                     (_, [_, size]) => (None, *size),
                     _ => return Err(format!("{spec:?}: expected KIND:SIZE")),
@@ -255,6 +274,9 @@ struct Object {
     segment: Option<SysvSegment>,
     fd: Option<OwnedFd>,
     devshm: Option<DevShmName>,
+    /// A file this process created on a hugetlbfs mount (unlinked on release
+    /// unless `--keep-files`).
+    file: Option<std::path::PathBuf>,
 }
 
 impl Object {
@@ -274,17 +296,19 @@ impl Object {
             segment: None,
             fd: None,
             devshm: None,
+            file: None,
         }
     }
 
     /// Explicit cleanup collecting errors; `keep_sysv` leaves segments.
-    fn release(self, keep_sysv: bool) -> Vec<String> {
+    fn release(self, keep_sysv: bool, keep_files: bool) -> Vec<String> {
         let Object {
             attachment,
             mapping,
             segment,
             fd,
             devshm,
+            file,
             ..
         } = self;
         let mut errs = Vec::new();
@@ -304,6 +328,13 @@ impl Object {
         drop(fd);
         if let Some(d) = devshm {
             errs.extend(d.unlink().err().map(|e| e.to_string()));
+        }
+        if let Some(f) = file.filter(|_| !keep_files) {
+            errs.extend(
+                std::fs::remove_file(&f)
+                    .err()
+                    .map(|e| format!("unlink {}: {e}", f.display())),
+            );
         }
         errs
     }
@@ -353,9 +384,20 @@ fn create(
             }
             obj.attachment = Some(att);
         }
-        Kind::MemfdHuge | Kind::MemfdPlain | Kind::DevShm => {
+        Kind::MemfdHuge | Kind::MemfdPlain | Kind::DevShm | Kind::Hugetlbfs => {
             let len = spec.size.div_ceil(page_size) * page_size;
-            let fd = if let Some(name) = &spec.name {
+            let fd = if spec.kind == Kind::Hugetlbfs {
+                let path = spec.name.clone().unwrap_or_default();
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .map_err(|e| format!("hugetlbfs:{path}: create: {e}"))?;
+                obj.file = Some(path.clone().into());
+                obj.info.path = Some(path);
+                OwnedFd::from(file)
+            } else if let Some(name) = &spec.name {
                 let fd = sys::posix_shm_create(name, 0o600).map_err(err)?;
                 obj.devshm = Some(DevShmName {
                     name: name.clone(),
@@ -395,17 +437,17 @@ fn create(
     Ok(())
 }
 
-fn release_all(objects: Vec<Object>, keep_sysv: bool) -> Vec<String> {
+fn release_all(objects: Vec<Object>, keep_sysv: bool, keep_files: bool) -> Vec<String> {
     objects
         .into_iter()
         .rev()
-        .flat_map(|o| o.release(keep_sysv))
+        .flat_map(|o| o.release(keep_sysv, keep_files))
         .collect()
 }
 
 fn fail_and_clean(msg: &str, objects: Vec<Object>) -> ExitCode {
     eprintln!("hugeshm-testproc: {msg}");
-    for e in release_all(objects, false) {
+    for e in release_all(objects, false, false) {
         eprintln!("hugeshm-testproc: cleanup: {e}");
     }
     ExitCode::from(1)
@@ -451,7 +493,7 @@ fn main() -> ExitCode {
         let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
     }
 
-    let errs = release_all(objects, opts.orphan_sysv);
+    let errs = release_all(objects, opts.orphan_sysv, opts.keep_files);
     if errs.is_empty() {
         ExitCode::SUCCESS
     } else {
