@@ -691,8 +691,8 @@ fn segment_findings(
             Severity::Info,
             "page-tables",
             format!(
-                "{} processes mapping {label} hold {} of page tables (VmPTE, all their mappings); on {} pages this segment would save up to {}",
-                seg.attached.len(),
+                "{} mapping {label} hold {} of page tables (VmPTE, all their mappings); on {} pages this segment would save up to {}",
+                plural(seg.attached.len(), "process", "processes"),
                 format_bytes(pte),
                 format_bytes(huge),
                 format_bytes(save)
