@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod advise;
 pub mod finding;
 pub mod segments;
 pub mod status;

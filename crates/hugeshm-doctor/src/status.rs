@@ -332,6 +332,78 @@ pub fn build_from(host: &HostSnapshot, segs: Option<&SegmentsReport>) -> StatusR
     report
 }
 
+/// Pools that will change at the next boot, and pools nothing restores.
+fn persisted_findings(host: &HostSnapshot, r: &StatusReport) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let default = r.default_page_size_bytes;
+    let sysctl_nr = host.persisted.sysctl.get("vm.nr_hugepages");
+    for p in r.pools.iter() {
+        let size = format_bytes(p.page_size_bytes);
+        let sysfs = crate::advise::nr_hugepages_path(p.page_size_bytes, p.node);
+        let mut boot: Vec<(u64, String)> = Vec::new();
+        if p.node.is_none() && Some(p.page_size_bytes) == default {
+            if let Some(v) = sysctl_nr {
+                if let Ok(n) = v.value.parse::<u64>() {
+                    boot.push((n, v.file.clone()));
+                }
+            }
+        }
+        if let Some(v) = host.persisted.sysfs_writes.get(&sysfs) {
+            if let Ok(n) = v.value.parse::<u64>() {
+                boot.push((n, v.file.clone()));
+            }
+        }
+        for (n, file) in &boot {
+            // Node pools hold the surplus too; compare persistent pages.
+            let now = p.total.saturating_sub(p.surplus);
+            if *n != now {
+                out.push(Finding::new(
+                    Severity::Warning,
+                    "persisted-differs",
+                    format!(
+                        "{file} sets the {size} pool{} to {n} pages but it holds {now} now: it will change at the next boot",
+                        p.node.map(|n| format!(" of node {n}")).unwrap_or_default()
+                    ),
+                    Some(format!("edit {} to {now} to keep the running pool, or apply the file now", file.split(':').next().unwrap_or(file))),
+                ));
+            }
+        }
+        if p.node.is_none() && p.total > p.surplus {
+            let node_writes = host.persisted.sysfs_writes.keys().any(|k| {
+                k.ends_with(&format!(
+                    "/hugepages-{}kB/nr_hugepages",
+                    p.page_size_bytes / 1024
+                ))
+            });
+            if boot.is_empty() && p.boot_pages.is_none() && !node_writes {
+                let line = if Some(p.page_size_bytes) == default {
+                    format!(
+                        "echo 'vm.nr_hugepages = {}' > /etc/sysctl.d/60-hugeshm.conf",
+                        p.total - p.surplus
+                    )
+                } else {
+                    format!(
+                        "echo 'w {sysfs} - - - - {}' > /etc/tmpfiles.d/60-hugeshm.conf   # or hugepagesz={} hugepages={} on the kernel command line",
+                        p.total - p.surplus,
+                        hugeshm_parse::size::page_size_short(p.page_size_bytes),
+                        p.total - p.surplus
+                    )
+                };
+                out.push(Finding::new(
+                    Severity::Warning,
+                    "pool-not-persisted",
+                    format!(
+                        "the {size} pool of {} pages was set at runtime and nothing sets it at boot (sysctl.d, tmpfiles.d, kernel command line): it is lost at the next reboot",
+                        p.total - p.surplus
+                    ),
+                    Some(line),
+                ));
+            }
+        }
+    }
+    out
+}
+
 fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>) -> Vec<Finding> {
     let mut out = Vec::new();
     let default = r.default_page_size_bytes;
@@ -404,7 +476,10 @@ fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>
                     p.total,
                     who.join(", ")
                 ),
-                Some(pool_fix(p.page_size_bytes, default, want)),
+                Some(format!(
+                    "hugeshm apply --live   # or: {}",
+                    pool_fix(p.page_size_bytes, default, want)
+                )),
             ));
         }
         if need <= p.total
@@ -457,6 +532,8 @@ fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>
             ));
         }
     }
+
+    out.extend(persisted_findings(host, r));
 
     if pool_total_bytes > 0 {
         if r.thp.enabled.as_deref() == Some("always") {

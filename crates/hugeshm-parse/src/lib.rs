@@ -34,6 +34,7 @@ pub mod pid_status;
 pub mod size;
 pub mod smaps;
 pub mod sysctl;
+pub mod sysctl_conf;
 pub mod sysvipc_shm;
 pub mod thp;
 

@@ -106,6 +106,8 @@ pub struct HostSnapshot {
     pub self_limits: Option<PidLimits>,
     /// The caller's real uid (`/proc/self/status`).
     pub self_uid: Option<u32>,
+    /// What sysctl.d and tmpfiles.d will set at the next boot.
+    pub persisted: crate::Persisted,
     /// Files that could not be read or parsed.
     pub problems: Vec<Problem>,
 }
@@ -309,6 +311,7 @@ impl Probe {
             ))
             .and_then(|s| s.uid);
 
+        snap.persisted = self.persisted(&mut problems);
         snap.problems = problems;
         snap
     }

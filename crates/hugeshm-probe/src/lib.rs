@@ -19,10 +19,13 @@
 #![deny(missing_docs)]
 
 mod host;
+mod persisted;
+pub mod postgres;
 mod process;
 mod read;
 
 pub use host::{HostSnapshot, NodeInfo, NodePool, Sysctls, ThpState};
+pub use persisted::{Persisted, PersistedValue};
 pub use process::{dev_major, dev_minor, MountFile, PidFiles, ProcessList};
 pub use read::{Problem, ProblemKind, ReadError};
 

@@ -1,0 +1,28 @@
+//! Changes the host: reserves a [`Plan`]'s huge page pools through sysfs, all
+//! or nothing, and persists its configuration files atomically.
+//!
+//! Every path is taken under the [`hugeshm_probe::Roots`] of the probe passed
+//! in (the `/sys` and `/proc` roots for the pools, a file-system root for the
+//! persisted files), so tests run it on temporary trees as well as on the host.
+//!
+//! ```no_run
+//! use hugeshm_apply::{apply, ApplyOptions};
+//! use hugeshm_doctor::advise::{plan, Demand};
+//! use hugeshm_probe::{Probe, Roots};
+//!
+//! let probe = Probe::new(Roots::default());
+//! let host = probe.host();
+//! let p = plan(&host, &[Demand::new("sga", 8 << 30, 2 << 20)], vec![], 2);
+//! match apply(&probe, &p, &ApplyOptions::default()) {
+//!     Ok(r) => println!("reserved in {:.2} s", r.seconds),
+//!     Err(e) => eprintln!("{e}"), // every pool is as it was
+//! }
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod persist;
+mod reserve;
+
+pub use persist::{persist, PersistAction, PersistedFile};
+pub use reserve::{apply, apply_to, ApplyError, ApplyOptions, ApplyReport, PoolChange, PoolFiles, SysfsPools};

@@ -1,0 +1,396 @@
+//! Reserving pools through sysfs, read back, compaction and retries, and the
+//! roll-back that makes it all or nothing.
+
+use hugeshm_doctor::advise::{nr_hugepages_path, Plan};
+use hugeshm_parse::hugepages::parse_counter;
+use hugeshm_parse::size::format_bytes;
+use hugeshm_probe::Probe;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How to apply.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ApplyOptions {
+    /// Keep what the kernel granted when it is less than the plan.
+    pub allow_partial: bool,
+    /// Only compute the changes.
+    pub dry_run: bool,
+    /// Waits between compaction and a retry (their count bounds the retries).
+    pub retry_waits: Vec<Duration>,
+    /// Try even when the growth exceeds the memory the kernel reports available.
+    pub force: bool,
+}
+
+impl Default for ApplyOptions {
+    fn default() -> Self {
+        ApplyOptions {
+            allow_partial: false,
+            dry_run: false,
+            retry_waits: vec![
+                Duration::from_millis(100),
+                Duration::from_millis(500),
+                Duration::from_secs(2),
+            ],
+            force: false,
+        }
+    }
+}
+
+/// What happened to one pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PoolChange {
+    /// Page size.
+    pub page_size_bytes: u64,
+    /// Node, `None` for the host-wide pool.
+    pub node: Option<u32>,
+    /// The sysfs file.
+    pub path: String,
+    /// Pages before.
+    pub before: u64,
+    /// Pages the plan asks for.
+    pub requested: u64,
+    /// Pages the kernel granted (`before` on a dry run).
+    pub granted: u64,
+    /// Least the pool may hold: pages in use plus reserved.
+    pub floor: u64,
+}
+
+/// The result of [`apply`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ApplyReport {
+    /// Per pool.
+    pub changes: Vec<PoolChange>,
+    /// Whether this was a dry run.
+    pub dry_run: bool,
+    /// Whether every pool got what the plan asked for.
+    pub complete: bool,
+    /// Compaction passes it took.
+    pub compactions: u32,
+    /// Seconds spent.
+    pub seconds: f64,
+    /// Pages added or removed per second.
+    pub pages_per_second: f64,
+}
+
+/// Why a plan was not applied. Every pool is as it was before the call.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApplyError {
+    /// Not root.
+    #[error("changing huge page pools needs root (running as uid {uid}): run sudo hugeshm apply, or add --dry-run to see the changes")]
+    NotRoot {
+        /// The uid.
+        uid: u32,
+    },
+    /// The growth exceeds the memory the kernel reports available.
+    #[error("refused: the plan adds {} of huge pages but only {} is available (MemAvailable); nothing was changed (--force tries anyway)", format_bytes(*needed), format_bytes(*available))]
+    NotEnoughMemory {
+        /// Bytes the plan adds.
+        needed: u64,
+        /// MemAvailable.
+        available: u64,
+    },
+    /// The plan would shrink a pool below what is in use or reserved.
+    #[error("refused: {what} would shrink to {requested} pages but {floor} are in use or reserved (nothing was changed)")]
+    WouldShrinkInUse {
+        /// Which pool.
+        what: String,
+        /// Pages asked for.
+        requested: u64,
+        /// Pages in use or reserved.
+        floor: u64,
+    },
+    /// The kernel granted fewer pages; everything was rolled back.
+    #[error("{summary}; every pool was restored to its state before the call{restore}")]
+    Short {
+        /// Requested vs granted per pool and free memory per node.
+        summary: String,
+        /// Problems restoring, if any (empty when the restore took).
+        restore: String,
+        /// The pools as they were when the shortage was seen.
+        changes: Vec<PoolChange>,
+    },
+    /// A sysfs file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A sysfs file held something unexpected.
+    #[error("{0}")]
+    Parse(#[from] hugeshm_parse::ParseError),
+}
+
+/// The pools as the kernel exposes them. The live implementation is sysfs;
+/// tests use a model of the kernel that grants fewer pages than asked.
+pub trait PoolFiles {
+    /// `nr_hugepages` of a pool.
+    fn nr(&self, size: u64, node: Option<u32>) -> Result<u64, ApplyError>;
+    /// `free_hugepages`.
+    fn free(&self, size: u64, node: Option<u32>) -> Result<u64, ApplyError>;
+    /// `resv_hugepages` (host-wide only; 0 for a node).
+    fn resv(&self, size: u64, node: Option<u32>) -> Result<u64, ApplyError>;
+    /// Writes `nr_hugepages`.
+    fn set_nr(&self, size: u64, node: Option<u32>, pages: u64) -> Result<(), ApplyError>;
+    /// Asks the kernel to compact memory; `false` when it cannot.
+    fn compact(&self) -> bool;
+    /// The nodes with pools.
+    fn nodes(&self) -> Vec<u32>;
+    /// The file behind a pool, for messages.
+    fn describe(&self, size: u64, node: Option<u32>) -> String;
+}
+
+/// [`PoolFiles`] over the probe's `/sys` and `/proc` roots.
+pub struct SysfsPools<'a> {
+    probe: &'a Probe,
+}
+
+impl<'a> SysfsPools<'a> {
+    /// Pools under the probe's roots.
+    pub fn new(probe: &'a Probe) -> Self {
+        SysfsPools { probe }
+    }
+    fn path(&self, size: u64, node: Option<u32>) -> PathBuf {
+        let abs = nr_hugepages_path(size, node);
+        self.probe.sys_path(abs.trim_start_matches("/sys/"))
+    }
+    fn read(&self, p: &Path) -> Result<u64, ApplyError> {
+        let text = std::fs::read_to_string(p).map_err(|e| ApplyError::Io { path: p.display().to_string(), source: e })?;
+        Ok(parse_counter(&p.display().to_string(), &text)?)
+    }
+}
+
+impl PoolFiles for SysfsPools<'_> {
+    fn nr(&self, size: u64, node: Option<u32>) -> Result<u64, ApplyError> {
+        self.read(&self.path(size, node))
+    }
+    fn free(&self, size: u64, node: Option<u32>) -> Result<u64, ApplyError> {
+        self.read(&self.path(size, node).with_file_name("free_hugepages"))
+    }
+    fn resv(&self, size: u64, node: Option<u32>) -> Result<u64, ApplyError> {
+        match node {
+            Some(_) => Ok(0),
+            None => self.read(&self.path(size, None).with_file_name("resv_hugepages")),
+        }
+    }
+    fn set_nr(&self, size: u64, node: Option<u32>, pages: u64) -> Result<(), ApplyError> {
+        let p = self.path(size, node);
+        std::fs::write(&p, format!("{pages}\n")).map_err(|e| ApplyError::Io { path: p.display().to_string(), source: e })
+    }
+    fn compact(&self) -> bool {
+        let c = self.probe.proc_path("sys/vm/compact_memory");
+        c.exists() && std::fs::write(&c, "1\n").is_ok()
+    }
+    fn nodes(&self) -> Vec<u32> {
+        self.probe.host().nodes.iter().map(|n| n.node).collect()
+    }
+    fn describe(&self, size: u64, node: Option<u32>) -> String {
+        self.path(size, node).display().to_string()
+    }
+}
+
+fn euid(probe: &Probe) -> Option<u32> {
+    let text = std::fs::read_to_string(probe.proc_path("self/status")).ok()?;
+    let line = text.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
+}
+
+fn pool_name(c: &PoolChange) -> String {
+    format!(
+        "{} pool{}",
+        format_bytes(c.page_size_bytes),
+        c.node.map(|n| format!(" of node {n}")).unwrap_or_else(|| " (host-wide)".into())
+    )
+}
+
+/// Reserves the plan's pools on the live host (see [`apply_to`]), after
+/// checking that the caller is root and that the growth fits in the memory
+/// the kernel reports available.
+pub fn apply(probe: &Probe, plan: &Plan, opts: &ApplyOptions) -> Result<ApplyReport, ApplyError> {
+    let pools = SysfsPools::new(probe);
+    if !opts.dry_run {
+        if let Some(uid) = euid(probe).filter(|u| *u != 0) {
+            if probe.roots.is_live() {
+                return Err(ApplyError::NotRoot { uid });
+            }
+        }
+    }
+    let host = probe.host();
+    let available = host.meminfo.as_ref().and_then(|m| m.mem_available_bytes);
+    let mut growth: u64 = 0;
+    for p in &plan.pools {
+        let before = pools.nr(p.page_size_bytes, p.node)?;
+        growth = growth.saturating_add(p.pages.saturating_sub(before).saturating_mul(p.page_size_bytes));
+    }
+    if let Some(avail) = available {
+        if growth > avail && !opts.force {
+            return Err(ApplyError::NotEnoughMemory { needed: growth, available: avail });
+        }
+    }
+    let describe_free = || {
+        let free: Vec<String> = host
+            .nodes
+            .iter()
+            .filter_map(|n| Some(format!("node {} {}", n.node, format_bytes(n.meminfo.as_ref()?.mem_free_bytes?))))
+            .collect();
+        if !free.is_empty() {
+            format!("free memory: {}", free.join(", "))
+        } else {
+            host.meminfo
+                .as_ref()
+                .and_then(|m| m.mem_free_bytes)
+                .map(|f| format!("free memory: {}", format_bytes(f)))
+                .unwrap_or_default()
+        }
+    };
+    apply_to(&pools, plan, opts, &describe_free)
+}
+
+/// Reserves the plan's pools: writes each one, reads back what the kernel
+/// granted, compacts memory and retries when short, and — unless
+/// `allow_partial` — restores every pool when the plan cannot be met in full.
+/// Never shrinks a pool below the pages in use or reserved.
+pub fn apply_to(
+    pools: &dyn PoolFiles,
+    plan: &Plan,
+    opts: &ApplyOptions,
+    describe_free: &dyn Fn() -> String,
+) -> Result<ApplyReport, ApplyError> {
+    let t0 = Instant::now();
+    let mut changes = Vec::new();
+    for p in &plan.pools {
+        let before = pools.nr(p.page_size_bytes, p.node)?;
+        let free = pools.free(p.page_size_bytes, p.node)?;
+        let resv = pools.resv(p.page_size_bytes, p.node)?;
+        changes.push(PoolChange {
+            page_size_bytes: p.page_size_bytes,
+            node: p.node,
+            path: pools.describe(p.page_size_bytes, p.node),
+            before,
+            requested: p.pages,
+            granted: before,
+            floor: before.saturating_sub(free).saturating_add(resv),
+        });
+    }
+    for c in &changes {
+        if c.requested < c.floor {
+            return Err(ApplyError::WouldShrinkInUse { what: pool_name(c), requested: c.requested, floor: c.floor });
+        }
+    }
+    if opts.dry_run {
+        return Ok(ApplyReport {
+            changes,
+            dry_run: true,
+            complete: true,
+            compactions: 0,
+            seconds: t0.elapsed().as_secs_f64(),
+            pages_per_second: 0.0,
+        });
+    }
+    // The state to restore: the host-wide pool of every size touched, and its
+    // node pools on a multi-node host (writing a host-wide count moves pages
+    // between nodes; writing the nodes back makes the restore exact).
+    let sizes: std::collections::BTreeSet<u64> = plan.pools.iter().map(|p| p.page_size_bytes).collect();
+    let nodes = pools.nodes();
+    let mut snapshot: Vec<(u64, Option<u32>, u64)> = Vec::new();
+    for s in &sizes {
+        snapshot.push((*s, None, pools.nr(*s, None)?));
+        if nodes.len() > 1 {
+            for n in &nodes {
+                if let Ok(v) = pools.nr(*s, Some(*n)) {
+                    snapshot.push((*s, Some(*n), v));
+                }
+            }
+        }
+    }
+    let restore = || -> String {
+        let mut problems = Vec::new();
+        for (s, n, v) in &snapshot {
+            if let Err(e) = pools.set_nr(*s, *n, *v) {
+                problems.push(e.to_string());
+            }
+        }
+        for (s, n, v) in &snapshot {
+            match pools.nr(*s, *n) {
+                Ok(now) if now == *v => {}
+                Ok(now) => problems.push(format!("{} is {now}, was {v}", pools.describe(*s, *n))),
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
+        if problems.is_empty() {
+            String::new()
+        } else {
+            format!(" except: {}", problems.join("; "))
+        }
+    };
+
+    // Shrinks first (they free memory for the growths), then growths.
+    let mut order: Vec<usize> = (0..changes.len()).collect();
+    order.sort_by_key(|&i| changes[i].requested >= changes[i].before);
+    let result = (|| -> Result<u32, ApplyError> {
+        for &i in &order {
+            pools.set_nr(changes[i].page_size_bytes, changes[i].node, changes[i].requested)?;
+        }
+        let mut compactions = 0;
+        let mut waits = opts.retry_waits.iter();
+        loop {
+            for c in changes.iter_mut() {
+                c.granted = pools.nr(c.page_size_bytes, c.node)?;
+            }
+            if changes.iter().all(|c| c.granted >= c.requested) {
+                return Ok(compactions);
+            }
+            let Some(wait) = waits.next() else { return Ok(compactions) };
+            if pools.compact() {
+                compactions += 1;
+            }
+            std::thread::sleep(*wait);
+            for c in changes.iter().filter(|c| c.granted < c.requested) {
+                pools.set_nr(c.page_size_bytes, c.node, c.requested)?;
+            }
+        }
+    })();
+    let compactions = match result {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = restore();
+            return Err(e);
+        }
+    };
+    let complete = changes.iter().all(|c| c.granted >= c.requested);
+    if !complete && !opts.allow_partial {
+        let mut parts: Vec<String> = changes
+            .iter()
+            .filter(|c| c.granted < c.requested)
+            .map(|c| format!("{}: requested {}, granted {} (was {})", pool_name(c), c.requested, c.granted, c.before))
+            .collect();
+        let free = describe_free();
+        if !free.is_empty() {
+            parts.push(free);
+        }
+        parts.push(format!(
+            "{} compaction{} tried; memory may be too fragmented (reserve at boot, or use --allow-partial)",
+            compactions,
+            if compactions == 1 { "" } else { "s" }
+        ));
+        let summary = parts.join("; ");
+        let restore = restore();
+        return Err(ApplyError::Short { summary, restore, changes });
+    }
+    let moved: u64 = changes.iter().map(|c| c.granted.abs_diff(c.before)).sum();
+    let seconds = t0.elapsed().as_secs_f64();
+    Ok(ApplyReport {
+        changes,
+        dry_run: false,
+        complete,
+        compactions,
+        seconds,
+        pages_per_second: if seconds > 0.0 { moved as f64 / seconds } else { 0.0 },
+    })
+}

@@ -1,0 +1,183 @@
+//! `apply_to` against a model of the kernel's pools: it grants at most a
+//! limit of pages per size (which compaction can raise), keeps pages in use,
+//! and can fail a write, so every path of the all-or-nothing logic runs.
+
+use hugeshm_apply::{apply_to, ApplyError, ApplyOptions, PoolFiles};
+use hugeshm_doctor::advise::Plan;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const M2: u64 = 2 << 20;
+const G1: u64 = 1 << 30;
+
+#[derive(Default)]
+struct Kernel {
+    nr: RefCell<BTreeMap<u64, u64>>,
+    used: BTreeMap<u64, u64>,
+    resv: BTreeMap<u64, u64>,
+    limit: RefCell<BTreeMap<u64, u64>>,
+    after_compaction: BTreeMap<u64, u64>,
+    fail_writes_of: Option<u64>,
+    writes: Cell<u32>,
+    compactions: Cell<u32>,
+}
+
+impl Kernel {
+    fn with(pools: &[(u64, u64)]) -> Kernel {
+        let k = Kernel::default();
+        for (s, n) in pools {
+            k.nr.borrow_mut().insert(*s, *n);
+            k.limit.borrow_mut().insert(*s, u64::MAX);
+        }
+        k
+    }
+}
+
+impl PoolFiles for Kernel {
+    fn nr(&self, size: u64, _node: Option<u32>) -> Result<u64, ApplyError> {
+        Ok(*self.nr.borrow().get(&size).unwrap_or(&0))
+    }
+    fn free(&self, size: u64, node: Option<u32>) -> Result<u64, ApplyError> {
+        Ok(self.nr(size, node)? - self.used.get(&size).copied().unwrap_or(0))
+    }
+    fn resv(&self, size: u64, _node: Option<u32>) -> Result<u64, ApplyError> {
+        Ok(self.resv.get(&size).copied().unwrap_or(0))
+    }
+    fn set_nr(&self, size: u64, node: Option<u32>, pages: u64) -> Result<(), ApplyError> {
+        self.writes.set(self.writes.get() + 1);
+        if self.fail_writes_of == Some(size) {
+            return Err(ApplyError::Io {
+                path: self.describe(size, node),
+                source: std::io::Error::from_raw_os_error(5),
+            });
+        }
+        // Like the kernel: a growth gets what memory allows, a shrink never
+        // frees pages in use.
+        let limit = *self.limit.borrow().get(&size).unwrap_or(&u64::MAX);
+        let used = self.used.get(&size).copied().unwrap_or(0);
+        self.nr.borrow_mut().insert(size, pages.min(limit).max(used));
+        Ok(())
+    }
+    fn compact(&self) -> bool {
+        self.compactions.set(self.compactions.get() + 1);
+        for (s, l) in &self.after_compaction {
+            self.limit.borrow_mut().insert(*s, *l);
+        }
+        true
+    }
+    fn nodes(&self) -> Vec<u32> {
+        vec![0]
+    }
+    fn describe(&self, size: u64, _node: Option<u32>) -> String {
+        format!("/sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages", size / 1024)
+    }
+}
+
+fn plan(pools: &[(u64, u64)]) -> Plan {
+    let rows: Vec<serde_json::Value> = pools
+        .iter()
+        .map(|(s, p)| serde_json::json!({"page_size_bytes": s, "node": null, "pages": p, "spare_pages": 0, "current_pages": 0, "bytes": s * p}))
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "pools": rows, "counted": [], "skipped": [], "spare_pages": 0, "mem_total_bytes": null,
+        "huge_bytes": 0, "left_bytes": null, "warnings": [],
+        "config": {"runtime": [], "files": [], "kernel_cmdline": null, "memlock_kib": 0, "systemd": "",
+                   "hugetlb_shm_group": null, "thp": "madvise", "thp_reason": ""}
+    }))
+    .unwrap()
+}
+
+fn opts() -> ApplyOptions {
+    let mut o = ApplyOptions::default();
+    o.retry_waits = vec![Duration::from_millis(1); 3];
+    o
+}
+
+fn none() -> String {
+    "free memory: 1 GiB".to_string()
+}
+
+#[test]
+fn complete() {
+    let k = Kernel::with(&[(M2, 10), (G1, 0)]);
+    let r = apply_to(&k, &plan(&[(M2, 100), (G1, 2)]), &opts(), &none).unwrap();
+    assert!(r.complete);
+    assert_eq!(k.nr(M2, None).unwrap(), 100);
+    assert_eq!(k.nr(G1, None).unwrap(), 2);
+    assert_eq!(r.changes[0].before, 10);
+    assert_eq!(r.changes[0].granted, 100);
+    assert_eq!(r.compactions, 0);
+}
+
+#[test]
+fn short_restores_every_pool() {
+    let k = Kernel::with(&[(M2, 10), (G1, 1)]);
+    k.limit.borrow_mut().insert(G1, 3);
+    let e = apply_to(&k, &plan(&[(M2, 100), (G1, 8)]), &opts(), &none).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("1 GiB pool (host-wide): requested 8, granted 3 (was 1)"), "{msg}");
+    assert!(msg.contains("free memory: 1 GiB"), "{msg}");
+    assert!(msg.contains("3 compactions tried"), "{msg}");
+    assert!(msg.contains("every pool was restored"), "{msg}");
+    assert!(!msg.contains("except"), "{msg}");
+    // Both pools are exactly as before, the one that was granted too.
+    assert_eq!(k.nr(M2, None).unwrap(), 10);
+    assert_eq!(k.nr(G1, None).unwrap(), 1);
+}
+
+#[test]
+fn compaction_can_make_room() {
+    let mut k = Kernel::with(&[(M2, 0)]);
+    k.limit.borrow_mut().insert(M2, 40);
+    k.after_compaction.insert(M2, 100);
+    let r = apply_to(&k, &plan(&[(M2, 100)]), &opts(), &none).unwrap();
+    assert!(r.complete);
+    assert_eq!(r.compactions, 1);
+    assert_eq!(k.nr(M2, None).unwrap(), 100);
+}
+
+#[test]
+fn allow_partial_keeps_what_was_granted() {
+    let k = Kernel::with(&[(M2, 0)]);
+    k.limit.borrow_mut().insert(M2, 40);
+    let mut o = opts();
+    o.allow_partial = true;
+    let r = apply_to(&k, &plan(&[(M2, 100)]), &o, &none).unwrap();
+    assert!(!r.complete);
+    assert_eq!(r.changes[0].granted, 40);
+    assert_eq!(k.nr(M2, None).unwrap(), 40);
+}
+
+#[test]
+fn never_shrinks_below_pages_in_use_or_reserved() {
+    let mut k = Kernel::with(&[(M2, 100)]);
+    k.used.insert(M2, 30);
+    k.resv.insert(M2, 20);
+    let e = apply_to(&k, &plan(&[(M2, 40)]), &opts(), &none).unwrap_err();
+    assert!(matches!(e, ApplyError::WouldShrinkInUse { requested: 40, floor: 50, .. }), "{e}");
+    assert_eq!(k.writes.get(), 0, "nothing written");
+    assert_eq!(k.nr(M2, None).unwrap(), 100);
+    // Down to exactly the floor is fine.
+    assert!(apply_to(&k, &plan(&[(M2, 50)]), &opts(), &none).unwrap().complete);
+}
+
+#[test]
+fn a_failed_write_rolls_back_the_others() {
+    let mut k = Kernel::with(&[(M2, 10), (G1, 0)]);
+    k.fail_writes_of = Some(G1);
+    let e = apply_to(&k, &plan(&[(M2, 100), (G1, 2)]), &opts(), &none).unwrap_err();
+    assert!(e.to_string().contains("hugepages-1048576kB"), "{e}");
+    assert_eq!(k.nr(M2, None).unwrap(), 10);
+}
+
+#[test]
+fn dry_run_writes_nothing() {
+    let k = Kernel::with(&[(M2, 10)]);
+    let mut o = opts();
+    o.dry_run = true;
+    let r = apply_to(&k, &plan(&[(M2, 100)]), &o, &none).unwrap();
+    assert!(r.dry_run);
+    assert_eq!(k.writes.get(), 0);
+    assert_eq!(r.changes[0].requested, 100);
+}

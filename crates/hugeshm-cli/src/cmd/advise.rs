@@ -1,0 +1,311 @@
+//! `hugeshm advise`: pages per size per node, and the configuration.
+
+use crate::cmd::bench::parse_size_arg;
+use crate::output::{Out, Table};
+use anyhow::{bail, Context};
+use hugeshm_doctor::advise::{self, Demand, Placement, Plan, Skipped, DEFAULT_SPARE_PAGES};
+use hugeshm_parse::size::{format_bytes, page_size_short, parse_size, MIB};
+use hugeshm_probe::{HostSnapshot, Probe, Roots};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Where the demand comes from (shared by `advise` and `apply`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SourceArgs {
+    /// Plan for a region of this size (an SGA, shared_buffers, a cache): 18G, 512M.
+    #[arg(long, value_parser = parse_size_arg)]
+    pub size: Option<u64>,
+    /// Page size for --size: 2m or 1g (default: the kernel's default huge page size).
+    #[arg(long, value_parser = parse_size_arg, requires = "size")]
+    pub page_size: Option<u64>,
+    /// Put the --size region on this NUMA node.
+    #[arg(long, requires = "size", conflicts_with = "spread")]
+    pub node: Option<u32>,
+    /// Split the --size region evenly over every NUMA node.
+    #[arg(long, requires = "size")]
+    pub spread: bool,
+    /// Ask the PostgreSQL cluster in this data directory (postgres -C while it is
+    /// down, the running server otherwise).
+    #[arg(long, value_name = "DATADIR")]
+    pub postgres: Option<PathBuf>,
+    /// The postgres binary (default: found from the cluster's PG_VERSION).
+    #[arg(long, value_name = "PATH", requires = "postgres")]
+    pub postgres_bin: Option<PathBuf>,
+    /// Regions listed in a hugeshm spec file (TOML, see the README).
+    #[arg(long, value_name = "FILE")]
+    pub spec: Option<PathBuf>,
+    /// Also count the shared memory live on this host (the default when no
+    /// other source is given).
+    #[arg(long)]
+    pub live: bool,
+    /// Spare pages added to each pool.
+    #[arg(long, default_value_t = DEFAULT_SPARE_PAGES)]
+    pub spare: u64,
+}
+
+/// `hugeshm advise` options.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Print the plan as JSON (`hugeshm apply --plan` reads it).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A spec file.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpecFile {
+    #[serde(default)]
+    spare_pages: Option<u64>,
+    #[serde(default)]
+    region: Vec<SpecRegion>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpecRegion {
+    name: String,
+    size: String,
+    #[serde(default)]
+    page_size: Option<String>,
+    #[serde(default)]
+    node: Option<u32>,
+    #[serde(default)]
+    spread: bool,
+    #[serde(default)]
+    sysv_group: Option<u32>,
+}
+
+fn spec_demands(path: &PathBuf, default: u64) -> anyhow::Result<(Vec<Demand>, Option<u64>)> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let spec: SpecFile = toml::from_str(&text)
+        .with_context(|| format!("{} is not a valid hugeshm spec", path.display()))?;
+    if spec.region.is_empty() {
+        bail!("{}: no [[region]] entries", path.display());
+    }
+    let mut out = Vec::new();
+    for r in spec.region {
+        let size = parse_size(&r.size).filter(|s| *s > 0).with_context(|| {
+            format!(
+                "{}: region {:?}: size {:?} is not a size (examples: 512M, 18G)",
+                path.display(),
+                r.name,
+                r.size
+            )
+        })?;
+        let page = match &r.page_size {
+            Some(p) => parse_size(p).with_context(|| {
+                format!(
+                    "{}: region {:?}: page_size {p:?} is not a size",
+                    path.display(),
+                    r.name
+                )
+            })?,
+            None => default,
+        };
+        if r.node.is_some() && r.spread {
+            bail!(
+                "{}: region {:?}: node and spread exclude each other",
+                path.display(),
+                r.name
+            );
+        }
+        let placement = match (r.node, r.spread) {
+            (Some(n), _) => Placement::Node(n),
+            (None, true) => Placement::Spread,
+            _ => Placement::Any,
+        };
+        let mut d = Demand::new(format!("spec {}", r.name), size, page).placed(placement);
+        if let Some(g) = r.sysv_group {
+            d = d.with_sysv_gid(g);
+        }
+        out.push(d);
+    }
+    Ok((out, spec.spare_pages))
+}
+
+/// Builds the plan from the sources.
+pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyhow::Result<Plan> {
+    if !host.hugetlb_supported() {
+        bail!("this kernel has no hugetlb support (no /sys/kernel/mm/hugepages): there is no pool to plan");
+    }
+    let default = host.default_page_size().unwrap_or(2 * MIB);
+    let mut demands = Vec::new();
+    let mut skipped: Vec<Skipped> = Vec::new();
+    let mut spare = src.spare;
+    if let Some(size) = src.size {
+        let page = src.page_size.unwrap_or(default);
+        if host.pool(page).is_none() {
+            let offered: Vec<String> = host
+                .pools
+                .iter()
+                .map(|p| page_size_short(p.page_size_bytes))
+                .collect();
+            bail!(
+                "this kernel offers no {} pages (it offers {})",
+                format_bytes(page),
+                offered.join(", ")
+            );
+        }
+        let placement = match (src.node, src.spread) {
+            (Some(n), _) => Placement::Node(n),
+            (None, true) => Placement::Spread,
+            _ => Placement::Any,
+        };
+        demands.push(
+            Demand::new(format!("--size {}", format_bytes(size)), size, page).placed(placement),
+        );
+    }
+    if let Some(dd) = &src.postgres {
+        let pg =
+            hugeshm_probe::postgres::pg_sizing(dd, src.postgres_bin.as_deref(), &probe.roots.proc)
+                .with_context(|| format!("asking PostgreSQL about {}", dd.display()))?;
+        let page = pg.huge_page_size_bytes.unwrap_or(default);
+        demands.push(
+            Demand::new(
+                format!("postgres {}", dd.display()),
+                pg.shared_memory_bytes.unwrap_or(pg.huge_pages * page),
+                page,
+            )
+            .with_pages(pg.huge_pages)
+            .with_note(format!(
+                "PostgreSQL {}'s own shared_memory_size_in_huge_pages ({}), huge_pages={}",
+                pg.version.as_deref().unwrap_or("?"),
+                pg.source,
+                pg.huge_pages_setting.as_deref().unwrap_or("?")
+            )),
+        );
+    }
+    if let Some(spec) = &src.spec {
+        let (d, s) = spec_demands(spec, default)?;
+        demands.extend(d);
+        if let Some(s) = s {
+            spare = s;
+        }
+    }
+    if src.live || demands.is_empty() {
+        let segs = hugeshm_doctor::segments::build_with(probe, host);
+        let (d, s) = advise::demands_from_segments(host, &segs);
+        demands.extend(d);
+        skipped.extend(s);
+    }
+    Ok(advise::plan(host, &demands, skipped, spare))
+}
+
+/// Runs the command.
+pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let probe = Probe::new(roots.clone());
+    let host = probe.host();
+    let plan = build_plan(&probe, &host, &args.source)?;
+    if args.json {
+        out.json(&plan)?;
+    } else {
+        print(&plan, out)?;
+        out.flush()?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn placement(p: Placement) -> String {
+    match p {
+        Placement::Any => "any node".into(),
+        Placement::Node(n) => format!("node {n}"),
+        Placement::Spread => "spread".into(),
+    }
+}
+
+/// Prints a plan.
+pub fn print(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
+    out.line(format!("{} {}", out.bold("Plan:"), advise::summary(plan)))?;
+    out.line("")?;
+    if plan.counted.is_empty() {
+        out.line("Nothing to count: no huge page segments on this host (use --size, --postgres or --spec).")?;
+    } else {
+        out.line(out.bold("Counted"))?;
+        let mut t = Table::new(&["region", ">size", "page", ">pages", "where", "note"]);
+        for c in &plan.counted {
+            t.row(vec![
+                c.label.clone(),
+                format_bytes(c.bytes),
+                page_size_short(c.page_size_bytes),
+                c.pages.to_string(),
+                placement(c.placement),
+                c.note.clone().unwrap_or_default(),
+            ]);
+        }
+        t.render(out, "  ")?;
+    }
+    if !plan.skipped.is_empty() {
+        out.line(out.bold("Skipped"))?;
+        for s in &plan.skipped {
+            out.line(format!("  {}: {}", s.label, s.reason))?;
+        }
+    }
+    out.line("")?;
+    out.line(out.bold("Pools"))?;
+    let mut t = Table::new(&[
+        "size", "node", ">now", ">plan", ">change", ">spare", ">bytes",
+    ]);
+    for p in &plan.pools {
+        let change = p.pages as i128 - p.current_pages as i128;
+        t.row(vec![
+            page_size_short(p.page_size_bytes),
+            p.node
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| "all".into()),
+            p.current_pages.to_string(),
+            p.pages.to_string(),
+            format!("{change:+}"),
+            p.spare_pages.to_string(),
+            format_bytes(p.bytes),
+        ]);
+    }
+    t.render(out, "  ")?;
+    if let (Some(total), Some(left)) = (plan.mem_total_bytes, plan.left_bytes) {
+        out.line(format!(
+            "  memory: {} in all, {} in huge page pools, {} left to the OS and other processes",
+            format_bytes(total),
+            format_bytes(plan.huge_bytes),
+            format_bytes(left)
+        ))?;
+    }
+    for w in &plan.warnings {
+        out.line(format!(
+            "  {} {w}",
+            out.severity(hugeshm_doctor::Severity::Warning)
+        ))?;
+    }
+    out.line("")?;
+    out.line(out.bold("Configuration"))?;
+    for r in &plan.config.runtime {
+        out.line(format!("  now:      {r}"))?;
+    }
+    if let Some(k) = &plan.config.kernel_cmdline {
+        out.line(format!("  boot:     add to the kernel command line: {k}"))?;
+    }
+    out.line(format!(
+        "  memlock:  {} KiB for the server's user; systemd: {}",
+        plan.config.memlock_kib, plan.config.systemd
+    ))?;
+    if let Some(g) = plan.config.hugetlb_shm_group {
+        out.line(format!(
+            "  SysV:     vm.hugetlb_shm_group = {g} (lets that group create SHM_HUGETLB segments)"
+        ))?;
+    }
+    out.line(format!(
+        "  THP:      {} ({})",
+        plan.config.thp, plan.config.thp_reason
+    ))?;
+    for f in &plan.config.files {
+        out.line(format!("  {}", out.dim(&format!("{}:", f.path))))?;
+        for l in f.content.lines() {
+            out.line(format!("      {l}"))?;
+        }
+    }
+    out.line("")?;
+    out.line(out.dim("Reserve it now with `hugeshm apply` and the same arguments (--dry-run to preview, --persist to write the files)."))?;
+    Ok(())
+}

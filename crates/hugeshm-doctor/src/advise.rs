@@ -1,0 +1,798 @@
+//! `hugeshm advise`: how many pages of each size each NUMA node needs, and
+//! the configuration that realises it.
+//!
+//! The arithmetic is the classic one made exact: every region needs
+//! `ceil(bytes / page_size)` pages of its page size; a plan adds a spare per
+//! pool (default [`DEFAULT_SPARE_PAGES`]) for the odd page a server maps on top
+//! of its main area; node-bound regions land on their node, spread ones are
+//! split evenly (the remainder on the lowest nodes), and the rest goes to the
+//! host-wide pool, which the kernel spreads itself.
+
+use crate::finding::plural;
+use crate::segments::SegmentsReport;
+use hugeshm_parse::size::{format_bytes, page_size_short, BASE_PAGE, GIB, MIB};
+use hugeshm_probe::HostSnapshot;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Spare pages added to each pool of pages smaller than 1 GiB, unless
+/// `--spare` says otherwise (1 GiB pools get none: rounding up to whole GiB
+/// already leaves slack).
+/// Oracle's own rule adds one page per segment; ansible-oracle moved from 2 to
+/// 4 per instance after servers failed to start on an exact pool.
+pub const DEFAULT_SPARE_PAGES: u64 = 2;
+
+/// Where a region should live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "placement", content = "node")]
+pub enum Placement {
+    /// Anywhere: the host-wide pool (the kernel spreads it over the nodes).
+    Any,
+    /// On one node.
+    Node(u32),
+    /// Split evenly over every node.
+    Spread,
+}
+
+/// One region to plan for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Demand {
+    /// What it is (`sysv 32769`, `--size 18G`, `postgres /var/lib/postgresql/15/main`).
+    pub label: String,
+    /// Bytes.
+    pub bytes: u64,
+    /// The huge page size it should use.
+    pub page_size_bytes: u64,
+    /// Where.
+    pub placement: Placement,
+    /// Pages it needs, when a server computed them itself (PostgreSQL's
+    /// `shared_memory_size_in_huge_pages`); otherwise `ceil(bytes / page)`.
+    pub pages: Option<u64>,
+    /// A SysV segment owned by this non-root group (for `vm.hugetlb_shm_group`).
+    pub sysv_gid: Option<u32>,
+    /// A note to print with it.
+    pub note: Option<String>,
+}
+
+impl Demand {
+    /// A region of `bytes` on `page_size_bytes` pages, anywhere.
+    pub fn new(label: impl Into<String>, bytes: u64, page_size_bytes: u64) -> Self {
+        Demand {
+            label: label.into(),
+            bytes,
+            page_size_bytes,
+            placement: Placement::Any,
+            pages: None,
+            sysv_gid: None,
+            note: None,
+        }
+    }
+
+    /// The same, placed.
+    pub fn placed(mut self, placement: Placement) -> Self {
+        self.placement = placement;
+        self
+    }
+
+    /// The same, with the server's own page count.
+    pub fn with_pages(mut self, pages: u64) -> Self {
+        self.pages = Some(pages);
+        self
+    }
+
+    /// The same, with a note.
+    pub fn with_note(mut self, note: impl Into<String>) -> Self {
+        self.note = Some(note.into());
+        self
+    }
+
+    /// The same, for a SysV segment of a non-root group.
+    pub fn with_sysv_gid(mut self, gid: u32) -> Self {
+        self.sysv_gid = Some(gid);
+        self
+    }
+
+    /// Pages needed.
+    pub fn pages_needed(&self) -> u64 {
+        self.pages
+            .unwrap_or_else(|| self.bytes.div_ceil(self.page_size_bytes.max(1)))
+    }
+}
+
+/// Something the live-host source saw and did not count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Skipped {
+    /// What.
+    pub label: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// A counted region in the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Counted {
+    /// What.
+    pub label: String,
+    /// Bytes.
+    pub bytes: u64,
+    /// Page size.
+    pub page_size_bytes: u64,
+    /// Pages it needs (per the server, or rounded up).
+    pub pages: u64,
+    /// Where.
+    pub placement: Placement,
+    /// A note.
+    pub note: Option<String>,
+}
+
+/// One pool of the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PlanPool {
+    /// Page size.
+    pub page_size_bytes: u64,
+    /// Node, or `None` for the host-wide pool.
+    pub node: Option<u32>,
+    /// Pages to reserve (needs plus spare).
+    pub pages: u64,
+    /// Of which spare.
+    pub spare_pages: u64,
+    /// Pages the pool holds now (`nr_hugepages`).
+    pub current_pages: u64,
+    /// `pages` in bytes.
+    pub bytes: u64,
+}
+
+/// A file to write to persist the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ConfigFile {
+    /// Absolute path (under `/`).
+    pub path: String,
+    /// Contents.
+    pub content: String,
+}
+
+/// The configuration that realises a plan.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PlanConfig {
+    /// Runtime commands (sysctl, or per-node sysfs writes).
+    pub runtime: Vec<String>,
+    /// Files to install (sysctl.d, tmpfiles.d for per-node pools, limits.d,
+    /// the kernel command line snippet).
+    pub files: Vec<ConfigFile>,
+    /// Kernel command line words needed at boot (1 GiB pages, node splits).
+    pub kernel_cmdline: Option<String>,
+    /// The memlock limit for the server's user, KiB (limits.conf units).
+    pub memlock_kib: u64,
+    /// The systemd unit line.
+    pub systemd: String,
+    /// `vm.hugetlb_shm_group`, when SysV segments of a non-root group need it.
+    pub hugetlb_shm_group: Option<u32>,
+    /// Recommended THP mode.
+    pub thp: String,
+    /// Why.
+    pub thp_reason: String,
+}
+
+/// The plan (`advise --json` prints exactly this; `apply --plan` reads it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Plan {
+    /// Pools to set, per page size (host-wide rows first, then per node).
+    pub pools: Vec<PlanPool>,
+    /// What was counted.
+    pub counted: Vec<Counted>,
+    /// What was seen and not counted, and why.
+    pub skipped: Vec<Skipped>,
+    /// Spare pages added to each pool.
+    pub spare_pages: u64,
+    /// Memory in the machine.
+    pub mem_total_bytes: Option<u64>,
+    /// Memory the plan puts in huge page pools (every size).
+    pub huge_bytes: u64,
+    /// Memory left to the OS and everything else.
+    pub left_bytes: Option<u64>,
+    /// Warnings (too little memory left, page sizes the kernel lacks, ...).
+    pub warnings: Vec<String>,
+    /// The configuration that realises it.
+    pub config: PlanConfig,
+}
+
+/// The least memory a plan should leave to the OS: 10 % of the machine, at
+/// least 1 GiB.
+pub fn min_left_bytes(mem_total: u64) -> u64 {
+    (mem_total / 10).max(GIB)
+}
+
+/// Demands from the live host: every huge page segment and mapping at its
+/// page size; SysV, anonymous and memfd segments of at least one huge page
+/// that sit on 4 KiB pages at the default size (they would use the pool if it
+/// had room); the rest skipped with the reason.
+pub fn demands_from_segments(
+    host: &HostSnapshot,
+    segs: &SegmentsReport,
+) -> (Vec<Demand>, Vec<Skipped>) {
+    let default = host.default_page_size().unwrap_or(2 * MIB);
+    let mut demands = Vec::new();
+    let mut skipped = Vec::new();
+    for s in &segs.segments {
+        let label = s.label();
+        let gid = if s.kind == "sysv" {
+            host.shm
+                .iter()
+                .find(|x| Some(x.shmid as u64) == s.id)
+                .map(|x| x.gid)
+                .filter(|g| *g != 0)
+        } else {
+            None
+        };
+        let demand = match s.page_size_bytes {
+            Some(ps) if ps > BASE_PAGE => Demand::new(label, s.size_bytes, ps),
+            _ if s.kind == "posix" => {
+                skipped.push(Skipped {
+                    label,
+                    reason: "a tmpfs file: it cannot use the hugetlb pool".into(),
+                });
+                continue;
+            }
+            _ if s.size_bytes < default => {
+                skipped.push(Skipped {
+                    label,
+                    reason: format!("smaller than one {} page", format_bytes(default)),
+                });
+                continue;
+            }
+            Some(_) => Demand::new(label, s.size_bytes, default)
+                .with_note("on 4 KiB pages now: counted so it fits on huge pages next start"),
+            None => Demand::new(label, s.size_bytes, default)
+                .with_note("page size unknown (no process attached): counted at the default size"),
+        };
+        demands.push(match gid {
+            Some(g) => demand.with_sysv_gid(g),
+            None => demand,
+        });
+    }
+    (demands, skipped)
+}
+
+/// Builds the plan.
+pub fn plan(
+    host: &HostSnapshot,
+    demands: &[Demand],
+    skipped: Vec<Skipped>,
+    spare_pages: u64,
+) -> Plan {
+    let nodes: Vec<u32> = if host.nodes.is_empty() {
+        vec![0]
+    } else {
+        host.nodes.iter().map(|n| n.node).collect()
+    };
+    let default = host.default_page_size();
+    let mut warnings = Vec::new();
+
+    // Pages per (page size, node).
+    let mut need: BTreeMap<(u64, Option<u32>), u64> = BTreeMap::new();
+    let mut counted = Vec::new();
+    for d in demands {
+        let pages = d.pages_needed();
+        if !host.pools.is_empty() && host.pool(d.page_size_bytes).is_none() {
+            warnings.push(format!(
+                "{}: this kernel offers no {} pages (sizes: {})",
+                d.label,
+                format_bytes(d.page_size_bytes),
+                host.pools
+                    .iter()
+                    .map(|p| page_size_short(p.page_size_bytes))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        match d.placement {
+            Placement::Any => *need.entry((d.page_size_bytes, None)).or_default() += pages,
+            Placement::Node(n) => {
+                if !nodes.contains(&n) {
+                    warnings.push(format!(
+                        "{}: node {n} does not exist (nodes: {nodes:?})",
+                        d.label
+                    ));
+                }
+                *need.entry((d.page_size_bytes, Some(n))).or_default() += pages;
+            }
+            Placement::Spread => {
+                let k = nodes.len() as u64;
+                for (i, n) in nodes.iter().enumerate() {
+                    let share = pages / k + u64::from((i as u64) < pages % k);
+                    *need.entry((d.page_size_bytes, Some(*n))).or_default() += share;
+                }
+            }
+        }
+        counted.push(Counted {
+            label: d.label.clone(),
+            bytes: d.bytes,
+            page_size_bytes: d.page_size_bytes,
+            pages,
+            placement: d.placement,
+            note: d.note.clone(),
+        });
+    }
+    // A size with both host-wide and per-node needs: put it all per node
+    // (the host-wide part spread), so one exact split is written.
+    let sizes: Vec<u64> = need
+        .keys()
+        .map(|(s, _)| *s)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    for s in &sizes {
+        let has_node = need.keys().any(|(ps, n)| ps == s && n.is_some());
+        if has_node {
+            if let Some(any) = need.remove(&(*s, None)) {
+                let k = nodes.len() as u64;
+                for (i, n) in nodes.iter().enumerate() {
+                    *need.entry((*s, Some(*n))).or_default() +=
+                        any / k + u64::from((i as u64) < any % k);
+                }
+            }
+        }
+    }
+
+    let mut pools = Vec::new();
+    for ((size, node), pages) in &need {
+        // One spare set per pool: host-wide, or on the first node listed for the size.
+        let first_node = need
+            .keys()
+            .find(|(s, n)| s == size && n.is_some())
+            .map(|(_, n)| *n);
+        let first = node.is_none() || *node == first_node.flatten();
+        // Spare pages are for pools of small pages; rounding to whole
+        // 1 GiB pages already leaves slack.
+        let spare = if first && *size < GIB { spare_pages } else { 0 };
+        let current = match node {
+            None => host.pool(*size).map(|p| p.nr).unwrap_or(0),
+            Some(n) => host
+                .node_pools
+                .iter()
+                .find(|p| p.node == *n && p.counters.page_size_bytes == *size)
+                .map(|p| p.counters.nr)
+                .unwrap_or(0),
+        };
+        let total = pages + spare;
+        pools.push(PlanPool {
+            page_size_bytes: *size,
+            node: *node,
+            pages: total,
+            spare_pages: spare,
+            current_pages: current,
+            bytes: total.saturating_mul(*size),
+        });
+    }
+    pools.sort_by_key(|p| (p.node.is_some(), p.page_size_bytes, p.node));
+
+    let huge_bytes: u64 = {
+        // Sizes the plan does not touch keep what they hold now.
+        let planned: u64 = pools.iter().map(|p| p.bytes).sum();
+        let kept: u64 = host
+            .pools
+            .iter()
+            .filter(|p| !sizes.contains(&p.page_size_bytes))
+            .map(|p| p.nr.saturating_mul(p.page_size_bytes))
+            .sum();
+        planned + kept
+    };
+    let mem_total = host.meminfo.as_ref().and_then(|m| m.mem_total_bytes);
+    let left = mem_total.map(|t| t.saturating_sub(huge_bytes));
+    if let (Some(t), Some(l)) = (mem_total, left) {
+        if huge_bytes > t {
+            warnings.push(format!(
+                "the plan needs {} of huge pages but the machine has {} of memory",
+                format_bytes(huge_bytes),
+                format_bytes(t)
+            ));
+        } else if l < min_left_bytes(t) {
+            warnings.push(format!(
+                "the plan leaves {} to the OS and every other process, under the sane minimum of {} (10 % of memory, at least 1 GiB)",
+                format_bytes(l),
+                format_bytes(min_left_bytes(t))
+            ));
+        }
+    }
+    // Per node.
+    for n in &host.nodes {
+        let Some(nt) = n.meminfo.as_ref().and_then(|m| m.mem_total_bytes) else {
+            continue;
+        };
+        let on_node: u64 = pools
+            .iter()
+            .filter(|p| p.node == Some(n.node))
+            .map(|p| p.bytes)
+            .sum();
+        if on_node > nt {
+            warnings.push(format!(
+                "node {} has {} of memory but the plan puts {} of huge pages on it",
+                n.node,
+                format_bytes(nt),
+                format_bytes(on_node)
+            ));
+        }
+    }
+
+    let gid = demands.iter().find_map(|d| d.sysv_gid);
+    let config = config_for(&pools, default, huge_bytes, gid);
+    Plan {
+        pools,
+        counted,
+        skipped,
+        spare_pages,
+        mem_total_bytes: mem_total,
+        huge_bytes,
+        left_bytes: left,
+        warnings,
+        config,
+    }
+}
+
+fn sysfs_nr(size: u64, node: Option<u32>) -> String {
+    match node {
+        None => format!(
+            "/sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages",
+            size / 1024
+        ),
+        Some(n) => format!(
+            "/sys/devices/system/node/node{n}/hugepages/hugepages-{}kB/nr_hugepages",
+            size / 1024
+        ),
+    }
+}
+
+/// The sysfs file that holds the pool of one size, host-wide or on a node.
+pub fn nr_hugepages_path(size: u64, node: Option<u32>) -> String {
+    sysfs_nr(size, node)
+}
+
+fn config_for(
+    pools: &[PlanPool],
+    default: Option<u64>,
+    huge_bytes: u64,
+    gid: Option<u32>,
+) -> PlanConfig {
+    let mut runtime = Vec::new();
+    let mut sysctl = Vec::new();
+    let mut tmpfiles = Vec::new();
+    let mut cmdline: Vec<String> = Vec::new();
+    let sizes: std::collections::BTreeSet<u64> = pools.iter().map(|p| p.page_size_bytes).collect();
+    for size in sizes {
+        let rows: Vec<&PlanPool> = pools.iter().filter(|p| p.page_size_bytes == size).collect();
+        let host_row = rows.iter().find(|p| p.node.is_none());
+        let is_default = Some(size) == default;
+        match host_row {
+            Some(r) => {
+                if is_default {
+                    runtime.push(format!("sysctl -w vm.nr_hugepages={}", r.pages));
+                    sysctl.push(format!("vm.nr_hugepages = {}", r.pages));
+                } else {
+                    runtime.push(format!("echo {} > {}", r.pages, sysfs_nr(size, None)));
+                    tmpfiles.push(format!("w {} - - - - {}", sysfs_nr(size, None), r.pages));
+                }
+                if size >= GIB {
+                    cmdline.push(format!(
+                        "hugepagesz={} hugepages={}",
+                        page_size_short(size),
+                        r.pages
+                    ));
+                }
+            }
+            None => {
+                let mut split = Vec::new();
+                for r in &rows {
+                    let n = r.node.unwrap_or(0);
+                    runtime.push(format!("echo {} > {}", r.pages, sysfs_nr(size, r.node)));
+                    tmpfiles.push(format!("w {} - - - - {}", sysfs_nr(size, r.node), r.pages));
+                    split.push(format!("{n}:{}", r.pages));
+                }
+                if size >= GIB {
+                    cmdline.push(format!(
+                        "hugepagesz={} hugepages={}",
+                        page_size_short(size),
+                        split.join(",")
+                    ));
+                }
+            }
+        }
+    }
+    let memlock_kib = huge_bytes.div_ceil(1024);
+    let mut files = Vec::new();
+    let mut sysctl_text =
+        String::from("# Written by hugeshm apply --persist: huge page pools and SysV access.\n");
+    for l in &sysctl {
+        sysctl_text.push_str(l);
+        sysctl_text.push('\n');
+    }
+    if let Some(g) = gid {
+        sysctl_text.push_str(&format!("vm.hugetlb_shm_group = {g}\n"));
+    }
+    if !sysctl.is_empty() || gid.is_some() {
+        files.push(ConfigFile {
+            path: "/etc/sysctl.d/60-hugeshm.conf".into(),
+            content: sysctl_text,
+        });
+    }
+    if !tmpfiles.is_empty() {
+        let mut t = String::from("# Written by hugeshm apply --persist: per-size and per-node huge page pools at boot.\n");
+        for l in &tmpfiles {
+            t.push_str(l);
+            t.push('\n');
+        }
+        files.push(ConfigFile {
+            path: "/etc/tmpfiles.d/60-hugeshm.conf".into(),
+            content: t,
+        });
+    }
+    files.push(ConfigFile {
+        path: "/etc/security/limits.d/60-hugeshm.conf".into(),
+        content: format!(
+            "# Written by hugeshm apply --persist: let servers lock their shared memory.\n*    soft    memlock    {memlock_kib}\n*    hard    memlock    {memlock_kib}\n"
+        ),
+    });
+    let kernel_cmdline = (!cmdline.is_empty()).then(|| cmdline.join(" "));
+    if let Some(k) = &kernel_cmdline {
+        files.push(ConfigFile {
+            path: "/etc/default/grub.d/60-hugeshm.cfg".into(),
+            content: format!(
+                "# Written by hugeshm apply --persist: huge pages reserved at boot (run update-grub).\nGRUB_CMDLINE_LINUX=\"$GRUB_CMDLINE_LINUX {k}\"\n"
+            ),
+        });
+    }
+    PlanConfig {
+        runtime,
+        files,
+        kernel_cmdline,
+        memlock_kib,
+        systemd: format!("LimitMEMLOCK={huge_bytes}"),
+        hugetlb_shm_group: gid,
+        thp: "madvise".into(),
+        thp_reason: "shared memory on hugetlb pages does not need THP; 'always' makes khugepaged and fault-time compaction stall database processes and bloats their private memory, while 'madvise' keeps THP for programs that ask".into(),
+    }
+}
+
+/// A one-line summary: `512 x 2 MiB on node 0, 2 x 1 GiB host-wide`.
+pub fn summary(plan: &Plan) -> String {
+    plan.pools
+        .iter()
+        .map(|p| {
+            format!(
+                "{} x {} {}",
+                p.pages,
+                format_bytes(p.page_size_bytes),
+                match p.node {
+                    None => "host-wide".to_string(),
+                    Some(n) => format!("on node {n}"),
+                }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+        + &format!(" ({})", plural(plan.counted.len(), "region", "regions"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hugeshm_parse::hugepages::PoolCounters;
+    use hugeshm_parse::meminfo::Meminfo;
+
+    const M2: u64 = 2 * MIB;
+
+    fn host(nodes: u32) -> HostSnapshot {
+        let mut h = HostSnapshot::default();
+        let mut m = Meminfo::default();
+        m.mem_total_bytes = Some(64 * GIB);
+        m.hugepagesize_bytes = Some(M2);
+        m.hugepages_total = Some(10);
+        h.meminfo = Some(m);
+        h.hugetlb_sysfs = true;
+        h.pools = vec![
+            PoolCounters::new(M2, 10, 10, Some(0), 0, Some(0)),
+            PoolCounters::new(GIB, 0, 0, Some(0), 0, Some(0)),
+        ];
+        for n in 0..nodes {
+            let mut info: hugeshm_probe::NodeInfo = serde_json::from_value(serde_json::json!({
+                "node": n, "cpus": [n], "distance": [], "meminfo": {"mem_total_bytes": 32u64 * GIB,
+                "mem_free_bytes": null, "mem_used_bytes": null, "shmem_bytes": null, "page_tables_bytes": null,
+                "hugepages_total": null, "hugepages_free": null}
+            }))
+            .unwrap();
+            info.node = n;
+            h.nodes.push(info);
+        }
+        h
+    }
+
+    fn pool(p: &Plan, size: u64, node: Option<u32>) -> &PlanPool {
+        p.pools
+            .iter()
+            .find(|x| x.page_size_bytes == size && x.node == node)
+            .unwrap_or_else(|| panic!("no pool {size} {node:?} in {:?}", p.pools))
+    }
+
+    #[test]
+    fn exact_multiples_and_rounding() {
+        let h = host(1);
+        // 18 GiB on 2 MiB pages: exactly 9216 pages, + 2 spare.
+        let p = plan(&h, &[Demand::new("sga", 18 * GIB, M2)], vec![], 2);
+        assert_eq!(pool(&p, M2, None).pages, 9218);
+        assert_eq!(pool(&p, M2, None).spare_pages, 2);
+        assert_eq!(pool(&p, M2, None).current_pages, 10);
+        assert_eq!(p.counted[0].pages, 9216);
+        // One byte more needs one page more.
+        let p = plan(&h, &[Demand::new("sga", 18 * GIB + 1, M2)], vec![], 0);
+        assert_eq!(pool(&p, M2, None).pages, 9217);
+        // A segment smaller than a page still needs a whole page.
+        let p = plan(&h, &[Demand::new("tiny", 4096, M2)], vec![], 0);
+        assert_eq!(pool(&p, M2, None).pages, 1);
+        // The server's own count wins over the arithmetic.
+        let p = plan(
+            &h,
+            &[Demand::new("pg", 140 * MIB, M2).with_pages(71)],
+            vec![],
+            0,
+        );
+        assert_eq!(pool(&p, M2, None).pages, 71);
+    }
+
+    #[test]
+    fn default_and_non_default_sizes() {
+        let h = host(1);
+        let p = plan(
+            &h,
+            &[
+                Demand::new("a", 4 * GIB, M2),
+                Demand::new("b", 4 * GIB + 1, GIB),
+            ],
+            vec![],
+            1,
+        );
+        assert_eq!(pool(&p, M2, None).pages, 2049);
+        assert_eq!(
+            pool(&p, GIB, None).pages,
+            5,
+            "rounded up, no spare for 1 GiB pages"
+        );
+        assert_eq!(p.huge_bytes, 2049 * M2 + 5 * GIB);
+        assert!(
+            p.config
+                .runtime
+                .contains(&"sysctl -w vm.nr_hugepages=2049".to_string()),
+            "{:?}",
+            p.config.runtime
+        );
+        assert!(p
+            .config
+            .runtime
+            .iter()
+            .any(|c| c == "echo 5 > /sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"));
+        assert_eq!(
+            p.config.kernel_cmdline.as_deref(),
+            Some("hugepagesz=1G hugepages=5")
+        );
+        let sysctl = p
+            .config
+            .files
+            .iter()
+            .find(|f| f.path.ends_with("sysctl.d/60-hugeshm.conf"))
+            .unwrap();
+        assert!(sysctl.content.contains("vm.nr_hugepages = 2049\n"));
+        assert_eq!(p.config.memlock_kib, p.huge_bytes / 1024);
+        assert_eq!(p.config.systemd, format!("LimitMEMLOCK={}", p.huge_bytes));
+        assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+    }
+
+    #[test]
+    fn node_splits() {
+        let h = host(2);
+        // 1001 pages spread: 501 on node 0 (+ spare), 500 on node 1.
+        let p = plan(
+            &h,
+            &[Demand::new("x", 1001 * M2, M2).placed(Placement::Spread)],
+            vec![],
+            2,
+        );
+        assert_eq!(pool(&p, M2, Some(0)).pages, 503);
+        assert_eq!(pool(&p, M2, Some(1)).pages, 500);
+        assert!(p.pools.iter().all(|x| x.node.is_some()));
+        // A node-bound region plus a host-wide one: one exact split.
+        let p = plan(
+            &h,
+            &[
+                Demand::new("bound", 100 * M2, M2).placed(Placement::Node(1)),
+                Demand::new("any", 10 * M2, M2),
+            ],
+            vec![],
+            0,
+        );
+        assert_eq!(pool(&p, M2, Some(0)).pages, 5);
+        assert_eq!(pool(&p, M2, Some(1)).pages, 105);
+        assert!(p
+            .config
+            .runtime
+            .iter()
+            .any(|c| c.contains("node1/hugepages/hugepages-2048kB/nr_hugepages")));
+        assert!(p
+            .config
+            .files
+            .iter()
+            .any(|f| f.path.ends_with("tmpfiles.d/60-hugeshm.conf")));
+        // 1 GiB pages split over nodes: the per-node boot syntax.
+        let p = plan(
+            &h,
+            &[Demand::new("g", 4 * GIB, GIB).placed(Placement::Spread)],
+            vec![],
+            0,
+        );
+        assert_eq!(
+            p.config.kernel_cmdline.as_deref(),
+            Some("hugepagesz=1G hugepages=0:2,1:2")
+        );
+        // A node that does not exist is a warning.
+        let p = plan(
+            &h,
+            &[Demand::new("n9", M2, M2).placed(Placement::Node(9))],
+            vec![],
+            0,
+        );
+        assert!(
+            p.warnings
+                .iter()
+                .any(|w| w.contains("node 9 does not exist")),
+            "{:?}",
+            p.warnings
+        );
+    }
+
+    #[test]
+    fn memory_left_warnings() {
+        let h = host(1);
+        let p = plan(&h, &[Demand::new("big", 60 * GIB, M2)], vec![], 0);
+        assert_eq!(p.left_bytes, Some(4 * GIB));
+        assert!(
+            p.warnings.iter().any(|w| w.contains("leaves 4 GiB")),
+            "{:?}",
+            p.warnings
+        );
+        let p = plan(&h, &[Demand::new("huge", 65 * GIB, M2)], vec![], 0);
+        assert!(
+            p.warnings.iter().any(|w| w.contains("machine has 64 GiB")),
+            "{:?}",
+            p.warnings
+        );
+        let p = plan(&h, &[Demand::new("odd", GIB, 16 * GIB)], vec![], 0);
+        assert!(
+            p.warnings.iter().any(|w| w.contains("no 16 GiB pages")),
+            "{:?}",
+            p.warnings
+        );
+    }
+
+    #[test]
+    fn hugetlb_shm_group() {
+        let h = host(1);
+        let p = plan(
+            &h,
+            &[Demand::new("s", 8 * M2, M2).with_sysv_gid(54321)],
+            vec![],
+            0,
+        );
+        assert_eq!(p.config.hugetlb_shm_group, Some(54321));
+        let sysctl = p
+            .config
+            .files
+            .iter()
+            .find(|f| f.path.ends_with("sysctl.d/60-hugeshm.conf"))
+            .unwrap();
+        assert!(sysctl.content.contains("vm.hugetlb_shm_group = 54321"));
+    }
+}
