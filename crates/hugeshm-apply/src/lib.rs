@@ -25,4 +25,6 @@ mod persist;
 mod reserve;
 
 pub use persist::{persist, PersistAction, PersistedFile};
-pub use reserve::{apply, apply_to, ApplyError, ApplyOptions, ApplyReport, PoolChange, PoolFiles, SysfsPools};
+pub use reserve::{
+    apply, apply_to, ApplyError, ApplyOptions, ApplyReport, PoolChange, PoolFiles, SysfsPools,
+};

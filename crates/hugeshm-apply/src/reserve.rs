@@ -161,7 +161,10 @@ impl<'a> SysfsPools<'a> {
         self.probe.sys_path(abs.trim_start_matches("/sys/"))
     }
     fn read(&self, p: &Path) -> Result<u64, ApplyError> {
-        let text = std::fs::read_to_string(p).map_err(|e| ApplyError::Io { path: p.display().to_string(), source: e })?;
+        let text = std::fs::read_to_string(p).map_err(|e| ApplyError::Io {
+            path: p.display().to_string(),
+            source: e,
+        })?;
         Ok(parse_counter(&p.display().to_string(), &text)?)
     }
 }
@@ -181,7 +184,10 @@ impl PoolFiles for SysfsPools<'_> {
     }
     fn set_nr(&self, size: u64, node: Option<u32>, pages: u64) -> Result<(), ApplyError> {
         let p = self.path(size, node);
-        std::fs::write(&p, format!("{pages}\n")).map_err(|e| ApplyError::Io { path: p.display().to_string(), source: e })
+        std::fs::write(&p, format!("{pages}\n")).map_err(|e| ApplyError::Io {
+            path: p.display().to_string(),
+            source: e,
+        })
     }
     fn compact(&self) -> bool {
         let c = self.probe.proc_path("sys/vm/compact_memory");
@@ -205,7 +211,9 @@ fn pool_name(c: &PoolChange) -> String {
     format!(
         "{} pool{}",
         format_bytes(c.page_size_bytes),
-        c.node.map(|n| format!(" of node {n}")).unwrap_or_else(|| " (host-wide)".into())
+        c.node
+            .map(|n| format!(" of node {n}"))
+            .unwrap_or_else(|| " (host-wide)".into())
     )
 }
 
@@ -226,18 +234,31 @@ pub fn apply(probe: &Probe, plan: &Plan, opts: &ApplyOptions) -> Result<ApplyRep
     let mut growth: u64 = 0;
     for p in &plan.pools {
         let before = pools.nr(p.page_size_bytes, p.node)?;
-        growth = growth.saturating_add(p.pages.saturating_sub(before).saturating_mul(p.page_size_bytes));
+        growth = growth.saturating_add(
+            p.pages
+                .saturating_sub(before)
+                .saturating_mul(p.page_size_bytes),
+        );
     }
     if let Some(avail) = available {
         if growth > avail && !opts.force {
-            return Err(ApplyError::NotEnoughMemory { needed: growth, available: avail });
+            return Err(ApplyError::NotEnoughMemory {
+                needed: growth,
+                available: avail,
+            });
         }
     }
     let describe_free = || {
         let free: Vec<String> = host
             .nodes
             .iter()
-            .filter_map(|n| Some(format!("node {} {}", n.node, format_bytes(n.meminfo.as_ref()?.mem_free_bytes?))))
+            .filter_map(|n| {
+                Some(format!(
+                    "node {} {}",
+                    n.node,
+                    format_bytes(n.meminfo.as_ref()?.mem_free_bytes?)
+                ))
+            })
             .collect();
         if !free.is_empty() {
             format!("free memory: {}", free.join(", "))
@@ -280,7 +301,11 @@ pub fn apply_to(
     }
     for c in &changes {
         if c.requested < c.floor {
-            return Err(ApplyError::WouldShrinkInUse { what: pool_name(c), requested: c.requested, floor: c.floor });
+            return Err(ApplyError::WouldShrinkInUse {
+                what: pool_name(c),
+                requested: c.requested,
+                floor: c.floor,
+            });
         }
     }
     if opts.dry_run {
@@ -296,7 +321,8 @@ pub fn apply_to(
     // The state to restore: the host-wide pool of every size touched, and its
     // node pools on a multi-node host (writing a host-wide count moves pages
     // between nodes; writing the nodes back makes the restore exact).
-    let sizes: std::collections::BTreeSet<u64> = plan.pools.iter().map(|p| p.page_size_bytes).collect();
+    let sizes: std::collections::BTreeSet<u64> =
+        plan.pools.iter().map(|p| p.page_size_bytes).collect();
     let nodes = pools.nodes();
     let mut snapshot: Vec<(u64, Option<u32>, u64)> = Vec::new();
     for s in &sizes {
@@ -335,7 +361,11 @@ pub fn apply_to(
     order.sort_by_key(|&i| changes[i].requested >= changes[i].before);
     let result = (|| -> Result<u32, ApplyError> {
         for &i in &order {
-            pools.set_nr(changes[i].page_size_bytes, changes[i].node, changes[i].requested)?;
+            pools.set_nr(
+                changes[i].page_size_bytes,
+                changes[i].node,
+                changes[i].requested,
+            )?;
         }
         let mut compactions = 0;
         let mut waits = opts.retry_waits.iter();
@@ -346,7 +376,9 @@ pub fn apply_to(
             if changes.iter().all(|c| c.granted >= c.requested) {
                 return Ok(compactions);
             }
-            let Some(wait) = waits.next() else { return Ok(compactions) };
+            let Some(wait) = waits.next() else {
+                return Ok(compactions);
+            };
             if pools.compact() {
                 compactions += 1;
             }
@@ -368,7 +400,15 @@ pub fn apply_to(
         let mut parts: Vec<String> = changes
             .iter()
             .filter(|c| c.granted < c.requested)
-            .map(|c| format!("{}: requested {}, granted {} (was {})", pool_name(c), c.requested, c.granted, c.before))
+            .map(|c| {
+                format!(
+                    "{}: requested {}, granted {} (was {})",
+                    pool_name(c),
+                    c.requested,
+                    c.granted,
+                    c.before
+                )
+            })
             .collect();
         let free = describe_free();
         if !free.is_empty() {
@@ -381,7 +421,11 @@ pub fn apply_to(
         ));
         let summary = parts.join("; ");
         let restore = restore();
-        return Err(ApplyError::Short { summary, restore, changes });
+        return Err(ApplyError::Short {
+            summary,
+            restore,
+            changes,
+        });
     }
     let moved: u64 = changes.iter().map(|c| c.granted.abs_diff(c.before)).sum();
     let seconds = t0.elapsed().as_secs_f64();
@@ -391,6 +435,10 @@ pub fn apply_to(
         complete,
         compactions,
         seconds,
-        pages_per_second: if seconds > 0.0 { moved as f64 / seconds } else { 0.0 },
+        pages_per_second: if seconds > 0.0 {
+            moved as f64 / seconds
+        } else {
+            0.0
+        },
     })
 }

@@ -56,7 +56,9 @@ impl PoolFiles for Kernel {
         // frees pages in use.
         let limit = *self.limit.borrow().get(&size).unwrap_or(&u64::MAX);
         let used = self.used.get(&size).copied().unwrap_or(0);
-        self.nr.borrow_mut().insert(size, pages.min(limit).max(used));
+        self.nr
+            .borrow_mut()
+            .insert(size, pages.min(limit).max(used));
         Ok(())
     }
     fn compact(&self) -> bool {
@@ -70,7 +72,10 @@ impl PoolFiles for Kernel {
         vec![0]
     }
     fn describe(&self, size: u64, _node: Option<u32>) -> String {
-        format!("/sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages", size / 1024)
+        format!(
+            "/sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages",
+            size / 1024
+        )
     }
 }
 
@@ -116,7 +121,10 @@ fn short_restores_every_pool() {
     k.limit.borrow_mut().insert(G1, 3);
     let e = apply_to(&k, &plan(&[(M2, 100), (G1, 8)]), &opts(), &none).unwrap_err();
     let msg = e.to_string();
-    assert!(msg.contains("1 GiB pool (host-wide): requested 8, granted 3 (was 1)"), "{msg}");
+    assert!(
+        msg.contains("1 GiB pool (host-wide): requested 8, granted 3 (was 1)"),
+        "{msg}"
+    );
     assert!(msg.contains("free memory: 1 GiB"), "{msg}");
     assert!(msg.contains("3 compactions tried"), "{msg}");
     assert!(msg.contains("every pool was restored"), "{msg}");
@@ -155,11 +163,25 @@ fn never_shrinks_below_pages_in_use_or_reserved() {
     k.used.insert(M2, 30);
     k.resv.insert(M2, 20);
     let e = apply_to(&k, &plan(&[(M2, 40)]), &opts(), &none).unwrap_err();
-    assert!(matches!(e, ApplyError::WouldShrinkInUse { requested: 40, floor: 50, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            ApplyError::WouldShrinkInUse {
+                requested: 40,
+                floor: 50,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert_eq!(k.writes.get(), 0, "nothing written");
     assert_eq!(k.nr(M2, None).unwrap(), 100);
     // Down to exactly the floor is fine.
-    assert!(apply_to(&k, &plan(&[(M2, 50)]), &opts(), &none).unwrap().complete);
+    assert!(
+        apply_to(&k, &plan(&[(M2, 50)]), &opts(), &none)
+            .unwrap()
+            .complete
+    );
 }
 
 #[test]

@@ -24,24 +24,35 @@ fn twice_changes_nothing_and_updates_keep_a_backup() {
     let r = root("twice");
     let p = plan(&host(), &[Demand::new("sga", 1 << 30, 2 << 20)], vec![], 2);
     let first = persist(&p, &r).unwrap();
-    assert!(first.iter().all(|f| f.action == PersistAction::Created), "{first:?}");
+    assert!(
+        first.iter().all(|f| f.action == PersistAction::Created),
+        "{first:?}"
+    );
     let sysctl = r.join("etc/sysctl.d/60-hugeshm.conf");
     let text = std::fs::read_to_string(&sysctl).unwrap();
     assert!(text.contains("vm.nr_hugepages = 514\n"), "{text}");
     assert!(r.join("etc/security/limits.d/60-hugeshm.conf").exists());
 
     let second = persist(&p, &r).unwrap();
-    assert!(second.iter().all(|f| f.action == PersistAction::Unchanged), "{second:?}");
+    assert!(
+        second.iter().all(|f| f.action == PersistAction::Unchanged),
+        "{second:?}"
+    );
     assert_eq!(std::fs::read_to_string(&sysctl).unwrap(), text);
 
     // A new plan replaces the file and keeps the old one beside it.
     let p2 = plan(&host(), &[Demand::new("sga", 2 << 30, 2 << 20)], vec![], 2);
     let third = persist(&p2, &r).unwrap();
-    let f = third.iter().find(|f| f.path.ends_with("sysctl.d/60-hugeshm.conf")).unwrap();
+    let f = third
+        .iter()
+        .find(|f| f.path.ends_with("sysctl.d/60-hugeshm.conf"))
+        .unwrap();
     assert_eq!(f.action, PersistAction::Updated);
     let backup = f.backup.as_ref().unwrap();
     assert_eq!(std::fs::read_to_string(backup).unwrap(), text);
-    assert!(std::fs::read_to_string(&sysctl).unwrap().contains("vm.nr_hugepages = 1026\n"));
+    assert!(std::fs::read_to_string(&sysctl)
+        .unwrap()
+        .contains("vm.nr_hugepages = 1026\n"));
     // No temporary files are left.
     let leftovers: Vec<_> = std::fs::read_dir(r.join("etc/sysctl.d"))
         .unwrap()

@@ -41,6 +41,7 @@
 
 mod host;
 mod pool;
+pub mod postgres;
 mod testproc;
 
 pub use host::{HostState, PoolCounts, SysvSegment};

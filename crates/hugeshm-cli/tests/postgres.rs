@@ -1,0 +1,152 @@
+//! `hugeshm advise --postgres` against a real PostgreSQL cluster, as root: the
+//! plan equals PostgreSQL's own `shared_memory_size_in_huge_pages`, `apply`
+//! reserves it, the server starts with `huge_pages=on`, and `segments` reports
+//! its shared memory on 2 MiB pages with the postmaster and a backend attached.
+
+use hugeshm_doctor::segments::Segment;
+use hugeshm_probe::{FS_ROOT_ENV, PROC_ROOT_ENV, SYS_ROOT_ENV};
+use hugeshm_testkit::postgres::{skip_unless_postgres, PgCluster};
+use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
+use serde_json::Value;
+use std::process::{Command, Output};
+
+const M2: u64 = 2 << 20;
+
+fn hugeshm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hugeshm"))
+        .args(args)
+        .env_remove(PROC_ROOT_ENV)
+        .env_remove(SYS_ROOT_ENV)
+        .env_remove(FS_ROOT_ENV)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run hugeshm")
+}
+
+fn json(out: Output) -> Value {
+    assert!(
+        out.status.success(),
+        "hugeshm failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+#[test]
+fn advise_apply_and_see_postgres_on_huge_pages() {
+    const T: &str = "advise_apply_and_see_postgres_on_huge_pages";
+    if skip_unless_root(T) || skip_unless_postgres(T) {
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool lock");
+    let before = HostState::capture().expect("host state");
+    {
+        let mut pg = PgCluster::init("256MB").expect("initdb");
+        let dd = pg.datadir().display().to_string();
+        let own: u64 = pg
+            .postgres_c("shared_memory_size_in_huge_pages")
+            .expect("postgres -C")
+            .parse()
+            .expect("a page count");
+        assert!(
+            own > 128,
+            "256 MB of shared_buffers needs more than 128 pages: {own}"
+        );
+
+        // Server down: postgres -C.
+        let plan = json(hugeshm(&[
+            "advise",
+            "--postgres",
+            &dd,
+            "--spare",
+            "0",
+            "--json",
+        ]));
+        let counted = &plan["counted"][0];
+        assert_eq!(counted["pages"].as_u64(), Some(own), "{plan:#}");
+        assert_eq!(counted["page_size_bytes"].as_u64(), Some(M2));
+        assert!(
+            counted["note"].as_str().unwrap().contains("postgres -C"),
+            "{counted}"
+        );
+        assert_eq!(plan["pools"][0]["pages"].as_u64(), Some(own));
+
+        // Reserve exactly that, and start the server requiring huge pages.
+        let applied = json(hugeshm(&[
+            "apply",
+            "--postgres",
+            &dd,
+            "--spare",
+            "0",
+            "--json",
+        ]));
+        assert_eq!(applied["result"]["complete"], true, "{applied:#}");
+        assert_eq!(
+            applied["result"]["changes"][0]["granted"].as_u64(),
+            Some(own)
+        );
+        pg.start("on")
+            .expect("PostgreSQL starts with huge_pages=on on the applied pool");
+        let backend = pg.hold_backend().expect("a client backend");
+        let postmaster = pg.postmaster_pid().expect("postmaster pid");
+
+        // Running server: asked over its socket, same answer.
+        let plan = json(hugeshm(&[
+            "advise",
+            "--postgres",
+            &dd,
+            "--spare",
+            "0",
+            "--json",
+        ]));
+        assert_eq!(plan["counted"][0]["pages"].as_u64(), Some(own));
+        assert!(plan["counted"][0]["note"]
+            .as_str()
+            .unwrap()
+            .contains("running server"));
+
+        // segments: the main area on 2 MiB pages, postmaster and backend attached.
+        let out = hugeshm(&["segments", "--json"]);
+        assert!(out.status.success());
+        let segs: Vec<Segment> = serde_json::from_slice(&out.stdout).expect("segments JSON");
+        let main = segs
+            .iter()
+            .find(|s| s.kind == "anon" && s.attached_pids.contains(&postmaster))
+            .unwrap_or_else(|| {
+                panic!("no anonymous shared segment of postmaster {postmaster}: {segs:#?}")
+            });
+        assert_eq!(main.page_size_bytes, Some(M2), "{main:#?}");
+        assert_eq!(main.size_bytes, own * M2, "{main:#?}");
+        assert!(
+            main.attached_pids.contains(&backend.backend_pid()),
+            "{main:#?}"
+        );
+        assert!(
+            !main.findings.iter().any(|f| f.code == "silent-fallback"),
+            "{main:#?}"
+        );
+        // The interlock: a tiny SysV segment created by the postmaster.
+        assert!(
+            segs.iter()
+                .any(|s| s.kind == "sysv" && s.creator_pid == Some(postmaster)),
+            "no SysV interlock segment: {segs:#?}"
+        );
+        // status: the pool is fully used by PostgreSQL (reserved or faulted).
+        let st = json(hugeshm(&["status", "--json"]));
+        let row = st["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["page_size_bytes"].as_u64() == Some(M2) && p["node"].is_null())
+            .unwrap();
+        assert_eq!(row["total"].as_u64(), Some(own));
+        assert_eq!(row["available"].as_u64(), Some(0), "{row}");
+
+        backend.release().expect("close the backend");
+        pg.stop().expect("stop PostgreSQL");
+    }
+    pool.restore().expect("restore the pool");
+    let diff = before.diff(&HostState::capture().expect("host state"));
+    assert!(diff.is_empty(), "left behind: {diff:#?}");
+}
