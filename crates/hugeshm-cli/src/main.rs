@@ -51,6 +51,10 @@ enum Command {
     Status(cmd::status::Args),
     /// Every shared memory segment and huge page mapping, and the page size really backing it.
     Segments(cmd::segments::Args),
+    /// Create a shared region on huge pages, pre-fault it and verify it.
+    Create(cmd::region::CreateArgs),
+    /// Remove a named region (refused while processes are attached).
+    Rm(cmd::region::RmArgs),
     /// How many huge pages of each size each node needs, and the configuration.
     Advise(cmd::advise::Args),
     /// Reserve a plan on the running host (all or nothing) and optionally persist it.
@@ -72,6 +76,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Status(a) => cmd::status::run(&roots, &a, &mut out),
         Command::Segments(a) => cmd::segments::run(&roots, &a, &mut out),
+        Command::Create(a) => cmd::region::create(&a, &mut out),
+        Command::Rm(a) => cmd::region::rm(&a, &mut out),
         Command::Advise(a) => cmd::advise::run(&roots, &a, &mut out),
         Command::Apply(a) => cmd::apply::run(&roots, &a, &mut out),
         Command::Bench(b) => cmd::bench::run(&roots, b, &mut out),

@@ -188,3 +188,53 @@ pub fn findings(
     }
     Ok(())
 }
+
+/// A progress bar on stderr, drawn only when stderr is a terminal.
+#[derive(Clone)]
+pub struct ProgressBar {
+    label: String,
+    enabled: bool,
+    last: std::sync::Arc<std::sync::Mutex<(std::time::Instant, u64)>>,
+}
+
+impl ProgressBar {
+    /// A bar with a label (`pre-faulting`); silent unless stderr is a tty.
+    pub fn new(label: &str) -> Self {
+        ProgressBar {
+            label: label.to_string(),
+            enabled: std::io::stderr().is_terminal(),
+            last: std::sync::Arc::new(std::sync::Mutex::new((std::time::Instant::now(), 0))),
+        }
+    }
+
+    /// Draws `done` of `total` bytes (at most ten times a second).
+    pub fn update(&self, done: u64, total: u64) {
+        if !self.enabled || total == 0 {
+            return;
+        }
+        let Ok(mut last) = self.last.lock() else {
+            return;
+        };
+        if done < total && last.0.elapsed() < std::time::Duration::from_millis(100) {
+            return;
+        }
+        *last = (std::time::Instant::now(), done);
+        let width = 30usize;
+        let filled = ((done as f64 / total as f64) * width as f64) as usize;
+        eprint!(
+            "\r{} [{}{}] {} / {} ",
+            self.label,
+            "=".repeat(filled.min(width)),
+            " ".repeat(width - filled.min(width)),
+            hugeshm_parse::size::format_bytes(done),
+            hugeshm_parse::size::format_bytes(total)
+        );
+    }
+
+    /// Clears the bar's line.
+    pub fn finish(&self) {
+        if self.enabled {
+            eprint!("\r{}\r", " ".repeat(self.label.len() + 60));
+        }
+    }
+}

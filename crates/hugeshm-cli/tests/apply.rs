@@ -3,34 +3,17 @@
 //! that would shrink a pool in use, changes nothing; persisting twice into a
 //! staging root changes nothing the second time.
 
-use hugeshm_probe::{FS_ROOT_ENV, PROC_ROOT_ENV, SYS_ROOT_ENV};
+mod common;
+
+use common::{hugeshm, json};
+use hugeshm_probe::FS_ROOT_ENV;
+
 use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard, TestProc};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 const M2: u64 = 2 << 20;
-
-fn hugeshm(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hugeshm"))
-        .args(args)
-        .env_remove(PROC_ROOT_ENV)
-        .env_remove(SYS_ROOT_ENV)
-        .env_remove(FS_ROOT_ENV)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run hugeshm")
-}
-
-fn json(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "hugeshm failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
-}
 
 /// Every `nr_hugepages` file: host-wide per size, and per node.
 fn all_pools() -> Vec<(PathBuf, u64)> {
@@ -75,7 +58,7 @@ fn apply_reserves_and_reads_back() {
     let before = HostState::capture().unwrap();
     let files = all_pools();
     // A dry run changes nothing.
-    let dry = json(&hugeshm(&[
+    let dry = json(hugeshm(&[
         "apply",
         "--size",
         "16M",
@@ -88,7 +71,7 @@ fn apply_reserves_and_reads_back() {
     assert_eq!(dry["result"]["changes"][0]["requested"], 8);
     assert_eq!(all_pools(), files);
 
-    let out = json(&hugeshm(&[
+    let out = json(hugeshm(&[
         "apply", "--size", "16M", "--spare", "0", "--json",
     ]));
     let c = &out["result"]["changes"][0];
@@ -99,7 +82,7 @@ fn apply_reserves_and_reads_back() {
     // The kernel's own count agrees.
     assert_eq!(nr_2m(), 8);
     // advise sees the pool now holds what the plan asks: no change.
-    let adv = json(&hugeshm(&[
+    let adv = json(hugeshm(&[
         "advise", "--size", "16M", "--spare", "0", "--json",
     ]));
     assert_eq!(adv["pools"][0]["current_pages"], 8);
@@ -175,7 +158,7 @@ fn persist_twice_into_a_staging_root() {
         r.as_str(),
         "--json",
     ];
-    let first = json(&hugeshm(&args));
+    let first = json(hugeshm(&args));
     let actions: Vec<&str> = first["persisted"]
         .as_array()
         .unwrap()
@@ -193,7 +176,7 @@ fn persist_twice_into_a_staging_root() {
     assert!(text.contains("vm.nr_hugepages = 514"), "{text}");
     let limits =
         std::fs::read_to_string(root.join("etc/security/limits.d/60-hugeshm.conf")).unwrap();
-    let second = json(&hugeshm(&args));
+    let second = json(hugeshm(&args));
     let actions: Vec<&str> = second["persisted"]
         .as_array()
         .unwrap()

@@ -3,35 +3,15 @@
 //! reserves it, the server starts with `huge_pages=on`, and `segments` reports
 //! its shared memory on 2 MiB pages with the postmaster and a backend attached.
 
+mod common;
+
+use common::{hugeshm, json};
+
 use hugeshm_doctor::segments::Segment;
-use hugeshm_probe::{FS_ROOT_ENV, PROC_ROOT_ENV, SYS_ROOT_ENV};
 use hugeshm_testkit::postgres::{skip_unless_postgres, PgCluster};
 use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
-use serde_json::Value;
-use std::process::{Command, Output};
 
 const M2: u64 = 2 << 20;
-
-fn hugeshm(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hugeshm"))
-        .args(args)
-        .env_remove(PROC_ROOT_ENV)
-        .env_remove(SYS_ROOT_ENV)
-        .env_remove(FS_ROOT_ENV)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run hugeshm")
-}
-
-fn json(out: Output) -> Value {
-    assert!(
-        out.status.success(),
-        "hugeshm failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
-}
 
 #[test]
 fn advise_apply_and_see_postgres_on_huge_pages() {

@@ -443,8 +443,9 @@ pub fn mmap_anon(
     })
 }
 
-/// Returns the page size of the filesystem behind `fd` when it is hugetlbfs.
-fn hugetlbfs_page_size(fd: BorrowedFd<'_>) -> Option<usize> {
+/// Returns the page size of the filesystem behind `fd` when it is hugetlbfs
+/// (memfds created with a huge page size included), `None` otherwise.
+pub fn hugetlbfs_page_size(fd: BorrowedFd<'_>) -> Option<usize> {
     let st = rustix::fs::fstatfs(fd).ok()?;
     #[allow(clippy::unnecessary_cast)]
     let f_type = st.f_type as u64 & 0xffff_ffff;
@@ -615,6 +616,60 @@ pub unsafe fn touch_pages(ptr: *mut u8, len: usize, page: usize) {
         let addr = start + off;
         off = (addr / page + 1) * page - start;
     }
+}
+
+/// Whether the kernel knows `MADV_POPULATE_WRITE` (Linux 5.14+).
+///
+/// Asks with an empty range: the kernel validates the advice before it
+/// looks at the range, so this is `EINVAL` exactly when the advice is
+/// unknown, and touches no memory either way.
+pub fn populate_write_supported() -> bool {
+    // SAFETY: a zero-length range covers no memory; address 0 is page-aligned.
+    let r = unsafe { rustix::mm::madvise(std::ptr::null_mut(), 0, Advice::LinuxPopulateWrite) };
+    r.is_ok()
+}
+
+/// `madvise(MADV_HUGEPAGE)` over a whole region: asks for transparent huge
+/// pages (tmpfs mounted with `huge=advise`, anonymous memory with THP
+/// `enabled=madvise`). Does not change contents.
+pub fn advise_hugepage<R: MappedRegion + ?Sized>(region: &R) -> Result<(), SysError> {
+    let (ptr, len) = (region.region_ptr(), region.region_len());
+    // SAFETY: MappedRegion is sealed and always describes a live mapping
+    // owned by its handle; the advice never changes memory contents.
+    unsafe { rustix::mm::madvise(ptr.cast::<c_void>(), len, Advice::LinuxHugepage) }.map_err(|e| {
+        SysError::os(
+            format!(
+                "madvise(addr={:#x}, len={len}, MADV_HUGEPAGE)",
+                ptr as usize
+            ),
+            e,
+        )
+    })
+}
+
+/// `mlock` over a whole region: faults in and locks every page (undone by
+/// unmapping). hugetlb pages are never swapped anyway; the kernel still
+/// checks the length against `RLIMIT_MEMLOCK`.
+pub fn mlock<R: MappedRegion + ?Sized>(region: &R) -> Result<(), SysError> {
+    let (ptr, len) = (region.region_ptr(), region.region_len());
+    // SAFETY: MappedRegion is sealed and always describes a live mapping
+    // owned by its handle; locking does not change memory contents.
+    unsafe { rustix::mm::mlock(ptr.cast::<c_void>(), len) }
+        .map_err(|e| SysError::os(format!("mlock(addr={:#x}, len={len})", ptr as usize), e))
+}
+
+/// `fallocate(fd, 0, 0, len)`: allocates every block of a file now, so that
+/// a full tmpfs is `ENOSPC` here instead of SIGBUS at first touch.
+pub fn fallocate(fd: BorrowedFd<'_>, len: u64) -> Result<(), SysError> {
+    rustix::fs::fallocate(fd, rustix::fs::FallocateFlags::empty(), 0, len).map_err(|e| {
+        SysError::os(
+            format!(
+                "fallocate(fd={}, mode=0, offset=0, len={len})",
+                fd.as_raw_fd()
+            ),
+            e,
+        )
+    })
 }
 
 // ---------------------------------------------------------------------------

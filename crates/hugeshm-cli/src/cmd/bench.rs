@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 pub enum BenchCommand {
     /// Time `hugeshm segments` on a host with many processes attached to one segment.
     Scan(ScanArgs),
+    /// Time creating and pre-faulting a region per page size and thread count,
+    /// against a memset of already-faulted memory.
+    Prefault(crate::cmd::bench_prefault::Args),
     /// (internal) attach a SysV segment and wait for stdin to close.
     #[command(hide = true)]
     AttachChild {
@@ -69,6 +72,7 @@ struct ScanResult {
 pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Scan(a) => scan(roots, &a, out),
+        BenchCommand::Prefault(a) => crate::cmd::bench_prefault::run(roots, &a, out),
         BenchCommand::AttachChild { shmid } => attach_child(shmid),
     }
 }

@@ -3,5 +3,7 @@
 pub mod advise;
 pub mod apply;
 pub mod bench;
+pub mod bench_prefault;
+pub mod region;
 pub mod segments;
 pub mod status;

@@ -1,0 +1,308 @@
+//! `hugeshm bench prefault`: how fast a region is ready, per page size and
+//! thread count, against the machine's write bandwidth.
+
+use crate::cmd::bench::parse_size_arg;
+use crate::output::{Out, Table};
+use anyhow::Context;
+use hugeshm_apply::{PoolFiles, SysfsPools};
+use hugeshm_parse::size::{format_bytes, page_size_short};
+use hugeshm_probe::{Probe, Roots};
+use hugeshm_region::{bench_prefault, memset_baseline, Backend, PageSize};
+use std::process::ExitCode;
+
+/// `bench prefault` options.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Region size.
+    #[arg(long, default_value = "4G", value_parser = parse_size_arg)]
+    pub size: u64,
+    /// Page sizes to compare (comma-separated): 4k, 2m, 1g.
+    #[arg(long, value_delimiter = ',', default_value = "4k,2m")]
+    pub page_size: Vec<String>,
+    /// Thread counts to compare (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub threads: Vec<usize>,
+    /// Timed runs per combination after the warm-up (the best is reported).
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Backend for huge pages (4 KiB pages always use posix: files in /dev/shm,
+    /// the "memory-mapped files" style).
+    #[arg(long, default_value = "anon")]
+    pub huge_backend: Backend,
+    /// Do not raise the huge page pools for the run (by default, as root, the
+    /// bench adds the pages it needs and gives them back afterwards).
+    #[arg(long)]
+    pub no_reserve: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Row {
+    page_size_bytes: u64,
+    backend: Backend,
+    threads: usize,
+    cold_seconds: Option<f64>,
+    seconds: f64,
+    gbps: f64,
+    ready_seconds: f64,
+    ready_gbps: f64,
+    method: String,
+    vs_4k: Option<f64>,
+    vs_one_thread: Option<f64>,
+    vs_memset: Option<f64>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Baseline {
+    threads: usize,
+    gbps: f64,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Report {
+    size_bytes: u64,
+    runs: usize,
+    memset: Vec<Baseline>,
+    results: Vec<Row>,
+}
+
+/// Raises pools for the run and restores them on drop.
+struct Reservation<'a> {
+    pools: SysfsPools<'a>,
+    restore: Vec<(u64, u64)>,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        for (size, nr) in &self.restore {
+            if let Err(e) = self.pools.set_nr(*size, None, *nr) {
+                eprintln!(
+                    "hugeshm: warning: could not restore the {} pool to {nr}: {e}",
+                    format_bytes(*size)
+                );
+            }
+        }
+    }
+}
+
+/// Runs the bench.
+pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let probe = Probe::new(roots.clone());
+    let host = probe.host();
+    let mut sizes = Vec::new();
+    for p in &a.page_size {
+        let ps: PageSize = p.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+        let bytes = match ps {
+            PageSize::Largest => anyhow::bail!("--page-size takes explicit sizes (4k, 2m, 1g)"),
+            other => other.bytes().unwrap_or(4096),
+        };
+        if bytes > 4096 && host.pool(bytes).is_none() {
+            eprintln!(
+                "hugeshm: skipping {}: this kernel offers no such pages",
+                page_size_short(bytes)
+            );
+            continue;
+        }
+        sizes.push(bytes);
+    }
+    let mut threads = a.threads.clone();
+    threads.retain(|t| *t > 0);
+    threads.sort_unstable();
+    threads.dedup();
+    anyhow::ensure!(
+        !threads.is_empty(),
+        "--threads needs at least one count above 0"
+    );
+
+    // Pools: add what the bench needs (root only), restore afterwards.
+    let pools = SysfsPools::new(&probe);
+    let mut reservation = Reservation {
+        pools: SysfsPools::new(&probe),
+        restore: Vec::new(),
+    };
+    if !a.no_reserve {
+        for &ps in sizes.iter().filter(|s| **s > 4096) {
+            let need = a.size.div_ceil(ps);
+            let Some(p) = host.pool(ps) else { continue };
+            if p.available() < need {
+                let target = p.nr + (need - p.available());
+                pools
+                    .set_nr(ps, None, target)
+                    .with_context(|| format!("reserving {need} {} pages for the bench (run as root, or --no-reserve with a pool that holds them)", format_bytes(ps)))?;
+                reservation.restore.push((ps, p.nr));
+                let got = pools.nr(ps, None)?;
+                if got < target {
+                    anyhow::bail!(
+                        "the kernel granted {got} of {target} {} pages: not enough memory for a {} region",
+                        format_bytes(ps),
+                        format_bytes(a.size)
+                    );
+                }
+            }
+        }
+    }
+
+    let tty = out.tty && !a.json;
+    let note = |s: &str| {
+        if tty {
+            eprint!("\r{s:<70}");
+        }
+    };
+    let mut memset = Vec::new();
+    for &t in &threads {
+        note(&format!("memset baseline, {t} threads"));
+        let b = memset_baseline(a.size, t).map_err(|e| anyhow::anyhow!("{e}"))?;
+        memset.push(Baseline {
+            threads: t,
+            gbps: b.gbps,
+        });
+    }
+    let mut rows: Vec<Row> = Vec::new();
+    for &ps in &sizes {
+        let (backend, page) = if ps == 4096 {
+            (Backend::Posix, PageSize::Base)
+        } else {
+            (a.huge_backend, PageSize::Huge(ps))
+        };
+        // Warm-up: the first touch of guest memory in a VM is slow; reported as cold.
+        note(&format!("{} warm-up", page_size_short(ps)));
+        let cold = bench_prefault(a.size, backend, page, *threads.last().unwrap_or(&1))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        for &t in &threads {
+            let mut best: Option<hugeshm_region::PrefaultSample> = None;
+            for r in 0..a.runs.max(1) {
+                note(&format!(
+                    "{} pages, {t} threads, run {}",
+                    page_size_short(ps),
+                    r + 1
+                ));
+                let s =
+                    bench_prefault(a.size, backend, page, t).map_err(|e| anyhow::anyhow!("{e}"))?;
+                if best
+                    .as_ref()
+                    .is_none_or(|b| s.ready_seconds < b.ready_seconds)
+                {
+                    best = Some(s);
+                }
+            }
+            let s = best.expect("at least one run");
+            rows.push(Row {
+                page_size_bytes: ps,
+                backend,
+                threads: t,
+                cold_seconds: (t == *threads.last().unwrap_or(&1)).then_some(cold.ready_seconds),
+                seconds: s.prefault_seconds,
+                gbps: s.prefault_gbps,
+                ready_seconds: s.ready_seconds,
+                ready_gbps: s.ready_gbps,
+                method: s.method.as_str().to_string(),
+                vs_4k: None,
+                vs_one_thread: None,
+                vs_memset: None,
+            });
+        }
+    }
+    if tty {
+        eprint!("\r{:<70}\r", "");
+    }
+    drop(reservation);
+    // Ratios, all from this run.
+    // x 4k and x 1 thread compare ready rates (for posix the zeroing happens
+    // in fallocate, before the pre-fault); "of memset" compares the pre-fault
+    // itself with writing already-faulted memory.
+    let snapshot: Vec<(u64, usize, f64)> = rows
+        .iter()
+        .map(|r| (r.page_size_bytes, r.threads, r.ready_gbps))
+        .collect();
+    for r in rows.iter_mut() {
+        let base4k = snapshot
+            .iter()
+            .find(|(p, t, _)| *p == 4096 && *t == r.threads)
+            .map(|x| x.2);
+        let one = snapshot
+            .iter()
+            .find(|(p, t, _)| *p == r.page_size_bytes && *t == threads[0])
+            .map(|x| x.2);
+        let ms = memset
+            .iter()
+            .find(|b| b.threads == r.threads)
+            .map(|b| b.gbps);
+        r.vs_4k = base4k
+            .filter(|b| *b > 0.0 && r.page_size_bytes != 4096)
+            .map(|b| r.ready_gbps / b);
+        r.vs_one_thread = one
+            .filter(|o| *o > 0.0 && r.threads != threads[0])
+            .map(|o| r.ready_gbps / o);
+        r.vs_memset = ms.filter(|m| *m > 0.0).map(|m| r.gbps / m);
+    }
+    let report = Report {
+        size_bytes: a.size,
+        runs: a.runs,
+        memset,
+        results: rows,
+    };
+    if a.json {
+        out.json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    out.line(format!(
+        "pre-fault of a {} region (best of {} runs after a warm-up; GB/s = decimal)",
+        format_bytes(a.size),
+        a.runs
+    ))?;
+    let mut t = Table::new(&[
+        "page",
+        "backend",
+        ">threads",
+        ">cold s",
+        ">ready s",
+        ">ready GB/s",
+        ">x 4k",
+        ">x 1 thread",
+        ">pre-fault GB/s",
+        ">of memset",
+        "method",
+    ]);
+    let ratio = |v: Option<f64>| v.map(|x| format!("{x:.1}x")).unwrap_or_else(|| "-".into());
+    for r in &report.results {
+        t.row(vec![
+            page_size_short(r.page_size_bytes),
+            r.backend.to_string(),
+            r.threads.to_string(),
+            r.cold_seconds
+                .map(|c| format!("{c:.3}"))
+                .unwrap_or_else(|| "-".into()),
+            format!("{:.3}", r.ready_seconds),
+            format!("{:.1}", r.ready_gbps),
+            ratio(r.vs_4k),
+            ratio(r.vs_one_thread),
+            format!("{:.1}", r.gbps),
+            r.vs_memset
+                .map(|x| format!("{:.0}%", x * 100.0))
+                .unwrap_or_else(|| "-".into()),
+            r.method.clone(),
+        ]);
+    }
+    t.render(out, "")?;
+    let ms: Vec<String> = report
+        .memset
+        .iter()
+        .map(|b| {
+            format!(
+                "{} thread{}: {:.1} GB/s",
+                b.threads,
+                if b.threads == 1 { "" } else { "s" },
+                b.gbps
+            )
+        })
+        .collect();
+    out.line(format!(
+        "memset over already-faulted memory (the machine's write bandwidth): {}",
+        ms.join(", ")
+    ))?;
+    out.line("ready = create + pre-fault (for posix this includes fallocate, where tmpfs zeroes its pages); x 4k and x 1 thread compare ready rates, of memset the pre-fault rate")?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}

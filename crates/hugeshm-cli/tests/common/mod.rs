@@ -1,0 +1,33 @@
+//! Running the built `hugeshm` binary on the live host from integration tests.
+#![allow(dead_code)]
+
+use hugeshm_probe::{FS_ROOT_ENV, PROC_ROOT_ENV, SYS_ROOT_ENV};
+use serde_json::Value;
+use std::process::{Command, Output};
+
+/// `hugeshm ARGS` on the live host: fixture-root variables removed, no colour.
+pub fn cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hugeshm"));
+    c.args(args)
+        .env_remove(PROC_ROOT_ENV)
+        .env_remove(SYS_ROOT_ENV)
+        .env_remove(FS_ROOT_ENV)
+        .env("NO_COLOR", "1");
+    c
+}
+
+/// Runs `hugeshm ARGS` and returns its output.
+pub fn hugeshm(args: &[&str]) -> Output {
+    cmd(args).output().expect("run hugeshm")
+}
+
+/// The JSON on stdout of a successful run (panics with stderr otherwise).
+pub fn json(out: Output) -> Value {
+    assert!(
+        out.status.success(),
+        "hugeshm failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}

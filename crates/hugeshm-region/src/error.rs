@@ -1,0 +1,312 @@
+//! The error of every region operation: typed, with the numbers and the fix.
+
+use hugeshm_parse::size::format_bytes;
+
+use crate::pool::Shortfall;
+use crate::sys::SysError;
+use crate::types::{Backend, PrefaultMethod};
+
+/// Why a region could not be created, attached or removed.
+///
+/// Every variant that an administrator can fix carries the fix (see
+/// [`RegionError::fix`]); nothing that was created before the error is left
+/// behind.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegionError {
+    /// The name cannot be used for a kernel object.
+    #[error("invalid region name {name:?}: {reason}")]
+    InvalidName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The size is zero or too large.
+    #[error("invalid region size {requested_bytes}: {reason}")]
+    InvalidSize {
+        /// The size asked for.
+        requested_bytes: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The kernel has no pool of this page size.
+    #[error(
+        "{} pages are not offered by this kernel (offered: {}); \
+         to fix: pick one of those, or boot with hugepagesz={} hugepages=N",
+        format_bytes(*page_size_bytes),
+        offered_list(offered),
+        hugeshm_parse::size::page_size_short(*page_size_bytes)
+    )]
+    UnsupportedPageSize {
+        /// The page size asked for.
+        page_size_bytes: u64,
+        /// The huge page sizes in `/sys/kernel/mm/hugepages`.
+        offered: Vec<u64>,
+    },
+    /// The pool cannot hold the region (found before the system call, or
+    /// the system call's own `ENOMEM` when the pool changed in between).
+    #[error("{shortfall}{}", refused_by.as_ref().map(|c| format!(" (the kernel refused: {c})")).unwrap_or_default())]
+    PoolShortfall {
+        /// The numbers and the fix.
+        shortfall: Shortfall,
+        /// The refused call when the kernel, not the pre-check, said no.
+        refused_by: Option<String>,
+    },
+    /// `hugetlbfs` backend without a mount of the page size.
+    #[error(
+        "no hugetlbfs mount with {} pages in /proc/mounts; to fix: {fix}",
+        format_bytes(*page_size_bytes)
+    )]
+    NoHugetlbfsMount {
+        /// The page size.
+        page_size_bytes: u64,
+        /// The commands that create one.
+        fix: String,
+    },
+    /// The directory given to the builder cannot hold this backend's file.
+    #[error("{path}: {reason}")]
+    UnsuitableDirectory {
+        /// The directory.
+        path: String,
+        /// Why (wrong file system, wrong page size).
+        reason: String,
+    },
+    /// `posix` backend asked for huge pages where tmpfs cannot give them.
+    #[error(
+        "{} transparent huge pages unavailable for {dir}: {reason}; to fix: {fix}",
+        format_bytes(*page_size_bytes)
+    )]
+    ThpUnavailable {
+        /// The tmpfs directory.
+        dir: String,
+        /// The page size asked for.
+        page_size_bytes: u64,
+        /// Why.
+        reason: String,
+        /// What to change.
+        fix: String,
+    },
+    /// The file system holding the region is too small (checked with
+    /// `statvfs` before creating the file, and `fallocate`'s `ENOSPC`).
+    #[error(
+        "{path}: not enough space on {fstype}: needed {needed_bytes} bytes ({}), free {free_bytes} bytes ({}); to fix: {fix}",
+        format_bytes(*needed_bytes),
+        format_bytes(*free_bytes)
+    )]
+    NoSpace {
+        /// The file (or directory) being sized.
+        path: String,
+        /// `tmpfs` or `hugetlbfs`.
+        fstype: String,
+        /// Bytes the region needs.
+        needed_bytes: u64,
+        /// Bytes free on the file system.
+        free_bytes: u64,
+        /// What to change.
+        fix: String,
+    },
+    /// The kernel refused for lack of privilege (SysV `SHM_HUGETLB` without
+    /// `vm.hugetlb_shm_group` / `CAP_IPC_LOCK`, hugetlbfs mount permissions).
+    #[error("{what}: permission denied; to fix: {fix}")]
+    Permission {
+        /// What was refused.
+        what: String,
+        /// What to change.
+        fix: String,
+        /// The refused call.
+        #[source]
+        source: Option<SysError>,
+    },
+    /// `mlock` would exceed `RLIMIT_MEMLOCK`.
+    #[error(
+        "mlock of {needed_bytes} bytes ({}) would exceed RLIMIT_MEMLOCK \
+         (soft {}, hard {}, already locked {locked_bytes} bytes); to fix: \
+         add `{limits_conf}` to /etc/security/limits.conf, or `{systemd}` to the \
+         service's [Service] section, or grant CAP_IPC_LOCK",
+        format_bytes(*needed_bytes),
+        limit_text(*soft_limit_bytes),
+        limit_text(*hard_limit_bytes)
+    )]
+    MemlockLimit {
+        /// Bytes to lock.
+        needed_bytes: u64,
+        /// Bytes this process has locked already (`VmLck`).
+        locked_bytes: u64,
+        /// Soft limit in bytes (`None` = unlimited).
+        soft_limit_bytes: Option<u64>,
+        /// Hard limit in bytes (`None` = unlimited).
+        hard_limit_bytes: Option<u64>,
+        /// The limits.conf line (KiB), e.g. `oracle - memlock 10485760`.
+        limits_conf: String,
+        /// The systemd line, e.g. `LimitMEMLOCK=10737418240`.
+        systemd: String,
+    },
+    /// Pre-faulting failed (the kernel could not supply a page).
+    #[error("pre-fault ({method}) failed at offset {offset}: {source}")]
+    Prefault {
+        /// The method in use.
+        method: PrefaultMethod,
+        /// Offset into the region of the failed chunk.
+        offset: u64,
+        /// The failed call.
+        #[source]
+        source: SysError,
+    },
+    /// The kernel used other pages than asked (policy `only`).
+    #[error(
+        "verification failed: asked for {} pages, /proc/self/smaps shows {} pages \
+         (resident {resident_bytes} of {size_bytes} bytes){}",
+        format_bytes(*asked_page_size_bytes),
+        format_bytes(*verified_page_size_bytes),
+        if detail.is_empty() { String::new() } else { format!("; {detail}") }
+    )]
+    Verification {
+        /// The page size asked for.
+        asked_page_size_bytes: u64,
+        /// The page size the kernel used.
+        verified_page_size_bytes: u64,
+        /// Resident bytes found.
+        resident_bytes: u64,
+        /// Region size.
+        size_bytes: u64,
+        /// More context (e.g. transparent huge page coverage).
+        detail: String,
+    },
+    /// A named region exists already.
+    #[error("{backend} region {name:?} already exists ({object}); to fix: hugeshm rm {name}")]
+    AlreadyExists {
+        /// The name.
+        name: String,
+        /// The backend.
+        backend: Backend,
+        /// The object (key, path).
+        object: String,
+    },
+    /// No object of that name.
+    #[error("{backend} region {name:?} not found (looked for {looked})")]
+    NotFound {
+        /// The name.
+        name: String,
+        /// The backend.
+        backend: Backend,
+        /// Where it was looked for.
+        looked: String,
+    },
+    /// A named region is still attached by processes.
+    #[error(
+        "{backend} region {name:?} ({object}) is in use: {}; stop them first",
+        in_use_text(pids, *nattch)
+    )]
+    InUse {
+        /// The name.
+        name: String,
+        /// The backend.
+        backend: Backend,
+        /// The object.
+        object: String,
+        /// Pids that have it mapped.
+        pids: Vec<u32>,
+        /// SysV attachment count.
+        nattch: Option<u64>,
+    },
+    /// The operation does not exist for this backend.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A system call failed.
+    #[error(transparent)]
+    Sys(#[from] SysError),
+    /// A file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A /proc or /sys file could not be read.
+    #[error(transparent)]
+    Read(#[from] hugeshm_probe::ReadError),
+}
+
+impl RegionError {
+    /// The pool numbers of a [`RegionError::PoolShortfall`].
+    pub fn shortfall(&self) -> Option<&Shortfall> {
+        match self {
+            RegionError::PoolShortfall { shortfall, .. } => Some(shortfall),
+            _ => None,
+        }
+    }
+
+    /// The suggested fix, for errors an administrator can fix.
+    pub fn fix(&self) -> Option<String> {
+        match self {
+            RegionError::PoolShortfall { shortfall, .. } => Some(shortfall.fix.clone()),
+            RegionError::NoHugetlbfsMount { fix, .. }
+            | RegionError::ThpUnavailable { fix, .. }
+            | RegionError::NoSpace { fix, .. }
+            | RegionError::Permission { fix, .. } => Some(fix.clone()),
+            RegionError::MemlockLimit {
+                limits_conf,
+                systemd,
+                ..
+            } => Some(format!(
+                "{limits_conf} (/etc/security/limits.conf) or {systemd} (systemd)"
+            )),
+            RegionError::AlreadyExists { name, .. } => Some(format!("hugeshm rm {name}")),
+            _ => None,
+        }
+    }
+
+    /// The `errno` behind the error, when a system call failed.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            RegionError::Sys(e) | RegionError::Prefault { source: e, .. } => e.errno(),
+            RegionError::Permission {
+                source: Some(e), ..
+            } => e.errno(),
+            RegionError::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn io(path: impl Into<String>, source: std::io::Error) -> Self {
+        RegionError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+fn offered_list(offered: &[u64]) -> String {
+    if offered.is_empty() {
+        return "none: the kernel has no hugetlb pools".to_owned();
+    }
+    offered
+        .iter()
+        .map(|s| format_bytes(*s))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn limit_text(limit: Option<u64>) -> String {
+    match limit {
+        Some(b) => format!("{b} bytes"),
+        None => "unlimited".to_owned(),
+    }
+}
+
+fn in_use_text(pids: &[u32], nattch: Option<u64>) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = nattch {
+        parts.push(format!("{n} attachment(s)"));
+    }
+    if pids.is_empty() {
+        parts.push("by processes not visible here".to_owned());
+    } else {
+        let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+        parts.push(format!("mapped by pid(s) {}", list.join(", ")));
+    }
+    parts.join(", ")
+}

@@ -1,0 +1,117 @@
+//! The `RLIMIT_MEMLOCK` check before `mlock`, and the privileges the
+//! kernel checks for huge pages (`CAP_IPC_LOCK`, `vm.hugetlb_shm_group`).
+
+use hugeshm_probe::{Probe, Roots};
+
+use crate::error::RegionError;
+
+/// Whether this thread has `CAP_IPC_LOCK` in its effective set (which
+/// lifts the memlock limit and allows SysV `SHM_HUGETLB`).
+pub fn has_cap_ipc_lock() -> bool {
+    rustix::thread::capabilities(None)
+        .map(|c| {
+            c.effective
+                .contains(rustix::thread::CapabilitySet::IPC_LOCK)
+        })
+        .unwrap_or(false)
+}
+
+/// The login name of the effective uid (from `/etc/passwd`), else `*`.
+fn user_name() -> String {
+    let uid = rustix::process::geteuid().as_raw();
+    std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.len() > 2 && f[2].parse::<u32>().ok() == Some(uid)).then(|| f[0].to_owned())
+            })
+        })
+        .unwrap_or_else(|| "*".to_owned())
+}
+
+/// The error for a lock of `needed` bytes on top of `locked` under the
+/// given limits, with the `limits.conf` (KiB) and systemd lines.
+pub(crate) fn memlock_error(
+    needed: u64,
+    locked: u64,
+    soft: Option<u64>,
+    hard: Option<u64>,
+    user: &str,
+) -> RegionError {
+    let total = needed.saturating_add(locked);
+    let kib = total.div_ceil(1024);
+    RegionError::MemlockLimit {
+        needed_bytes: needed,
+        locked_bytes: locked,
+        soft_limit_bytes: soft,
+        hard_limit_bytes: hard,
+        limits_conf: format!("{user} - memlock {kib}"),
+        systemd: format!("LimitMEMLOCK={}", kib * 1024),
+    }
+}
+
+/// Fails when locking `needed` more bytes would exceed `RLIMIT_MEMLOCK`
+/// (unless the process has `CAP_IPC_LOCK`, which the kernel lets lock any
+/// amount).
+pub(crate) fn check_memlock(needed: u64) -> Result<(), RegionError> {
+    if has_cap_ipc_lock() {
+        return Ok(());
+    }
+    let lim = rustix::process::getrlimit(rustix::process::Resource::Memlock);
+    let Some(soft) = lim.current else {
+        return Ok(());
+    };
+    let locked = Probe::new(Roots::default())
+        .pid(std::process::id())
+        .status()
+        .ok()
+        .and_then(|s| s.vm_lck_bytes)
+        .unwrap_or(0);
+    if locked.saturating_add(needed) <= soft {
+        return Ok(());
+    }
+    Err(memlock_error(
+        needed,
+        locked,
+        Some(soft),
+        lim.maximum,
+        &user_name(),
+    ))
+}
+
+/// The fix for SysV `SHM_HUGETLB` refused with `EPERM`.
+pub(crate) fn shm_hugetlb_fix(size: u64) -> String {
+    let gid = rustix::process::getegid().as_raw();
+    let kib = size.div_ceil(1024);
+    format!(
+        "sysctl -w vm.hugetlb_shm_group={gid} (persist it in /etc/sysctl.d), \
+         or give the process CAP_IPC_LOCK (systemd: AmbientCapabilities=CAP_IPC_LOCK), \
+         or (deprecated) raise the memlock limit to at least {kib} KiB"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memlock_message_has_both_lines() {
+        let e = memlock_error(10 << 30, 4096, Some(8 << 20), Some(8 << 20), "oracle");
+        let s = e.to_string();
+        assert!(s.contains("`oracle - memlock 10485764`"), "{s}");
+        assert!(s.contains("`LimitMEMLOCK=10737422336`"), "{s}");
+        assert!(s.contains("soft 8388608 bytes, hard 8388608 bytes"), "{s}");
+        let e = memlock_error(1000, 0, Some(0), None, "*");
+        assert!(e.to_string().contains("`* - memlock 1`"), "{e}");
+        assert!(e.to_string().contains("hard unlimited"), "{e}");
+    }
+
+    #[test]
+    fn live_check_runs() {
+        // Root has CAP_IPC_LOCK; others have a limit: either way no panic,
+        // and a tiny lock is within any default limit.
+        check_memlock(4096).unwrap();
+        let _ = has_cap_ipc_lock();
+    }
+}

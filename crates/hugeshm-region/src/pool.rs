@@ -1,0 +1,798 @@
+//! The pool check and the plan: which pages a region will get, decided from
+//! one host snapshot before any system call.
+//!
+//! Everything here is pure (no I/O): the planner takes a
+//! [`HostSnapshot`] and a request and returns a
+//! plan or a typed error, so every policy decision is unit-tested on
+//! synthetic pools.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use hugeshm_parse::hugepages::PoolCounters;
+use hugeshm_parse::mounts::Mount;
+use hugeshm_parse::size::{format_bytes, page_size_short, round_up};
+use hugeshm_probe::HostSnapshot;
+use serde::{Deserialize, Serialize};
+
+use crate::error::RegionError;
+use crate::naming::DEFAULT_POSIX_DIR;
+use crate::types::{Backend, PageSize, Policy};
+
+/// A pool too small for a region: the numbers and the command that fixes it.
+///
+/// Displays as
+/// `2 MiB pages: required 10432, available 288 (free 800, reserved 512); to fix: sysctl -w vm.nr_hugepages=10944`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Shortfall {
+    /// The page size.
+    pub page_size_bytes: u64,
+    /// Pages the region needs.
+    pub required: u64,
+    /// Pages available: free − reserved.
+    pub available: u64,
+    /// `free_hugepages`.
+    pub free: u64,
+    /// `resv_hugepages` (promised to mappings, not yet faulted).
+    pub reserved: u64,
+    /// `nr_hugepages` (the persistent pool size).
+    pub nr_hugepages: u64,
+    /// The NUMA node, when the region is bound to one (`None`: host-wide).
+    pub node: Option<u32>,
+    /// The command that grows the pool enough:
+    /// `nr_hugepages + (required − available)`.
+    pub fix: String,
+}
+
+impl Shortfall {
+    /// Pages missing: `required − available`.
+    pub fn missing(&self) -> u64 {
+        self.required.saturating_sub(self.available)
+    }
+}
+
+impl fmt::Display for Shortfall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} pages", format_bytes(self.page_size_bytes))?;
+        if let Some(n) = self.node {
+            write!(f, " on node {n}")?;
+        }
+        write!(
+            f,
+            ": required {}, available {} (free {}, reserved {}); to fix: {}",
+            self.required, self.available, self.free, self.reserved, self.fix
+        )
+    }
+}
+
+/// The command that sets the pool of `page_size` pages to `target`:
+/// `sysctl -w vm.nr_hugepages=N` for the default size, the sysfs file of
+/// the size otherwise, the per-node file when `node` is given.
+pub fn pool_fix_command(
+    page_size: u64,
+    target: u64,
+    default_page_size: Option<u64>,
+    node: Option<u32>,
+) -> String {
+    let kb = page_size / 1024;
+    match node {
+        Some(n) => format!(
+            "echo {target} > /sys/devices/system/node/node{n}/hugepages/hugepages-{kb}kB/nr_hugepages"
+        ),
+        None if default_page_size == Some(page_size) => {
+            format!("sysctl -w vm.nr_hugepages={target}")
+        }
+        None => format!("echo {target} > /sys/kernel/mm/hugepages/hugepages-{kb}kB/nr_hugepages"),
+    }
+}
+
+/// Checks that `required` pages are available (free − reserved) in a
+/// host-wide pool; the shortfall otherwise.
+pub fn check_pool(
+    pool: &PoolCounters,
+    required: u64,
+    default_page_size: Option<u64>,
+) -> Result<(), Shortfall> {
+    let available = pool.available();
+    if available >= required {
+        return Ok(());
+    }
+    let target = pool.nr.saturating_add(required - available);
+    Err(Shortfall {
+        page_size_bytes: pool.page_size_bytes,
+        required,
+        available,
+        free: pool.free,
+        reserved: pool.resv.unwrap_or(0),
+        nr_hugepages: pool.nr,
+        node: None,
+        fix: pool_fix_command(pool.page_size_bytes, target, default_page_size, None),
+    })
+}
+
+/// How a `posix` (tmpfs) region gets transparent huge pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ThpMode {
+    /// The mount (or `shmem_enabled=force`) allocates huge folios even
+    /// without a mapping: `fallocate` gets them.
+    Always,
+    /// Only mappings with `MADV_HUGEPAGE` get them: `fallocate` would
+    /// allocate base pages, so the file is filled by faulting the mapping
+    /// (`MADV_POPULATE_WRITE`, an error rather than SIGBUS when tmpfs is
+    /// full).
+    Advise,
+}
+
+/// What backs the planned region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backing {
+    /// Base pages.
+    Base,
+    /// The hugetlb pool.
+    Hugetlb,
+    /// tmpfs transparent huge pages.
+    Thp(ThpMode),
+}
+
+/// The request, as far as planning is concerned.
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
+    pub backend: Backend,
+    pub page_size: PageSize,
+    pub policy: Policy,
+    pub requested_bytes: u64,
+    /// The builder's directory: for `hugetlbfs` with its page size (from
+    /// `statfs`), for `posix` the tmpfs directory.
+    pub directory: Option<(PathBuf, Option<u64>)>,
+}
+
+/// What the host offers, beyond the snapshot.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HostExtra {
+    /// Base page size.
+    pub base: u64,
+    /// `hpage_pmd_size`: the transparent huge page size (`None` without THP).
+    pub pmd_size: Option<u64>,
+}
+
+/// The decision: page size, rounded size, where, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub page_size: u64,
+    pub size_bytes: u64,
+    pub backing: Backing,
+    /// The hugetlbfs mount or tmpfs directory for file backends.
+    pub dir: Option<PathBuf>,
+    pub fell_back: bool,
+    pub reason: Option<String>,
+    pub shortfall: Option<Shortfall>,
+    pub warnings: Vec<String>,
+}
+
+impl Plan {
+    /// Whether the region is on huge pages (hugetlb or THP).
+    pub fn is_huge(&self) -> bool {
+        self.backing != Backing::Base
+    }
+}
+
+fn size_for(requested: u64, page: u64) -> Result<u64, RegionError> {
+    round_up(requested, page).ok_or_else(|| RegionError::InvalidSize {
+        requested_bytes: requested,
+        reason: format!("rounding up to {} pages overflows", format_bytes(page)),
+    })
+}
+
+/// The directory a base-page file of this request goes to.
+fn base_dir(req: &Request) -> Option<PathBuf> {
+    match req.backend {
+        Backend::Posix => Some(
+            req.directory
+                .as_ref()
+                .map(|(d, _)| d.clone())
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_POSIX_DIR)),
+        ),
+        // Base pages do not exist on hugetlbfs: the file goes to /dev/shm.
+        Backend::Hugetlbfs => Some(PathBuf::from(DEFAULT_POSIX_DIR)),
+        _ => None,
+    }
+}
+
+fn base_plan(req: &Request, extra: &HostExtra) -> Result<Plan, RegionError> {
+    Ok(Plan {
+        page_size: extra.base,
+        size_bytes: size_for(req.requested_bytes, extra.base)?,
+        backing: Backing::Base,
+        dir: base_dir(req),
+        fell_back: false,
+        reason: None,
+        shortfall: None,
+        warnings: Vec::new(),
+    })
+}
+
+/// Turns a failed huge-page attempt into the `try` fall-back: the whole
+/// region on base pages, the reason and numbers kept.
+pub(crate) fn fallback_plan(
+    req: &Request,
+    extra: &HostExtra,
+    err: &RegionError,
+) -> Result<Plan, RegionError> {
+    let mut plan = base_plan(req, extra)?;
+    plan.fell_back = true;
+    plan.shortfall = err.shortfall().cloned();
+    plan.reason = Some(format!(
+        "{err}; the whole region uses {} pages instead",
+        format_bytes(extra.base)
+    ));
+    if req.backend == Backend::Hugetlbfs {
+        plan.warnings.push(format!(
+            "base pages do not exist on hugetlbfs: the region's file is in {DEFAULT_POSIX_DIR}"
+        ));
+    }
+    Ok(plan)
+}
+
+/// The hugetlbfs mounts of one page size (no `pagesize=` means the default
+/// size), read-only ones excluded, in `/proc/mounts` order.
+pub fn hugetlbfs_mounts(
+    mounts: &[Mount],
+    page_size: u64,
+    default_page_size: Option<u64>,
+) -> Vec<&Mount> {
+    mounts
+        .iter()
+        .filter(|m| m.is_hugetlbfs() && m.option("ro").is_none())
+        .filter(|m| m.hugetlbfs_page_size().or(default_page_size) == Some(page_size))
+        .collect()
+}
+
+/// The mount a path lives on: the longest mount point that is a prefix of
+/// it (component-wise).
+pub fn mount_of<'a>(mounts: &'a [Mount], path: &Path) -> Option<&'a Mount> {
+    mounts
+        .iter()
+        .filter(|m| path.starts_with(&m.target))
+        .max_by_key(|m| m.target.len())
+}
+
+fn no_mount_fix(page_size: u64, default_page_size: Option<u64>) -> String {
+    let short = page_size_short(page_size);
+    let dir = if default_page_size == Some(page_size) {
+        "/dev/hugepages".to_owned()
+    } else {
+        format!("/dev/hugepages{short}")
+    };
+    format!("mkdir -p {dir} && mount -t hugetlbfs -o pagesize={short},mode=1770 nodev {dir}")
+}
+
+/// Tries one huge page size for a hugetlb backend.
+fn try_hugetlb(
+    req: &Request,
+    host: &HostSnapshot,
+    size: u64,
+    page: u64,
+) -> Result<Plan, RegionError> {
+    let offered: Vec<u64> = host.pools.iter().map(|p| p.page_size_bytes).collect();
+    let Some(pool) = host.pool(page) else {
+        return Err(RegionError::UnsupportedPageSize {
+            page_size_bytes: page,
+            offered,
+        });
+    };
+    let default = host.default_page_size();
+    let dir = if req.backend == Backend::Hugetlbfs {
+        match &req.directory {
+            Some((d, Some(ps))) if *ps == page => Some(d.clone()),
+            Some((d, ps)) => {
+                return Err(RegionError::UnsuitableDirectory {
+                    path: d.display().to_string(),
+                    reason: match ps {
+                        Some(ps) => format!(
+                            "a hugetlbfs mount of {} pages, not {}",
+                            format_bytes(*ps),
+                            format_bytes(page)
+                        ),
+                        None => "not on a hugetlbfs mount".to_owned(),
+                    },
+                })
+            }
+            None => match hugetlbfs_mounts(&host.mounts, page, default).first() {
+                Some(m) => Some(PathBuf::from(&m.target)),
+                None => {
+                    return Err(RegionError::NoHugetlbfsMount {
+                        page_size_bytes: page,
+                        fix: no_mount_fix(page, default),
+                    })
+                }
+            },
+        }
+    } else {
+        None
+    };
+    let size_bytes = size_for(size, page)?;
+    let required = size_bytes / page;
+    check_pool(pool, required, default).map_err(|shortfall| RegionError::PoolShortfall {
+        shortfall,
+        refused_by: None,
+    })?;
+    Ok(Plan {
+        page_size: page,
+        size_bytes,
+        backing: Backing::Hugetlb,
+        dir,
+        fell_back: false,
+        reason: None,
+        shortfall: None,
+        warnings: Vec::new(),
+    })
+}
+
+/// Tries transparent huge pages of one size for a `posix` region.
+fn try_thp(
+    req: &Request,
+    host: &HostSnapshot,
+    extra: &HostExtra,
+    page: u64,
+) -> Result<Plan, RegionError> {
+    let dir = base_dir(req).unwrap_or_else(|| PathBuf::from(DEFAULT_POSIX_DIR));
+    let unavailable = |reason: String, fix: String| RegionError::ThpUnavailable {
+        dir: dir.display().to_string(),
+        page_size_bytes: page,
+        reason,
+        fix,
+    };
+    let Some(pmd) = extra.pmd_size else {
+        return Err(unavailable(
+            "the kernel has no transparent huge pages".to_owned(),
+            "use the sysv, memfd, hugetlbfs or anon backend for hugetlb pages".to_owned(),
+        ));
+    };
+    if page != pmd {
+        return Err(unavailable(
+            format!(
+                "tmpfs files can use {} transparent huge pages only",
+                format_bytes(pmd)
+            ),
+            format!(
+                "use --page-size {} or a hugetlb backend (sysv, memfd, hugetlbfs, anon)",
+                page_size_short(pmd)
+            ),
+        ));
+    }
+    let shmem = host.thp.shmem_enabled.as_ref().map(|s| s.selected.as_str());
+    let mount = mount_of(&host.mounts, &dir);
+    let mode = match shmem {
+        Some("deny") => {
+            return Err(unavailable(
+                "shmem_enabled is [deny], which disables huge pages on every tmpfs".to_owned(),
+                "echo never > /sys/kernel/mm/transparent_hugepage/shmem_enabled \
+                 (then the mount's huge= option applies)"
+                    .to_owned(),
+            ))
+        }
+        Some("force") => ThpMode::Always,
+        _ => match mount.and_then(|m| m.option("huge")) {
+            Some("always") | Some("within_size") => ThpMode::Always,
+            Some("advise") => ThpMode::Advise,
+            other => {
+                let target = mount.map(|m| m.target.as_str()).unwrap_or("/dev/shm");
+                return Err(unavailable(
+                    format!(
+                        "{target} is mounted with huge={} (tmpfs mounts follow their huge= option, not shmem_enabled)",
+                        other.unwrap_or("never")
+                    ),
+                    format!("mount -o remount,huge=within_size {target}"),
+                ));
+            }
+        },
+    };
+    Ok(Plan {
+        page_size: page,
+        size_bytes: size_for(req.requested_bytes, page)?,
+        backing: Backing::Thp(mode),
+        dir: Some(dir),
+        fell_back: false,
+        reason: None,
+        shortfall: None,
+        warnings: Vec::new(),
+    })
+}
+
+/// Plans one huge page size, whatever the backend.
+fn try_size(
+    req: &Request,
+    host: &HostSnapshot,
+    extra: &HostExtra,
+    page: u64,
+) -> Result<Plan, RegionError> {
+    if req.backend == Backend::Posix {
+        try_thp(req, host, extra, page)
+    } else {
+        try_hugetlb(req, host, req.requested_bytes, page)
+    }
+}
+
+/// The huge page sizes `largest` considers, largest first.
+fn largest_candidates(req: &Request, host: &HostSnapshot, extra: &HostExtra) -> Vec<u64> {
+    let mut sizes: Vec<u64> = if req.backend == Backend::Posix {
+        extra.pmd_size.into_iter().collect()
+    } else {
+        host.pools.iter().map(|p| p.page_size_bytes).collect()
+    };
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    let fitting: Vec<u64> = sizes
+        .iter()
+        .copied()
+        .filter(|s| *s <= req.requested_bytes)
+        .collect();
+    if fitting.is_empty() {
+        sizes.last().copied().into_iter().collect()
+    } else {
+        fitting
+    }
+}
+
+/// Decides the pages of a region. `Err` only for `only` (or for requests
+/// no policy can satisfy, like an invalid size); `try` turns every huge
+/// page failure into a base-page plan with the reason.
+pub(crate) fn plan(
+    req: &Request,
+    host: &HostSnapshot,
+    extra: &HostExtra,
+) -> Result<Plan, RegionError> {
+    if req.requested_bytes == 0 {
+        return Err(RegionError::InvalidSize {
+            requested_bytes: 0,
+            reason: "a region needs at least one byte".to_owned(),
+        });
+    }
+    if req.policy == Policy::Off || req.page_size == PageSize::Base {
+        let mut plan = base_plan(req, extra)?;
+        if req.policy == Policy::Off && req.page_size != PageSize::Base {
+            plan.warnings.push(format!(
+                "policy off: page size {} ignored, the region uses {} pages",
+                req.page_size,
+                format_bytes(extra.base)
+            ));
+        }
+        return Ok(plan);
+    }
+    let attempt = match req.page_size {
+        PageSize::Huge(page) if page == extra.base => return base_plan(req, extra),
+        PageSize::Huge(page) => try_size(req, host, extra, page),
+        PageSize::Largest => {
+            let candidates = largest_candidates(req, host, extra);
+            if candidates.is_empty() {
+                Err(if req.backend == Backend::Posix {
+                    try_thp(req, host, extra, 0).unwrap_err()
+                } else {
+                    RegionError::UnsupportedPageSize {
+                        page_size_bytes: 2 << 20,
+                        offered: Vec::new(),
+                    }
+                })
+            } else {
+                let mut first_err = None;
+                let mut found = None;
+                for page in &candidates {
+                    match try_size(req, host, extra, *page) {
+                        Ok(p) => {
+                            found = Some(p);
+                            break;
+                        }
+                        Err(e) => {
+                            // Report the default size's problem if it was a
+                            // candidate, else the largest one's.
+                            let primary = host.default_page_size() == Some(*page);
+                            if first_err.is_none() || primary {
+                                first_err = Some(e);
+                            }
+                        }
+                    }
+                }
+                match found {
+                    Some(p) => Ok(p),
+                    None => Err(first_err.expect("at least one candidate")),
+                }
+            }
+        }
+        PageSize::Base => unreachable!("handled above"),
+    };
+    match attempt {
+        Ok(plan) => Ok(plan),
+        Err(e) if req.policy == Policy::Only => Err(e),
+        Err(e) => fallback_plan(req, extra, &e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hugeshm_parse::mounts;
+    use hugeshm_parse::thp::parse_selector;
+
+    const MIB2: u64 = 2 << 20;
+    const GIB: u64 = 1 << 30;
+
+    fn host(pools: &[(u64, u64, u64, u64)], mounts_text: &str, shmem: &str) -> HostSnapshot {
+        let mut h = HostSnapshot::default();
+        h.pools = pools
+            .iter()
+            .map(|&(ps, nr, free, resv)| PoolCounters::new(ps, nr, free, Some(resv), 0, Some(0)))
+            .collect();
+        h.hugetlb_sysfs = true;
+        h.meminfo = Some(
+            hugeshm_parse::meminfo::parse("MemTotal: 1000 kB\nHugepagesize: 2048 kB\n").unwrap(),
+        );
+        h.mounts = mounts::parse(mounts_text).unwrap();
+        h.thp.shmem_enabled = Some(parse_selector("shmem_enabled", shmem).unwrap());
+        h
+    }
+
+    fn extra() -> HostExtra {
+        HostExtra {
+            base: 4096,
+            pmd_size: Some(MIB2),
+        }
+    }
+
+    fn req(backend: Backend, page_size: PageSize, policy: Policy, bytes: u64) -> Request {
+        Request {
+            backend,
+            page_size,
+            policy,
+            requested_bytes: bytes,
+            directory: None,
+        }
+    }
+
+    const MOUNTS: &str = "tmpfs /dev/shm tmpfs rw,relatime 0 0\n\
+                          hugetlbfs /dev/hugepages hugetlbfs rw,relatime,pagesize=2M 0 0\n\
+                          none /mnt/h1g hugetlbfs rw,pagesize=1024M 0 0\n\
+                          tmpfs /mnt/thp tmpfs rw,huge=within_size 0 0\n\
+                          tmpfs /mnt/adv tmpfs rw,huge=advise 0 0\n";
+
+    #[test]
+    fn shortfall_message_is_exact() {
+        let pool = PoolCounters::new(MIB2, 800, 800, Some(512), 0, Some(0));
+        let s = check_pool(&pool, 10432, Some(MIB2)).unwrap_err();
+        assert_eq!(
+            s.to_string(),
+            "2 MiB pages: required 10432, available 288 (free 800, reserved 512); \
+             to fix: sysctl -w vm.nr_hugepages=10944"
+        );
+        assert_eq!(s.missing(), 10144);
+        let pool = PoolCounters::new(GIB, 2, 1, Some(0), 0, Some(0));
+        let s = check_pool(&pool, 3, Some(MIB2)).unwrap_err();
+        assert_eq!(
+            s.to_string(),
+            "1 GiB pages: required 3, available 1 (free 1, reserved 0); to fix: \
+             echo 4 > /sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"
+        );
+        assert!(check_pool(&pool, 1, Some(MIB2)).is_ok());
+        assert_eq!(
+            pool_fix_command(MIB2, 7, Some(MIB2), Some(1)),
+            "echo 7 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages"
+        );
+    }
+
+    #[test]
+    fn only_fails_and_try_falls_back_whole() {
+        let h = host(&[(MIB2, 10, 5, 1), (GIB, 0, 0, 0)], MOUNTS, "[never]");
+        // 5 pages needed, 4 available.
+        let r = req(
+            Backend::Sysv,
+            PageSize::HUGE_2M,
+            Policy::Only,
+            5 * MIB2 - 100,
+        );
+        let e = plan(&r, &h, &extra()).unwrap_err();
+        let s = e.shortfall().unwrap();
+        assert_eq!((s.required, s.available, s.free, s.reserved), (5, 4, 5, 1));
+        assert_eq!(s.fix, "sysctl -w vm.nr_hugepages=11");
+        let r = Request {
+            policy: Policy::Try,
+            ..r
+        };
+        let p = plan(&r, &h, &extra()).unwrap();
+        assert_eq!(p.backing, Backing::Base);
+        assert_eq!(p.page_size, 4096);
+        assert_eq!(p.size_bytes, 5 * MIB2);
+        assert!(p.fell_back);
+        assert_eq!(p.shortfall.as_ref().unwrap().required, 5);
+        let reason = p.reason.unwrap();
+        assert!(
+            reason.starts_with("2 MiB pages: required 5, available 4"),
+            "{reason}"
+        );
+        assert!(
+            reason.ends_with("the whole region uses 4 KiB pages instead"),
+            "{reason}"
+        );
+        // Fits: rounded up, on huge pages.
+        let r = req(Backend::Anon, PageSize::HUGE_2M, Policy::Only, 3 * MIB2 + 1);
+        let p = plan(&r, &h, &extra()).unwrap();
+        assert_eq!((p.page_size, p.size_bytes), (MIB2, 4 * MIB2));
+        assert_eq!(p.backing, Backing::Hugetlb);
+        assert!(!p.fell_back && p.reason.is_none());
+    }
+
+    #[test]
+    fn off_and_base_never_touch_the_pool() {
+        let h = host(&[], "", "[never]");
+        let p = plan(
+            &req(Backend::Sysv, PageSize::HUGE_1G, Policy::Off, 10),
+            &h,
+            &extra(),
+        )
+        .unwrap();
+        assert_eq!(
+            (p.page_size, p.size_bytes, p.fell_back),
+            (4096, 4096, false)
+        );
+        assert_eq!(p.warnings.len(), 1);
+        let p = plan(
+            &req(Backend::Hugetlbfs, PageSize::Base, Policy::Only, 4097),
+            &h,
+            &extra(),
+        )
+        .unwrap();
+        assert_eq!(p.size_bytes, 8192);
+        assert_eq!(p.dir.as_deref(), Some(Path::new("/dev/shm")));
+        assert!(plan(
+            &req(Backend::Anon, PageSize::Base, Policy::Try, 0),
+            &h,
+            &extra()
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn unsupported_size_and_missing_mount() {
+        let h = host(
+            &[(MIB2, 10, 10, 0)],
+            "tmpfs /dev/shm tmpfs rw 0 0\n",
+            "[never]",
+        );
+        let e = plan(
+            &req(Backend::Memfd, PageSize::HUGE_1G, Policy::Only, GIB),
+            &h,
+            &extra(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("1 GiB pages are not offered by this kernel (offered: 2 MiB)"),
+            "{e}"
+        );
+        let e = plan(
+            &req(Backend::Hugetlbfs, PageSize::HUGE_2M, Policy::Only, MIB2),
+            &h,
+            &extra(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.fix().unwrap(),
+            "mkdir -p /dev/hugepages && mount -t hugetlbfs -o pagesize=2M,mode=1770 nodev /dev/hugepages"
+        );
+        let p = plan(
+            &req(Backend::Hugetlbfs, PageSize::HUGE_2M, Policy::Try, MIB2),
+            &h,
+            &extra(),
+        )
+        .unwrap();
+        assert!(p.fell_back);
+        assert_eq!(p.dir.as_deref(), Some(Path::new("/dev/shm")));
+    }
+
+    #[test]
+    fn hugetlbfs_finds_mount_of_the_size() {
+        let h = host(&[(MIB2, 10, 10, 0), (GIB, 2, 2, 0)], MOUNTS, "[never]");
+        let p = plan(
+            &req(Backend::Hugetlbfs, PageSize::HUGE_1G, Policy::Only, 10),
+            &h,
+            &extra(),
+        )
+        .unwrap();
+        assert_eq!(p.dir.as_deref(), Some(Path::new("/mnt/h1g")));
+        assert_eq!(p.size_bytes, GIB);
+        let p = plan(
+            &req(Backend::Hugetlbfs, PageSize::HUGE_2M, Policy::Only, 10),
+            &h,
+            &extra(),
+        )
+        .unwrap();
+        assert_eq!(p.dir.as_deref(), Some(Path::new("/dev/hugepages")));
+    }
+
+    #[test]
+    fn largest_picks_biggest_fitting_pool() {
+        let h = host(&[(MIB2, 100, 100, 0), (GIB, 1, 1, 0)], MOUNTS, "[never]");
+        let p = plan(
+            &req(Backend::Sysv, PageSize::Largest, Policy::Only, GIB),
+            &h,
+            &extra(),
+        )
+        .unwrap();
+        assert_eq!(p.page_size, GIB);
+        // 2 GiB needs 2 x 1 GiB (only 1): 2 MiB pages hold 100 x 2 MiB < 2 GiB
+        // either, so `only` fails on the default size's numbers.
+        let e = plan(
+            &req(Backend::Sysv, PageSize::Largest, Policy::Only, 2 * GIB),
+            &h,
+            &extra(),
+        )
+        .unwrap_err();
+        assert_eq!(e.shortfall().unwrap().page_size_bytes, MIB2);
+        // 150 MiB: 1 GiB pages are bigger than the region; 2 MiB fit.
+        let p = plan(
+            &req(Backend::Sysv, PageSize::Largest, Policy::Only, 150 << 20),
+            &h,
+            &extra(),
+        )
+        .unwrap();
+        assert_eq!(p.page_size, MIB2);
+        // Tiny region: smallest huge size.
+        let p = plan(
+            &req(Backend::Anon, PageSize::Largest, Policy::Only, 10),
+            &h,
+            &extra(),
+        )
+        .unwrap();
+        assert_eq!((p.page_size, p.size_bytes), (MIB2, MIB2));
+    }
+
+    #[test]
+    fn posix_thp_follows_mount_option() {
+        let h = host(
+            &[(MIB2, 0, 0, 0)],
+            MOUNTS,
+            "always within_size advise [never] deny force",
+        );
+        let e = plan(
+            &req(Backend::Posix, PageSize::HUGE_2M, Policy::Only, MIB2),
+            &h,
+            &extra(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, RegionError::ThpUnavailable { .. }), "{e}");
+        assert_eq!(
+            e.fix().unwrap(),
+            "mount -o remount,huge=within_size /dev/shm"
+        );
+        let mut r = req(Backend::Posix, PageSize::HUGE_2M, Policy::Only, 3 << 20);
+        r.directory = Some((PathBuf::from("/mnt/thp/sub"), None));
+        let p = plan(&r, &h, &extra()).unwrap();
+        assert_eq!(p.backing, Backing::Thp(ThpMode::Always));
+        assert_eq!(p.size_bytes, 2 * MIB2);
+        r.directory = Some((PathBuf::from("/mnt/adv"), None));
+        assert_eq!(
+            plan(&r, &h, &extra()).unwrap().backing,
+            Backing::Thp(ThpMode::Advise)
+        );
+        r.page_size = PageSize::HUGE_1G;
+        assert!(plan(&r, &h, &extra())
+            .unwrap_err()
+            .to_string()
+            .contains("2 MiB transparent huge pages only"));
+        let forced = host(&[], MOUNTS, "always within_size advise never deny [force]");
+        let p = plan(
+            &req(Backend::Posix, PageSize::Largest, Policy::Only, 10 << 20),
+            &forced,
+            &extra(),
+        )
+        .unwrap();
+        assert_eq!(p.backing, Backing::Thp(ThpMode::Always));
+        let deny = host(&[], MOUNTS, "always within_size advise never [deny] force");
+        let p = plan(
+            &req(Backend::Posix, PageSize::HUGE_2M, Policy::Try, 10 << 20),
+            &deny,
+            &extra(),
+        )
+        .unwrap();
+        assert!(p.fell_back);
+        assert!(p.reason.unwrap().contains("[deny]"));
+    }
+}

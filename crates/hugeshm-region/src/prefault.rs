@@ -1,0 +1,372 @@
+//! Parallel pre-faulting ("pre-page") and the memset baseline.
+//!
+//! The region is cut into one contiguous range per thread (whole pages);
+//! each thread faults its range front to back in sub-chunks of at most
+//! [`SUB_CHUNK_BYTES`], reporting progress after each. The cost of a fault
+//! is zeroing the page, so sequential order per thread keeps the zeroing
+//! streaming; different threads fault different pages, which the kernel
+//! serves in parallel (its hugetlb fault mutex is hashed per page).
+//!
+//! Method: `MADV_POPULATE_WRITE` (a fault the kernel cannot serve is an
+//! error, never SIGBUS); where the kernel lacks it, one atomic
+//! read-modify-write per page ([`crate::sys::touch_pages`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::RegionError;
+use crate::sys::{self, SysError};
+use crate::types::PrefaultMethod;
+
+/// Progress callback: `(done_bytes, total_bytes)`, called from the
+/// pre-fault threads after every sub-chunk (so it must be cheap and
+/// thread-safe). Calls are serialized: `done_bytes` only grows from call
+/// to call, and the last call of a successful pre-fault has
+/// `done_bytes == total_bytes`.
+pub type Progress = Arc<dyn Fn(u64, u64) + Send + Sync>;
+
+/// Largest piece one `madvise` call faults before progress is reported.
+pub const SUB_CHUNK_BYTES: usize = 64 << 20;
+
+/// The CPUs this process may run on (`sched_getaffinity`), at least 1:
+/// the default number of pre-fault threads.
+pub fn available_cpus() -> usize {
+    match rustix::thread::sched_getaffinity(None) {
+        Ok(set) => (set.count() as usize).max(1),
+        Err(_) => std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+    }
+}
+
+/// What a pre-fault did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Outcome {
+    pub method: PrefaultMethod,
+    pub threads: usize,
+    pub seconds: f64,
+}
+
+/// Decimal gigabytes per second (the unit `dd` and the field reports use).
+pub(crate) fn gbps(bytes: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        bytes as f64 / 1e9 / seconds
+    } else {
+        0.0
+    }
+}
+
+/// Splits `pages` pages into `threads` contiguous runs: `(first, count)`.
+fn split(pages: usize, threads: usize) -> Vec<(usize, usize)> {
+    (0..threads)
+        .map(|t| {
+            let a = pages * t / threads;
+            let b = pages * (t + 1) / threads;
+            (a, b - a)
+        })
+        .filter(|&(_, n)| n > 0)
+        .collect()
+}
+
+/// Faults in `ptr..ptr + len` with up to `threads` threads.
+///
+/// # Safety
+/// `ptr..ptr + len` must be a live, writable, page-aligned mapping whose
+/// length is a multiple of `page`, and no other thread of this process may
+/// access it during the call.
+pub(crate) unsafe fn prefault(
+    ptr: *mut u8,
+    len: usize,
+    page: usize,
+    threads: usize,
+    method: PrefaultMethod,
+    progress: Option<&Progress>,
+) -> Result<Outcome, RegionError> {
+    let start = Instant::now();
+    if method == PrefaultMethod::None || len == 0 {
+        return Ok(Outcome {
+            method: PrefaultMethod::None,
+            threads: 0,
+            seconds: 0.0,
+        });
+    }
+    let page = page.max(1);
+    let pages = len / page;
+    let runs = split(pages, threads.clamp(1, pages.max(1)));
+    let sub = (SUB_CHUNK_BYTES / page).max(1) * page;
+    let total = len as u64;
+    // Serializes progress so that calls see a growing count.
+    let done = Mutex::new(0u64);
+    let stop = AtomicBool::new(false);
+    let failure: Mutex<Option<RegionError>> = Mutex::new(None);
+    let base = ptr as usize;
+
+    let worker = |first: usize, count: usize| {
+        let mut off = first * page;
+        let end = (first + count) * page;
+        while off < end && !stop.load(Ordering::Relaxed) {
+            let n = sub.min(end - off);
+            let addr = (base + off) as *mut u8;
+            let result: Result<(), SysError> = match method {
+                PrefaultMethod::PopulateWrite => loop {
+                    // SAFETY: addr..addr + n lies inside the caller's mapping
+                    // (off + n <= len) and starts on a page boundary.
+                    match unsafe { sys::populate_write_raw(addr, n) } {
+                        Err(e) if e.errno() == Some(libc::EINTR) => continue,
+                        r => break r,
+                    }
+                },
+                _ => {
+                    // SAFETY: inside the caller's writable mapping; this
+                    // thread is the only one touching this range.
+                    unsafe { sys::touch_pages(addr, n, page) };
+                    Ok(())
+                }
+            };
+            if let Err(source) = result {
+                stop.store(true, Ordering::Relaxed);
+                let mut slot = failure.lock().unwrap_or_else(|p| p.into_inner());
+                if slot.is_none() {
+                    *slot = Some(RegionError::Prefault {
+                        method,
+                        offset: off as u64,
+                        source,
+                    });
+                }
+                return;
+            }
+            off += n;
+            let mut d = done.lock().unwrap_or_else(|p| p.into_inner());
+            *d += n as u64;
+            if let Some(cb) = progress {
+                cb(*d, total);
+            }
+        }
+    };
+
+    // All threads start, and finish their own start-up, before any of them
+    // faults: thread start-up maps memory (stack guard, signal stack),
+    // which needs the mmap lock exclusively, while a populating thread holds
+    // it shared for a whole chunk; a late starter would wait for that chunk
+    // and the faults would run one after another instead of in parallel.
+    let gate = Gate::default();
+    let mut used = 1;
+    std::thread::scope(|scope| {
+        let worker = &worker;
+        let gate = &gate;
+        let (last, rest) = runs.split_last().expect("at least one run");
+        let mut unspawned = Vec::new();
+        for &(first, count) in rest {
+            let spawned = std::thread::Builder::new()
+                .name("hugeshm-prefault".to_owned())
+                .spawn_scoped(scope, move || {
+                    gate.arrive_and_wait();
+                    worker(first, count)
+                });
+            match spawned {
+                Ok(_) => used += 1,
+                // Fault this run here instead; no range is lost.
+                Err(_) => unspawned.push((first, count)),
+            }
+        }
+        gate.open_when_arrived(used - 1);
+        for (first, count) in unspawned {
+            worker(first, count);
+        }
+        // The calling thread takes the last run.
+        worker(last.0, last.1);
+    });
+
+    if let Some(err) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(err);
+    }
+    Ok(Outcome {
+        method,
+        threads: used,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// A start gate: threads arrive and wait until the opener has seen them
+/// all arrive.
+#[derive(Default)]
+struct Gate {
+    state: Mutex<(usize, bool)>,
+    cv: std::sync::Condvar,
+}
+
+impl Gate {
+    fn arrive_and_wait(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.0 += 1;
+        self.cv.notify_all();
+        while !st.1 {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn open_when_arrived(&self, n: usize) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while st.0 < n {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        st.1 = true;
+        self.cv.notify_all();
+    }
+}
+
+/// The method a pre-fault will use on this kernel.
+pub(crate) fn method_for_kernel() -> PrefaultMethod {
+    if sys::populate_write_supported() {
+        PrefaultMethod::PopulateWrite
+    } else {
+        PrefaultMethod::Touch
+    }
+}
+
+/// Plain memset over already-faulted memory: the machine's write bandwidth,
+/// the yardstick for pre-fault rates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct MemsetBaseline {
+    /// Bytes written per pass.
+    pub size_bytes: u64,
+    /// Page size backing the memory (transparent huge pages when THP
+    /// allows `MADV_HUGEPAGE`, else the base size).
+    pub page_size_bytes: u64,
+    /// Threads writing (each its own contiguous range).
+    pub threads: usize,
+    /// Passes timed (the first pass after faulting is included).
+    pub passes: usize,
+    /// Seconds of the fastest pass.
+    pub seconds: f64,
+    /// Decimal GB/s of the fastest pass.
+    pub gbps: f64,
+}
+
+/// Times `memset` over `size_bytes` of private anonymous memory that is
+/// already faulted in (faulting is not timed), with `threads` threads
+/// (0 = [`available_cpus`]); the fastest of 3 passes. The memory is
+/// advised `MADV_HUGEPAGE`, so with THP `enabled=madvise` or `always` it
+/// sits on transparent huge pages and the figure is write bandwidth rather
+/// than TLB misses; [`MemsetBaseline::page_size_bytes`] says which.
+pub fn memset_baseline(size_bytes: u64, threads: usize) -> Result<MemsetBaseline, RegionError> {
+    let len = usize::try_from(size_bytes).map_err(|_| RegionError::InvalidSize {
+        requested_bytes: size_bytes,
+        reason: "does not fit in usize".to_owned(),
+    })?;
+    let mut map = sys::mmap_anon(len, false, None)?;
+    // Transparent huge pages where THP allows it (enabled=madvise or
+    // always), so that the baseline measures write bandwidth, not TLB
+    // misses; the page size used is reported.
+    let _ = sys::advise_hugepage(&map);
+    match sys::populate_write(&map) {
+        Ok(()) => {}
+        Err(e) if e.errno() == Some(libc::EINVAL) => map.touch(),
+        Err(e) => return Err(e.into()),
+    }
+    let page = map.page_size();
+    let pages = map.len() / page;
+    let threads = if threads == 0 {
+        available_cpus()
+    } else {
+        threads
+    };
+    let runs = split(pages, threads.clamp(1, pages.max(1)));
+    let base = map.as_ptr() as usize;
+    let passes = 3;
+    let mut best = f64::INFINITY;
+    for pass in 0..passes {
+        let byte = 0x5a_u8.wrapping_add(pass as u8);
+        let t0 = Instant::now();
+        std::thread::scope(|scope| {
+            for &(first, count) in &runs {
+                scope.spawn(move || {
+                    let p = (base + first * page) as *mut u8;
+                    // SAFETY: each run is a disjoint range of the private
+                    // mapping owned by `map`, which outlives the scope; no
+                    // references into it exist.
+                    unsafe { std::ptr::write_bytes(p, byte, count * page) };
+                });
+            }
+        });
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    let size = map.len() as u64;
+    let page_size_bytes = crate::verify::verify_range(map.addr() as u64, size)
+        .map(|v| v.page_size_bytes)
+        .unwrap_or(page as u64);
+    map.unmap()?;
+    Ok(MemsetBaseline {
+        size_bytes: size,
+        page_size_bytes,
+        threads: runs.len(),
+        passes,
+        seconds: best,
+        gbps: gbps(size, best),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, AtomicUsize};
+
+    #[test]
+    fn split_covers_everything_once() {
+        assert_eq!(split(10, 3), vec![(0, 3), (3, 3), (6, 4)]);
+        assert_eq!(split(1, 4), vec![(0, 1)]);
+        assert_eq!(split(4, 2), vec![(0, 2), (2, 2)]);
+    }
+
+    #[test]
+    fn prefault_base_pages_reports_progress() {
+        let mut map = sys::mmap_anon(10 * 4096 * 300, true, None).unwrap();
+        map.write_at(5, b"keep").unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let last = Arc::new(AtomicU64::new(0));
+        let (c, l) = (calls.clone(), last.clone());
+        let cb: Progress = Arc::new(move |done, total| {
+            assert!(done <= total);
+            c.fetch_add(1, Ordering::Relaxed);
+            let prev = l.swap(done, Ordering::Relaxed);
+            assert!(done > prev || done == total, "{prev} -> {done}");
+        });
+        for method in [PrefaultMethod::PopulateWrite, PrefaultMethod::Touch] {
+            last.store(0, Ordering::Relaxed);
+            // SAFETY: the mapping is owned by this test and not otherwise
+            // accessed during the call.
+            let out = unsafe {
+                prefault(
+                    map.as_ptr(),
+                    map.len(),
+                    map.page_size(),
+                    2,
+                    method,
+                    Some(&cb),
+                )
+            }
+            .unwrap();
+            assert_eq!(out.method, method);
+            assert_eq!(out.threads, 2);
+            assert_eq!(last.load(Ordering::Relaxed), map.len() as u64);
+        }
+        assert!(calls.load(Ordering::Relaxed) >= 4);
+        assert_eq!(last.load(Ordering::Relaxed), map.len() as u64);
+        let mut buf = [0u8; 4];
+        map.read_at(5, &mut buf).unwrap();
+        assert_eq!(&buf, b"keep");
+        assert!(sys::populate_write_supported());
+    }
+
+    #[test]
+    fn memset_baseline_measures() {
+        let b = memset_baseline(8 << 20, 2).unwrap();
+        assert_eq!(b.size_bytes, 8 << 20);
+        assert_eq!(b.threads, 2);
+        assert!(b.gbps > 0.0 && b.seconds > 0.0);
+    }
+}

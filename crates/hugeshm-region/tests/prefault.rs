@@ -1,0 +1,96 @@
+//! Parallel pre-fault: 1 and 2 threads give the same verified page size
+//! and full residency; progress reaches the total; the bench API runs.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use common::*;
+use hugeshm_region::{
+    bench_prefault, memset_baseline, Backend, PageSize, Policy, PrefaultMethod, RegionBuilder,
+};
+use hugeshm_testkit::HostState;
+
+#[test]
+fn one_and_two_threads_give_the_same_region() {
+    let Some(pool) = pool_guard("one_and_two_threads_give_the_same_region") else {
+        return;
+    };
+    pool.ensure_free(MIB2, 16).unwrap();
+    let before = HostState::capture().unwrap();
+    for (backend, page) in [
+        (Backend::Sysv, PageSize::HUGE_2M),
+        (Backend::Memfd, PageSize::HUGE_2M),
+        (Backend::Posix, PageSize::Base),
+    ] {
+        let mut seen = Vec::new();
+        for threads in [1, 2] {
+            let case = format!("{backend} x {page} x {threads} thread(s)");
+            let last = Arc::new(AtomicU64::new(0));
+            let calls = Arc::new(AtomicU64::new(0));
+            let (l, c) = (last.clone(), calls.clone());
+            let (region, report) = RegionBuilder::new(32 << 20)
+                .backend(backend)
+                .page_size(page)
+                .policy(Policy::Only)
+                .prefault_threads(threads)
+                .progress(move |done, total| {
+                    assert!(done <= total);
+                    assert!(done > l.swap(done, Ordering::SeqCst));
+                    c.fetch_add(1, Ordering::SeqCst);
+                })
+                .create()
+                .unwrap();
+            assert_eq!(report.prefault_threads, threads, "{case}");
+            assert_eq!(
+                report.prefault_method,
+                PrefaultMethod::PopulateWrite,
+                "{case}"
+            );
+            assert_eq!(report.resident_bytes, 32 << 20, "{case}: {report:#?}");
+            assert_eq!(last.load(Ordering::SeqCst), 32 << 20, "{case}");
+            assert!(calls.load(Ordering::SeqCst) >= threads as u64, "{case}");
+            println!(
+                "{case}: {:.3} s, {:.2} GB/s, verified {}",
+                report.prefault_seconds, report.prefault_gbps, report.verified_page_size_bytes
+            );
+            seen.push(report.verified_page_size_bytes);
+            region.destroy().unwrap();
+        }
+        assert_eq!(seen[0], seen[1], "{backend}: {seen:?}");
+        assert_eq!(seen[0], page.bytes().unwrap());
+    }
+    // No pre-fault at all: nothing resident, method none.
+    let (region, report) = RegionBuilder::new(8 << 20)
+        .backend(Backend::Anon)
+        .page_size(PageSize::HUGE_2M)
+        .policy(Policy::Only)
+        .prefault_threads(0)
+        .create()
+        .unwrap();
+    assert_eq!(report.prefault_method, PrefaultMethod::None);
+    assert_eq!(report.resident_bytes, 0);
+    region.destroy().unwrap();
+    assert_no_leak(&before, "prefault threads");
+    pool.restore().unwrap();
+}
+
+#[test]
+fn bench_api_runs() {
+    let Some(pool) = pool_guard("bench_api_runs") else {
+        return;
+    };
+    pool.ensure_free(MIB2, 8).unwrap();
+    let before = HostState::capture().unwrap();
+    let s = bench_prefault(16 << 20, Backend::Anon, PageSize::HUGE_2M, 2).unwrap();
+    assert_eq!(s.verified_page_size_bytes, MIB2);
+    assert_eq!(s.threads, 2);
+    assert!(s.prefault_gbps > 0.0 && s.ready_gbps > 0.0);
+    let s = bench_prefault(16 << 20, Backend::Posix, PageSize::Base, 1).unwrap();
+    assert_eq!(s.verified_page_size_bytes, 4096);
+    let m = memset_baseline(16 << 20, 2).unwrap();
+    assert!(m.gbps > 0.0);
+    assert_no_leak(&before, "bench");
+    pool.restore().unwrap();
+}
