@@ -222,3 +222,50 @@ fn bench_prefault_reports_every_combination() {
     assert!(diff.is_empty(), "left behind: {diff:#?}");
     pool.restore().expect("restore");
 }
+
+#[test]
+fn bench_pagetables_measures_per_process_cost() {
+    const T: &str = "bench_pagetables_measures_per_process_cost";
+    if skip_unless_root(T) {
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool lock");
+    let before = HostState::capture().unwrap();
+    let r = json(run(&[
+        "bench",
+        "pagetables",
+        "--size",
+        "256M",
+        "--procs",
+        "4",
+        "--page-size",
+        "4k,2m",
+        "--json",
+    ]));
+    let rows = r.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{r:#}");
+    for row in rows {
+        for key in [
+            "page_size_bytes",
+            "size_bytes",
+            "procs",
+            "page_tables_bytes_per_proc",
+        ] {
+            assert!(row.get(key).is_some(), "{key} missing: {row}");
+        }
+    }
+    let per = |ps: u64| {
+        rows.iter()
+            .find(|x| x["page_size_bytes"].as_u64() == Some(ps))
+            .unwrap()["page_tables_bytes_per_proc"]
+            .as_u64()
+            .unwrap()
+    };
+    // 256 MiB on 4 KiB pages: 512 KiB of PTEs per process; on 2 MiB pages at
+    // most one PMD page (4 KiB) per process, far under the 64 KiB target.
+    assert!(per(4096) >= 256 << 10, "4 KiB: {}", per(4096));
+    assert!(per(M2) <= 64 << 10, "2 MiB: {}", per(M2));
+    let diff = before.diff(&HostState::capture().unwrap());
+    assert!(diff.is_empty(), "left behind: {diff:#?}");
+    pool.restore().expect("restore");
+}

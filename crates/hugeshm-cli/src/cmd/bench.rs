@@ -16,6 +16,16 @@ pub enum BenchCommand {
     /// Time creating and pre-faulting a region per page size and thread count,
     /// against a memset of already-faulted memory.
     Prefault(crate::cmd::bench_prefault::Args),
+    /// Page-table bytes per attached process, by page size, against the theory.
+    Pagetables(crate::cmd::bench_pagetables::Args),
+    /// (internal) attach a named region on request and hold it.
+    #[command(hide = true)]
+    PagetablesChild {
+        /// The region name.
+        name: String,
+        /// Its backend.
+        backend: hugeshm_region::Backend,
+    },
     /// (internal) attach a SysV segment and wait for stdin to close.
     #[command(hide = true)]
     AttachChild {
@@ -73,6 +83,10 @@ pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<Ex
     match cmd {
         BenchCommand::Scan(a) => scan(roots, &a, out),
         BenchCommand::Prefault(a) => crate::cmd::bench_prefault::run(roots, &a, out),
+        BenchCommand::Pagetables(a) => crate::cmd::bench_pagetables::run(roots, &a, out),
+        BenchCommand::PagetablesChild { name, backend } => {
+            crate::cmd::bench_pagetables::child(&name, backend)
+        }
         BenchCommand::AttachChild { shmid } => attach_child(shmid),
     }
 }
