@@ -55,6 +55,10 @@ enum Command {
     Create(cmd::region::CreateArgs),
     /// Remove a named region (refused while processes are attached).
     Rm(cmd::region::RmArgs),
+    /// Attach a named region: check its header, verify its page size, list who holds it.
+    Attach(cmd::share::AttachArgs),
+    /// List the hugeshm regions on this host, orphans included.
+    Ls(cmd::share::LsArgs),
     /// How many huge pages of each size each node needs, and the configuration.
     Advise(cmd::advise::Args),
     /// Reserve a plan on the running host (all or nothing) and optionally persist it.
@@ -78,6 +82,8 @@ fn main() -> ExitCode {
         Command::Segments(a) => cmd::segments::run(&roots, &a, &mut out),
         Command::Create(a) => cmd::region::create(&a, &mut out),
         Command::Rm(a) => cmd::region::rm(&a, &mut out),
+        Command::Attach(a) => cmd::share::attach(&a, &mut out),
+        Command::Ls(a) => cmd::share::ls(&a, &mut out),
         Command::Advise(a) => cmd::advise::run(&roots, &a, &mut out),
         Command::Apply(a) => cmd::apply::run(&roots, &a, &mut out),
         Command::Bench(b) => cmd::bench::run(&roots, b, &mut out),

@@ -269,3 +269,68 @@ fn bench_pagetables_measures_per_process_cost() {
     assert!(diff.is_empty(), "left behind: {diff:#?}");
     pool.restore().expect("restore");
 }
+
+#[test]
+fn attach_and_ls_show_orphans() {
+    const T: &str = "attach_and_ls_show_orphans";
+    if skip_unless_root(T) {
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool lock");
+    pool.ensure_free(M2, 4).expect("4 free 2 MiB pages");
+    let before = HostState::capture().unwrap();
+    let n = name("ls");
+    let created = json(run(&[
+        "create",
+        &n,
+        "--size",
+        "8M",
+        "--page-size",
+        "2m",
+        "--json",
+    ]));
+    let creator = created["pid"].as_u64().unwrap();
+    // attach: the header written by the (now exited) creator.
+    let a = json(run(&["attach", &n, "--json"]));
+    assert_eq!(a["header"]["creator_pid"].as_u64(), Some(creator), "{a:#}");
+    assert_eq!(a["header"]["state"], "ready");
+    assert_eq!(a["verified_page_size_bytes"].as_u64(), Some(M2));
+    assert_eq!(a["creator"], "dead");
+    // ls: listed, held by nobody: an orphan, and --check says so.
+    let l = json(run(&["ls", "--json"]));
+    let me = l
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == n.as_str())
+        .unwrap_or_else(|| panic!("{n} not listed: {l:#}"));
+    assert_eq!(me["backend"], "sysv");
+    assert_eq!(me["held"], false);
+    assert_eq!(run(&["ls", "--check"]).status.code(), Some(1));
+    // Creating over it is refused; reuse keeps it.
+    let out = run(&["create", &n, "--size", "8M", "--page-size", "2m"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--reclaim reuse"));
+    assert!(run(&[
+        "create",
+        &n,
+        "--size",
+        "8M",
+        "--page-size",
+        "2m",
+        "--reclaim",
+        "reuse"
+    ])
+    .status
+    .success());
+    assert!(run(&["rm", &n]).status.success());
+    let l = json(run(&["ls", "--json"]));
+    assert!(!l
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["name"] == n.as_str()));
+    let diff = before.diff(&HostState::capture().unwrap());
+    assert!(diff.is_empty(), "left behind: {diff:#?}");
+    pool.restore().expect("restore");
+}

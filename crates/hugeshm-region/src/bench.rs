@@ -1,6 +1,8 @@
 //! Benchmark building blocks for `hugeshm bench prefault`: one
 //! create + pre-fault + destroy cycle, and the memset baseline
-//! ([`memset_baseline`](crate::memset_baseline)).
+//! ([`memset_baseline`](crate::memset_baseline)); for `hugeshm bench
+//! pagetables`: attach and touch a region in one process
+//! ([`attach_and_touch`]).
 //!
 //! Timing is the caller's business beyond one cycle: run a warm-up cycle
 //! first (first touch of guest memory in a VM is far slower), and report
@@ -78,4 +80,98 @@ pub fn bench_prefault(
         ready_gbps: crate::prefault::gbps(report.size_bytes, report.ready_seconds),
         destroy_seconds,
     })
+}
+
+/// How a process pays for a region's page tables in
+/// [`attach_and_touch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Touch {
+    /// Attach only: no page is mapped yet.
+    None,
+    /// Read-fault every page ([`Region::populate_read`](crate::Region::populate_read)).
+    Read,
+    /// Write-fault every page, contents kept ([`Region::touch_all`](crate::Region::touch_all)).
+    Write,
+}
+
+/// What one attached process measured in [`attach_and_touch`]: the
+/// building block of `hugeshm bench pagetables`, run in each of N
+/// processes while the caller reads `PageTables` from `/proc/meminfo`
+/// before and after.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct AttachSample {
+    /// This process.
+    pub pid: u32,
+    /// Region size (header included).
+    pub size_bytes: u64,
+    /// Page size.
+    pub page_size_bytes: u64,
+    /// Address of the mapping.
+    pub address: u64,
+    /// Whether the mapping can share page tables with other processes.
+    pub aligned_for_pmd_sharing: bool,
+    /// Bytes whose page tables can be shared.
+    pub pmd_shareable_bytes: u64,
+    /// Seconds to find, check and map the region.
+    pub attach_seconds: f64,
+    /// Seconds to fault every page into this process's page tables.
+    pub touch_seconds: f64,
+    /// This process's own page-table bytes after the touch (`VmPTE` in
+    /// `/proc/self/status`). The kernel charges a shared PMD page to every
+    /// process that uses it, so this does not show sharing: the host-wide
+    /// `PageTables` does.
+    pub vm_pte_bytes: Option<u64>,
+}
+
+/// Attaches a region (as `locator` says) and faults every page in as
+/// `touch` says, timing both. Keep the returned region alive while
+/// measuring; close it after.
+///
+/// ```no_run
+/// use hugeshm_region::bench::{attach_and_touch, Touch};
+/// use hugeshm_region::{Backend, Locator};
+/// # fn main() -> Result<(), hugeshm_region::RegionError> {
+/// let (region, sample) = attach_and_touch(&Locator::new("sga", Backend::Sysv), Touch::Read)?;
+/// println!("attach {:.6} s, touch {:.3} s, shared: {}", sample.attach_seconds,
+///          sample.touch_seconds, sample.aligned_for_pmd_sharing);
+/// region.close()?;
+/// # Ok(())
+/// # }
+/// ```
+pub fn attach_and_touch(
+    locator: &crate::Locator,
+    touch: Touch,
+) -> Result<(crate::Region, AttachSample), RegionError> {
+    let t0 = Instant::now();
+    let mut region = locator.attach()?;
+    let attach_seconds = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    match touch {
+        Touch::None => {}
+        Touch::Read => region.populate_read()?,
+        Touch::Write => region.touch_all()?,
+    }
+    let touch_seconds = t1.elapsed().as_secs_f64();
+    let vm_pte_bytes = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmPTE:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024);
+    let sample = AttachSample {
+        pid: std::process::id(),
+        size_bytes: region.len() as u64,
+        page_size_bytes: region.page_size(),
+        address: region.addr() as u64,
+        aligned_for_pmd_sharing: region.aligned_for_pmd_sharing(),
+        pmd_shareable_bytes: region.pmd_shareable_bytes(),
+        attach_seconds,
+        touch_seconds,
+        vm_pte_bytes,
+    };
+    Ok((region, sample))
 }

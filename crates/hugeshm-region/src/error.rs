@@ -2,6 +2,7 @@
 
 use hugeshm_parse::size::format_bytes;
 
+use crate::interlock::RegionState;
 use crate::pool::Shortfall;
 use crate::sys::SysError;
 use crate::types::{Backend, PrefaultMethod};
@@ -173,8 +174,12 @@ pub enum RegionError {
         /// More context (e.g. transparent huge page coverage).
         detail: String,
     },
-    /// A named region exists already.
-    #[error("{backend} region {name:?} already exists ({object}); to fix: hugeshm rm {name}")]
+    /// A named region exists already and a live process holds it (or is
+    /// creating it), or it cannot be told apart from one that does.
+    #[error(
+        "{backend} region {name:?} already exists ({object}){}",
+        exists_text(holders, *state)
+    )]
     AlreadyExists {
         /// The name.
         name: String,
@@ -182,6 +187,104 @@ pub enum RegionError {
         backend: Backend,
         /// The object (key, path).
         object: String,
+        /// Pids that hold it (empty when not known).
+        holders: Vec<u32>,
+        /// Its state, when it was inspected.
+        state: Option<RegionState>,
+    },
+    /// A region of that name exists, nobody holds it, and the caller did not
+    /// ask to reclaim it: the previous owner crashed or exited without
+    /// removing it.
+    #[error(
+        "{backend} region {name:?} ({object}) exists but no process holds it: {}; \
+         refusing to create over it; to fix: {}",
+        orphan_text(*state, *creator_pid),
+        orphan_fix(name, *backend, *state)
+    )]
+    Orphaned {
+        /// The name.
+        name: String,
+        /// The backend.
+        backend: Backend,
+        /// The object.
+        object: String,
+        /// What is left: `ready` (contents complete), `crashed` (creation
+        /// never finished) or `stale` (memfd: the memory is gone).
+        state: RegionState,
+        /// Its creator.
+        creator_pid: Option<u32>,
+    },
+    /// The region's creation has not finished: the creator is still at it,
+    /// or died before it was done.
+    #[error(
+        "{backend} region {name:?} ({object}) {}",
+        incomplete_text(name, *backend, *creator_pid, *creator_alive, *header_written)
+    )]
+    Incomplete {
+        /// The name.
+        name: String,
+        /// The backend.
+        backend: Backend,
+        /// The object.
+        object: String,
+        /// The creator, when known.
+        creator_pid: Option<u32>,
+        /// Whether the creator still runs (`false` = it crashed mid-creation).
+        creator_alive: bool,
+        /// Whether the header was written (state `initializing`) or the
+        /// creator died before even that.
+        header_written: bool,
+    },
+    /// A memfd region's record names processes that are gone: the memfd
+    /// and its memory went with them.
+    #[error(
+        "memfd region {name:?}: the record {record} names pid {creator_pid}, which has exited, \
+         and no process holds the memfd any more: the region is gone; to fix: \
+         hugeshm rm {name} --backend memfd, or create it again with reclaim recreate"
+    )]
+    Stale {
+        /// The name.
+        name: String,
+        /// The record file.
+        record: String,
+        /// The pid it names.
+        creator_pid: u32,
+    },
+    /// The object under the region's key or path is not a hugeshm region
+    /// (or holds another hugeshm region whose name has the same SysV key).
+    /// hugeshm never attaches to, reclaims or removes such an object.
+    #[error("{object} is not this hugeshm region: {reason}; hugeshm will not use or remove it")]
+    NotOurs {
+        /// The object.
+        object: String,
+        /// What was found.
+        reason: String,
+    },
+    /// The region was made by a newer hugeshm with a newer header layout.
+    #[error(
+        "{object}: region header layout version {found} is newer than this hugeshm \
+         understands (version {supported}); to fix: use the hugeshm that created it"
+    )]
+    NewerLayout {
+        /// The object.
+        object: String,
+        /// The version in the header.
+        found: u32,
+        /// The newest version this library reads.
+        supported: u32,
+    },
+    /// The region is not what the caller expects (size, page size, backend),
+    /// or its header disagrees with the kernel object.
+    #[error("{object}: {field} mismatch: expected {expected}, the region has {found}")]
+    HeaderMismatch {
+        /// The object.
+        object: String,
+        /// What differs: `size`, `page size`, `backend`, `name`, ...
+        field: String,
+        /// What was expected.
+        expected: String,
+        /// What the region has.
+        found: String,
     },
     /// No object of that name.
     #[error("{backend} region {name:?} not found (looked for {looked})")]
@@ -254,7 +357,27 @@ impl RegionError {
             } => Some(format!(
                 "{limits_conf} (/etc/security/limits.conf) or {systemd} (systemd)"
             )),
-            RegionError::AlreadyExists { name, .. } => Some(format!("hugeshm rm {name}")),
+            RegionError::AlreadyExists { name, holders, .. } => Some(if holders.is_empty() {
+                format!("pick another name, or attach to it; hugeshm rm {name} removes it once nobody holds it")
+            } else {
+                format!(
+                    "attach to it instead, or stop pid(s) {} and remove it: hugeshm rm {name}",
+                    pid_list(holders)
+                )
+            }),
+            RegionError::Orphaned {
+                name,
+                backend,
+                state,
+                ..
+            } => Some(orphan_fix(name, *backend, *state)),
+            RegionError::Incomplete {
+                name,
+                backend,
+                creator_alive: false,
+                ..
+            } => Some(recreate_fix(name, *backend)),
+            RegionError::Stale { name, .. } => Some(format!("hugeshm rm {name} --backend memfd")),
             _ => None,
         }
     }
@@ -309,4 +432,95 @@ fn in_use_text(pids: &[u32], nattch: Option<u64>) -> String {
         parts.push(format!("mapped by pid(s) {}", list.join(", ")));
     }
     parts.join(", ")
+}
+
+fn pid_list(pids: &[u32]) -> String {
+    pids.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn exists_text(holders: &[u32], state: Option<RegionState>) -> String {
+    let mut s = String::new();
+    if !holders.is_empty() {
+        s.push_str(&format!(" and is held by pid(s) {}", pid_list(holders)));
+    }
+    match state {
+        Some(RegionState::Initializing) => s.push_str(" (still being created)"),
+        Some(st) if st != RegionState::Ready => s.push_str(&format!(" (state {st})")),
+        _ => {}
+    }
+    s
+}
+
+fn backend_flag(backend: Backend) -> String {
+    format!(" --backend {backend}")
+}
+
+fn recreate_fix(name: &str, backend: Backend) -> String {
+    format!(
+        "recreate it (RegionBuilder::reclaim(Reclaim::Recreate); hugeshm create {name}{} --reclaim recreate) \
+         or remove it (hugeshm rm {name}{})",
+        backend_flag(backend),
+        backend_flag(backend)
+    )
+}
+
+fn orphan_text(state: RegionState, creator_pid: Option<u32>) -> String {
+    let who = creator_pid
+        .map(|p| format!("its creator (pid {p})"))
+        .unwrap_or_else(|| "its creator".to_owned());
+    match state {
+        RegionState::Ready => format!(
+            "{who} finished creating it and is gone (crashed or exited without removing it); \
+             the contents are intact"
+        ),
+        RegionState::Crashed => {
+            format!("{who} died while creating it: the contents were never finished")
+        }
+        RegionState::Stale => {
+            format!("{who} is gone and the memfd went with it: the memory is already freed")
+        }
+        other => format!("state {other}"),
+    }
+}
+
+fn orphan_fix(name: &str, backend: Backend, state: RegionState) -> String {
+    match state {
+        RegionState::Ready => format!(
+            "keep its contents: reclaim reuse (RegionBuilder::reclaim(Reclaim::Reuse); \
+             hugeshm create {name}{} --reclaim reuse); start over: reclaim recreate \
+             (--reclaim recreate) or hugeshm rm {name}{}",
+            backend_flag(backend),
+            backend_flag(backend)
+        ),
+        _ => recreate_fix(name, backend),
+    }
+}
+
+fn incomplete_text(
+    name: &str,
+    backend: Backend,
+    creator_pid: Option<u32>,
+    alive: bool,
+    header_written: bool,
+) -> String {
+    let who = creator_pid
+        .map(|p| format!("pid {p}"))
+        .unwrap_or_else(|| "its creator".to_owned());
+    let header = if header_written {
+        "header state initializing"
+    } else {
+        "header not written yet"
+    };
+    if alive {
+        format!("is still being created by {who} ({header}): retry once it is ready")
+    } else {
+        format!(
+            "is incomplete: {who} died while creating it ({header}), so its contents were never \
+             finished and it cannot be used or reused; to fix: {}",
+            recreate_fix(name, backend)
+        )
+    }
 }

@@ -32,7 +32,13 @@
 //!
 //! ## What `create` does, in order
 //!
-//! 1. **Plan** from one host snapshot (`hugeshm-probe`): the page size
+//! 1. **Look at the name** (named regions): if a region of that name
+//!    exists, a live holder makes it [`RegionError::AlreadyExists`]
+//!    (naming the pids); one nobody holds is refused
+//!    ([`RegionError::Orphaned`], saying how to reclaim) unless
+//!    [`RegionBuilder::reclaim`] says [`Reclaim::Reuse`] (attach, keep the
+//!    contents) or [`Reclaim::Recreate`]. See [`interlock`].
+//! 2. **Plan** from one host snapshot (`hugeshm-probe`): the page size
 //!    (`largest` = the largest size whose pool holds the region), the size
 //!    rounded up to a page multiple, and the pool check
 //!    (available = free − reserved). A short pool is a [`Shortfall`] with the
@@ -40,23 +46,70 @@
 //!    reserved 512); to fix: sysctl -w vm.nr_hugepages=10944`. Policy
 //!    [`Policy::Only`] fails with it; [`Policy::Try`] plans the whole region
 //!    on base pages and says why; [`Policy::Off`] never uses huge pages.
-//! 2. **Check `RLIMIT_MEMLOCK`** when `mlock` is asked, before creating
+//! 3. **Check `RLIMIT_MEMLOCK`** when `mlock` is asked, before creating
 //!    anything.
-//! 3. **Create and map** the object ([`Backend`]; naming rules in
-//!    [`naming`]). Shared hugetlb memory is reserved here (never
-//!    `MAP_NORESERVE`); the kernel's own `ENOMEM` (a race) becomes the same
-//!    shortfall error, or the `try` fall-back. tmpfs files are
+//! 4. **Claim the name, create and map** the object ([`Backend`]; naming
+//!    rules in [`naming`]). The name is claimed atomically before any
+//!    memory is reserved (`shmget(IPC_EXCL)`; a locked `O_TMPFILE` linked
+//!    in place; the memfd [record](memfd_record)), so of concurrent
+//!    creators exactly one wins. Shared hugetlb memory is reserved here
+//!    (never `MAP_NORESERVE`); the kernel's own `ENOMEM` (a race) becomes
+//!    the same shortfall error, or the `try` fall-back. tmpfs files are
 //!    `fallocate`d so a full tmpfs is an error with numbers, not SIGBUS.
-//! 4. **Pre-fault** with N threads, each a contiguous range, with
+//!    Hugetlb regions of 1 GiB or more are mapped at a 1 GiB-aligned
+//!    address so that attached processes share page tables (below).
+//! 5. **Write the [header]**, state `initializing`.
+//! 6. **Pre-fault** with N threads, each a contiguous range, with
 //!    `MADV_POPULATE_WRITE` (errors instead of SIGBUS), falling back to
 //!    touching each page only where the kernel lacks it.
-//! 5. **Verify** in `/proc/self/smaps`: `KernelPageSize` (or THP coverage)
+//! 7. **Verify** in `/proc/self/smaps`: `KernelPageSize` (or THP coverage)
 //!    and resident bytes. Smaller pages than asked fail `only` and are
 //!    reported under `try`.
-//! 6. **mlock**, if asked.
+//! 8. **mlock**, if asked; then the header's state becomes `ready` (one
+//!    aligned atomic store).
 //!
 //! Any error on the way removes everything created (segment, file, memfd,
-//! mapping, reservation).
+//! record, mapping, reservation). A creator killed at any point (SIGKILL
+//! mid-pre-fault included) leaves a region whose header says
+//! `initializing` (or none yet) and whose creator is gone: attach reports
+//! [`RegionError::Incomplete`], create refuses until told to recreate.
+//!
+//! ## Layout
+//!
+//! Every region starts with a 4 KiB [header] (magic, layout
+//! version, state, creator pid and start time, creation time, size, page
+//! size, backend, generation, name); the data follow at
+//! [`Region::data_offset`] (4096). [`Region::read_at`],
+//! [`Region::write_at`] and [`Region::fill`] work on the data;
+//! [`Region::data_ptr`] / [`Region::data_len`] describe them.
+//!
+//! ## Sharing between processes
+//!
+//! Any process attaches a named region by name ([`Region::attach`],
+//! [`Locator`] with expectations): `sysv` by its key, `hugetlbfs` and
+//! `posix` by path, `memfd` through its [record](memfd_record). Attach
+//! checks the header and refuses, with both values, what does not match:
+//! not a hugeshm object ([`RegionError::NotOurs`], which also covers
+//! another name's SysV key), a newer layout ([`RegionError::NewerLayout`]),
+//! a size, page size or backend other than expected
+//! ([`RegionError::HeaderMismatch`]), a creation that has not finished
+//! ([`RegionError::Incomplete`]). Attach ([`Locator::attach`]), detach
+//! ([`Region::close`]) and destroy ([`Region::destroy`], [`remove`]) are
+//! separate; `remove` refuses while anyone holds the region. `anon`
+//! regions are shared with `fork`ed children only. [`list_regions`] lists
+//! every hugeshm region on the host with its state, orphans included.
+//!
+//! **Page tables.** A process that maps 1 GiB on 4 KiB pages needs 2 MiB
+//! of page tables; on 2 MiB pages 4 KiB (one PMD page), and none of its own
+//! when the mapping is at a 1 GiB-aligned address with address ≡ file
+//! offset (mod 1 GiB), because the kernel then shares the PMD page among
+//! all such processes (`huge_pmd_share`). Creators and attachers place
+//! hugetlb regions that way ([`sys::PMD_SHARE_ALIGN`]); the reports say
+//! whether it took ([`AllocationReport::aligned_for_pmd_sharing`]).
+//! Measured here with 8 processes attaching and touching 1 GiB: 0 bytes
+//! of page tables per process on aligned 2 MiB pages, 2052 KiB on 4 KiB
+//! pages. [`bench::attach_and_touch`] is the building block of
+//! `hugeshm bench pagetables`.
 //!
 //! The foundation is [`sys`]: thin safe wrappers around the system calls,
 //! whose errors ([`SysError`]) name the call, its arguments and the errno.
@@ -67,7 +120,10 @@
 
 pub mod bench;
 mod error;
+pub mod header;
+pub mod interlock;
 mod locate;
+pub mod memfd_record;
 pub mod memlock;
 pub mod naming;
 pub mod pool;
@@ -78,14 +134,16 @@ pub mod sys;
 mod types;
 mod verify;
 
-pub use bench::{bench_prefault, PrefaultSample};
+pub use bench::{bench_prefault, AttachSample, PrefaultSample};
 pub use error::RegionError;
+pub use header::{HeaderState, Liveness, RegionHeader, HEADER_BYTES};
+pub use interlock::{list_regions, RegionInfo, RegionState};
 pub use locate::{remove, Locator, NamedObject};
 pub use naming::sysv_key;
 pub use pool::Shortfall;
 pub use prefault::{available_cpus, memset_baseline, MemsetBaseline, Progress, SUB_CHUNK_BYTES};
 pub use region::{Region, RegionBuilder};
-pub use report::AllocationReport;
+pub use report::{AllocationReport, AttachReport, Reclaimed};
 pub use sys::SysError;
-pub use types::{Backend, PageSize, Policy, PrefaultMethod};
+pub use types::{Backend, PageSize, Policy, PrefaultMethod, Reclaim};
 pub use verify::Verification;

@@ -3,9 +3,11 @@
 //! * `sysv`: the key is [`sysv_key`]`(name)`, the 32-bit FNV-1a hash of
 //!   `hugeshm.<name>` (never 0, which is `IPC_PRIVATE`). Nothing is stored
 //!   anywhere else: any process computes the same key. Two names may hash to
-//!   the same key; creation then fails with "already exists" (`IPC_EXCL`)
-//!   rather than sharing a foreign segment. (Issue 4 adds a header that
-//!   attach checks.)
+//!   the same key, and any program may use any key: the region's
+//!   [header](crate::header) carries its name, so attach, create and remove
+//!   recognise a foreign segment or another name's region under the key and
+//!   refuse it ([`RegionError::NotOurs`]),
+//!   never trusting or removing it.
 //! * `hugetlbfs`: the file `<mount>/hugeshm.<name>` on a hugetlbfs mount of
 //!   the region's page size (found in `/proc/mounts`, or the directory given
 //!   to the builder). A `try` fall-back to base pages puts the file in
@@ -14,9 +16,11 @@
 //!   opens), or `<directory>/hugeshm.<name>` when the builder names a tmpfs
 //!   directory.
 //! * `memfd`: the memfd is called `hugeshm.<name>` (visible in
-//!   `/proc/PID/fd` and `/proc/PID/maps` as `/memfd:hugeshm.<name>`), but it
-//!   cannot be found by name: share it by inheriting the fd or opening
-//!   `/proc/PID/fd/N`.
+//!   `/proc/PID/fd` and `/proc/PID/maps` as `/memfd:hugeshm.<name>`); its
+//!   creator publishes the record `/dev/shm/hugeshm-memfd.<name>` (pid,
+//!   descriptor, device, inode, generation) through which other processes
+//!   open it as `/proc/PID/fd/N` (see [`memfd_record`](crate::memfd_record)).
+//!   It lives while some process holds it.
 //! * `anon`: the name is only a label; the memory is shared with children
 //!   created by `fork` after the region.
 

@@ -3,8 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::header::{Liveness, RegionHeader};
+use crate::interlock::RegionState;
 use crate::pool::Shortfall;
-use crate::types::{Backend, PageSize, Policy, PrefaultMethod};
+use crate::types::{Backend, PageSize, Policy, PrefaultMethod, Reclaim};
 
 /// The report of [`RegionBuilder::create`](crate::RegionBuilder::create).
 ///
@@ -73,4 +75,102 @@ pub struct AllocationReport {
     pub pid: u32,
     /// Address of the mapping in the creating process.
     pub address: u64,
+    /// The region's header (state `ready`): creator, creation time,
+    /// generation. For a reused region, the header its creator wrote.
+    #[serde(default)]
+    pub header: Option<RegionHeader>,
+    /// Where the data starts (after the 4 KiB header).
+    #[serde(default)]
+    pub data_offset: u64,
+    /// Data bytes: `size_bytes - data_offset`.
+    #[serde(default)]
+    pub data_bytes: u64,
+    /// Whether the mapping can share page tables with other processes
+    /// (hugetlb pages smaller than 1 GiB, at a 1 GiB-aligned address,
+    /// covering at least one whole GiB; see [`sys::PMD_SHARE_ALIGN`](crate::sys::PMD_SHARE_ALIGN)).
+    /// 1 GiB pages need no PMD page at all and report false.
+    #[serde(default)]
+    pub aligned_for_pmd_sharing: bool,
+    /// Bytes of the mapping whose page tables can be shared (whole GiBs).
+    #[serde(default)]
+    pub pmd_shareable_bytes: u64,
+    /// What happened to a region of the same name that nobody held
+    /// (`None`: there was none).
+    #[serde(default)]
+    pub reclaimed: Option<Reclaimed>,
+    /// The memfd record other processes find the region by (named memfd
+    /// regions).
+    #[serde(default)]
+    pub memfd_record: Option<String>,
+}
+
+/// A region of the same name that nobody held, and what `create` did with
+/// it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Reclaimed {
+    /// `reuse` (attached, contents kept) or `recreate` (destroyed, created
+    /// anew).
+    pub action: Reclaim,
+    /// What it was: `ready`, `crashed` or `stale`.
+    pub previous_state: RegionState,
+    /// The object it was.
+    pub previous_object: String,
+    /// Its header, when it had a valid one.
+    pub previous_header: Option<RegionHeader>,
+}
+
+/// What [`Locator::attach_with_report`](crate::Locator::attach_with_report)
+/// found: the data model of `hugeshm attach`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct AttachReport {
+    /// The name.
+    pub name: Option<String>,
+    /// The backend.
+    pub backend: Backend,
+    /// The object attached (key and shmid, path, or memfd record and the
+    /// descriptor opened).
+    pub object: String,
+    /// The header, as checked.
+    pub header: RegionHeader,
+    /// Whether the creator still runs.
+    pub creator: Liveness,
+    /// Mapped bytes (header included).
+    pub size_bytes: u64,
+    /// Where the data starts.
+    pub data_offset: u64,
+    /// Data bytes.
+    pub data_bytes: u64,
+    /// Page size from the header.
+    pub page_size_bytes: u64,
+    /// Page size `/proc/self/smaps` shows for this process's mapping.
+    pub verified_page_size_bytes: u64,
+    /// Whether the mapping is hugetlb (`VmFlags` `ht`).
+    pub hugetlb: bool,
+    /// Bytes of the region resident in memory, as this process's smaps
+    /// counts them right after attaching (hugetlb: the pages that exist).
+    pub resident_bytes: u64,
+    /// Pids that have the region mapped now (this one included), ascending.
+    pub holders: Vec<u32>,
+    /// SysV attachment count (this process included).
+    pub nattch: Option<u64>,
+    /// This process.
+    pub pid: u32,
+    /// Address of the mapping here.
+    pub address: u64,
+    /// See [`AllocationReport::aligned_for_pmd_sharing`].
+    pub aligned_for_pmd_sharing: bool,
+    /// See [`AllocationReport::pmd_shareable_bytes`].
+    pub pmd_shareable_bytes: u64,
+    /// Seconds the attach took (find, check the header, map).
+    pub attach_seconds: f64,
+    /// SysV shmid.
+    pub shmid: Option<i32>,
+    /// SysV key.
+    pub sysv_key: Option<i32>,
+    /// The file (hugetlbfs, posix) or `/proc/PID/fd/N` (memfd) opened.
+    pub path: Option<String>,
+    /// State of the region as found.
+    pub state: RegionState,
 }

@@ -397,10 +397,22 @@ pub fn mmap_anon(
     shared: bool,
     huge_page_size: Option<u64>,
 ) -> Result<Mapping, SysError> {
+    mmap_anon_placed(len, shared, huge_page_size, None)
+}
+
+/// [`mmap_anon`] at an address that is a multiple of `align` (e.g.
+/// [`PMD_SHARE_ALIGN`]); `None` lets the kernel choose.
+pub fn mmap_anon_placed(
+    len: usize,
+    shared: bool,
+    huge_page_size: Option<u64>,
+    align: Option<usize>,
+) -> Result<Mapping, SysError> {
     let call = || {
         format!(
-            "mmap(len={len}, {})",
-            describe_map_flags(shared, true, huge_page_size)
+            "mmap(len={len}, {}{})",
+            describe_map_flags(shared, true, huge_page_size),
+            describe_align(align)
         )
     };
     if len == 0 {
@@ -423,24 +435,163 @@ pub fn mmap_anon(
     };
     let rounded =
         round_up(len, page).ok_or_else(|| SysError::invalid(call(), "length overflows"))?;
-    // SAFETY: a null hint lets the kernel choose a fresh range, so no existing
-    // memory is affected; the result is owned by the returned Mapping.
-    let ptr = unsafe {
-        rustix::mm::mmap_anonymous(
-            std::ptr::null_mut(),
-            rounded,
-            ProtFlags::READ | ProtFlags::WRITE,
-            flags,
-        )
-    }
-    .map_err(|e| SysError::os(call(), e))?;
-    let ptr = NonNull::new(ptr.cast::<u8>())
-        .ok_or_else(|| SysError::invalid(call(), "kernel returned address 0"))?;
+    let ptr = placed(&call, rounded, page, align, |at| {
+        let (hint, flags) = match at {
+            Some(a) => (a as *mut c_void, flags | MapFlags::FIXED),
+            None => (std::ptr::null_mut(), flags),
+        };
+        // SAFETY: either a null hint (the kernel picks a fresh range) or
+        // MAP_FIXED inside this call's own PROT_NONE reservation (see
+        // `placed`), so no memory anything else uses is replaced; the
+        // result is owned by the returned Mapping.
+        unsafe {
+            rustix::mm::mmap_anonymous(hint, rounded, ProtFlags::READ | ProtFlags::WRITE, flags)
+        }
+        .map_err(|e| SysError::os(call(), e))
+    })?;
     Ok(Mapping {
         ptr,
         len: rounded,
         page_size: page,
     })
+}
+
+fn describe_align(align: Option<usize>) -> String {
+    match align {
+        Some(a) => format!(", at a multiple of {}", format_size(a as u64)),
+        None => String::new(),
+    }
+}
+
+/// Alignment that lets shared hugetlb mappings share page tables: on
+/// x86-64 the kernel shares one PMD page (the page-table page of 512 2 MiB
+/// entries) among every process that maps the same file range at a
+/// 1 GiB-aligned address with address ≡ file offset (mod 1 GiB)
+/// (`huge_pmd_share`). Regions map file offset 0, so a 1 GiB-aligned
+/// address is enough.
+pub const PMD_SHARE_ALIGN: usize = 1 << 30;
+
+/// Bytes of a mapping of file offset 0 at `addr` that can share page
+/// tables with other processes: the whole 1 GiB ranges it covers, when the
+/// address is 1 GiB-aligned and the pages are hugetlb pages smaller than
+/// 1 GiB (1 GiB pages sit directly in the PUD and need no PMD page).
+pub fn pmd_shareable_bytes(addr: usize, len: usize, hugetlb_page: Option<u64>) -> u64 {
+    match hugetlb_page {
+        Some(p) if (p as usize) < PMD_SHARE_ALIGN && addr % PMD_SHARE_ALIGN == 0 => {
+            (len / PMD_SHARE_ALIGN * PMD_SHARE_ALIGN) as u64
+        }
+        _ => 0,
+    }
+}
+
+/// Address space reserved with an inaccessible, unbacked mapping
+/// (`PROT_NONE`, `MAP_PRIVATE|MAP_ANONYMOUS|MAP_NORESERVE`): nothing can
+/// touch it and it commits no memory. Unmapped on drop.
+struct AddressReservation {
+    start: usize,
+    len: usize,
+}
+
+impl AddressReservation {
+    fn new(len: usize) -> Result<Self, SysError> {
+        // SAFETY: a null hint lets the kernel choose a fresh range; the
+        // mapping is inaccessible and owned by the returned value.
+        let p = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::empty(),
+                MapFlags::PRIVATE | MapFlags::NORESERVE,
+            )
+        }
+        .map_err(|e| {
+            SysError::os(
+                format!("mmap(len={len}, PROT_NONE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_NORESERVE)"),
+                e,
+            )
+        })?;
+        Ok(AddressReservation {
+            start: p as usize,
+            len,
+        })
+    }
+
+    fn unmap(start: usize, len: usize) -> Result<(), SysError> {
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: only ever called on parts of this reservation, which
+        // nothing in the program references.
+        unsafe { rustix::mm::munmap(start as *mut c_void, len) }
+            .map_err(|e| SysError::os(format!("munmap(addr={start:#x}, len={len})"), e))
+    }
+
+    /// Unmaps the reservation around `keep..keep + keep_len`, which the
+    /// caller has mapped over.
+    fn release_around(self, keep: usize, keep_len: usize) -> Result<(), SysError> {
+        let this = std::mem::ManuallyDrop::new(self);
+        let end = this.start + this.len;
+        let head = Self::unmap(this.start, keep - this.start);
+        let tail = Self::unmap(keep + keep_len, end - (keep + keep_len));
+        head.and(tail)
+    }
+}
+
+impl Drop for AddressReservation {
+    fn drop(&mut self) {
+        if let Err(e) = Self::unmap(self.start, self.len) {
+            eprintln!("hugeshm-region: {e}");
+        }
+    }
+}
+
+/// Maps `len` bytes with `map_at`: at a kernel-chosen address
+/// (`map_at(None)`), or, with `align`, at the first `align`-aligned
+/// address inside a fresh [`AddressReservation`] of `len + align` bytes
+/// (`map_at(Some(addr))` must map exactly there with `MAP_FIXED`
+/// semantics), releasing the rest of the reservation afterwards.
+fn placed(
+    call: &dyn Fn() -> String,
+    len: usize,
+    page: usize,
+    align: Option<usize>,
+    map_at: impl FnOnce(Option<usize>) -> Result<*mut c_void, SysError>,
+) -> Result<NonNull<u8>, SysError> {
+    let nonnull = |p: *mut c_void| {
+        NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| SysError::invalid(call(), "kernel returned address 0"))
+    };
+    let align = match align {
+        // The kernel aligns to the page size by itself.
+        Some(a) if a > page => a,
+        _ => return nonnull(map_at(None)?),
+    };
+    if !align.is_power_of_two() {
+        return Err(SysError::invalid(
+            call(),
+            format!("alignment {align} is not a power of two"),
+        ));
+    }
+    let total = len
+        .checked_add(align)
+        .ok_or_else(|| SysError::invalid(call(), "length overflows"))?;
+    let res = AddressReservation::new(total)?;
+    let at = res.start.div_ceil(align) * align;
+    // On failure `res` drops and unmaps the whole range, including whatever
+    // a failed MAP_FIXED left there.
+    let p = map_at(Some(at))?;
+    if p as usize != at {
+        return Err(SysError::invalid(
+            call(),
+            format!("kernel mapped at {:#x} instead of {at:#x}", p as usize),
+        ));
+    }
+    if let Err(e) = res.release_around(at, len) {
+        // The mapping is in place; only address space of the reservation
+        // may be left. Report, keep going.
+        eprintln!("hugeshm-region: releasing the reservation around {at:#x}: {e}");
+    }
+    nonnull(p)
 }
 
 /// Returns the page size of the filesystem behind `fd` when it is hugetlbfs
@@ -465,29 +616,55 @@ pub fn hugetlbfs_page_size(fd: BorrowedFd<'_>) -> Option<usize> {
 /// of that page size. Touching memory beyond the end of the file raises
 /// SIGBUS, so size the file first (see [`set_len`]).
 pub fn mmap_fd(fd: BorrowedFd<'_>, len: usize, offset: u64) -> Result<Mapping, SysError> {
+    mmap_fd_placed(fd, len, offset, None)
+}
+
+/// [`mmap_fd`] at an address that is a multiple of `align` (e.g.
+/// [`PMD_SHARE_ALIGN`]); `None`, or an alignment not above the page size,
+/// lets the kernel choose.
+///
+/// The address is found by reserving `len + align` bytes of inaccessible
+/// address space, mapping the file over the aligned part with `MAP_FIXED`
+/// and releasing the rest.
+pub fn mmap_fd_placed(
+    fd: BorrowedFd<'_>,
+    len: usize,
+    offset: u64,
+    align: Option<usize>,
+) -> Result<Mapping, SysError> {
     let raw = fd.as_raw_fd();
-    let call = || format!("mmap(fd={raw}, len={len}, offset={offset}, MAP_SHARED)");
+    let call = || {
+        format!(
+            "mmap(fd={raw}, len={len}, offset={offset}, MAP_SHARED{})",
+            describe_align(align)
+        )
+    };
     if len == 0 {
         return Err(SysError::invalid(call(), "length is zero"));
     }
     let page = hugetlbfs_page_size(fd).unwrap_or_else(base_page_size);
     let rounded =
         round_up(len, page).ok_or_else(|| SysError::invalid(call(), "length overflows"))?;
-    // SAFETY: a null hint lets the kernel choose a fresh range, so no existing
-    // memory is affected; the result is owned by the returned Mapping.
-    let ptr = unsafe {
-        rustix::mm::mmap(
-            std::ptr::null_mut(),
-            rounded,
-            ProtFlags::READ | ProtFlags::WRITE,
-            MapFlags::SHARED,
-            fd,
-            offset,
-        )
-    }
-    .map_err(|e| SysError::os(call(), e))?;
-    let ptr = NonNull::new(ptr.cast::<u8>())
-        .ok_or_else(|| SysError::invalid(call(), "kernel returned address 0"))?;
+    let ptr = placed(&call, rounded, page, align, |at| {
+        let (hint, flags) = match at {
+            Some(a) => (a as *mut c_void, MapFlags::SHARED | MapFlags::FIXED),
+            None => (std::ptr::null_mut(), MapFlags::SHARED),
+        };
+        // SAFETY: either a null hint (the kernel picks a fresh range) or
+        // MAP_FIXED inside this call's own PROT_NONE reservation (see
+        // `placed`); the result is owned by the returned Mapping.
+        unsafe {
+            rustix::mm::mmap(
+                hint,
+                rounded,
+                ProtFlags::READ | ProtFlags::WRITE,
+                flags,
+                fd,
+                offset,
+            )
+        }
+        .map_err(|e| SysError::os(call(), e))
+    })?;
     Ok(Mapping {
         ptr,
         len: rounded,
@@ -522,6 +699,62 @@ pub fn memfd_create(name: &str, huge_page_size: Option<u64>) -> Result<OwnedFd, 
 pub fn set_len(fd: BorrowedFd<'_>, len: u64) -> Result<(), SysError> {
     rustix::fs::ftruncate(fd, len)
         .map_err(|e| SysError::os(format!("ftruncate(fd={}, len={len})", fd.as_raw_fd()), e))
+}
+
+/// `open(dir, O_TMPFILE|O_RDWR|O_CLOEXEC, mode)`: an unnamed file in `dir`
+/// (tmpfs and hugetlbfs support it) that vanishes with its last reference
+/// unless [`link_tmpfile`] gives it a name.
+pub fn open_tmpfile(dir: &std::path::Path, mode: u32) -> Result<OwnedFd, SysError> {
+    rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::TMPFILE | rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::from_bits_truncate(mode),
+    )
+    .map_err(|e| {
+        SysError::os(
+            format!("open({}, O_TMPFILE|O_RDWR, mode={mode:#o})", dir.display()),
+            e,
+        )
+    })
+}
+
+/// Gives a file opened with [`open_tmpfile`] the name `path`:
+/// `linkat(AT_FDCWD, "/proc/self/fd/N", AT_FDCWD, path, AT_SYMLINK_FOLLOW)`.
+/// Atomic and exclusive: `Ok(false)` when `path` exists already.
+pub fn link_tmpfile(fd: BorrowedFd<'_>, path: &std::path::Path) -> Result<bool, SysError> {
+    let from = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    match rustix::fs::linkat(
+        rustix::fs::CWD,
+        from.as_str(),
+        rustix::fs::CWD,
+        path,
+        rustix::fs::AtFlags::SYMLINK_FOLLOW,
+    ) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::EXIST) => Ok(false),
+        Err(e) => Err(SysError::os(
+            format!("linkat({from}, {}, AT_SYMLINK_FOLLOW)", path.display()),
+            e,
+        )),
+    }
+}
+
+/// `flock(fd, op)`, retried on `EINTR`; `Ok(false)` when a non-blocking
+/// request would block.
+pub fn flock(fd: BorrowedFd<'_>, op: rustix::fs::FlockOperation) -> Result<bool, SysError> {
+    loop {
+        match rustix::fs::flock(fd, op) {
+            Ok(()) => return Ok(true),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(rustix::io::Errno::WOULDBLOCK) => return Ok(false),
+            Err(e) => {
+                return Err(SysError::os(
+                    format!("flock(fd={}, {op:?})", fd.as_raw_fd()),
+                    e,
+                ))
+            }
+        }
+    }
 }
 
 /// `shm_open(name, O_RDWR|O_CREAT|O_EXCL, mode)`: creates a new POSIX shared
@@ -627,6 +860,105 @@ pub fn populate_write_supported() -> bool {
     // SAFETY: a zero-length range covers no memory; address 0 is page-aligned.
     let r = unsafe { rustix::mm::madvise(std::ptr::null_mut(), 0, Advice::LinuxPopulateWrite) };
     r.is_ok()
+}
+
+/// `madvise(MADV_POPULATE_READ)` (Linux 5.14+) over a whole region: maps
+/// every page into this process's page tables as a read fault would,
+/// without changing contents. On shared memory whose pages exist already
+/// (an attached region) this allocates nothing but page tables.
+pub fn populate_read<R: MappedRegion + ?Sized>(region: &R) -> Result<(), SysError> {
+    let (ptr, len) = (region.region_ptr(), region.region_len());
+    loop {
+        // SAFETY: MappedRegion is sealed and always describes a live mapping
+        // owned by its handle; the advice never changes memory contents.
+        let r =
+            unsafe { rustix::mm::madvise(ptr.cast::<c_void>(), len, Advice::LinuxPopulateRead) };
+        match r {
+            Err(rustix::io::Errno::INTR) => continue,
+            r => {
+                return r.map_err(|e| {
+                    SysError::os(
+                        format!(
+                            "madvise(addr={:#x}, len={len}, MADV_POPULATE_READ)",
+                            ptr as usize
+                        ),
+                        e,
+                    )
+                })
+            }
+        }
+    }
+}
+
+/// Reads one byte per `page` bytes of a region (volatile), faulting every
+/// page in for reading: the fallback for kernels without
+/// `MADV_POPULATE_READ`. Returns a value derived from the bytes so the
+/// reads are not optimized away.
+pub fn read_touch<R: MappedRegion + ?Sized>(region: &R, page: usize) -> u8 {
+    let (ptr, len) = (region.region_ptr(), region.region_len());
+    let page = if page == 0 { base_page_size() } else { page };
+    let mut acc = 0u8;
+    let mut off = 0;
+    while off < len {
+        // SAFETY: off < len inside the live mapping owned by the handle.
+        acc ^= unsafe { std::ptr::read_volatile(ptr.add(off)) };
+        off += page;
+    }
+    acc
+}
+
+fn check_word(
+    call: impl FnOnce() -> String,
+    ptr: *mut u8,
+    offset: usize,
+    len: usize,
+) -> Result<*mut u8, SysError> {
+    let call_s = call();
+    check_range(|| call_s.clone(), offset, 4, len)?;
+    // SAFETY: offset + 4 <= len: inside the mapping.
+    let p = unsafe { ptr.add(offset) };
+    if p as usize % 4 != 0 {
+        return Err(SysError::invalid(call_s, "not 4-byte aligned"));
+    }
+    Ok(p)
+}
+
+/// Stores a 32-bit word at `offset` with one aligned atomic store (release
+/// ordering: a reader that loads the word with acquire ordering sees every
+/// write this process made before). `offset` must be a multiple of 4.
+pub fn store_u32_release<R: MappedRegion + ?Sized>(
+    region: &R,
+    offset: usize,
+    value: u32,
+) -> Result<(), SysError> {
+    let p = check_word(
+        || format!("store_u32(offset={offset})"),
+        region.region_ptr(),
+        offset,
+        region.region_len(),
+    )?;
+    // SAFETY: p is 4-byte aligned inside a live read-write shared mapping
+    // owned by the handle; every access to this word (here and in
+    // load_u32_acquire, in any process) is atomic.
+    unsafe { std::sync::atomic::AtomicU32::from_ptr(p.cast::<u32>()) }
+        .store(value, Ordering::Release);
+    Ok(())
+}
+
+/// Loads a 32-bit word at `offset` with acquire ordering (see
+/// [`store_u32_release`]).
+pub fn load_u32_acquire<R: MappedRegion + ?Sized>(
+    region: &R,
+    offset: usize,
+) -> Result<u32, SysError> {
+    let p = check_word(
+        || format!("load_u32(offset={offset})"),
+        region.region_ptr(),
+        offset,
+        region.region_len(),
+    )?;
+    // SAFETY: as in store_u32_release.
+    Ok(unsafe { std::sync::atomic::AtomicU32::from_ptr(p.cast::<u32>()) }.load(Ordering::Acquire))
 }
 
 /// `madvise(MADV_HUGEPAGE)` over a whole region: asks for transparent huge
@@ -868,20 +1200,173 @@ impl fmt::Debug for ShmAttachment {
 /// chosen by the kernel. The attachment length is the segment size from
 /// `IPC_STAT`.
 pub fn shm_attach(shmid: i32) -> Result<ShmAttachment, SysError> {
+    shm_attach_placed(shmid, None)
+}
+
+/// [`shm_attach`] at an address that is a multiple of `align` (e.g.
+/// [`PMD_SHARE_ALIGN`]): `shmat(shmid, addr, SHM_REMAP)` over the aligned
+/// part of a reservation of `size + align` bytes, the rest released.
+/// `None` lets the kernel choose.
+pub fn shm_attach_placed(shmid: i32, align: Option<usize>) -> Result<ShmAttachment, SysError> {
     let stat = shm_stat(shmid)?;
-    let call = || format!("shmat(shmid={shmid}, size={})", stat.size);
+    let call = || {
+        format!(
+            "shmat(shmid={shmid}, size={}{})",
+            stat.size,
+            match align {
+                Some(a) => format!(", SHM_REMAP at a multiple of {}", format_size(a as u64)),
+                None => String::new(),
+            }
+        )
+    };
     let len = usize::try_from(stat.size)
         .map_err(|_| SysError::invalid(call(), "segment size does not fit in usize"))?;
-    // SAFETY: a null address lets the kernel choose a fresh range, so no
-    // existing memory is affected; the result is owned by the attachment.
-    let addr = unsafe { libc::shmat(shmid, std::ptr::null(), 0) };
+    if len == 0 {
+        return Err(SysError::invalid(call(), "segment size is zero"));
+    }
+    // The kernel rounds the attachment up to the segment's page size; the
+    // reservation only needs the length rounded to base pages plus the
+    // alignment, which covers any page size up to the alignment.
+    let rounded = round_up(len, base_page_size())
+        .ok_or_else(|| SysError::invalid(call(), "length overflows"))?;
+    let ptr = placed(&call, rounded, base_page_size(), align, |at| {
+        let (addr, flags) = match at {
+            Some(a) => (a as *const c_void, libc::SHM_REMAP),
+            None => (std::ptr::null(), 0),
+        };
+        // SAFETY: either a null address (the kernel picks a fresh range) or
+        // SHM_REMAP onto this call's own PROT_NONE reservation (see
+        // `placed`); the result is owned by the attachment.
+        let p = unsafe { libc::shmat(shmid, addr, flags) };
+        if p as isize == -1 {
+            return Err(SysError::last_os(call()));
+        }
+        Ok(p)
+    })?;
+    Ok(ShmAttachment { ptr, len, shmid })
+}
+
+/// Reads the first `buf.len()` bytes of a segment through a read-only
+/// attachment, without allocating memory in it where possible:
+///
+/// 1. `pread` of the segment's file through `/proc/self/map_files`
+///    (needs `CAP_SYS_ADMIN` or `CAP_CHECKPOINT_RESTORE`): a page that does
+///    not exist reads as zeros and stays absent;
+/// 2. else, if `mincore` says the first page is resident (accurate for
+///    tmpfs-backed segments; for hugetlb it only sees this process's page
+///    tables), a plain read;
+/// 3. else, with `allow_fault`, `MADV_POPULATE_READ` of the first page (an
+///    error, never SIGBUS, when it cannot be had) and a read. This may
+///    allocate the segment's first page (from its reservation).
+///
+/// Returns false when none of these applied (`buf` untouched).
+pub fn shm_peek(shmid: i32, buf: &mut [u8], allow_fault: bool) -> Result<bool, SysError> {
+    let stat = shm_stat(shmid)?;
+    let call = || format!("shmat(shmid={shmid}, SHM_RDONLY)");
+    let len = usize::try_from(stat.size)
+        .map_err(|_| SysError::invalid(call(), "segment size does not fit in usize"))?;
+    if buf.len() > len {
+        return Err(SysError::invalid(
+            call(),
+            format!("peek of {} bytes in a segment of {len}", buf.len()),
+        ));
+    }
+    // SAFETY: a null address lets the kernel choose a fresh range; the
+    // attachment is read-only and detached below before returning.
+    let addr = unsafe { libc::shmat(shmid, std::ptr::null(), libc::SHM_RDONLY) };
     if addr as isize == -1 {
         return Err(SysError::last_os(call()));
     }
-    let Some(ptr) = NonNull::new(addr.cast::<u8>()) else {
-        return Err(SysError::invalid(call(), "kernel returned address 0"));
-    };
-    Ok(ShmAttachment { ptr, len, shmid })
+    let result = peek_attached(addr.cast::<u8>(), len, buf, allow_fault);
+    // SAFETY: addr is the address shmat returned above; nothing references
+    // the attachment any more.
+    let rc = unsafe { libc::shmdt(addr) };
+    if rc < 0 {
+        return Err(SysError::last_os(format!(
+            "shmdt(shmid={shmid}, addr={:#x})",
+            addr as usize
+        )));
+    }
+    result
+}
+
+fn peek_attached(
+    addr: *mut u8,
+    len: usize,
+    buf: &mut [u8],
+    allow_fault: bool,
+) -> Result<bool, SysError> {
+    // 1. The file behind the mapping, read without faulting.
+    let prefix = format!("{:x}-", addr as usize);
+    if let Ok(rd) = std::fs::read_dir("/proc/self/map_files") {
+        let entry = rd.filter_map(|e| e.ok()).find(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&prefix))
+        });
+        if let Some(e) = entry {
+            if let Ok(f) = std::fs::File::open(e.path()) {
+                use std::os::unix::fs::FileExt;
+                let mut got = 0;
+                while got < buf.len() {
+                    match f.read_at(&mut buf[got..], got as u64) {
+                        Ok(0) => break,
+                        Ok(n) => got += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(_) => break,
+                    }
+                }
+                if got == buf.len() {
+                    return Ok(true);
+                }
+            }
+        }
+    }
+    let first = base_page_size().min(len);
+    // 2. Resident in the page cache (tmpfs-backed segments).
+    let mut vec = [0u8; 1];
+    // SAFETY: addr is the page-aligned start of a live attachment at least
+    // `first` bytes long; vec has room for one page's byte.
+    let rc = unsafe { libc::mincore(addr.cast::<c_void>(), first, vec.as_mut_ptr()) };
+    if rc == 0 && vec[0] & 1 == 1 {
+        // SAFETY: buf.len() <= len: inside the live read-only attachment.
+        unsafe { volatile_read(addr, 0, buf) };
+        return Ok(true);
+    }
+    // 3. Fault the first page in for reading: an error, never SIGBUS.
+    if allow_fault {
+        // SAFETY: the first page of the live attachment; a read fault
+        // changes no contents.
+        let r =
+            unsafe { rustix::mm::madvise(addr.cast::<c_void>(), first, Advice::LinuxPopulateRead) };
+        if r.is_ok() {
+            // SAFETY: as above.
+            unsafe { volatile_read(addr, 0, buf) };
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// `MADV_POPULATE_READ` of `offset..offset + len` of a region: faults
+/// those pages in for reading, an error (not SIGBUS) when one cannot be
+/// had.
+pub fn populate_read_range<R: MappedRegion + ?Sized>(
+    region: &R,
+    offset: usize,
+    len: usize,
+) -> Result<(), SysError> {
+    let call = || format!("madvise(offset={offset}, len={len}, MADV_POPULATE_READ)");
+    check_range(call, offset, len, region.region_len())?;
+    // SAFETY: the range was checked against the live mapping owned by the
+    // handle; a read fault changes no contents.
+    let p = unsafe { region.region_ptr().add(offset) };
+    if p as usize % base_page_size() != 0 {
+        return Err(SysError::invalid(call(), "offset is not page-aligned"));
+    }
+    // SAFETY: as above.
+    unsafe { rustix::mm::madvise(p.cast::<c_void>(), len, Advice::LinuxPopulateRead) }
+        .map_err(|e| SysError::os(call(), e))
 }
 
 impl ShmAttachment {

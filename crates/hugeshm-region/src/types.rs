@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 /// | backend | object | name → object | shared with |
 /// |---|---|---|---|
 /// | `sysv` | System V segment (`shmget`, `SHM_HUGETLB`) | key [`sysv_key`](crate::sysv_key)`(name)` | any process (`shmat` by key or shmid) |
-/// | `memfd` | `memfd_create` file (`MFD_HUGETLB`) | none (fd only) | children that inherit the fd, or `/proc/PID/fd/N` |
+/// | `memfd` | `memfd_create` file (`MFD_HUGETLB`) | record `/dev/shm/hugeshm-memfd.<name>` → `/proc/PID/fd/N` of a holder ([`memfd_record`](crate::memfd_record)) | any process of the same uid (or root) while some process holds it |
 /// | `hugetlbfs` | file `<mount>/hugeshm.<name>` on a hugetlbfs mount of the page size | path | any process (open + `mmap`) |
 /// | `posix` | file `/dev/shm/hugeshm.<name>` (tmpfs; THP at most) | path | any process (`shm_open` / open + `mmap`) |
 /// | `anon` | `MAP_SHARED\|MAP_ANONYMOUS[\|MAP_HUGETLB]` | none | children created by `fork` only |
@@ -55,10 +55,18 @@ impl Backend {
         }
     }
 
-    /// Whether another, unrelated process can find the object by name
-    /// (`sysv`, `hugetlbfs`, `posix`), so that it outlives its creator.
+    /// Whether the object outlives every process that maps it and can be
+    /// found by name (`sysv`, `hugetlbfs`, `posix`): it stays until removed.
     pub fn is_named(self) -> bool {
         matches!(self, Backend::Sysv | Backend::Hugetlbfs | Backend::Posix)
+    }
+
+    /// Whether an unrelated process can attach a region of this backend by
+    /// its name: the named backends, and `memfd` through its record (see
+    /// [`memfd_record`](crate::memfd_record)) while some process holds it.
+    /// `anon` regions are shared with `fork`ed children only.
+    pub fn attachable_by_name(self) -> bool {
+        self.is_named() || self == Backend::Memfd
     }
 
     /// Whether huge pages come from the hugetlb pool (every backend but
@@ -200,6 +208,58 @@ impl FromStr for Policy {
     }
 }
 
+/// What [`create`](crate::RegionBuilder::create) does when a region of the
+/// same name exists and **no live process holds it** (its creator crashed,
+/// or exited without removing it). A region that a live process holds is
+/// never touched, whatever this says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reclaim {
+    /// Refuse with [`RegionError::Orphaned`](crate::RegionError::Orphaned),
+    /// which says how to reclaim (the default: never lose contents
+    /// silently).
+    #[default]
+    Refuse,
+    /// Attach to it and keep its contents. Only a region whose header is
+    /// `ready` can be reused, and only if its size and page size are the
+    /// ones asked for; one whose creation never finished can only be
+    /// recreated.
+    Reuse,
+    /// Destroy it and create a new one.
+    Recreate,
+}
+
+impl Reclaim {
+    /// The CLI word: `refuse`, `reuse`, `recreate`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reclaim::Refuse => "refuse",
+            Reclaim::Reuse => "reuse",
+            Reclaim::Recreate => "recreate",
+        }
+    }
+}
+
+impl fmt::Display for Reclaim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Reclaim {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "refuse" | "no" | "none" => Ok(Reclaim::Refuse),
+            "reuse" | "attach" => Ok(Reclaim::Reuse),
+            "recreate" => Ok(Reclaim::Recreate),
+            _ => Err(format!(
+                "unknown reclaim mode {s:?} (expected refuse, reuse or recreate)"
+            )),
+        }
+    }
+}
+
 /// How the pages of a region were faulted in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -254,6 +314,17 @@ mod tests {
             serde_json::to_string(&PrefaultMethod::PopulateWrite).unwrap(),
             "\"populate_write\""
         );
+    }
+
+    #[test]
+    fn reclaim_words() {
+        for r in [Reclaim::Refuse, Reclaim::Reuse, Reclaim::Recreate] {
+            assert_eq!(r.as_str().parse::<Reclaim>().unwrap(), r);
+        }
+        assert_eq!(Reclaim::default(), Reclaim::Refuse);
+        assert!("delete".parse::<Reclaim>().is_err());
+        assert!(Backend::Memfd.attachable_by_name());
+        assert!(!Backend::Anon.attachable_by_name());
     }
 
     #[test]

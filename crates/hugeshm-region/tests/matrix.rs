@@ -75,9 +75,11 @@ fn every_backend_page_size_and_policy() {
                                 "{case}: {report:#?}"
                             );
                         }
-                        region.write_at(region.len() - 3, b"end").unwrap();
+                        assert_eq!(region.data_len() as u64, want - 4096, "{case}");
+                        region.write_at(region.data_len() - 3, b"end").unwrap();
                         let mut buf = [0u8; 3];
-                        region.read_at(region.len() - 3, &mut buf).unwrap();
+                        region.read_at(region.data_len() - 3, &mut buf).unwrap();
+                        assert!(region.write_at(region.data_len() - 2, b"end").is_err());
                         assert_eq!(&buf, b"end");
                         // JSON round trip of the report.
                         let json = serde_json::to_string(&report).unwrap();

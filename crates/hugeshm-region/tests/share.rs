@@ -69,7 +69,7 @@ fn child_helper() {
         "path" => Region::attach_path(&a).unwrap(),
         other => panic!("unknown child mode {other}"),
     };
-    for off in offsets(region.len()) {
+    for off in offsets(region.data_len()) {
         let mut buf = [0u8; 16];
         region.read_at(off, &mut buf).unwrap();
         assert_eq!(buf, pattern(off, 1), "child: bytes at {off}");
@@ -140,13 +140,13 @@ impl Child {
 }
 
 fn write_parent(region: &mut Region) {
-    for off in offsets(region.len()) {
+    for off in offsets(region.data_len()) {
         region.write_at(off, &pattern(off, 1)).unwrap();
     }
 }
 
 fn check_child_wrote(region: &Region) {
-    for off in offsets(region.len()) {
+    for off in offsets(region.data_len()) {
         let mut buf = [0u8; 16];
         region.read_at(off, &mut buf).unwrap();
         assert_eq!(buf, pattern(off, 2), "parent: child's bytes at {off}");
@@ -241,9 +241,10 @@ fn child_attaches_memfd_through_proc_fd() {
         assert_eq!(child.page, report.verified_page_size_bytes);
         check_child_wrote(&region);
         child.finish();
+        // Held by us: remove refuses (the record stays).
         assert!(matches!(
             remove("memfd-share", Backend::Memfd),
-            Err(RegionError::Unsupported(_))
+            Err(RegionError::InUse { .. })
         ));
         region.destroy().unwrap();
     }
@@ -267,7 +268,7 @@ fn forked_child_shares_anon_region() {
             .unwrap();
         assert_eq!(report.verified_page_size_bytes, page.bytes().unwrap());
         write_parent(&mut region);
-        let offs = offsets(region.len());
+        let offs = offsets(region.data_len());
         // SAFETY: the child only reads and writes the region (volatile
         // byte copies, no allocation: the patterns live on the stack) and
         // leaves with _exit, so it never touches state another thread of
@@ -282,9 +283,11 @@ fn forked_child_shares_anon_region() {
                     code = 1;
                 }
                 let p = pattern(off, 2);
-                // SAFETY: off + 16 <= len (offsets() filters), inside the
-                // live shared mapping inherited from the parent.
-                unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), region.as_ptr().add(off), 16) };
+                // SAFETY: off + 16 <= data_len (offsets() filters), inside
+                // the live shared mapping inherited from the parent.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(p.as_ptr(), region.data_ptr().add(off), 16)
+                };
             }
             // SAFETY: leaving the forked child without running destructors
             // or atexit handlers of the parent's state.

@@ -7,4 +7,5 @@ pub mod bench_pagetables;
 pub mod bench_prefault;
 pub mod region;
 pub mod segments;
+pub mod share;
 pub mod status;

@@ -3,7 +3,9 @@
 use crate::output::{Out, ProgressBar, Table};
 use anyhow::bail;
 use hugeshm_parse::size::{format_bytes, page_size_short};
-use hugeshm_region::{AllocationReport, Backend, PageSize, Policy, RegionBuilder, RegionError};
+use hugeshm_region::{
+    AllocationReport, Backend, PageSize, Policy, Reclaim, RegionBuilder, RegionError,
+};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -36,6 +38,10 @@ pub struct CreateArgs {
     /// Directory for file backends (a hugetlbfs mount, or a tmpfs directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// When the name exists and nobody holds it (its creator crashed):
+    /// refuse (default), reuse it keeping its contents, or recreate it.
+    #[arg(long, default_value = "refuse")]
+    pub reclaim: Reclaim,
     /// Keep this process alive holding the region until it is interrupted
     /// (needed for memfd and anon regions, which live only while mapped).
     #[arg(long)]
@@ -87,6 +93,7 @@ pub fn create(a: &CreateArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
         .policy(a.policy)
         .mlock(a.mlock)
         .mode(a.mode)
+        .reclaim(a.reclaim)
         .name(a.name.clone());
     if let Some(t) = a.prefault_threads {
         b = b.prefault_threads(t);

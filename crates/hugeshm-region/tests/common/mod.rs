@@ -157,3 +157,136 @@ impl Drop for RemoveOnDrop {
         }
     }
 }
+
+/// A re-executed copy of this test binary running one child test function,
+/// talking over stdin/stdout lines (children print `MARKER rest`; libtest
+/// may put its own text before it on the line).
+pub struct Kid {
+    pub child: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    stdin: Option<std::process::ChildStdin>,
+    pub pid: u32,
+    what: String,
+}
+
+impl Kid {
+    /// Runs test `test_fn` of this binary with `env=spec`.
+    pub fn spawn(test_fn: &str, env: &str, spec: &str) -> Kid {
+        Self::spawn_with(
+            Command::new(std::env::current_exe().unwrap()),
+            test_fn,
+            env,
+            spec,
+        )
+    }
+
+    /// Like [`Kid::spawn`], as uid/gid 65534 without groups or capabilities.
+    pub fn spawn_as_nobody(test_fn: &str, env: &str, spec: &str) -> Kid {
+        let mut cmd = Command::new("setpriv");
+        cmd.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(std::env::current_exe().unwrap());
+        Self::spawn_with(cmd, test_fn, env, spec)
+    }
+
+    fn spawn_with(mut cmd: Command, test_fn: &str, env: &str, spec: &str) -> Kid {
+        use std::io::BufRead;
+        let mut child = cmd
+            .args(["--exact", test_fn, "--nocapture", "--test-threads=1"])
+            .env(env, spec)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn child");
+        let out = child.stdout.take().unwrap();
+        let stdin = child.stdin.take();
+        Kid {
+            pid: child.id(),
+            child,
+            lines: std::io::BufReader::new(out).lines(),
+            stdin,
+            what: format!("{env}={spec}"),
+        }
+    }
+
+    /// The rest of the first line (from now on) that contains `marker`.
+    pub fn expect(&mut self, marker: &str) -> String {
+        for line in self.lines.by_ref() {
+            let Ok(line) = line else { break };
+            if let Some(at) = line.find(marker) {
+                return line[at + marker.len()..].trim().to_owned();
+            }
+        }
+        let st = self.child.wait().unwrap();
+        panic!(
+            "child {} ended ({st}) without printing {marker:?}",
+            self.what
+        );
+    }
+
+    /// Sends one line.
+    pub fn send(&mut self, line: &str) {
+        use std::io::Write;
+        let s = self.stdin.as_mut().expect("stdin open");
+        writeln!(s, "{line}").unwrap();
+        s.flush().unwrap();
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(mut self) {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(self.pid as i32).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+        let _ = self.child.wait();
+    }
+
+    /// Closes stdin, drains the output, waits; panics unless it succeeded.
+    pub fn finish(mut self) {
+        drop(self.stdin.take());
+        for _ in self.lines.by_ref() {}
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "child {} exited with {st}", self.what);
+    }
+}
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// In a child: prints `marker rest` on its own line, flushed.
+pub fn say(marker: &str, rest: &str) {
+    use std::io::Write;
+    println!("\n{marker} {rest}");
+    std::io::stdout().flush().unwrap();
+}
+
+/// In a child: the next line from the parent (`None` at end of input).
+pub fn hear() -> Option<String> {
+    let mut line = String::new();
+    match std::io::stdin().read_line(&mut line) {
+        Ok(0) | Err(_) => None,
+        Ok(_) => Some(line.trim().to_owned()),
+    }
+}
+
+/// `PageTables` from /proc/meminfo, bytes.
+pub fn page_tables_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("PageTables:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .expect("PageTables in /proc/meminfo")
+}

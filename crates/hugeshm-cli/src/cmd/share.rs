@@ -1,0 +1,273 @@
+//! `hugeshm attach` and `hugeshm ls`: regions shared between processes.
+
+use crate::output::{Out, Table};
+use anyhow::bail;
+use hugeshm_parse::size::{format_bytes, page_size_short};
+use hugeshm_region::{
+    list_regions, AttachReport, Backend, Liveness, Locator, RegionError, RegionInfo,
+};
+use std::process::ExitCode;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// `hugeshm attach` options.
+#[derive(Debug, clap::Args)]
+pub struct AttachArgs {
+    /// The region's name.
+    pub name: String,
+    /// Its backend (default: whichever of sysv, hugetlbfs, posix, memfd has the name).
+    #[arg(long)]
+    pub backend: Option<Backend>,
+    /// Keep this process attached until it is interrupted.
+    #[arg(long)]
+    pub hold: bool,
+    /// Print the attach report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `hugeshm ls` options.
+#[derive(Debug, clap::Args)]
+pub struct LsArgs {
+    /// Print the regions as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Exit 1 when a region is orphaned, crashed or damaged.
+    #[arg(long)]
+    pub check: bool,
+}
+
+fn err(e: RegionError) -> anyhow::Error {
+    match e.fix() {
+        Some(fix) if !e.to_string().contains(&fix) => anyhow::anyhow!("{e}\n  to fix: {fix}"),
+        _ => anyhow::anyhow!("{e}"),
+    }
+}
+
+/// Runs `attach`.
+pub fn attach(a: &AttachArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let backends: Vec<Backend> = match a.backend {
+        Some(b) => vec![b],
+        None => [
+            Backend::Sysv,
+            Backend::Hugetlbfs,
+            Backend::Posix,
+            Backend::Memfd,
+        ]
+        .to_vec(),
+    };
+    let mut found = None;
+    let mut looked = Vec::new();
+    for b in backends {
+        match Locator::new(&a.name, b).attach_with_report() {
+            Ok(x) => {
+                found = Some(x);
+                break;
+            }
+            Err(RegionError::NotFound { looked: l, .. }) if a.backend.is_none() => looked.push(l),
+            Err(e) => return Err(err(e)),
+        }
+    }
+    let Some((region, report)) = found else {
+        bail!(
+            "no region named {:?} (looked for {})",
+            a.name,
+            looked.join(", ")
+        );
+    };
+    if a.json {
+        out.json(&report)?;
+    } else {
+        print_attach(&report, out)?;
+        out.flush()?;
+    }
+    if a.hold {
+        eprintln!(
+            "holding region {} (pid {}); interrupt (Ctrl-C) to detach",
+            a.name,
+            std::process::id()
+        );
+        loop {
+            std::thread::park();
+        }
+    }
+    region.close().map_err(err)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn liveness(l: Liveness) -> &'static str {
+    match l {
+        Liveness::Alive => "running",
+        Liveness::Dead => "gone",
+        Liveness::Unknown => "unknown",
+    }
+}
+
+fn when(ns: u64) -> String {
+    let t = UNIX_EPOCH + Duration::from_nanos(ns);
+    match std::time::SystemTime::now().duration_since(t) {
+        Ok(d) if d.as_secs() < 120 => format!("{} s ago", d.as_secs()),
+        Ok(d) if d.as_secs() < 7200 => format!("{} min ago", d.as_secs() / 60),
+        Ok(d) if d.as_secs() < 172_800 => format!("{} h ago", d.as_secs() / 3600),
+        Ok(d) => format!("{} days ago", d.as_secs() / 86_400),
+        Err(_) => "in the future".into(),
+    }
+}
+
+fn print_attach(r: &AttachReport, out: &mut Out) -> anyhow::Result<()> {
+    let h = &r.header;
+    out.line(format!(
+        "{} {} ({}, {})",
+        out.bold("attached"),
+        r.name.as_deref().unwrap_or("(anonymous)"),
+        r.backend,
+        r.object
+    ))?;
+    let mut t = Table::new(&["", ""]);
+    t.row(vec![
+        "header".into(),
+        format!(
+            "layout {}, state {}, generation {:016x}",
+            h.layout_version,
+            h.state.as_str(),
+            h.generation
+        ),
+    ]);
+    t.row(vec![
+        "creator".into(),
+        format!(
+            "pid {} ({}), uid {}, created {}",
+            h.creator_pid,
+            liveness(r.creator),
+            h.creator_uid,
+            when(h.created_unix_ns)
+        ),
+    ]);
+    t.row(vec![
+        "size".into(),
+        format!(
+            "{} ({} of data after the {} header)",
+            format_bytes(r.size_bytes),
+            format_bytes(r.data_bytes),
+            format_bytes(r.data_offset)
+        ),
+    ]);
+    let ok = r.verified_page_size_bytes == r.page_size_bytes;
+    t.row(vec![
+        "page size".into(),
+        format!(
+            "{} (header), {} in this process's smaps",
+            format_bytes(r.page_size_bytes),
+            out.good(&format_bytes(r.verified_page_size_bytes), ok)
+        ),
+    ]);
+    t.row(vec!["resident".into(), format_bytes(r.resident_bytes)]);
+    t.row(vec![
+        "attached".into(),
+        format!(
+            "{}{}",
+            r.holders
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            r.nattch
+                .map(|n| format!(" (nattch {n})"))
+                .unwrap_or_default()
+        ),
+    ]);
+    t.row(vec![
+        "page tables".into(),
+        if r.aligned_for_pmd_sharing {
+            format!(
+                "{} shared with other processes (1 GiB-aligned)",
+                format_bytes(r.pmd_shareable_bytes)
+            )
+        } else {
+            "not shared (not 1 GiB-aligned, or not hugetlb)".into()
+        },
+    ]);
+    t.row(vec![
+        "attach took".into(),
+        format!("{:.3} ms", r.attach_seconds * 1000.0),
+    ]);
+    t.render(out, "  ")
+}
+
+/// Runs `ls`.
+pub fn ls(a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let regions = list_regions().map_err(err)?;
+    let bad =
+        |r: &RegionInfo| r.is_orphaned() || !matches!(r.state.as_str(), "ready" | "initializing");
+    if a.json {
+        out.json(&regions)?;
+    } else if regions.is_empty() {
+        out.line("No hugeshm regions on this host.")?;
+    } else {
+        let mut t = Table::new(&[
+            "name", "backend", "state", ">size", "page", "holders", "creator", "created",
+        ]);
+        for r in &regions {
+            let state = if r.is_orphaned() && r.state.as_str() == "ready" {
+                out.good("orphaned", false)
+            } else if bad(r) {
+                out.good(r.state.as_str(), false)
+            } else {
+                r.state.as_str().to_string()
+            };
+            t.row(vec![
+                r.name.clone(),
+                r.backend.to_string(),
+                state,
+                r.header
+                    .as_ref()
+                    .map(|h| format_bytes(h.size_bytes))
+                    .unwrap_or_else(|| "?".into()),
+                r.header
+                    .as_ref()
+                    .map(|h| page_size_short(h.page_size_bytes))
+                    .unwrap_or_else(|| "?".into()),
+                if r.holders.is_empty() {
+                    "none".into()
+                } else {
+                    r.holders
+                        .iter()
+                        .map(|p| p.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                },
+                match (r.creator_pid, r.creator) {
+                    (Some(p), Some(l)) => format!("{p} ({})", liveness(l)),
+                    (Some(p), None) => p.to_string(),
+                    _ => "-".into(),
+                },
+                r.header
+                    .as_ref()
+                    .map(|h| when(h.created_unix_ns))
+                    .unwrap_or_else(|| "-".into()),
+            ]);
+        }
+        t.render(out, "")?;
+        for r in regions.iter().filter(|r| bad(r)) {
+            let fix = if r.is_orphaned() {
+                format!(
+                    "nobody holds it: `hugeshm rm {}` frees it, or `hugeshm create {} --reclaim reuse` keeps its contents",
+                    r.name, r.name
+                )
+            } else {
+                r.detail.clone().unwrap_or_default()
+            };
+            out.line(format!(
+                "  {} {} ({}): {fix}",
+                out.severity(hugeshm_doctor::Severity::Warning),
+                r.name,
+                r.backend
+            ))?;
+        }
+        out.flush()?;
+    }
+    Ok(if a.check && regions.iter().any(bad) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,244 @@
+//! Finding a memfd region by name, without a broker: the record file.
+//!
+//! A memfd has no name another process can open. Its creator therefore
+//! publishes a small text file, `/dev/shm/hugeshm-memfd.<name>`, with the
+//! permission bits of the region (0600 by default), saying which process
+//! holds the memfd on which descriptor:
+//!
+//! ```text
+//! hugeshm-memfd-record 1
+//! pid 4242
+//! start_ticks 987654
+//! fd 5
+//! dev 0:15
+//! ino 2051
+//! generation 9f3ac0de11223344
+//! uid 0
+//! size 1073741824
+//! ```
+//!
+//! An attacher reads it, checks that the process still runs (pid *and*
+//! start time, so a reused pid is not mistaken for it) and opens
+//! `/proc/<pid>/fd/<fd>`: opening that link reopens the memfd itself, from
+//! any process allowed to inspect the holder (same uid, or root:
+//! `PTRACE_MODE_READ` on the holder). The region header's generation must
+//! equal the record's, so a descriptor number reused for another file is
+//! never taken for the region.
+//!
+//! When the creator is gone but other processes still hold the memfd, the
+//! attacher finds one of them: every `/proc/PID/maps` line with the
+//! record's device and inode, then that process's `/proc/PID/fd/*` entry
+//! for the same inode (hugeshm's own attachers keep the descriptor open
+//! for as long as they are attached). When nobody holds it, the memory is
+//! gone and the record is *stale*: attach says so, and create refuses
+//! until told to reclaim.
+//!
+//! The record appears atomically, complete: it is written to an unnamed
+//! `O_TMPFILE` in `/dev/shm` and linked in place with `linkat`, which fails
+//! if the name exists: that is the `O_EXCL` that makes exactly one of
+//! several concurrent creators win. The `hugeshm-memfd.` prefix cannot
+//! clash with a posix region's file, `hugeshm.<name>`.
+//!
+//! The last holder to close a memfd region removes the record; so does
+//! [`Region::destroy`](crate::Region::destroy). A process killed while
+//! holding it leaves the record behind (stale once nobody holds the
+//! memfd).
+
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::RegionError;
+use crate::sys;
+
+/// Where memfd records live.
+pub const MEMFD_RECORD_DIR: &str = "/dev/shm";
+
+/// Prefix of memfd record files.
+pub const MEMFD_RECORD_PREFIX: &str = "hugeshm-memfd.";
+
+const FIRST_LINE: &str = "hugeshm-memfd-record 1";
+
+/// The record path of memfd region `name`: `/dev/shm/hugeshm-memfd.<name>`.
+pub fn memfd_record_path(name: &str) -> PathBuf {
+    Path::new(MEMFD_RECORD_DIR).join(format!("{MEMFD_RECORD_PREFIX}{name}"))
+}
+
+/// What a memfd record says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct MemfdRecord {
+    /// The process holding the memfd (the creator).
+    pub pid: u32,
+    /// Its start time (clock ticks after boot).
+    pub start_ticks: u64,
+    /// The descriptor number in that process.
+    pub fd: i32,
+    /// Device of the memfd (as in `/proc/PID/maps`).
+    pub dev: (u32, u32),
+    /// Inode of the memfd.
+    pub ino: u64,
+    /// The region's generation (as in its header).
+    pub generation: u64,
+    /// Creator uid.
+    pub uid: u32,
+    /// Region size in bytes.
+    pub size_bytes: u64,
+}
+
+impl MemfdRecord {
+    /// `/proc/<pid>/fd/<fd>`.
+    pub fn fd_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/fd/{}", self.pid, self.fd))
+    }
+
+    pub(crate) fn format(&self) -> String {
+        format!(
+            "{FIRST_LINE}\npid {}\nstart_ticks {}\nfd {}\ndev {}:{}\nino {}\ngeneration {:016x}\nuid {}\nsize {}\n",
+            self.pid,
+            self.start_ticks,
+            self.fd,
+            self.dev.0,
+            self.dev.1,
+            self.ino,
+            self.generation,
+            self.uid,
+            self.size_bytes
+        )
+    }
+
+    /// Parses a record; the error names the line.
+    pub(crate) fn parse(text: &str) -> Result<MemfdRecord, String> {
+        let mut lines = text.lines();
+        if lines.next() != Some(FIRST_LINE) {
+            return Err(format!("first line is not {FIRST_LINE:?}"));
+        }
+        let mut rec = MemfdRecord {
+            pid: 0,
+            start_ticks: 0,
+            fd: -1,
+            dev: (0, 0),
+            ino: 0,
+            generation: 0,
+            uid: 0,
+            size_bytes: 0,
+        };
+        let mut seen = 0u32;
+        for (i, line) in lines.enumerate() {
+            let bad = || format!("line {}: {line:?}", i + 2);
+            let (k, v) = line.split_once(' ').ok_or_else(bad)?;
+            let num = |v: &str| v.parse::<u64>().map_err(|_| bad());
+            match k {
+                "pid" => rec.pid = num(v)? as u32,
+                "start_ticks" => rec.start_ticks = num(v)?,
+                "fd" => rec.fd = v.parse().map_err(|_| bad())?,
+                "dev" => {
+                    let (a, b) = v.split_once(':').ok_or_else(bad)?;
+                    rec.dev = (num(a)? as u32, num(b)? as u32);
+                }
+                "ino" => rec.ino = num(v)?,
+                "generation" => rec.generation = u64::from_str_radix(v, 16).map_err(|_| bad())?,
+                "uid" => rec.uid = num(v)? as u32,
+                "size" => rec.size_bytes = num(v)?,
+                // Unknown keys: from a newer version, ignored.
+                _ => continue,
+            }
+            seen += 1;
+        }
+        if seen < 8 || rec.pid == 0 || rec.fd < 0 {
+            return Err("incomplete record".to_owned());
+        }
+        Ok(rec)
+    }
+}
+
+/// Reads a record; `Ok(None)` when there is none.
+pub(crate) fn read(path: &Path) -> Result<Option<MemfdRecord>, RegionError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => MemfdRecord::parse(&text)
+            .map(Some)
+            .map_err(|e| RegionError::NotOurs {
+                object: path.display().to_string(),
+                reason: format!("not a hugeshm memfd record: {e}"),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            Err(RegionError::Permission {
+                what: format!("read the memfd record {}", path.display()),
+                fix: "run as the user that created the region (or root), or create it with a \
+                      mode that lets this user read it (e.g. --mode 0660 and a shared group)"
+                    .to_owned(),
+                source: Some(sys::SysError::Os {
+                    call: format!("open({})", path.display()),
+                    errno: libc::EACCES,
+                }),
+            })
+        }
+        Err(e) => Err(RegionError::io(path.display().to_string(), e)),
+    }
+}
+
+/// Publishes a record atomically: `Ok(false)` when a record of that name
+/// exists already (another creator won).
+pub(crate) fn publish(path: &Path, rec: &MemfdRecord, mode: u32) -> Result<bool, RegionError> {
+    let dir = path.parent().unwrap_or(Path::new(MEMFD_RECORD_DIR));
+    let io = |e: std::io::Error| RegionError::io(path.display().to_string(), e);
+    let fd = sys::open_tmpfile(dir, mode)?;
+    rustix::fs::fchmod(&fd, rustix::fs::Mode::from_bits_truncate(mode))
+        .map_err(|e| io(e.into()))?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(rec.format().as_bytes()).map_err(io)?;
+    sys::link_tmpfile(file.as_fd(), path).map_err(RegionError::Sys)
+}
+
+/// Removes the record at `path` if it still describes `generation`.
+pub(crate) fn remove_if(path: &Path, generation: u64) -> Result<bool, RegionError> {
+    match read(path) {
+        Ok(Some(r)) if r.generation == generation => match std::fs::remove_file(path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(RegionError::io(path.display().to_string(), e)),
+        },
+        Ok(_) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip() {
+        let r = MemfdRecord {
+            pid: 4242,
+            start_ticks: 987_654,
+            fd: 5,
+            dev: (0, 15),
+            ino: 2051,
+            generation: 0x9f3a_c0de_1122_3344,
+            uid: 0,
+            size_bytes: 1 << 30,
+        };
+        let t = r.format();
+        assert!(t.starts_with("hugeshm-memfd-record 1\npid 4242\n"), "{t}");
+        assert!(t.contains("generation 9f3ac0de11223344\n"));
+        assert_eq!(MemfdRecord::parse(&t).unwrap(), r);
+        assert_eq!(r.fd_path(), PathBuf::from("/proc/4242/fd/5"));
+        // Newer keys are ignored; missing ones are an error naming why.
+        let more = format!("{t}future 1\n");
+        assert_eq!(MemfdRecord::parse(&more).unwrap(), r);
+        assert!(MemfdRecord::parse("hugeshm-memfd-record 1\npid 1\n")
+            .unwrap_err()
+            .contains("incomplete"));
+        assert!(MemfdRecord::parse("something else").is_err());
+        let e = MemfdRecord::parse("hugeshm-memfd-record 1\npid x\n").unwrap_err();
+        assert_eq!(e, "line 2: \"pid x\"");
+        assert_eq!(
+            memfd_record_path("db"),
+            PathBuf::from("/dev/shm/hugeshm-memfd.db")
+        );
+    }
+}
