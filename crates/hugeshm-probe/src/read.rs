@@ -16,7 +16,7 @@ pub enum ReadError {
         path: String,
     },
     /// Permission denied.
-    #[error("{path}: permission denied (run as root to read it)")]
+    #[error("{path}: permission denied")]
     PermissionDenied {
         /// The path.
         path: String,
