@@ -194,7 +194,7 @@ impl PoolFiles for SysfsPools<'_> {
         c.exists() && std::fs::write(&c, "1\n").is_ok()
     }
     fn nodes(&self) -> Vec<u32> {
-        self.probe.host().nodes.iter().map(|n| n.node).collect()
+        self.probe.node_ids()
     }
     fn describe(&self, size: u64, node: Option<u32>) -> String {
         self.path(size, node).display().to_string()

@@ -3,7 +3,7 @@
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::ptr;
 
-use ::hugeshm_region::{remove, AllocationReport, Locator, Region};
+use ::hugeshm_region::{remove, AllocationReport, Locator, Region, RegionError};
 
 use crate::error::{c_string, hugeshm_error, HUGESHM_ERROR_INVALID_ARGUMENT};
 use crate::ffi::{arg_ref, arg_str, guard, into_handle, no_panic, take_box, write_out};
@@ -448,6 +448,30 @@ pub unsafe extern "C" fn hugeshm_region_verify(
     unsafe { guard("hugeshm_region_verify", err, body) }
 }
 
+/// Takes a handle back and ends its region with `end` (close or destroy);
+/// the handle is freed also on error.
+///
+/// # Safety
+///
+/// `region` is NULL or a live handle given back once; `err` is NULL or
+/// writable for one pointer.
+unsafe fn end_region(
+    what: &'static str,
+    region: *mut hugeshm_region,
+    err: *mut *mut hugeshm_error,
+    end: fn(Region) -> Result<(), RegionError>,
+) -> c_int {
+    let body = || {
+        // SAFETY: `region` is NULL or a live handle given back once
+        // (contract).
+        let r =
+            unsafe { take_box(region) }.ok_or_else(|| hugeshm_error::null_argument("region"))?;
+        Ok(end(r.region)?)
+    };
+    // SAFETY: `err` is NULL or writable (contract).
+    unsafe { guard(what, err, body) }
+}
+
 /// Unmaps the region and frees the handle (also on error). A named region
 /// stays for other processes; a memfd or anon region vanishes when its last
 /// mapping goes. Returns `HUGESHM_OK`, or an error code (a failed munmap;
@@ -463,15 +487,8 @@ pub unsafe extern "C" fn hugeshm_detach(
     region: *mut hugeshm_region,
     err: *mut *mut hugeshm_error,
 ) -> c_int {
-    let body = || {
-        // SAFETY: `region` is NULL or a live handle given back once
-        // (contract).
-        let r =
-            unsafe { take_box(region) }.ok_or_else(|| hugeshm_error::null_argument("region"))?;
-        Ok(r.region.close()?)
-    };
-    // SAFETY: `out` (if any) and `err` are NULL or writable (contract).
-    unsafe { guard("hugeshm_detach", err, body) }
+    // SAFETY: forwarded contract of `hugeshm_detach`.
+    unsafe { end_region("hugeshm_detach", region, err, Region::close) }
 }
 
 /// Removes the named object (SysV IPC_RMID, unlinks the file), unmaps and
@@ -487,15 +504,8 @@ pub unsafe extern "C" fn hugeshm_destroy(
     region: *mut hugeshm_region,
     err: *mut *mut hugeshm_error,
 ) -> c_int {
-    let body = || {
-        // SAFETY: `region` is NULL or a live handle given back once
-        // (contract).
-        let r =
-            unsafe { take_box(region) }.ok_or_else(|| hugeshm_error::null_argument("region"))?;
-        Ok(r.region.destroy()?)
-    };
-    // SAFETY: `out` (if any) and `err` are NULL or writable (contract).
-    unsafe { guard("hugeshm_destroy", err, body) }
+    // SAFETY: forwarded contract of `hugeshm_destroy`.
+    unsafe { end_region("hugeshm_destroy", region, err, Region::destroy) }
 }
 
 /// Removes the named region NAME of `backend` without attaching it,

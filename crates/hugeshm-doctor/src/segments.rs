@@ -416,10 +416,8 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
             Key::Sysv(id) => shm_by_id.get(id).copied(),
             _ => None,
         };
-        if matches!(key, Key::Sysv(_)) && sysv.is_none() {
-            // Mapped, but gone from /proc/sysvipc/shm (removed after IPC_RMID and
-            // the list read before), or a name that only looks like SysV: keep it.
-        }
+        // A SysV mapping missing from /proc/sysvipc/shm (removed after the list
+        // was read) is kept, with what its mappings tell.
         let mut seg = Segment {
             kind: o.kind.to_string(),
             id: match &key {
@@ -428,13 +426,15 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
                 Key::Private(_, _) => None,
             },
             key: sysv.map(|s| format!("0x{:08x}", s.key as u32)),
-            path: o.path.clone().map(|p| {
-                if o.kind == "memfd" {
-                    p.trim_start_matches('/').to_string()
-                } else {
-                    p
-                }
-            }),
+            // The /SYSVxxxxxxxx name of a SysV mapping says nothing the key does not.
+            path: match o.kind {
+                "sysv" => None,
+                "memfd" => o
+                    .path
+                    .as_deref()
+                    .map(|p| p.trim_start_matches('/').to_string()),
+                _ => o.path.clone(),
+            },
             size_bytes: sysv.map(|s| s.size_bytes).unwrap_or(o.size),
             page_size_bytes: None,
             page_size_source: String::new(),
@@ -468,11 +468,6 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
             numa_policy: None,
             findings: Vec::new(),
         };
-        if seg.kind == "sysv" && seg.path.is_none() {
-            seg.path = None;
-        } else if seg.kind == "sysv" {
-            seg.path = None; // the /SYSVxxxxxxxx name says nothing the key does not
-        }
         seg.creator_name = seg.creator_pid.and_then(name_of);
         if seg.owner_uid.is_none() {
             seg.owner_uid = seg.attached.first().and_then(|a| a.uid);

@@ -178,6 +178,20 @@ fn counter(dir: &Path, file: &str) -> Result<u64, ReadError> {
 }
 
 impl Probe {
+    /// The NUMA node ids (`/sys/devices/system/node/nodeN`), ascending; empty
+    /// on a kernel without NUMA sysfs. Only lists the directory.
+    pub fn node_ids(&self) -> Vec<u32> {
+        let Ok(rd) = std::fs::read_dir(self.sys_path("devices/system/node")) else {
+            return Vec::new();
+        };
+        let mut ids: Vec<u32> = rd
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
     /// Reads every host-wide file once.
     pub fn host(&self) -> HostSnapshot {
         let mut snap = HostSnapshot::default();
@@ -214,13 +228,8 @@ impl Probe {
 
         // NUMA nodes.
         let node_root = self.sys_path("devices/system/node");
-        if let Ok(rd) = std::fs::read_dir(&node_root) {
-            let mut ids: Vec<u32> = rd
-                .filter_map(|e| e.ok())
-                .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
-                .collect();
-            ids.sort_unstable();
-            for id in ids {
+        if node_root.is_dir() {
+            for id in self.node_ids() {
                 let nd = node_root.join(format!("node{id}"));
                 let info = NodeInfo {
                     node: id,

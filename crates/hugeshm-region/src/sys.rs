@@ -208,6 +208,42 @@ fn check_range(
     }
 }
 
+/// Copies out of a region this crate owns, range-checked.
+fn region_read<R: MappedRegion + ?Sized>(
+    r: &R,
+    call: impl FnOnce() -> String,
+    offset: usize,
+    buf: &mut [u8],
+) -> Result<(), SysError> {
+    check_range(call, offset, buf.len(), r.region_len())?;
+    // SAFETY: the range is checked against the region, and a MappedRegion
+    // (sealed) is always a live mapping owned by its handle.
+    unsafe { volatile_read(r.region_ptr(), offset, buf) };
+    Ok(())
+}
+
+/// Copies into a region this crate owns, range-checked; `&mut` excludes
+/// other accesses from this process.
+fn region_write<R: MappedRegion + ?Sized>(
+    r: &mut R,
+    call: impl FnOnce() -> String,
+    offset: usize,
+    data: &[u8],
+) -> Result<(), SysError> {
+    check_range(call, offset, data.len(), r.region_len())?;
+    // SAFETY: range checked; every MappedRegion is mapped read-write and
+    // `&mut` excludes other accesses from this process.
+    unsafe { volatile_write(r.region_ptr(), offset, data) };
+    Ok(())
+}
+
+/// Sets every byte of a region this crate owns.
+fn region_fill<R: MappedRegion + ?Sized>(r: &mut R, byte: u8) {
+    // SAFETY: the whole range is a live read-write mapping owned by the
+    // handle; no Rust references to it exist (`&mut`).
+    unsafe { std::ptr::write_bytes(r.region_ptr(), byte, r.region_len()) };
+}
+
 /// A memory region owned by this crate ([`Mapping`] or [`ShmAttachment`]).
 ///
 /// This trait is sealed: only this crate's handles implement it, so the
@@ -286,41 +322,24 @@ impl Mapping {
 
     /// Copies `buf.len()` bytes starting at `offset` out of the mapping.
     pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Result<(), SysError> {
-        check_range(
-            || format!("Mapping::read_at(addr={:#x}, offset={offset})", self.addr()),
-            offset,
-            buf.len(),
-            self.len,
-        )?;
-        // SAFETY: range checked against the live mapping owned by self.
-        unsafe { volatile_read(self.as_ptr(), offset, buf) };
-        Ok(())
+        let call = || format!("Mapping::read_at(addr={:#x}, offset={offset})", self.addr());
+        region_read(self, call, offset, buf)
     }
 
     /// Copies `data` into the mapping at `offset`.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), SysError> {
-        check_range(
-            || {
-                format!(
-                    "Mapping::write_at(addr={:#x}, offset={offset})",
-                    self.addr()
-                )
-            },
+        let addr = self.addr();
+        region_write(
+            self,
+            || format!("Mapping::write_at(addr={addr:#x}, offset={offset})"),
             offset,
-            data.len(),
-            self.len,
-        )?;
-        // SAFETY: range checked; the mapping is writable (PROT_WRITE) and
-        // `&mut self` excludes other accesses from this process.
-        unsafe { volatile_write(self.as_ptr(), offset, data) };
-        Ok(())
+            data,
+        )
     }
 
     /// Sets every byte of the mapping to `byte` (faults in every page).
     pub fn fill(&mut self, byte: u8) {
-        // SAFETY: the whole range is a live writable mapping owned by self;
-        // no Rust references to it exist (`&mut self`).
-        unsafe { std::ptr::write_bytes(self.as_ptr(), byte, self.len) };
+        region_fill(self, byte)
     }
 
     /// Write-faults every page without changing its contents (an atomic
@@ -1397,45 +1416,29 @@ impl ShmAttachment {
 
     /// Copies `buf.len()` bytes starting at `offset` out of the segment.
     pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Result<(), SysError> {
-        check_range(
-            || {
-                format!(
-                    "ShmAttachment::read_at(shmid={}, offset={offset})",
-                    self.shmid
-                )
-            },
-            offset,
-            buf.len(),
-            self.len,
-        )?;
-        // SAFETY: range checked against the live attachment owned by self.
-        unsafe { volatile_read(self.as_ptr(), offset, buf) };
-        Ok(())
+        let call = || {
+            format!(
+                "ShmAttachment::read_at(shmid={}, offset={offset})",
+                self.shmid
+            )
+        };
+        region_read(self, call, offset, buf)
     }
 
     /// Copies `data` into the segment at `offset`.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), SysError> {
-        check_range(
-            || {
-                format!(
-                    "ShmAttachment::write_at(shmid={}, offset={offset})",
-                    self.shmid
-                )
-            },
+        let shmid = self.shmid;
+        region_write(
+            self,
+            || format!("ShmAttachment::write_at(shmid={shmid}, offset={offset})"),
             offset,
-            data.len(),
-            self.len,
-        )?;
-        // SAFETY: range checked; attached read-write and `&mut self`
-        // excludes other accesses from this process.
-        unsafe { volatile_write(self.as_ptr(), offset, data) };
-        Ok(())
+            data,
+        )
     }
 
     /// Sets every byte of the segment to `byte`.
     pub fn fill(&mut self, byte: u8) {
-        // SAFETY: the whole range is attached read-write and owned by self.
-        unsafe { std::ptr::write_bytes(self.as_ptr(), byte, self.len) };
+        region_fill(self, byte)
     }
 
     /// Write-faults every page without changing contents (base-page stride,

@@ -4,6 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use crate::pool::HUGEPAGES_SYSFS;
+use hugeshm_parse::hugepages::parse_counter;
+use hugeshm_parse::size::hugepages_dir_size;
+use hugeshm_parse::{mounts, sysvipc_shm};
 
 /// One line of `/proc/sysvipc/shm`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,11 +61,8 @@ impl HostState {
         let root = Path::new(HUGEPAGES_SYSFS);
         if let Ok(rd) = std::fs::read_dir(root) {
             for entry in rd.filter_map(|e| e.ok()) {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let Some(kb) = name
-                    .strip_prefix("hugepages-")
-                    .and_then(|s| s.strip_suffix("kB"))
-                    .and_then(|s| s.parse::<u64>().ok())
+                let Some(kb) = hugepages_dir_size(&entry.file_name().to_string_lossy())
+                    .map(|bytes| bytes / 1024)
                 else {
                     continue;
                 };
@@ -71,9 +71,7 @@ impl HostState {
                     let p = dir.join(f);
                     let t = std::fs::read_to_string(&p)
                         .map_err(|e| format!("read {}: {e}", p.display()))?;
-                    t.trim()
-                        .parse()
-                        .map_err(|e| format!("parse {}: {e}", p.display()))
+                    parse_counter(&p.display().to_string(), &t).map_err(|e| e.to_string())
                 };
                 state.pools.insert(
                     kb,
@@ -162,92 +160,31 @@ impl HostState {
     }
 }
 
-/// Parses `/proc/sysvipc/shm` (columns located by the header line).
+/// The segments of `/proc/sysvipc/shm` text, by shmid (hugeshm-parse reads it).
 fn parse_sysvipc_shm(text: &str) -> Result<BTreeMap<i32, SysvSegment>, String> {
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines
-        .next()
-        .ok_or("empty /proc/sysvipc/shm")?
-        .split_whitespace()
-        .collect();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| *h == name)
-            .ok_or_else(|| format!("/proc/sysvipc/shm: no {name} column"))
-    };
-    let (c_key, c_id, c_size, c_nattch, c_cpid, c_uid) = (
-        col("key")?,
-        col("shmid")?,
-        col("size")?,
-        col("nattch")?,
-        col("cpid")?,
-        col("uid")?,
-    );
-    let mut out = BTreeMap::new();
-    for line in lines {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.is_empty() {
-            continue;
-        }
-        let get = |i: usize| -> Result<&str, String> {
-            f.get(i)
-                .copied()
-                .ok_or_else(|| format!("/proc/sysvipc/shm: short line {line:?}"))
-        };
-        let num = |i: usize| -> Result<i64, String> {
-            get(i)?
-                .parse::<i64>()
-                .map_err(|e| format!("/proc/sysvipc/shm: {e} in {line:?}"))
-        };
-        let seg = SysvSegment {
-            key: num(c_key)? as i32,
-            size: num(c_size)? as u64,
-            nattch: num(c_nattch)? as u64,
-            cpid: num(c_cpid)? as i32,
-            uid: num(c_uid)? as u32,
-        };
-        out.insert(num(c_id)? as i32, seg);
-    }
-    Ok(out)
+    let segs = sysvipc_shm::parse(text).map_err(|e| e.to_string())?;
+    Ok(segs
+        .into_iter()
+        .map(|s| {
+            let seg = SysvSegment {
+                key: s.key,
+                size: s.size_bytes,
+                nattch: s.nattch,
+                cpid: s.cpid as i32,
+                uid: s.uid,
+            };
+            (s.shmid, seg)
+        })
+        .collect())
 }
 
-/// Mount points of hugetlbfs in `/proc/mounts` text.
+/// Mount points of hugetlbfs in `/proc/mounts` text (unreadable lines skipped).
 fn parse_hugetlbfs_mounts(text: &str) -> BTreeSet<PathBuf> {
     text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let _src = f.next()?;
-            let mnt = f.next()?;
-            let fstype = f.next()?;
-            (fstype == "hugetlbfs").then(|| PathBuf::from(unescape_mount(mnt)))
-        })
+        .filter_map(|l| mounts::parse(l).ok()?.pop())
+        .filter(|m| m.is_hugetlbfs())
+        .map(|m| PathBuf::from(m.target))
         .collect()
-}
-
-/// Undoes the octal escapes (`\040` etc.) of `/proc/mounts`.
-fn unescape_mount(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 4 <= b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') as u32 * 64
-                + (b[i + 2] - b'0') as u32 * 8
-                + (b[i + 3] - b'0') as u32;
-            if let Ok(byte) = u8::try_from(v) {
-                out.push(byte);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Collects every entry below `dir` (not following symlinks), depth-limited.
@@ -308,7 +245,7 @@ mod tests {
                 PathBuf::from("/mnt/huge 1G")
             ]
         );
-        assert_eq!(unescape_mount("a\\134b\\0"), "a\\b\\0");
+        assert_eq!(mounts::unescape("a\\134b\\0"), "a\\b\\0");
     }
 
     #[test]

@@ -117,10 +117,7 @@ fn write_u64(path: &Path, value: u64) -> Result<(), String> {
 
 /// `hugepages-2048kB` -> 2048.
 fn parse_size_dir(name: &str) -> Option<u64> {
-    name.strip_prefix("hugepages-")?
-        .strip_suffix("kB")?
-        .parse()
-        .ok()
+    hugeshm_parse::size::hugepages_dir_size(name).map(|bytes| bytes / 1024)
 }
 
 /// The page sizes (in kB) under a `hugepages` directory, sorted.

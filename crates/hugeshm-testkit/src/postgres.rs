@@ -1027,50 +1027,50 @@ impl SmapsVma {
     }
 }
 
-/// Parses smaps text.
+/// Parses smaps text with `hugeshm_parse::smaps` (an unreadable file gives
+/// no mappings).
 pub fn parse_smaps(text: &str) -> Vec<SmapsVma> {
-    let mut out: Vec<SmapsVma> = Vec::new();
-    for line in text.lines() {
-        if let Some(vma) = parse_maps_header(line) {
-            out.push(vma);
-            continue;
-        }
-        let Some(vma) = out.last_mut() else { continue };
-        if let Some((key, rest)) = line.split_once(':') {
-            if let Some(v) = rest.split_whitespace().next().and_then(|v| v.parse().ok()) {
-                vma.fields.insert(key.trim().to_owned(), v);
+    let Ok(entries) = hugeshm_parse::smaps::parse(text) else {
+        return Vec::new();
+    };
+    entries
+        .into_iter()
+        .map(|e| {
+            let p = e.map.perms;
+            let perms: String = [
+                if p.read { 'r' } else { '-' },
+                if p.write { 'w' } else { '-' },
+                if p.exec { 'x' } else { '-' },
+                if p.shared { 's' } else { 'p' },
+            ]
+            .iter()
+            .collect();
+            let mut path = e.map.pathname.clone().unwrap_or_default();
+            if e.map.deleted {
+                path.push_str(" (deleted)");
             }
-        }
-    }
-    out
-}
-
-/// `start-end perms offset dev inode [path]`.
-fn parse_maps_header(line: &str) -> Option<SmapsVma> {
-    let mut rest = line;
-    let mut fields = Vec::with_capacity(5);
-    for _ in 0..5 {
-        rest = rest.trim_start();
-        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-        if end == 0 {
-            return None;
-        }
-        fields.push(&rest[..end]);
-        rest = &rest[end..];
-    }
-    let (start, end) = fields[0].split_once('-')?;
-    let start = u64::from_str_radix(start, 16).ok()?;
-    let end = u64::from_str_radix(end, 16).ok()?;
-    if fields[1].len() != 4 {
-        return None;
-    }
-    Some(SmapsVma {
-        start,
-        end,
-        perms: fields[1].to_owned(),
-        path: rest.trim().to_owned(),
-        fields: BTreeMap::new(),
-    })
+            let mut fields = BTreeMap::new();
+            for (k, v) in [
+                ("Size", Some(e.size_bytes)),
+                ("KernelPageSize", e.kernel_page_size_bytes),
+                ("MMUPageSize", e.mmu_page_size_bytes),
+                ("Rss", Some(e.rss_bytes)),
+                ("Shared_Hugetlb", e.shared_hugetlb_bytes),
+                ("Private_Hugetlb", e.private_hugetlb_bytes),
+            ] {
+                if let Some(v) = v {
+                    fields.insert(k.to_owned(), v / 1024);
+                }
+            }
+            SmapsVma {
+                start: e.map.start,
+                end: e.map.end,
+                perms,
+                path,
+                fields,
+            }
+        })
+        .collect()
 }
 
 /// Reads and parses `/proc/PID/smaps`.
@@ -1106,10 +1106,13 @@ VmFlags: rd wr sh mr mw me ms de ht sd
 7fe2db9e3000-7fe2db9e6000 rw-s 00000000 00:1b 64                         /dev/shm/PostgreSQL.1049989292
 Size:                 12 kB
 KernelPageSize:        4 kB
+Rss:                  12 kB
 7fe2db9e6000-7fe2db9e7000 rw-s 00000000 00:01 98310                      /SYSV0098e072 (deleted)
 Size:                  4 kB
+Rss:                   4 kB
 7fe2db9e7000-7fe2db9e8000 rw-p 00000000 00:00 0 
 Size:                  4 kB
+Rss:                   4 kB
 ";
 
     #[test]

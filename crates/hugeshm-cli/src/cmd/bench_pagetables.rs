@@ -7,10 +7,9 @@
 //! in page tables for this region alone (the children's own page tables are in
 //! both readings).
 
-use crate::cmd::bench::parse_size_arg;
+use crate::cmd::bench::{parse_size_arg, reap, PoolTopUp};
 use crate::output::{Out, Table};
 use anyhow::{bail, Context};
-use hugeshm_apply::{PoolFiles, SysfsPools};
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB};
 use hugeshm_probe::{Probe, Roots};
 use hugeshm_region::{Backend, PageSize, Policy, Region, RegionBuilder};
@@ -98,20 +97,10 @@ impl Drop for Kids {
         for k in &mut self.0 {
             k.stdin.take();
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        for k in &mut self.0 {
-            loop {
-                match k.child.try_wait() {
-                    Ok(Some(_)) | Err(_) => break,
-                    Ok(None) if Instant::now() > deadline => {
-                        let _ = k.child.kill();
-                        let _ = k.child.wait();
-                        break;
-                    }
-                    Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        }
+        reap(
+            self.0.iter_mut().map(|k| &mut k.child),
+            Duration::from_secs(30),
+        );
     }
 }
 
@@ -153,19 +142,9 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         let ps = page
             .bytes()
             .context("--page-size takes explicit sizes (4k, 2m, 1g)")?;
-        let pools = SysfsPools::new(&probe);
-        let mut restore = None;
+        let mut reservation = PoolTopUp::new(&probe);
         if ps > 4096 && !a.no_reserve {
-            let need = a.size.div_ceil(ps);
-            if let Some(p) = host.pool(ps) {
-                if p.available() < need {
-                    let target = p.nr + need - p.available();
-                    pools
-                        .set_nr(ps, None, target)
-                        .context("reserving pages for the bench (run as root)")?;
-                    restore = Some((ps, p.nr));
-                }
-            }
+            reservation.ensure(&host, ps, a.size.div_ceil(ps))?;
         }
         let name = format!(
             "bench-pagetables-{}-{}",
@@ -238,14 +217,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             destroyed?;
             Ok(row)
         })();
-        if let Some((s, nr)) = restore {
-            if let Err(e) = pools.set_nr(s, None, nr) {
-                eprintln!(
-                    "hugeshm: warning: could not restore the {} pool to {nr}: {e}",
-                    format_bytes(s)
-                );
-            }
-        }
+        drop(reservation);
         rows.push(result?);
     }
     if a.json {

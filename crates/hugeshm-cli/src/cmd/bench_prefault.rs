@@ -1,10 +1,8 @@
 //! `hugeshm bench prefault`: how fast a region is ready, per page size and
 //! thread count, against the machine's write bandwidth.
 
-use crate::cmd::bench::parse_size_arg;
+use crate::cmd::bench::{parse_size_arg, PoolTopUp};
 use crate::output::{Out, Table};
-use anyhow::Context;
-use hugeshm_apply::{PoolFiles, SysfsPools};
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{Probe, Roots};
 use hugeshm_region::{bench_prefault, memset_baseline, Backend, PageSize};
@@ -68,25 +66,6 @@ struct Report {
     results: Vec<Row>,
 }
 
-/// Raises pools for the run and restores them on drop.
-struct Reservation<'a> {
-    pools: SysfsPools<'a>,
-    restore: Vec<(u64, u64)>,
-}
-
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        for (size, nr) in &self.restore {
-            if let Err(e) = self.pools.set_nr(*size, None, *nr) {
-                eprintln!(
-                    "hugeshm: warning: could not restore the {} pool to {nr}: {e}",
-                    format_bytes(*size)
-                );
-            }
-        }
-    }
-}
-
 /// Runs the bench.
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let probe = Probe::new(roots.clone());
@@ -117,30 +96,10 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     );
 
     // Pools: add what the bench needs (root only), restore afterwards.
-    let pools = SysfsPools::new(&probe);
-    let mut reservation = Reservation {
-        pools: SysfsPools::new(&probe),
-        restore: Vec::new(),
-    };
+    let mut reservation = PoolTopUp::new(&probe);
     if !a.no_reserve {
         for &ps in sizes.iter().filter(|s| **s > 4096) {
-            let need = a.size.div_ceil(ps);
-            let Some(p) = host.pool(ps) else { continue };
-            if p.available() < need {
-                let target = p.nr + (need - p.available());
-                pools
-                    .set_nr(ps, None, target)
-                    .with_context(|| format!("reserving {need} {} pages for the bench (run as root, or --no-reserve with a pool that holds them)", format_bytes(ps)))?;
-                reservation.restore.push((ps, p.nr));
-                let got = pools.nr(ps, None)?;
-                if got < target {
-                    anyhow::bail!(
-                        "the kernel granted {got} of {target} {} pages: not enough memory for a {} region",
-                        format_bytes(ps),
-                        format_bytes(a.size)
-                    );
-                }
-            }
+            reservation.ensure(&host, ps, a.size.div_ceil(ps))?;
         }
     }
 

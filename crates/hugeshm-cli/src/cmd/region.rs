@@ -71,7 +71,8 @@ fn parse_mode(s: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("{s:?} is not an octal mode such as 0600"))
 }
 
-fn region_error(e: RegionError) -> anyhow::Error {
+/// A region error as a CLI error, with its fix on a line of its own.
+pub(crate) fn region_error(e: RegionError) -> anyhow::Error {
     match e.fix() {
         Some(fix) if !e.to_string().contains(&fix) => anyhow::anyhow!("{e}\n  to fix: {fix}"),
         _ => anyhow::anyhow!("{e}"),

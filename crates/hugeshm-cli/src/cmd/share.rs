@@ -1,5 +1,6 @@
 //! `hugeshm attach` and `hugeshm ls`: regions shared between processes.
 
+use crate::cmd::region::region_error;
 use crate::output::{Out, Table};
 use anyhow::bail;
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -36,13 +37,6 @@ pub struct LsArgs {
     pub check: bool,
 }
 
-fn err(e: RegionError) -> anyhow::Error {
-    match e.fix() {
-        Some(fix) if !e.to_string().contains(&fix) => anyhow::anyhow!("{e}\n  to fix: {fix}"),
-        _ => anyhow::anyhow!("{e}"),
-    }
-}
-
 /// Runs `attach`.
 pub fn attach(a: &AttachArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     let backends: Vec<Backend> = match a.backend {
@@ -64,7 +58,7 @@ pub fn attach(a: &AttachArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
                 break;
             }
             Err(RegionError::NotFound { looked: l, .. }) if a.backend.is_none() => looked.push(l),
-            Err(e) => return Err(err(e)),
+            Err(e) => return Err(region_error(e)),
         }
     }
     let Some((region, report)) = found else {
@@ -90,7 +84,7 @@ pub fn attach(a: &AttachArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
             std::thread::park();
         }
     }
-    region.close().map_err(err)?;
+    region.close().map_err(region_error)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -195,7 +189,7 @@ fn print_attach(r: &AttachReport, out: &mut Out) -> anyhow::Result<()> {
 
 /// Runs `ls`.
 pub fn ls(a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
-    let regions = list_regions().map_err(err)?;
+    let regions = list_regions().map_err(region_error)?;
     let bad =
         |r: &RegionInfo| r.is_orphaned() || !matches!(r.state.as_str(), "ready" | "initializing");
     if a.json {

@@ -127,21 +127,13 @@ struct Options {
     key: i32,
 }
 
-/// `4096`, `0x1000`, `64K`, `2M`, `2MiB`, `1G`.
+/// `4096`, `0x1000`, `64K`, `2M`, `2MiB`, `1G` (hugeshm-parse's sizes, plus hex).
 fn parse_size(s: &str) -> Result<u64, String> {
-    let bad = || format!("bad size {s:?}");
-    let (num, mult) = match s.trim_end_matches("iB").trim_end_matches('B') {
-        t if t.ends_with(['k', 'K']) => (&t[..t.len() - 1], 1u64 << 10),
-        t if t.ends_with(['m', 'M']) => (&t[..t.len() - 1], 1 << 20),
-        t if t.ends_with(['g', 'G']) => (&t[..t.len() - 1], 1 << 30),
-        t => (t, 1),
-    };
-    let n = match num.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => num.parse(),
+    let v = match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => hugeshm_parse::size::parse_size(s),
     }
-    .map_err(|_| bad())?;
-    let v = n.checked_mul(mult).ok_or_else(bad)?;
+    .ok_or_else(|| format!("bad size {s:?}"))?;
     if v == 0 {
         return Err(format!("size {s:?} is zero"));
     }
