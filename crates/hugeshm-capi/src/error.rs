@@ -4,7 +4,7 @@ use std::any::Any;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::ptr;
 
-use hugeshm_region::{RegionError, Shortfall};
+use hugeshm_region::{RegionError, Renderer, Shortfall};
 
 use crate::ffi::{self, arg_ref, no_panic, take_box};
 
@@ -186,10 +186,16 @@ impl From<RegionError> for hugeshm_error {
             }
             source = s.source();
         }
+        // The fix in the C API's own words (hugeshm_options_set_reclaim,
+        // hugeshm_remove, ...).
+        let fix = e.fix().map(|f| f.render(Renderer::C));
+        if let Some(f) = &fix {
+            message.push_str(&format!("; to fix: {f}"));
+        }
         hugeshm_error {
             code: code_of(&e, errno),
             message: c_string(message),
-            fix: e.fix().map(c_string),
+            fix: fix.map(c_string),
             errno,
             shortfall: e.shortfall().map(c_shortfall),
         }

@@ -43,7 +43,7 @@ impl hugeshm_region {
     fn created(region: Region, r: &AllocationReport) -> Self {
         let report = hugeshm_report::created(&region, r);
         hugeshm_region {
-            reason: r.reason.clone().map(c_string),
+            reason: r.reason().map(|t| c_string(t.to_owned())),
             warnings: r.warnings.iter().cloned().map(c_string).collect(),
             ..hugeshm_region::new(region, report)
         }

@@ -121,7 +121,11 @@ impl hugeshm_report {
             verified_page_size_bytes: r.verified_page_size_bytes,
             resident_bytes: r.resident_bytes,
             thp_bytes: r.thp_bytes,
-            shortfall_pages: r.shortfall.as_ref().map_or(0, |s| s.missing()),
+            shortfall_pages: r
+                .fallback
+                .as_ref()
+                .and_then(|f| f.shortfall.as_ref())
+                .map_or(0, |s| s.missing()),
             pmd_shareable_bytes: r.pmd_shareable_bytes,
             address: r.address,
             created_unix_ns: h.created_unix_ns,
@@ -143,7 +147,7 @@ impl hugeshm_report {
             sysv_key: r.sysv_key.unwrap_or(0),
             created: true,
             rounded_up: r.rounded_up,
-            fell_back: r.fell_back,
+            fell_back: r.fell_back(),
             mlocked: r.mlocked,
             aligned_for_pmd_sharing: r.aligned_for_pmd_sharing,
         }

@@ -154,7 +154,7 @@ pub(crate) fn method_to_c(m: PrefaultMethod) -> hugeshm_prefault_method {
 /// A page size in bytes as the C API takes it: 0 = largest that fits, the
 /// base page size = base pages, else a power of two above it.
 pub(crate) fn page_size_from_c(bytes: u64) -> Result<PageSize, hugeshm_error> {
-    let base = hugeshm_region::sys::base_page_size() as u64;
+    let base = hugeshm_sys::base_page_size() as u64;
     match bytes {
         0 => Ok(PageSize::Largest),
         b if b == base => Ok(PageSize::Base),

@@ -68,7 +68,30 @@ enum Command {
     Bench(cmd::bench::BenchCommand),
 }
 
+/// Prints what the libraries report through the `log` facade (cleanup that
+/// could not be undone, a failed unmap) on stderr, warnings and up.
+struct StderrLog;
+
+impl log::Log for StderrLog {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= log::Level::Warn
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) {
+            eprintln!(
+                "hugeshm: {}: {}",
+                r.level().as_str().to_lowercase(),
+                r.args()
+            );
+        }
+    }
+    fn flush(&self) {}
+}
+
+static LOGGER: StderrLog = StderrLog;
+
 fn main() -> ExitCode {
+    let _ = log::set_logger(&LOGGER).map(|()| log::set_max_level(log::LevelFilter::Warn));
     let cli = Cli::parse();
     let defaults = Roots::default();
     let roots = Roots {
@@ -80,10 +103,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Status(a) => cmd::status::run(&roots, &a, &mut out),
         Command::Segments(a) => cmd::segments::run(&roots, &a, &mut out),
-        Command::Create(a) => cmd::region::create(&a, &mut out),
-        Command::Rm(a) => cmd::region::rm(&a, &mut out),
-        Command::Attach(a) => cmd::share::attach(&a, &mut out),
-        Command::Ls(a) => cmd::share::ls(&a, &mut out),
+        Command::Create(a) => cmd::region::create(&roots, &a, &mut out),
+        Command::Rm(a) => cmd::region::rm(&roots, &a, &mut out),
+        Command::Attach(a) => cmd::share::attach(&roots, &a, &mut out),
+        Command::Ls(a) => cmd::share::ls(&roots, &a, &mut out),
         Command::Advise(a) => cmd::advise::run(&roots, &a, &mut out),
         Command::Apply(a) => cmd::apply::run(&roots, &a, &mut out),
         Command::Bench(b) => cmd::bench::run(&roots, b, &mut out),

@@ -20,7 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use hugeshm_doctor::segments::Segment;
 use hugeshm_doctor::status::{PoolRow, StatusReport};
 use hugeshm_probe::{FS_ROOT_ENV, PROC_ROOT_ENV, SYS_ROOT_ENV};
-use hugeshm_region::sys;
+use hugeshm_sys as sys;
 use hugeshm_testkit::{
     skip_unless_root, HostState, PoolGuard, TestObject, TestProc, HUGEPAGES_SYSFS, NODE_SYSFS,
 };

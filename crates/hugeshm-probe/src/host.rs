@@ -192,6 +192,22 @@ impl Probe {
         ids
     }
 
+    /// `/proc/mounts`, each mount point once (one mounted over is listed
+    /// twice: only the last one is visible).
+    pub fn mounts(&self) -> Result<Vec<mounts::Mount>, ReadError> {
+        let mut all = read_parse(&self.proc_path("mounts"), mounts::parse)?;
+        let mut seen = std::collections::HashSet::new();
+        all.reverse();
+        all.retain(|m| seen.insert(m.target.clone()));
+        all.reverse();
+        Ok(all)
+    }
+
+    /// `/proc/sysvipc/shm`: every System V segment.
+    pub fn sysv_segments(&self) -> Result<Vec<sysvipc_shm::ShmSegment>, ReadError> {
+        read_parse(&self.proc_path("sysvipc/shm"), sysvipc_shm::parse)
+    }
+
     /// Reads every host-wide file once.
     pub fn host(&self) -> HostSnapshot {
         let mut snap = HostSnapshot::default();
@@ -294,21 +310,8 @@ impl Probe {
         };
 
         snap.cmdline = c.keep(read_parse(&self.proc_path("cmdline"), cmdline::parse));
-        let mut all_mounts = c
-            .need(read_parse(&self.proc_path("mounts"), mounts::parse))
-            .unwrap_or_default();
-        // A mount point mounted over is listed twice: only the last one is visible.
-        let mut seen = std::collections::HashSet::new();
-        all_mounts.reverse();
-        all_mounts.retain(|m| seen.insert(m.target.clone()));
-        all_mounts.reverse();
-        snap.mounts = all_mounts;
-        snap.shm = c
-            .keep(read_parse(
-                &self.proc_path("sysvipc/shm"),
-                sysvipc_shm::parse,
-            ))
-            .unwrap_or_default();
+        snap.mounts = c.need(self.mounts()).unwrap_or_default();
+        snap.shm = c.keep(self.sysv_segments()).unwrap_or_default();
         snap.self_limits = c.keep(read_parse(
             &self.proc_path("self/limits"),
             pid_limits::parse,

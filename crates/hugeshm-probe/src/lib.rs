@@ -95,7 +95,7 @@ impl Roots {
 }
 
 /// A reader over one pair of roots.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Probe {
     /// The roots read.
     pub roots: Roots,

@@ -12,9 +12,9 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::create::RegionBuilder;
 use crate::error::RegionError;
-use crate::region::RegionBuilder;
-use crate::types::{Backend, PageSize, Policy, PrefaultMethod};
+use crate::model::{Backend, PageSize, Policy, PrefaultMethod};
 
 /// One create + pre-fault + destroy cycle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

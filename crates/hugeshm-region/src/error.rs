@@ -1,17 +1,19 @@
-//! The error of every region operation: typed, with the numbers and the fix.
+//! The error of every region operation: typed, with the numbers. Its text
+//! states the facts; the remedy is a typed [`Fix`] ([`RegionError::fix`])
+//! that each front end renders in its own words.
 
+use hugeshm_fix::Fix;
 use hugeshm_parse::size::format_bytes;
+use hugeshm_sys::SysError;
 
-use crate::interlock::RegionState;
-use crate::pool::Shortfall;
-use crate::sys::SysError;
-use crate::types::{Backend, PrefaultMethod};
+use crate::model::{Backend, PrefaultMethod, RegionState, Shortfall};
 
 /// Why a region could not be created, attached or removed.
 ///
-/// Every variant that an administrator can fix carries the fix (see
-/// [`RegionError::fix`]); nothing that was created before the error is left
-/// behind.
+/// The message states what happened, with the numbers; what to do about it
+/// is [`RegionError::fix`], a typed [`Fix`] that the CLI renders as
+/// commands, the C ABI with its own names and JSON as an object. Nothing
+/// that was created before the error is left behind.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RegionError {
@@ -30,14 +32,14 @@ pub enum RegionError {
         requested_bytes: u64,
         /// What is wrong with it.
         reason: String,
+        /// A kernel limit to raise, when that is what is wrong.
+        fix: Option<Box<Fix>>,
     },
     /// The kernel has no pool of this page size.
     #[error(
-        "{} pages are not offered by this kernel (offered: {}); \
-         to fix: pick one of those, or boot with hugepagesz={} hugepages=N",
+        "{} pages are not offered by this kernel (offered: {})",
         format_bytes(*page_size_bytes),
-        offered_list(offered),
-        hugeshm_parse::size::page_size_short(*page_size_bytes)
+        offered_list(offered)
     )]
     UnsupportedPageSize {
         /// The page size asked for.
@@ -50,20 +52,20 @@ pub enum RegionError {
     #[error("{shortfall}{}", refused_by.as_ref().map(|c| format!(" (the kernel refused: {c})")).unwrap_or_default())]
     PoolShortfall {
         /// The numbers and the fix.
-        shortfall: Shortfall,
+        shortfall: Box<Shortfall>,
         /// The refused call when the kernel, not the pre-check, said no.
         refused_by: Option<String>,
     },
     /// `hugetlbfs` backend without a mount of the page size.
     #[error(
-        "no hugetlbfs mount with {} pages in /proc/mounts; to fix: {fix}",
+        "no hugetlbfs mount with {} pages in /proc/mounts",
         format_bytes(*page_size_bytes)
     )]
     NoHugetlbfsMount {
         /// The page size.
         page_size_bytes: u64,
-        /// The commands that create one.
-        fix: String,
+        /// The mount that would do.
+        fix: Box<Fix>,
     },
     /// The directory given to the builder cannot hold this backend's file.
     #[error("{path}: {reason}")]
@@ -75,7 +77,7 @@ pub enum RegionError {
     },
     /// `posix` backend asked for huge pages where tmpfs cannot give them.
     #[error(
-        "{} transparent huge pages unavailable for {dir}: {reason}; to fix: {fix}",
+        "{} transparent huge pages unavailable for {dir}: {reason}",
         format_bytes(*page_size_bytes)
     )]
     ThpUnavailable {
@@ -86,12 +88,12 @@ pub enum RegionError {
         /// Why.
         reason: String,
         /// What to change.
-        fix: String,
+        fix: Box<Fix>,
     },
     /// The file system holding the region is too small (checked with
     /// `statvfs` before creating the file, and `fallocate`'s `ENOSPC`).
     #[error(
-        "{path}: not enough space on {fstype}: needed {needed_bytes} bytes ({}), free {free_bytes} bytes ({}); to fix: {fix}",
+        "{path}: not enough space on {fstype}: needed {needed_bytes} bytes ({}), free {free_bytes} bytes ({})",
         format_bytes(*needed_bytes),
         format_bytes(*free_bytes)
     )]
@@ -105,16 +107,16 @@ pub enum RegionError {
         /// Bytes free on the file system.
         free_bytes: u64,
         /// What to change.
-        fix: String,
+        fix: Box<Fix>,
     },
     /// The kernel refused for lack of privilege (SysV `SHM_HUGETLB` without
     /// `vm.hugetlb_shm_group` / `CAP_IPC_LOCK`, hugetlbfs mount permissions).
-    #[error("{what}: permission denied; to fix: {fix}")]
+    #[error("{what}: permission denied")]
     Permission {
         /// What was refused.
         what: String,
         /// What to change.
-        fix: String,
+        fix: Box<Fix>,
         /// The refused call.
         #[source]
         source: Option<SysError>,
@@ -122,9 +124,7 @@ pub enum RegionError {
     /// `mlock` would exceed `RLIMIT_MEMLOCK`.
     #[error(
         "mlock of {needed_bytes} bytes ({}) would exceed RLIMIT_MEMLOCK \
-         (soft {}, hard {}, already locked {locked_bytes} bytes); to fix: \
-         add `{limits_conf}` to /etc/security/limits.conf, or `{systemd}` to the \
-         service's [Service] section, or grant CAP_IPC_LOCK",
+         (soft {}, hard {}, already locked {locked_bytes} bytes)",
         format_bytes(*needed_bytes),
         limit_text(*soft_limit_bytes),
         limit_text(*hard_limit_bytes)
@@ -138,10 +138,9 @@ pub enum RegionError {
         soft_limit_bytes: Option<u64>,
         /// Hard limit in bytes (`None` = unlimited).
         hard_limit_bytes: Option<u64>,
-        /// The limits.conf line (KiB), e.g. `oracle - memlock 10485760`.
-        limits_conf: String,
-        /// The systemd line, e.g. `LimitMEMLOCK=10737418240`.
-        systemd: String,
+        /// The login name of this process's user (`*` when unknown), for
+        /// the limits.conf line.
+        user: String,
     },
     /// Pre-faulting failed (the kernel could not supply a page).
     #[error("pre-fault ({method}) failed at offset {offset}: {source}")]
@@ -197,9 +196,8 @@ pub enum RegionError {
     /// removing it.
     #[error(
         "{backend} region {name:?} ({object}) exists but no process holds it: {}; \
-         refusing to create over it; to fix: {}",
-        orphan_text(*state, *creator_pid),
-        orphan_fix(name, *backend, *state)
+         refusing to create over it",
+        orphan_text(*state, *creator_pid)
     )]
     Orphaned {
         /// The name.
@@ -218,7 +216,7 @@ pub enum RegionError {
     /// or died before it was done.
     #[error(
         "{backend} region {name:?} ({object}) {}",
-        incomplete_text(name, *backend, *creator_pid, *creator_alive, *header_written)
+        incomplete_text(*creator_pid, *creator_alive, *header_written)
     )]
     Incomplete {
         /// The name.
@@ -239,8 +237,7 @@ pub enum RegionError {
     /// and its memory went with them.
     #[error(
         "memfd region {name:?}: the record {record} names pid {creator_pid}, which has exited, \
-         and no process holds the memfd any more: the region is gone; to fix: \
-         hugeshm rm {name} --backend memfd, or create it again with reclaim recreate"
+         and no process holds the memfd any more: the region is gone"
     )]
     Stale {
         /// The name.
@@ -263,7 +260,7 @@ pub enum RegionError {
     /// The region was made by a newer hugeshm with a newer header layout.
     #[error(
         "{object}: region header layout version {found} is newer than this hugeshm \
-         understands (version {supported}); to fix: use the hugeshm that created it"
+         understands (version {supported})"
     )]
     NewerLayout {
         /// The object.
@@ -298,7 +295,7 @@ pub enum RegionError {
     },
     /// A named region is still attached by processes.
     #[error(
-        "{backend} region {name:?} ({object}) is in use: {}; stop them first",
+        "{backend} region {name:?} ({object}) is in use: {}",
         in_use_text(pids, *nattch)
     )]
     InUse {
@@ -337,47 +334,81 @@ impl RegionError {
     /// The pool numbers of a [`RegionError::PoolShortfall`].
     pub fn shortfall(&self) -> Option<&Shortfall> {
         match self {
-            RegionError::PoolShortfall { shortfall, .. } => Some(shortfall),
+            RegionError::PoolShortfall { shortfall, .. } => Some(&**shortfall),
             _ => None,
         }
     }
 
-    /// The suggested fix, for errors an administrator can fix.
-    pub fn fix(&self) -> Option<String> {
+    /// What to do about it, for errors that have a remedy.
+    pub fn fix(&self) -> Option<Fix> {
+        let region = |name: &str, backend: &Backend| (name.to_owned(), backend.to_string());
         match self {
             RegionError::PoolShortfall { shortfall, .. } => Some(shortfall.fix.clone()),
+            RegionError::InvalidSize { fix, .. } => fix.as_deref().cloned(),
+            RegionError::UnsupportedPageSize {
+                page_size_bytes, ..
+            } => Some(Fix::BootPageSize {
+                page_size_bytes: *page_size_bytes,
+            }),
             RegionError::NoHugetlbfsMount { fix, .. }
             | RegionError::ThpUnavailable { fix, .. }
             | RegionError::NoSpace { fix, .. }
-            | RegionError::Permission { fix, .. } => Some(fix.clone()),
+            | RegionError::Permission { fix, .. } => Some((**fix).clone()),
             RegionError::MemlockLimit {
-                limits_conf,
-                systemd,
+                needed_bytes,
+                locked_bytes,
+                user,
                 ..
-            } => Some(format!(
-                "{limits_conf} (/etc/security/limits.conf) or {systemd} (systemd)"
-            )),
-            RegionError::AlreadyExists { name, holders, .. } => Some(if holders.is_empty() {
-                format!("pick another name, or attach to it; hugeshm rm {name} removes it once nobody holds it")
-            } else {
-                format!(
-                    "attach to it instead, or stop pid(s) {} and remove it: hugeshm rm {name}",
-                    pid_list(holders)
-                )
+            } => Some(Fix::RaiseMemlock {
+                user: user.clone(),
+                kib: needed_bytes.saturating_add(*locked_bytes).div_ceil(1024),
             }),
+            RegionError::AlreadyExists {
+                name,
+                backend,
+                holders,
+                ..
+            } => {
+                let (name, backend) = region(name, backend);
+                Some(Fix::AttachOrRemove {
+                    name,
+                    backend,
+                    holders: holders.clone(),
+                })
+            }
             RegionError::Orphaned {
                 name,
                 backend,
                 state,
                 ..
-            } => Some(orphan_fix(name, *backend, *state)),
+            } => {
+                let (name, backend) = region(name, backend);
+                Some(Fix::Reclaim {
+                    name,
+                    backend,
+                    keep_contents: *state == RegionState::Ready,
+                })
+            }
             RegionError::Incomplete {
                 name,
                 backend,
-                creator_alive: false,
+                creator_alive,
                 ..
-            } => Some(recreate_fix(name, *backend)),
-            RegionError::Stale { name, .. } => Some(format!("hugeshm rm {name} --backend memfd")),
+            } => Some(if *creator_alive {
+                Fix::WaitUntilReady
+            } else {
+                let (name, backend) = region(name, backend);
+                Fix::Reclaim {
+                    name,
+                    backend,
+                    keep_contents: false,
+                }
+            }),
+            RegionError::Stale { name, .. } => Some(Fix::Remove {
+                name: name.clone(),
+                backend: Backend::Memfd.to_string(),
+            }),
+            RegionError::NewerLayout { .. } => Some(Fix::NewerHugeshm),
             _ => None,
         }
     }
@@ -391,6 +422,25 @@ impl RegionError {
             } => e.errno(),
             RegionError::Io { source, .. } => source.raw_os_error(),
             _ => None,
+        }
+    }
+
+    /// Access to another user's region refused by the kernel.
+    pub(crate) fn permission(what: String, source: Option<SysError>) -> Self {
+        RegionError::Permission {
+            what,
+            fix: Box::new(Fix::RunAsOwner),
+            source,
+        }
+    }
+
+    /// `EACCES`/`EPERM` as [`RegionError::permission`], anything else as
+    /// [`RegionError::Sys`].
+    pub(crate) fn sys_or_permission(what: impl FnOnce() -> String, e: SysError) -> Self {
+        if matches!(e.errno(), Some(libc::EACCES) | Some(libc::EPERM)) {
+            RegionError::permission(what(), Some(e))
+        } else {
+            RegionError::Sys(e)
         }
     }
 
@@ -434,17 +484,11 @@ fn in_use_text(pids: &[u32], nattch: Option<u64>) -> String {
     parts.join(", ")
 }
 
-fn pid_list(pids: &[u32]) -> String {
-    pids.iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 fn exists_text(holders: &[u32], state: Option<RegionState>) -> String {
     let mut s = String::new();
     if !holders.is_empty() {
-        s.push_str(&format!(" and is held by pid(s) {}", pid_list(holders)));
+        let list: Vec<String> = holders.iter().map(u32::to_string).collect();
+        s.push_str(&format!(" and is held by pid(s) {}", list.join(", ")));
     }
     match state {
         Some(RegionState::Initializing) => s.push_str(" (still being created)"),
@@ -452,19 +496,6 @@ fn exists_text(holders: &[u32], state: Option<RegionState>) -> String {
         _ => {}
     }
     s
-}
-
-fn backend_flag(backend: Backend) -> String {
-    format!(" --backend {backend}")
-}
-
-fn recreate_fix(name: &str, backend: Backend) -> String {
-    format!(
-        "recreate it (RegionBuilder::reclaim(Reclaim::Recreate); hugeshm create {name}{} --reclaim recreate) \
-         or remove it (hugeshm rm {name}{})",
-        backend_flag(backend),
-        backend_flag(backend)
-    )
 }
 
 fn orphan_text(state: RegionState, creator_pid: Option<u32>) -> String {
@@ -486,26 +517,7 @@ fn orphan_text(state: RegionState, creator_pid: Option<u32>) -> String {
     }
 }
 
-fn orphan_fix(name: &str, backend: Backend, state: RegionState) -> String {
-    match state {
-        RegionState::Ready => format!(
-            "keep its contents: reclaim reuse (RegionBuilder::reclaim(Reclaim::Reuse); \
-             hugeshm create {name}{} --reclaim reuse); start over: reclaim recreate \
-             (--reclaim recreate) or hugeshm rm {name}{}",
-            backend_flag(backend),
-            backend_flag(backend)
-        ),
-        _ => recreate_fix(name, backend),
-    }
-}
-
-fn incomplete_text(
-    name: &str,
-    backend: Backend,
-    creator_pid: Option<u32>,
-    alive: bool,
-    header_written: bool,
-) -> String {
+fn incomplete_text(creator_pid: Option<u32>, alive: bool, header_written: bool) -> String {
     let who = creator_pid
         .map(|p| format!("pid {p}"))
         .unwrap_or_else(|| "its creator".to_owned());
@@ -515,12 +527,11 @@ fn incomplete_text(
         "header not written yet"
     };
     if alive {
-        format!("is still being created by {who} ({header}): retry once it is ready")
+        format!("is still being created by {who} ({header})")
     } else {
         format!(
             "is incomplete: {who} died while creating it ({header}), so its contents were never \
-             finished and it cannot be used or reused; to fix: {}",
-            recreate_fix(name, backend)
+             finished and it cannot be used or reused"
         )
     }
 }

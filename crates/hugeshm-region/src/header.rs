@@ -57,7 +57,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::Backend;
+use crate::model::Backend;
 
 /// Bytes reserved for the header at the start of every region: the data
 /// offset.

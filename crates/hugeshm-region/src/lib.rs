@@ -5,8 +5,9 @@
 //! before use, pre-faulted in parallel without risking SIGBUS, verified
 //! against `/proc/self/smaps`, and reported with numbers.
 //!
-//! This is the only hugeshm crate that contains `unsafe` code; every other
-//! crate builds on the safe API exported here.
+//! This crate has no `unsafe` code (`forbid(unsafe_code)`): the system
+//! calls are the safe wrappers of `hugeshm-sys`, where the crate's one
+//! `Mapping` type owns each mapping.
 //!
 //! ```
 //! use hugeshm_region::{Backend, PageSize, Policy, RegionBuilder};
@@ -19,8 +20,8 @@
 //!     .policy(Policy::Try)
 //!     .prefault_threads(2)
 //!     .create()?;
-//! if report.fell_back {
-//!     eprintln!("warning: {}", report.reason.as_deref().unwrap_or(""));
+//! if let Some(fallback) = &report.fallback {
+//!     eprintln!("warning: {}", fallback.reason);
 //! }
 //! assert_eq!(report.resident_bytes, report.size_bytes);
 //! assert_eq!(report.verified_page_size_bytes, report.page_size_bytes);
@@ -38,12 +39,14 @@
 //!    ([`RegionError::Orphaned`], saying how to reclaim) unless
 //!    [`RegionBuilder::reclaim`] says [`Reclaim::Reuse`] (attach, keep the
 //!    contents) or [`Reclaim::Recreate`]. See [`interlock`].
-//! 2. **Plan** from one host snapshot (`hugeshm-probe`): the page size
+//! 2. **Plan** from one host snapshot (read through the builder's
+//!    [`Probe`](hugeshm_probe::Probe), the live host by default): the page size
 //!    (`largest` = the largest size whose pool holds the region), the size
 //!    rounded up to a page multiple, and the pool check
-//!    (available = free − reserved). A short pool is a [`Shortfall`] with the
-//!    fix, e.g. `2 MiB pages: required 10432, available 288 (free 800,
-//!    reserved 512); to fix: sysctl -w vm.nr_hugepages=10944`. Policy
+//!    (available = free − reserved). A short pool is a [`Shortfall`] with
+//!    the numbers, `2 MiB pages: required 10432, available 288 (free 800,
+//!    reserved 512)`, and the fix as data ([`Fix::SetPool`], which the CLI
+//!    prints as `sysctl -w vm.nr_hugepages=10944`). Policy
 //!    [`Policy::Only`] fails with it; [`Policy::Try`] plans the whole region
 //!    on base pages and says why; [`Policy::Off`] never uses huge pages.
 //! 3. **Check `RLIMIT_MEMLOCK`** when `mlock` is asked, before creating
@@ -111,39 +114,72 @@
 //! pages. [`bench::attach_and_touch`] is the building block of
 //! `hugeshm bench pagetables`.
 //!
-//! The foundation is [`sys`]: thin safe wrappers around the system calls,
-//! whose errors ([`SysError`]) name the call, its arguments and the errno.
+//! ## Errors and fixes
+//!
+//! A [`RegionError`] states what happened with the numbers (its
+//! `Display`); [`RegionError::fix`] is what to do about it, a typed
+//! [`Fix`] that each front end renders in its own words (the CLI as
+//! `hugeshm` commands, the C ABI with its function names, JSON as an
+//! object, `Display` with this crate's calls). The library writes nothing
+//! to stdout or stderr: what cleanup could not undo goes to the `log`
+//! facade.
+//!
+//! ## Layers
+//!
+//! ```text
+//! lib.rs      the API: re-exports, these docs
+//! create      RegionBuilder: the numbered steps above
+//! attach      Locator, the header checks, remove by name; interlock: list_regions
+//! handle      Region: data access, detach, destroy
+//! backend/    one room per backend (sysv, file, memfd, anon) behind one trait:
+//!             create / open / map / inspect / remove / list, and destroy
+//! pool, prefault, verify, memlock, holders, inspect, memfd_record, header, naming
+//!             the steps' own modules
+//! error       RegionError;  model: plain data (imports nothing of the crate)
+//! hugeshm-sys (its own crate): the system calls, the only unsafe code
+//! ```
+//!
+//! The system calls' errors ([`SysError`]) name the call, its arguments
+//! and the errno.
 
-#![deny(unsafe_op_in_unsafe_fn)]
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
-#![deny(clippy::undocumented_unsafe_blocks)]
 
+mod attach;
+mod backend;
 pub mod bench;
+mod create;
 mod error;
+mod handle;
 pub mod header;
+mod holders;
+mod inspect;
 pub mod interlock;
-mod locate;
 pub mod memfd_record;
 pub mod memlock;
+mod model;
 pub mod naming;
 pub mod pool;
 mod prefault;
-mod region;
 mod report;
-pub mod sys;
-mod types;
 mod verify;
 
+pub use attach::{remove, Locator};
 pub use bench::{bench_prefault, AttachSample, PrefaultSample};
+pub use create::RegionBuilder;
 pub use error::RegionError;
+pub use handle::Region;
 pub use header::{HeaderState, Liveness, RegionHeader, HEADER_BYTES};
-pub use interlock::{list_regions, RegionInfo, RegionState};
-pub use locate::{remove, Locator, NamedObject};
+pub use hugeshm_fix::{Fix, Renderer};
+pub use hugeshm_probe::{Probe, Roots};
+pub use hugeshm_sys::SysError;
+pub use inspect::RegionInfo;
+pub use interlock::{list_regions, list_regions_on};
+pub use model::{
+    Backend, Fallback, NamedObject, PageSize, Policy, PrefaultMethod, Reclaim, RegionState,
+    Shortfall,
+};
 pub use naming::sysv_key;
-pub use pool::Shortfall;
 pub use prefault::{available_cpus, memset_baseline, MemsetBaseline, Progress, SUB_CHUNK_BYTES};
-pub use region::{Region, RegionBuilder};
 pub use report::{AllocationReport, AttachReport, Reclaimed};
-pub use sys::SysError;
-pub use types::{Backend, PageSize, Policy, PrefaultMethod, Reclaim};
 pub use verify::Verification;

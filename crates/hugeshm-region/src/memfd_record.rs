@@ -51,7 +51,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::RegionError;
-use crate::sys;
+use hugeshm_sys::{self as sys, SysError};
 
 /// Where memfd records live.
 pub const MEMFD_RECORD_DIR: &str = "/dev/shm";
@@ -164,18 +164,13 @@ pub(crate) fn read(path: &Path) -> Result<Option<MemfdRecord>, RegionError> {
                 reason: format!("not a hugeshm memfd record: {e}"),
             }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            Err(RegionError::Permission {
-                what: format!("read the memfd record {}", path.display()),
-                fix: "run as the user that created the region (or root), or create it with a \
-                      mode that lets this user read it (e.g. --mode 0660 and a shared group)"
-                    .to_owned(),
-                source: Some(sys::SysError::Os {
-                    call: format!("open({})", path.display()),
-                    errno: libc::EACCES,
-                }),
-            })
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(RegionError::permission(
+            format!("read the memfd record {}", path.display()),
+            Some(SysError::Os {
+                call: format!("open({})", path.display()),
+                errno: libc::EACCES,
+            }),
+        )),
         Err(e) => Err(RegionError::io(path.display().to_string(), e)),
     }
 }

@@ -1,7 +1,7 @@
 //! The `RLIMIT_MEMLOCK` check before `mlock`, and the privileges the
 //! kernel checks for huge pages (`CAP_IPC_LOCK`, `vm.hugetlb_shm_group`).
 
-use hugeshm_probe::{Probe, Roots};
+use hugeshm_fix::Fix;
 
 use crate::error::RegionError;
 
@@ -39,15 +39,12 @@ pub(crate) fn memlock_error(
     hard: Option<u64>,
     user: &str,
 ) -> RegionError {
-    let total = needed.saturating_add(locked);
-    let kib = total.div_ceil(1024);
     RegionError::MemlockLimit {
         needed_bytes: needed,
         locked_bytes: locked,
         soft_limit_bytes: soft,
         hard_limit_bytes: hard,
-        limits_conf: format!("{user} - memlock {kib}"),
-        systemd: format!("LimitMEMLOCK={}", kib * 1024),
+        user: user.to_owned(),
     }
 }
 
@@ -62,10 +59,10 @@ pub(crate) fn check_memlock(needed: u64) -> Result<(), RegionError> {
     let Some(soft) = lim.current else {
         return Ok(());
     };
-    let locked = Probe::new(Roots::default())
-        .pid(std::process::id())
-        .status()
+    // This process's own `VmLck`: always the running kernel's /proc/self.
+    let locked = std::fs::read_to_string("/proc/self/status")
         .ok()
+        .and_then(|t| hugeshm_parse::pid_status::parse(&t).ok())
         .and_then(|s| s.vm_lck_bytes)
         .unwrap_or(0);
     if locked.saturating_add(needed) <= soft {
@@ -81,14 +78,11 @@ pub(crate) fn check_memlock(needed: u64) -> Result<(), RegionError> {
 }
 
 /// The fix for SysV `SHM_HUGETLB` refused with `EPERM`.
-pub(crate) fn shm_hugetlb_fix(size: u64) -> String {
-    let gid = rustix::process::getegid().as_raw();
-    let kib = size.div_ceil(1024);
-    format!(
-        "sysctl -w vm.hugetlb_shm_group={gid} (persist it in /etc/sysctl.d), \
-         or give the process CAP_IPC_LOCK (systemd: AmbientCapabilities=CAP_IPC_LOCK), \
-         or (deprecated) raise the memlock limit to at least {kib} KiB"
-    )
+pub(crate) fn shm_hugetlb_fix(size: u64) -> Fix {
+    Fix::HugetlbShmGroup {
+        gid: rustix::process::getegid().as_raw(),
+        memlock_kib: size.div_ceil(1024),
+    }
 }
 
 #[cfg(test)]
@@ -99,11 +93,15 @@ mod tests {
     fn memlock_message_has_both_lines() {
         let e = memlock_error(10 << 30, 4096, Some(8 << 20), Some(8 << 20), "oracle");
         let s = e.to_string();
-        assert!(s.contains("`oracle - memlock 10485764`"), "{s}");
-        assert!(s.contains("`LimitMEMLOCK=10737422336`"), "{s}");
+        let fix = e.fix().unwrap().to_string();
+        assert!(fix.contains("`oracle - memlock 10485764`"), "{fix}");
+        assert!(fix.contains("`LimitMEMLOCK=10737422336`"), "{fix}");
         assert!(s.contains("soft 8388608 bytes, hard 8388608 bytes"), "{s}");
         let e = memlock_error(1000, 0, Some(0), None, "*");
-        assert!(e.to_string().contains("`* - memlock 1`"), "{e}");
+        assert!(
+            e.fix().unwrap().to_string().contains("`* - memlock 1`"),
+            "{e}"
+        );
         assert!(e.to_string().contains("hard unlimited"), "{e}");
     }
 

@@ -6,86 +6,18 @@
 //! plan or a typed error, so every policy decision is unit-tested on
 //! synthetic pools.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
+use hugeshm_fix::Fix;
 use hugeshm_parse::hugepages::PoolCounters;
 use hugeshm_parse::mounts::Mount;
 use hugeshm_parse::size::{format_bytes, page_size_short, round_up};
-use hugeshm_probe::HostSnapshot;
-use serde::{Deserialize, Serialize};
+use hugeshm_probe::{HostSnapshot, Probe};
+use hugeshm_sys::SysError;
 
 use crate::error::RegionError;
+use crate::model::{Backend, Fallback, PageSize, Policy, Shortfall};
 use crate::naming::DEFAULT_POSIX_DIR;
-use crate::types::{Backend, PageSize, Policy};
-
-/// A pool too small for a region: the numbers and the command that fixes it.
-///
-/// Displays as
-/// `2 MiB pages: required 10432, available 288 (free 800, reserved 512); to fix: sysctl -w vm.nr_hugepages=10944`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Shortfall {
-    /// The page size.
-    pub page_size_bytes: u64,
-    /// Pages the region needs.
-    pub required: u64,
-    /// Pages available: free − reserved.
-    pub available: u64,
-    /// `free_hugepages`.
-    pub free: u64,
-    /// `resv_hugepages` (promised to mappings, not yet faulted).
-    pub reserved: u64,
-    /// `nr_hugepages` (the persistent pool size).
-    pub nr_hugepages: u64,
-    /// The NUMA node, when the region is bound to one (`None`: host-wide).
-    pub node: Option<u32>,
-    /// The command that grows the pool enough:
-    /// `nr_hugepages + (required − available)`.
-    pub fix: String,
-}
-
-impl Shortfall {
-    /// Pages missing: `required − available`.
-    pub fn missing(&self) -> u64 {
-        self.required.saturating_sub(self.available)
-    }
-}
-
-impl fmt::Display for Shortfall {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} pages", format_bytes(self.page_size_bytes))?;
-        if let Some(n) = self.node {
-            write!(f, " on node {n}")?;
-        }
-        write!(
-            f,
-            ": required {}, available {} (free {}, reserved {}); to fix: {}",
-            self.required, self.available, self.free, self.reserved, self.fix
-        )
-    }
-}
-
-/// The command that sets the pool of `page_size` pages to `target`:
-/// `sysctl -w vm.nr_hugepages=N` for the default size, the sysfs file of
-/// the size otherwise, the per-node file when `node` is given.
-pub fn pool_fix_command(
-    page_size: u64,
-    target: u64,
-    default_page_size: Option<u64>,
-    node: Option<u32>,
-) -> String {
-    let kb = page_size / 1024;
-    match node {
-        Some(n) => format!(
-            "echo {target} > /sys/devices/system/node/node{n}/hugepages/hugepages-{kb}kB/nr_hugepages"
-        ),
-        None if default_page_size == Some(page_size) => {
-            format!("sysctl -w vm.nr_hugepages={target}")
-        }
-        None => format!("echo {target} > /sys/kernel/mm/hugepages/hugepages-{kb}kB/nr_hugepages"),
-    }
-}
 
 /// Checks that `required` pages are available (free − reserved) in a
 /// host-wide pool; the shortfall otherwise.
@@ -93,13 +25,13 @@ pub fn check_pool(
     pool: &PoolCounters,
     required: u64,
     default_page_size: Option<u64>,
-) -> Result<(), Shortfall> {
+) -> Result<(), Box<Shortfall>> {
     let available = pool.available();
     if available >= required {
         return Ok(());
     }
     let target = pool.nr.saturating_add(required - available);
-    Err(Shortfall {
+    Err(Box::new(Shortfall {
         page_size_bytes: pool.page_size_bytes,
         required,
         available,
@@ -107,8 +39,48 @@ pub fn check_pool(
         reserved: pool.resv.unwrap_or(0),
         nr_hugepages: pool.nr,
         node: None,
-        fix: pool_fix_command(pool.page_size_bytes, target, default_page_size, None),
-    })
+        fix: Fix::SetPool {
+            page_size_bytes: pool.page_size_bytes,
+            node: None,
+            pages: target,
+            default_size: default_page_size == Some(pool.page_size_bytes),
+        },
+    }))
+}
+
+/// The kernel refused a reservation (`ENOMEM`) of `required` pages: the
+/// shortfall of the pool as it is now (read again through `probe`), or,
+/// when the pool looks big enough, the refusal with what else can refuse.
+pub(crate) fn refused(probe: &Probe, page: u64, required: u64, err: SysError) -> RegionError {
+    let host = probe.host();
+    let default = host.default_page_size();
+    let Some(p) = host.pool(page) else {
+        return RegionError::Sys(err);
+    };
+    let shortfall = match check_pool(p, required, default) {
+        Err(s) => s,
+        Ok(()) => Box::new(Shortfall {
+            required,
+            fix: Fix::RetryOrCheckLimits {
+                page_size_bytes: page,
+                available: p.available(),
+            },
+            ..*check_pool(p, u64::MAX, default).unwrap_err()
+        }),
+    };
+    RegionError::PoolShortfall {
+        shortfall,
+        refused_by: Some(err.to_string()),
+    }
+}
+
+/// A failed `mmap` of `size` bytes: the kernel's `ENOMEM` on hugetlb
+/// pages becomes the shortfall ([`refused`]).
+pub(crate) fn map_refused(probe: &Probe, e: SysError, huge: Option<u64>, size: u64) -> RegionError {
+    match (e.errno(), huge) {
+        (Some(libc::ENOMEM), Some(page)) => refused(probe, page, size / page, e),
+        _ => RegionError::Sys(e),
+    }
 }
 
 /// How a `posix` (tmpfs) region gets transparent huge pages.
@@ -164,9 +136,8 @@ pub(crate) struct Plan {
     pub backing: Backing,
     /// The hugetlbfs mount or tmpfs directory for file backends.
     pub dir: Option<PathBuf>,
-    pub fell_back: bool,
-    pub reason: Option<String>,
-    pub shortfall: Option<Shortfall>,
+    /// Why the region is not on the pages asked for (policy `try`).
+    pub fallback: Option<Fallback>,
     pub warnings: Vec<String>,
 }
 
@@ -181,6 +152,7 @@ fn size_for(requested: u64, page: u64) -> Result<u64, RegionError> {
     round_up(requested, page).ok_or_else(|| RegionError::InvalidSize {
         requested_bytes: requested,
         reason: format!("rounding up to {} pages overflows", format_bytes(page)),
+        fix: None,
     })
 }
 
@@ -205,9 +177,7 @@ fn base_plan(req: &Request, extra: &HostExtra) -> Result<Plan, RegionError> {
         size_bytes: size_for(req.requested_bytes, extra.base)?,
         backing: Backing::Base,
         dir: base_dir(req),
-        fell_back: false,
-        reason: None,
-        shortfall: None,
+        fallback: None,
         warnings: Vec::new(),
     })
 }
@@ -220,12 +190,13 @@ pub(crate) fn fallback_plan(
     err: &RegionError,
 ) -> Result<Plan, RegionError> {
     let mut plan = base_plan(req, extra)?;
-    plan.fell_back = true;
-    plan.shortfall = err.shortfall().cloned();
-    plan.reason = Some(format!(
-        "{err}; the whole region uses {} pages instead",
-        format_bytes(extra.base)
-    ));
+    plan.fallback = Some(Fallback {
+        reason: format!(
+            "{err}; the whole region uses {} pages instead",
+            format_bytes(extra.base)
+        ),
+        shortfall: err.shortfall().cloned(),
+    });
     if req.backend == Backend::Hugetlbfs {
         plan.warnings.push(format!(
             "base pages do not exist on hugetlbfs: the region's file is in {DEFAULT_POSIX_DIR}"
@@ -257,14 +228,16 @@ pub fn mount_of<'a>(mounts: &'a [Mount], path: &Path) -> Option<&'a Mount> {
         .max_by_key(|m| m.target.len())
 }
 
-fn no_mount_fix(page_size: u64, default_page_size: Option<u64>) -> String {
-    let short = page_size_short(page_size);
+fn no_mount_fix(page_size: u64, default_page_size: Option<u64>) -> Fix {
     let dir = if default_page_size == Some(page_size) {
         "/dev/hugepages".to_owned()
     } else {
-        format!("/dev/hugepages{short}")
+        format!("/dev/hugepages{}", page_size_short(page_size))
     };
-    format!("mkdir -p {dir} && mount -t hugetlbfs -o pagesize={short},mode=1770 nodev {dir}")
+    Fix::MountHugetlbfs {
+        page_size_bytes: page_size,
+        dir,
+    }
 }
 
 /// Tries one huge page size for a hugetlb backend.
@@ -303,7 +276,7 @@ fn try_hugetlb(
                 None => {
                     return Err(RegionError::NoHugetlbfsMount {
                         page_size_bytes: page,
-                        fix: no_mount_fix(page, default),
+                        fix: Box::new(no_mount_fix(page, default)),
                     })
                 }
             },
@@ -322,9 +295,7 @@ fn try_hugetlb(
         size_bytes,
         backing: Backing::Hugetlb,
         dir,
-        fell_back: false,
-        reason: None,
-        shortfall: None,
+        fallback: None,
         warnings: Vec::new(),
     })
 }
@@ -337,16 +308,18 @@ fn try_thp(
     page: u64,
 ) -> Result<Plan, RegionError> {
     let dir = base_dir(req).unwrap_or_else(|| PathBuf::from(DEFAULT_POSIX_DIR));
-    let unavailable = |reason: String, fix: String| RegionError::ThpUnavailable {
+    let unavailable = |reason: String, fix: Fix| RegionError::ThpUnavailable {
         dir: dir.display().to_string(),
         page_size_bytes: page,
         reason,
-        fix,
+        fix: Box::new(fix),
     };
     let Some(pmd) = extra.pmd_size else {
         return Err(unavailable(
             "the kernel has no transparent huge pages".to_owned(),
-            "use the sysv, memfd, hugetlbfs or anon backend for hugetlb pages".to_owned(),
+            Fix::OtherBackend {
+                page_size_bytes: None,
+            },
         ));
     };
     if page != pmd {
@@ -355,10 +328,9 @@ fn try_thp(
                 "tmpfs files can use {} transparent huge pages only",
                 format_bytes(pmd)
             ),
-            format!(
-                "use --page-size {} or a hugetlb backend (sysv, memfd, hugetlbfs, anon)",
-                page_size_short(pmd)
-            ),
+            Fix::OtherBackend {
+                page_size_bytes: Some(pmd),
+            },
         ));
     }
     let shmem = host.thp.shmem_enabled.as_ref().map(|s| s.selected.as_str());
@@ -367,9 +339,7 @@ fn try_thp(
         Some("deny") => {
             return Err(unavailable(
                 "shmem_enabled is [deny], which disables huge pages on every tmpfs".to_owned(),
-                "echo never > /sys/kernel/mm/transparent_hugepage/shmem_enabled \
-                 (then the mount's huge= option applies)"
-                    .to_owned(),
+                Fix::ShmemEnabledNever,
             ))
         }
         Some("force") => ThpMode::Always,
@@ -383,7 +353,9 @@ fn try_thp(
                         "{target} is mounted with huge={} (tmpfs mounts follow their huge= option, not shmem_enabled)",
                         other.unwrap_or("never")
                     ),
-                    format!("mount -o remount,huge=within_size {target}"),
+                    Fix::RemountTmpfsHuge {
+                        mount: target.to_owned(),
+                    },
                 ));
             }
         },
@@ -393,9 +365,7 @@ fn try_thp(
         size_bytes: size_for(req.requested_bytes, page)?,
         backing: Backing::Thp(mode),
         dir: Some(dir),
-        fell_back: false,
-        reason: None,
-        shortfall: None,
+        fallback: None,
         warnings: Vec::new(),
     })
 }
@@ -446,6 +416,7 @@ pub(crate) fn plan(
         return Err(RegionError::InvalidSize {
             requested_bytes: 0,
             reason: "a region needs at least one byte".to_owned(),
+            fix: None,
         });
     }
     if req.policy == Policy::Off || req.page_size == PageSize::Base {
@@ -560,22 +531,21 @@ mod tests {
         let s = check_pool(&pool, 10432, Some(MIB2)).unwrap_err();
         assert_eq!(
             s.to_string(),
-            "2 MiB pages: required 10432, available 288 (free 800, reserved 512); \
-             to fix: sysctl -w vm.nr_hugepages=10944"
+            "2 MiB pages: required 10432, available 288 (free 800, reserved 512)"
         );
+        assert_eq!(s.fix.to_string(), "sysctl -w vm.nr_hugepages=10944");
         assert_eq!(s.missing(), 10144);
         let pool = PoolCounters::new(GIB, 2, 1, Some(0), 0, Some(0));
         let s = check_pool(&pool, 3, Some(MIB2)).unwrap_err();
         assert_eq!(
             s.to_string(),
-            "1 GiB pages: required 3, available 1 (free 1, reserved 0); to fix: \
-             echo 4 > /sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"
+            "1 GiB pages: required 3, available 1 (free 1, reserved 0)"
+        );
+        assert_eq!(
+            s.fix.to_string(),
+            "echo 4 > /sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"
         );
         assert!(check_pool(&pool, 1, Some(MIB2)).is_ok());
-        assert_eq!(
-            pool_fix_command(MIB2, 7, Some(MIB2), Some(1)),
-            "echo 7 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages"
-        );
     }
 
     #[test]
@@ -591,7 +561,7 @@ mod tests {
         let e = plan(&r, &h, &extra()).unwrap_err();
         let s = e.shortfall().unwrap();
         assert_eq!((s.required, s.available, s.free, s.reserved), (5, 4, 5, 1));
-        assert_eq!(s.fix, "sysctl -w vm.nr_hugepages=11");
+        assert_eq!(s.fix.to_string(), "sysctl -w vm.nr_hugepages=11");
         let r = Request {
             policy: Policy::Try,
             ..r
@@ -600,9 +570,9 @@ mod tests {
         assert_eq!(p.backing, Backing::Base);
         assert_eq!(p.page_size, 4096);
         assert_eq!(p.size_bytes, 5 * MIB2);
-        assert!(p.fell_back);
-        assert_eq!(p.shortfall.as_ref().unwrap().required, 5);
-        let reason = p.reason.unwrap();
+        let fb = p.fallback.unwrap();
+        assert_eq!(fb.shortfall.as_ref().unwrap().required, 5);
+        let reason = fb.reason;
         assert!(
             reason.starts_with("2 MiB pages: required 5, available 4"),
             "{reason}"
@@ -616,7 +586,7 @@ mod tests {
         let p = plan(&r, &h, &extra()).unwrap();
         assert_eq!((p.page_size, p.size_bytes), (MIB2, 4 * MIB2));
         assert_eq!(p.backing, Backing::Hugetlb);
-        assert!(!p.fell_back && p.reason.is_none());
+        assert!(p.fallback.is_none());
     }
 
     #[test]
@@ -629,7 +599,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (p.page_size, p.size_bytes, p.fell_back),
+            (p.page_size, p.size_bytes, p.fallback.is_some()),
             (4096, 4096, false)
         );
         assert_eq!(p.warnings.len(), 1);
@@ -674,7 +644,7 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(
-            e.fix().unwrap(),
+            e.fix().unwrap().to_string(),
             "mkdir -p /dev/hugepages && mount -t hugetlbfs -o pagesize=2M,mode=1770 nodev /dev/hugepages"
         );
         let p = plan(
@@ -683,7 +653,7 @@ mod tests {
             &extra(),
         )
         .unwrap();
-        assert!(p.fell_back);
+        assert!(p.fallback.is_some());
         assert_eq!(p.dir.as_deref(), Some(Path::new("/dev/shm")));
     }
 
@@ -759,7 +729,7 @@ mod tests {
         .unwrap_err();
         assert!(matches!(e, RegionError::ThpUnavailable { .. }), "{e}");
         assert_eq!(
-            e.fix().unwrap(),
+            e.fix().unwrap().to_string(),
             "mount -o remount,huge=within_size /dev/shm"
         );
         let mut r = req(Backend::Posix, PageSize::HUGE_2M, Policy::Only, 3 << 20);
@@ -792,7 +762,6 @@ mod tests {
             &extra(),
         )
         .unwrap();
-        assert!(p.fell_back);
-        assert!(p.reason.unwrap().contains("[deny]"));
+        assert!(p.fallback.unwrap().reason.contains("[deny]"));
     }
 }

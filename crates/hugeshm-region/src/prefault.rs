@@ -9,17 +9,18 @@
 //!
 //! Method: `MADV_POPULATE_WRITE` (a fault the kernel cannot serve is an
 //! error, never SIGBUS); where the kernel lacks it, one atomic
-//! read-modify-write per page ([`crate::sys::touch_pages`]).
+//! read-modify-write per page (`Mapping::touch_range`). Both go through
+//! the safe range methods of `hugeshm_sys::Mapping`: no `unsafe` here.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use hugeshm_sys::{self as sys, Mapping, SysError};
 use serde::{Deserialize, Serialize};
 
 use crate::error::RegionError;
-use crate::sys::{self, SysError};
-use crate::types::PrefaultMethod;
+use crate::model::PrefaultMethod;
 
 /// Progress callback: `(done_bytes, total_bytes)`, called from the
 /// pre-fault threads after every sub-chunk (so it must be cheap and
@@ -71,21 +72,17 @@ fn split(pages: usize, threads: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// Faults in `ptr..ptr + len` with up to `threads` threads.
-///
-/// # Safety
-/// `ptr..ptr + len` must be a live, writable, page-aligned mapping whose
-/// length is a multiple of `page`, and no other thread of this process may
-/// access it during the call.
-pub(crate) unsafe fn prefault(
-    ptr: *mut u8,
-    len: usize,
+/// Faults in all of `map` (whose length is a multiple of `page`) with up
+/// to `threads` threads. Contents are kept.
+pub(crate) fn prefault(
+    map: &Mapping,
     page: usize,
     threads: usize,
     method: PrefaultMethod,
     progress: Option<&Progress>,
 ) -> Result<Outcome, RegionError> {
     let start = Instant::now();
+    let len = map.len();
     if method == PrefaultMethod::None || len == 0 {
         return Ok(Outcome {
             method: PrefaultMethod::None,
@@ -102,29 +99,15 @@ pub(crate) unsafe fn prefault(
     let done = Mutex::new(0u64);
     let stop = AtomicBool::new(false);
     let failure: Mutex<Option<RegionError>> = Mutex::new(None);
-    let base = ptr as usize;
 
     let worker = |first: usize, count: usize| {
         let mut off = first * page;
         let end = (first + count) * page;
         while off < end && !stop.load(Ordering::Relaxed) {
             let n = sub.min(end - off);
-            let addr = (base + off) as *mut u8;
             let result: Result<(), SysError> = match method {
-                PrefaultMethod::PopulateWrite => loop {
-                    // SAFETY: addr..addr + n lies inside the caller's mapping
-                    // (off + n <= len) and starts on a page boundary.
-                    match unsafe { sys::populate_write_raw(addr, n) } {
-                        Err(e) if e.errno() == Some(libc::EINTR) => continue,
-                        r => break r,
-                    }
-                },
-                _ => {
-                    // SAFETY: inside the caller's writable mapping; this
-                    // thread is the only one touching this range.
-                    unsafe { sys::touch_pages(addr, n, page) };
-                    Ok(())
-                }
+                PrefaultMethod::PopulateWrite => map.populate_write_range(off, n),
+                _ => map.touch_range(off, n, page),
             };
             if let Err(source) = result {
                 stop.store(true, Ordering::Relaxed);
@@ -257,13 +240,14 @@ pub fn memset_baseline(size_bytes: u64, threads: usize) -> Result<MemsetBaseline
     let len = usize::try_from(size_bytes).map_err(|_| RegionError::InvalidSize {
         requested_bytes: size_bytes,
         reason: "does not fit in usize".to_owned(),
+        fix: None,
     })?;
     let mut map = sys::mmap_anon(len, false, None)?;
     // Transparent huge pages where THP allows it (enabled=madvise or
     // always), so that the baseline measures write bandwidth, not TLB
     // misses; the page size used is reported.
-    let _ = sys::advise_hugepage(&map);
-    match sys::populate_write(&map) {
+    let _ = map.advise_hugepage();
+    match map.populate_write() {
         Ok(()) => {}
         Err(e) if e.errno() == Some(libc::EINVAL) => map.touch(),
         Err(e) => return Err(e.into()),
@@ -276,30 +260,29 @@ pub fn memset_baseline(size_bytes: u64, threads: usize) -> Result<MemsetBaseline
         threads
     };
     let runs = split(pages, threads.clamp(1, pages.max(1)));
-    let base = map.as_ptr() as usize;
+    let ranges: Vec<(usize, usize)> = runs
+        .iter()
+        .map(|&(first, count)| (first * page, count * page))
+        .collect();
     let passes = 3;
     let mut best = f64::INFINITY;
     for pass in 0..passes {
         let byte = 0x5a_u8.wrapping_add(pass as u8);
+        let pieces = map.pieces_mut(&ranges)?;
         let t0 = Instant::now();
         std::thread::scope(|scope| {
-            for &(first, count) in &runs {
-                scope.spawn(move || {
-                    let p = (base + first * page) as *mut u8;
-                    // SAFETY: each run is a disjoint range of the private
-                    // mapping owned by `map`, which outlives the scope; no
-                    // references into it exist.
-                    unsafe { std::ptr::write_bytes(p, byte, count * page) };
-                });
+            for mut piece in pieces {
+                scope.spawn(move || piece.fill(byte));
             }
         });
         best = best.min(t0.elapsed().as_secs_f64());
     }
     let size = map.len() as u64;
-    let page_size_bytes = crate::verify::verify_range(map.addr() as u64, size)
+    let pmd = crate::verify::pmd_size(&hugeshm_probe::Probe::default());
+    let page_size_bytes = crate::verify::verify_range(map.addr() as u64, size, pmd)
         .map(|v| v.page_size_bytes)
         .unwrap_or(page as u64);
-    map.unmap()?;
+    map.release()?;
     Ok(MemsetBaseline {
         size_bytes: size,
         page_size_bytes,
@@ -337,19 +320,7 @@ mod tests {
         });
         for method in [PrefaultMethod::PopulateWrite, PrefaultMethod::Touch] {
             last.store(0, Ordering::Relaxed);
-            // SAFETY: the mapping is owned by this test and not otherwise
-            // accessed during the call.
-            let out = unsafe {
-                prefault(
-                    map.as_ptr(),
-                    map.len(),
-                    map.page_size(),
-                    2,
-                    method,
-                    Some(&cb),
-                )
-            }
-            .unwrap();
+            let out = prefault(&map, map.page_size(), 2, method, Some(&cb)).unwrap();
             assert_eq!(out.method, method);
             assert_eq!(out.threads, 2);
             assert_eq!(last.load(Ordering::Relaxed), map.len() as u64);

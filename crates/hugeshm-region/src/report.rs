@@ -4,15 +4,16 @@
 use serde::{Deserialize, Serialize};
 
 use crate::header::{Liveness, RegionHeader};
-use crate::interlock::RegionState;
-use crate::pool::Shortfall;
-use crate::types::{Backend, PageSize, Policy, PrefaultMethod, Reclaim};
+use crate::model::{
+    fallback_fields, Backend, Fallback, PageSize, Policy, PrefaultMethod, Reclaim, RegionState,
+};
 
 /// The report of [`RegionBuilder::create`](crate::RegionBuilder::create).
 ///
-/// `fell_back` is true when the region is not on the pages asked for
-/// (policy `try`); `reason` then says why, with the pool numbers in
-/// `shortfall` when the pool was short.
+/// [`fallback`](AllocationReport::fallback) is set when the region is not on
+/// the pages asked for (policy `try`): why, with the pool numbers when the
+/// pool was short. (JSON keeps the flat `fell_back`, `reason` and
+/// `shortfall` fields.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct AllocationReport {
@@ -32,13 +33,9 @@ pub struct AllocationReport {
     pub page_size_bytes: u64,
     /// The policy.
     pub policy: Policy,
-    /// Whether the region ended up on base pages (or smaller pages than
-    /// asked) instead of the huge pages asked for.
-    pub fell_back: bool,
-    /// Why it fell back (`None` when it did not).
-    pub reason: Option<String>,
-    /// The pool numbers when a short pool caused the fall-back.
-    pub shortfall: Option<Shortfall>,
+    /// Why the region is not on the pages asked for (`None`: it is).
+    #[serde(flatten, with = "fallback_fields")]
+    pub fallback: Option<Fallback>,
     /// Things worth knowing that did not change the outcome.
     pub warnings: Vec<String>,
     /// Pre-fault threads used (0: not pre-faulted).
@@ -87,7 +84,7 @@ pub struct AllocationReport {
     pub data_bytes: u64,
     /// Whether the mapping can share page tables with other processes
     /// (hugetlb pages smaller than 1 GiB, at a 1 GiB-aligned address,
-    /// covering at least one whole GiB; see [`sys::PMD_SHARE_ALIGN`](crate::sys::PMD_SHARE_ALIGN)).
+    /// covering at least one whole GiB; see [`hugeshm_sys::PMD_SHARE_ALIGN`]).
     /// 1 GiB pages need no PMD page at all and report false.
     #[serde(default)]
     pub aligned_for_pmd_sharing: bool,
@@ -173,4 +170,16 @@ pub struct AttachReport {
     pub path: Option<String>,
     /// State of the region as found.
     pub state: RegionState,
+}
+
+impl AllocationReport {
+    /// Whether the region is not on the pages asked for.
+    pub fn fell_back(&self) -> bool {
+        self.fallback.is_some()
+    }
+
+    /// Why, when it fell back.
+    pub fn reason(&self) -> Option<&str> {
+        self.fallback.as_ref().map(|f| f.reason.as_str())
+    }
 }

@@ -2,7 +2,7 @@
 //! for a region.
 
 use hugeshm_parse::smaps::SmapsEntry;
-use hugeshm_probe::{Probe, Roots};
+use hugeshm_probe::Probe;
 use serde::{Deserialize, Serialize};
 
 use crate::error::RegionError;
@@ -71,18 +71,27 @@ pub(crate) fn from_entries(
     })
 }
 
-/// The THP size (`hpage_pmd_size`), `None` without THP.
-pub(crate) fn pmd_size() -> Option<u64> {
-    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
+/// The THP size (`hpage_pmd_size` under the probe's `/sys`), `None`
+/// without THP.
+pub(crate) fn pmd_size(probe: &Probe) -> Option<u64> {
+    std::fs::read_to_string(probe.sys_path("kernel/mm/transparent_hugepage/hpage_pmd_size"))
         .ok()
         .and_then(|s| s.trim().parse().ok())
 }
 
 /// Reads this process's smaps and verifies `addr..addr + len`.
-pub(crate) fn verify_range(addr: u64, len: u64) -> Result<Verification, RegionError> {
-    let probe = Probe::new(Roots::default());
-    let entries = probe.pid(std::process::id()).smaps()?;
-    from_entries(&entries, addr, len, pmd_size()).ok_or_else(|| {
+///
+/// Always the running kernel's `/proc/self/smaps`, whatever roots the
+/// caller's probe has: what is verified is this process's own mapping.
+/// `pmd_size` is the host's THP size ([`pmd_size`]).
+pub(crate) fn verify_range(
+    addr: u64,
+    len: u64,
+    pmd_size: Option<u64>,
+) -> Result<Verification, RegionError> {
+    let own = Probe::default();
+    let entries = own.pid(std::process::id()).smaps()?;
+    from_entries(&entries, addr, len, pmd_size).ok_or_else(|| {
         RegionError::Unsupported(format!(
             "no mapping at {addr:#x} in /proc/{}/smaps",
             std::process::id()

@@ -20,9 +20,10 @@ use std::path::Path;
 
 use common::*;
 use hugeshm_region::{
-    naming::sysv_key, sys, AllocationReport, Backend, Locator, PageSize, Policy, Reclaim, Region,
-    RegionBuilder, RegionError, RegionState,
+    naming::sysv_key, AllocationReport, Backend, Locator, PageSize, Policy, Reclaim, Region,
+    RegionBuilder, RegionError, RegionState, Renderer,
 };
+use hugeshm_sys as sys;
 use hugeshm_testkit::HostState;
 
 const ENV: &str = "HUGESHM_INTERLOCK_CHILD";
@@ -234,7 +235,7 @@ fn header_mismatches_are_refused() {
     let guard = ShmGuard(id);
     let mut att = sys::shm_attach(id).unwrap();
     att.write_at(0, b"PGSHMEM!not a hugeshm header").unwrap();
-    att.detach().unwrap();
+    att.release().unwrap();
     let err = Region::attach(&name, Backend::Sysv).unwrap_err();
     println!("foreign: {err}");
     assert!(matches!(err, RegionError::NotOurs { .. }), "{err}");
@@ -449,7 +450,13 @@ fn sigkill_mid_prefault_then_recovery() {
             };
             assert_eq!(*creator_pid, Some(creator));
             assert!(!creator_alive && *header_written, "{err}");
-            assert!(err.fix().unwrap().contains("recreate"), "{err}");
+            assert!(
+                err.fix()
+                    .unwrap()
+                    .render(Renderer::Cli)
+                    .contains("--reclaim recreate"),
+                "{err}"
+            );
         }
 
         // Create: refused by default, saying how to reclaim.
@@ -462,7 +469,13 @@ fn sigkill_mid_prefault_then_recovery() {
             matches!(&err, RegionError::Orphaned { creator_pid: Some(p), .. } if *p == creator),
             "{backend}: {err}"
         );
-        assert!(err.to_string().contains("--reclaim recreate"), "{err}");
+        assert!(
+            err.fix()
+                .unwrap()
+                .render(Renderer::Cli)
+                .contains("--reclaim recreate"),
+            "{err}"
+        );
         // Reuse: nothing complete to reuse.
         let err = builder(backend, &name, &dir, SIZE)
             .reclaim(Reclaim::Reuse)
@@ -545,7 +558,13 @@ fn orphan_ready_region_is_reused_with_its_contents() {
             matches!(&err, RegionError::Orphaned { state: RegionState::Ready, creator_pid: Some(p), .. } if *p == pid),
             "{err}"
         );
-        assert!(err.to_string().contains("--reclaim reuse"), "{err}");
+        assert!(
+            err.fix()
+                .unwrap()
+                .render(Renderer::Cli)
+                .contains("--reclaim reuse"),
+            "{err}"
+        );
         // Reuse, but not as something else.
         let err = builder(backend, &name, &dir, 8 << 20)
             .reclaim(Reclaim::Reuse)

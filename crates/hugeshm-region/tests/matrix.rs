@@ -60,8 +60,8 @@ fn every_backend_page_size_and_policy() {
                     (Expect::Pages(p), Ok((mut region, report))) => {
                         assert_eq!(report.page_size_bytes, p, "{case}: {report:#?}");
                         assert_eq!(report.verified_page_size_bytes, p, "{case}: {report:#?}");
-                        assert!(!report.fell_back, "{case}: {report:#?}");
-                        assert_eq!(report.reason, None, "{case}");
+                        assert!(!report.fell_back(), "{case}: {report:#?}");
+                        assert_eq!(report.fallback, None, "{case}");
                         let want = size.div_ceil(p) * p;
                         assert_eq!(report.size_bytes, want, "{case}");
                         assert_eq!(report.rounded_up, want > size, "{case}");
@@ -102,11 +102,11 @@ fn every_backend_page_size_and_policy() {
                         region.destroy().unwrap();
                     }
                     (Expect::FallBack, Ok((region, report))) => {
-                        assert!(report.fell_back, "{case}: {report:#?}");
+                        assert!(report.fell_back(), "{case}: {report:#?}");
                         assert_eq!(report.page_size_bytes, 4096, "{case}");
                         assert_eq!(report.verified_page_size_bytes, 4096, "{case}");
                         assert_eq!(report.resident_bytes, size, "{case}");
-                        let reason = report.reason.clone().unwrap();
+                        let reason = report.reason().unwrap().to_owned();
                         assert!(
                             reason.contains("transparent huge pages unavailable"),
                             "{case}: {reason}"

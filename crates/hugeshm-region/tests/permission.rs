@@ -34,8 +34,12 @@ fn unprivileged_child() {
     };
     let kind = match b.create() {
         Ok(_) => "ok".to_owned(),
-        Err(e @ RegionError::Permission { .. }) => format!("permission {e}"),
-        Err(e @ RegionError::MemlockLimit { .. }) => format!("memlock {e}"),
+        Err(e @ RegionError::Permission { .. }) => {
+            format!("permission {e}; to fix: {}", e.fix().unwrap())
+        }
+        Err(e @ RegionError::MemlockLimit { .. }) => {
+            format!("memlock {e}; to fix: {}", e.fix().unwrap())
+        }
         Err(e) => format!("other {e}"),
     };
     println!("\nPERM-RESULT {kind}");

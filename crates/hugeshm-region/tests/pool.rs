@@ -72,10 +72,10 @@ fn only_with_one_page_too_few_fails_with_numbers() {
                 (available + 1, available, free, resv, nr),
                 "{case}"
             );
-            assert_eq!(shortfall.fix, fix_for(page, nr + 1), "{case}");
+            assert_eq!(shortfall.fix.to_string(), fix_for(page, nr + 1), "{case}");
             let label = if page == MIB2 { "2 MiB" } else { "1 GiB" };
             assert_eq!(
-                err.to_string(),
+                format!("{err}; to fix: {}", err.fix().unwrap()),
                 format!(
                     "{label} pages: required {}, available {available} (free {free}, reserved {resv}); to fix: {}",
                     available + 1,
@@ -120,13 +120,14 @@ fn try_with_one_page_too_few_is_all_base_pages() {
             resv,
             "{case}: reserved huge pages changed"
         );
-        assert!(report.fell_back, "{case}");
+        assert!(report.fell_back(), "{case}");
         assert_eq!(report.page_size_bytes, 4096, "{case}");
         assert_eq!(report.verified_page_size_bytes, 4096, "{case}");
         assert_eq!(report.resident_bytes, size, "{case}");
-        let s = report.shortfall.as_ref().expect("shortfall numbers");
+        let fallback = report.fallback.as_ref().expect("a fall-back");
+        let s = fallback.shortfall.as_ref().expect("shortfall numbers");
         assert_eq!((s.required, s.available), (available + 1, available));
-        let reason = report.reason.as_deref().unwrap();
+        let reason = fallback.reason.as_str();
         assert!(
             reason.starts_with(&format!(
                 "2 MiB pages: required {}, available {available}",
@@ -225,7 +226,9 @@ fn hugetlbfs_mount_problems_are_clear() {
             .unwrap_err();
         assert!(matches!(err, RegionError::NoHugetlbfsMount { .. }), "{err}");
         assert!(
-            err.to_string()
+            err.fix()
+                .unwrap()
+                .to_string()
                 .contains("mount -t hugetlbfs -o pagesize=2M"),
             "{err}"
         );

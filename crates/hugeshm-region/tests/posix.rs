@@ -36,7 +36,10 @@ fn too_small_tmpfs_fails_cleanly() {
         assert_eq!(*needed_bytes, 8 << 20);
         assert!(*free_bytes <= 4 << 20, "{err}");
         assert_eq!(fstype, "tmpfs");
-        assert!(err.fix().unwrap().contains("remount,size="), "{err}");
+        assert!(
+            err.fix().unwrap().to_string().contains("remount,size="),
+            "{err}"
+        );
         assert!(tiny.entries().is_empty(), "{:?}", tiny.entries());
         println!("{err}");
     }

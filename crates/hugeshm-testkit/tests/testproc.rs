@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use hugeshm_region::sys;
+use hugeshm_sys as sys;
 use hugeshm_testkit::{
     skip_unless_root, testproc_path, HostState, PoolGuard, PoolLock, TestObject, TestProc,
 };

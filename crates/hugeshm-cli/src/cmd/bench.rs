@@ -5,7 +5,7 @@ use anyhow::Context;
 use hugeshm_apply::{PoolFiles, SysfsPools};
 use hugeshm_parse::size::{format_bytes, page_size_short, parse_size};
 use hugeshm_probe::{HostSnapshot, Probe, Roots};
-use hugeshm_region::sys;
+use hugeshm_sys as sys;
 use std::io::Read;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -94,12 +94,12 @@ pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<Ex
 }
 
 fn attach_child(shmid: i32) -> anyhow::Result<ExitCode> {
-    let mut att = sys::shm_attach(shmid)?;
+    let att = sys::shm_attach(shmid)?;
     att.touch();
     // Block until the parent closes the pipe (or dies).
     let mut buf = [0u8; 1];
     let _ = std::io::stdin().read(&mut buf);
-    att.detach()?;
+    att.release()?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -217,7 +217,7 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
     // even if this process dies (Linux still lets children attach by id).
     let parent = sys::shm_attach(shmid);
     let rm = sys::shm_remove(shmid);
-    let mut parent = parent?;
+    let parent = parent?;
     rm?;
     parent.touch();
 
@@ -306,7 +306,7 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
         runs_ms: runs,
     };
     drop(fleet);
-    parent.detach()?;
+    parent.release()?;
     if a.json {
         out.json(&res)?;
     } else {

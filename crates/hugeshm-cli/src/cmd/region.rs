@@ -4,7 +4,8 @@ use crate::output::{Out, ProgressBar, Table};
 use anyhow::bail;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_region::{
-    AllocationReport, Backend, PageSize, Policy, Reclaim, RegionBuilder, RegionError,
+    AllocationReport, Backend, Locator, PageSize, Policy, Probe, Reclaim, RegionBuilder,
+    RegionError, Renderer, Roots,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -71,16 +72,17 @@ fn parse_mode(s: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("{s:?} is not an octal mode such as 0600"))
 }
 
-/// A region error as a CLI error, with its fix on a line of its own.
+/// A region error as a CLI error, with its fix, in `hugeshm` commands, on
+/// a line of its own.
 pub(crate) fn region_error(e: RegionError) -> anyhow::Error {
     match e.fix() {
-        Some(fix) if !e.to_string().contains(&fix) => anyhow::anyhow!("{e}\n  to fix: {fix}"),
-        _ => anyhow::anyhow!("{e}"),
+        Some(fix) => anyhow::anyhow!("{e}\n  to fix: {}", fix.render(Renderer::Cli)),
+        None => anyhow::anyhow!("{e}"),
     }
 }
 
 /// Runs `create`.
-pub fn create(a: &CreateArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     if !a.backend.is_named() && !a.hold {
         bail!(
             "a {} region lives only while a process maps it: add --hold to keep this process holding it",
@@ -89,6 +91,7 @@ pub fn create(a: &CreateArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     }
     let bar = ProgressBar::new("pre-faulting");
     let mut b = RegionBuilder::new(a.size)
+        .probe(Probe::new(roots.clone()))
         .backend(a.backend)
         .page_size(a.page_size)
         .policy(a.policy)
@@ -155,12 +158,15 @@ pub fn print_report(r: &AllocationReport, out: &mut Out) -> anyhow::Result<()> {
             format_bytes(r.requested_bytes)
         ))?;
     }
-    if r.fell_back {
+    if let Some(fb) = &r.fallback {
         out.line(format!(
             "  {} fell back to 4 KiB pages: {}",
             out.severity(hugeshm_doctor::Severity::Warning),
-            r.reason.as_deref().unwrap_or("")
+            fb.reason
         ))?;
+        if let Some(s) = &fb.shortfall {
+            out.line(format!("  to fix: {}", s.fix.render(Renderer::Cli)))?;
+        }
     }
     for w in &r.warnings {
         out.line(format!(
@@ -203,7 +209,7 @@ pub fn print_report(r: &AllocationReport, out: &mut Out) -> anyhow::Result<()> {
 }
 
 /// Runs `rm`.
-pub fn rm(a: &RmArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+pub fn rm(roots: &Roots, a: &RmArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     let backends: Vec<Backend> = match a.backend {
         Some(b) => vec![b],
         None => Backend::ALL.into_iter().filter(|b| b.is_named()).collect(),
@@ -211,7 +217,10 @@ pub fn rm(a: &RmArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mut removed = Vec::new();
     let mut looked = Vec::new();
     for b in backends {
-        match hugeshm_region::remove(&a.name, b) {
+        match Locator::new(&a.name, b)
+            .probe(Probe::new(roots.clone()))
+            .remove()
+        {
             Ok(objs) => {
                 for obj in objs {
                     removed.push(

@@ -5,7 +5,8 @@ use crate::output::{Out, Table};
 use anyhow::bail;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_region::{
-    list_regions, AttachReport, Backend, Liveness, Locator, RegionError, RegionInfo,
+    list_regions_on, AttachReport, Backend, Fix, Liveness, Locator, Probe, RegionError, RegionInfo,
+    RegionState, Renderer, Roots,
 };
 use std::process::ExitCode;
 use std::time::{Duration, UNIX_EPOCH};
@@ -38,7 +39,7 @@ pub struct LsArgs {
 }
 
 /// Runs `attach`.
-pub fn attach(a: &AttachArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+pub fn attach(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     let backends: Vec<Backend> = match a.backend {
         Some(b) => vec![b],
         None => [
@@ -52,7 +53,10 @@ pub fn attach(a: &AttachArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mut found = None;
     let mut looked = Vec::new();
     for b in backends {
-        match Locator::new(&a.name, b).attach_with_report() {
+        match Locator::new(&a.name, b)
+            .probe(Probe::new(roots.clone()))
+            .attach_with_report()
+        {
             Ok(x) => {
                 found = Some(x);
                 break;
@@ -188,8 +192,8 @@ fn print_attach(r: &AttachReport, out: &mut Out) -> anyhow::Result<()> {
 }
 
 /// Runs `ls`.
-pub fn ls(a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
-    let regions = list_regions().map_err(region_error)?;
+pub fn ls(roots: &Roots, a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let regions = list_regions_on(&Probe::new(roots.clone())).map_err(region_error)?;
     let bad =
         |r: &RegionInfo| r.is_orphaned() || !matches!(r.state.as_str(), "ready" | "initializing");
     if a.json {
@@ -243,10 +247,12 @@ pub fn ls(a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
         t.render(out, "")?;
         for r in regions.iter().filter(|r| bad(r)) {
             let fix = if r.is_orphaned() {
-                format!(
-                    "nobody holds it: `hugeshm rm {}` frees it, or `hugeshm create {} --reclaim reuse` keeps its contents",
-                    r.name, r.name
-                )
+                let fix = Fix::Reclaim {
+                    name: r.name.clone(),
+                    backend: r.backend.to_string(),
+                    keep_contents: r.state == RegionState::Ready,
+                };
+                format!("nobody holds it: {}", fix.render(Renderer::Cli))
             } else {
                 r.detail.clone().unwrap_or_default()
             };

@@ -19,7 +19,7 @@ use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::process::ExitCode;
 
-use hugeshm_region::sys::{self, Mapping, ShmAttachment, ShmFlags, SysError};
+use hugeshm_sys::{self as sys, Mapping, ShmFlags, SysError};
 use hugeshm_testkit::{TestObject, TestProcReport};
 
 const USAGE: &str = "\
@@ -261,7 +261,7 @@ impl Drop for DevShmName {
 /// first, then remove the segment, close the fd and unlink the name.
 struct Object {
     info: TestObject,
-    attachment: Option<ShmAttachment>,
+    attachment: Option<Mapping>,
     mapping: Option<Mapping>,
     segment: Option<SysvSegment>,
     fd: Option<OwnedFd>,
@@ -305,10 +305,10 @@ impl Object {
         } = self;
         let mut errs = Vec::new();
         if let Some(a) = attachment {
-            errs.extend(a.detach().err().map(|e| e.to_string()));
+            errs.extend(a.release().err().map(|e| e.to_string()));
         }
         if let Some(m) = mapping {
-            errs.extend(m.unmap().err().map(|e| e.to_string()));
+            errs.extend(m.release().err().map(|e| e.to_string()));
         }
         if let Some(s) = segment {
             if keep_sysv {
@@ -368,7 +368,7 @@ fn create(
             obj.segment = Some(SysvSegment { shmid, armed: true });
             obj.info.shmid = Some(shmid);
             obj.info.key = Some(key);
-            let mut att = sys::shm_attach(shmid).map_err(err)?;
+            let att = sys::shm_attach(shmid).map_err(err)?;
             obj.info.addr = att.addr() as u64;
             obj.info.size = att.len() as u64;
             if opts.touch {
@@ -404,7 +404,7 @@ fn create(
             sys::set_len(fd.as_fd(), len).map_err(err)?;
             let map_len = usize::try_from(len)
                 .map_err(|_| format!("{}: size too large", spec.kind.name()))?;
-            let mut map = sys::mmap_fd(fd.as_fd(), map_len, 0).map_err(err)?;
+            let map = sys::mmap_fd(fd.as_fd(), map_len, 0).map_err(err)?;
             obj.fd = Some(fd);
             obj.info.addr = map.addr() as u64;
             obj.info.size = len;
@@ -417,7 +417,7 @@ fn create(
             let shared = matches!(spec.kind, Kind::AnonSharedHuge | Kind::AnonSharedPlain);
             let len = usize::try_from(spec.size)
                 .map_err(|_| format!("{}: size too large", spec.kind.name()))?;
-            let mut map = sys::mmap_anon(len, shared, huge).map_err(err)?;
+            let map = sys::mmap_anon(len, shared, huge).map_err(err)?;
             obj.info.addr = map.addr() as u64;
             obj.info.size = map.len() as u64;
             if opts.touch {

@@ -1,9 +1,13 @@
-//! The small vocabulary of a region request: backend, page size, policy,
-//! pre-fault method. Each parses from and prints to the words the CLI uses.
+//! The plain data every part of the crate speaks: what a region is asked
+//! to be (backend, page size, policy, reclaim, pre-fault method), what is
+//! found behind a name (state, object), what a pool lacks, what an
+//! attacher expects. This module imports nothing of the crate: it is the
+//! floor the other modules stand on.
 
 use std::fmt;
 use std::str::FromStr;
 
+use hugeshm_fix::Fix;
 use hugeshm_parse::size::{format_bytes, parse_size};
 use serde::{Deserialize, Serialize};
 
@@ -12,7 +16,7 @@ use serde::{Deserialize, Serialize};
 /// | backend | object | name → object | shared with |
 /// |---|---|---|---|
 /// | `sysv` | System V segment (`shmget`, `SHM_HUGETLB`) | key [`sysv_key`](crate::sysv_key)`(name)` | any process (`shmat` by key or shmid) |
-/// | `memfd` | `memfd_create` file (`MFD_HUGETLB`) | record `/dev/shm/hugeshm-memfd.<name>` → `/proc/PID/fd/N` of a holder ([`memfd_record`](crate::memfd_record)) | any process of the same uid (or root) while some process holds it |
+/// | `memfd` | `memfd_create` file (`MFD_HUGETLB`) | record `/dev/shm/hugeshm-memfd.<name>` → `/proc/PID/fd/N` of a holder (the memfd record, see `hugeshm_region::memfd_record`) | any process of the same uid (or root) while some process holds it |
 /// | `hugetlbfs` | file `<mount>/hugeshm.<name>` on a hugetlbfs mount of the page size | path | any process (open + `mmap`) |
 /// | `posix` | file `/dev/shm/hugeshm.<name>` (tmpfs; THP at most) | path | any process (`shm_open` / open + `mmap`) |
 /// | `anon` | `MAP_SHARED\|MAP_ANONYMOUS[\|MAP_HUGETLB]` | none | children created by `fork` only |
@@ -63,7 +67,7 @@ impl Backend {
 
     /// Whether an unrelated process can attach a region of this backend by
     /// its name: the named backends, and `memfd` through its record (see
-    /// [`memfd_record`](crate::memfd_record)) while some process holds it.
+    /// the memfd record) while some process holds it.
     /// `anon` regions are shared with `fork`ed children only.
     pub fn attachable_by_name(self) -> bool {
         self.is_named() || self == Backend::Memfd
@@ -118,7 +122,7 @@ impl PageSize {
     /// The size in bytes, `None` for [`PageSize::Largest`].
     pub fn bytes(self) -> Option<u64> {
         match self {
-            PageSize::Base => Some(crate::sys::base_page_size() as u64),
+            PageSize::Base => Some(hugeshm_sys::base_page_size() as u64),
             PageSize::Huge(b) => Some(b),
             PageSize::Largest => None,
         }
@@ -128,7 +132,7 @@ impl PageSize {
 impl fmt::Display for PageSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PageSize::Base => write!(f, "{}", format_bytes(crate::sys::base_page_size() as u64)),
+            PageSize::Base => write!(f, "{}", format_bytes(hugeshm_sys::base_page_size() as u64)),
             PageSize::Huge(b) => f.write_str(&format_bytes(*b)),
             PageSize::Largest => f.write_str("largest"),
         }
@@ -148,9 +152,9 @@ impl FromStr for PageSize {
         }
         let bytes = parse_size(t)
             .ok_or_else(|| format!("unknown page size {s:?} (expected 4k, 2m, 1g or largest)"))?;
-        if bytes == crate::sys::base_page_size() as u64 {
+        if bytes == hugeshm_sys::base_page_size() as u64 {
             Ok(PageSize::Base)
-        } else if bytes.is_power_of_two() && bytes > crate::sys::base_page_size() as u64 {
+        } else if bytes.is_power_of_two() && bytes > hugeshm_sys::base_page_size() as u64 {
             Ok(PageSize::Huge(bytes))
         } else {
             Err(format!(
@@ -346,5 +350,225 @@ mod tests {
             serde_json::from_str::<PageSize>(&j).unwrap(),
             PageSize::HUGE_2M
         );
+    }
+}
+
+/// What is behind a region's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RegionState {
+    /// Created and verified (header `ready`).
+    Ready,
+    /// Being created by a live process.
+    Initializing,
+    /// Creation never finished and the creator is gone: it crashed (or was
+    /// killed) mid-creation. Can only be recreated or removed.
+    Crashed,
+    /// A memfd record whose memfd nobody holds any more: the memory is
+    /// gone.
+    Stale,
+    /// Not a hugeshm region.
+    Foreign,
+    /// A hugeshm region of another name whose SysV key is the same.
+    Collision,
+    /// A hugeshm region with a newer header layout.
+    Newer,
+    /// hugeshm's magic, but a header that does not add up.
+    Damaged,
+}
+
+impl RegionState {
+    /// `ready`, `initializing`, `crashed`, `stale`, `foreign`, `collision`,
+    /// `newer`, `damaged`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RegionState::Ready => "ready",
+            RegionState::Initializing => "initializing",
+            RegionState::Crashed => "crashed",
+            RegionState::Stale => "stale",
+            RegionState::Foreign => "foreign",
+            RegionState::Collision => "collision",
+            RegionState::Newer => "newer",
+            RegionState::Damaged => "damaged",
+        }
+    }
+
+    /// Whether hugeshm may reclaim or remove an object in this state (when
+    /// nobody holds it).
+    pub fn is_reclaimable(self) -> bool {
+        matches!(
+            self,
+            RegionState::Ready | RegionState::Crashed | RegionState::Stale | RegionState::Newer
+        )
+    }
+}
+
+impl std::fmt::Display for RegionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A kernel object that holds a named region.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum NamedObject {
+    /// A System V segment.
+    Sysv {
+        /// Its key.
+        key: i32,
+        /// Its shmid.
+        shmid: i32,
+        /// Its size.
+        size_bytes: u64,
+        /// Current attachments.
+        nattch: u64,
+    },
+    /// A file on hugetlbfs or tmpfs.
+    File {
+        /// Its path.
+        path: String,
+        /// Its size.
+        size_bytes: u64,
+    },
+    /// The record of a memfd region (see `hugeshm_region::memfd_record`).
+    Memfd {
+        /// The record file.
+        record: String,
+        /// The process the record names.
+        pid: u32,
+        /// Its descriptor of the memfd.
+        fd: i32,
+        /// Region size.
+        size_bytes: u64,
+    },
+}
+
+impl std::fmt::Display for NamedObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NamedObject::Sysv { key, shmid, .. } => {
+                write!(f, "SysV key {:#010x}, shmid {shmid}", *key as u32)
+            }
+            NamedObject::File { path, .. } => f.write_str(path),
+            NamedObject::Memfd {
+                record, pid, fd, ..
+            } => write!(f, "memfd record {record} (pid {pid}, fd {fd})"),
+        }
+    }
+}
+
+/// A pool too small for a region: the numbers, and the fix.
+///
+/// Displays the facts,
+/// `2 MiB pages: required 10432, available 288 (free 800, reserved 512)`;
+/// [`Shortfall::fix`] is the pool size that would do
+/// (`sysctl -w vm.nr_hugepages=10944` on the command line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Shortfall {
+    /// The page size.
+    pub page_size_bytes: u64,
+    /// Pages the region needs.
+    pub required: u64,
+    /// Pages available: free − reserved.
+    pub available: u64,
+    /// `free_hugepages`.
+    pub free: u64,
+    /// `resv_hugepages` (promised to mappings, not yet faulted).
+    pub reserved: u64,
+    /// `nr_hugepages` (the persistent pool size).
+    pub nr_hugepages: u64,
+    /// The NUMA node, when the region is bound to one (`None`: host-wide).
+    pub node: Option<u32>,
+    /// The pool size that would do: `nr_hugepages + (required −
+    /// available)` pages.
+    pub fix: Fix,
+}
+
+impl Shortfall {
+    /// Pages missing: `required − available`.
+    pub fn missing(&self) -> u64 {
+        self.required.saturating_sub(self.available)
+    }
+}
+
+impl fmt::Display for Shortfall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} pages", format_bytes(self.page_size_bytes))?;
+        if let Some(n) = self.node {
+            write!(f, " on node {n}")?;
+        }
+        write!(
+            f,
+            ": required {}, available {} (free {}, reserved {})",
+            self.required, self.available, self.free, self.reserved
+        )
+    }
+}
+
+/// What an attacher expects of a region.
+#[derive(Debug, Clone)]
+pub(crate) struct Expect {
+    pub name: Option<String>,
+    pub backend: Option<Backend>,
+    pub size: Option<u64>,
+    pub page_size: Option<u64>,
+    pub pmd_sharing: bool,
+}
+
+impl Default for Expect {
+    fn default() -> Self {
+        Expect {
+            name: None,
+            backend: None,
+            size: None,
+            page_size: None,
+            pmd_sharing: true,
+        }
+    }
+}
+
+/// Why a region is not on the pages asked for (policy `try`): the reason,
+/// and the pool numbers when a short pool was it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Fallback {
+    /// What happened, with the numbers.
+    pub reason: String,
+    /// The pool numbers, when the pool was short.
+    pub shortfall: Option<Shortfall>,
+}
+
+/// `Option<Fallback>` as the flat `fell_back` / `reason` / `shortfall`
+/// fields that report JSON has always had (`#[serde(flatten, with)]`).
+pub(crate) mod fallback_fields {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::{Fallback, Shortfall};
+
+    #[derive(Serialize, Deserialize)]
+    struct Flat {
+        fell_back: bool,
+        reason: Option<String>,
+        shortfall: Option<Shortfall>,
+    }
+
+    pub fn serialize<S: Serializer>(v: &Option<Fallback>, s: S) -> Result<S::Ok, S::Error> {
+        Flat {
+            fell_back: v.is_some(),
+            reason: v.as_ref().map(|f| f.reason.clone()),
+            shortfall: v.as_ref().and_then(|f| f.shortfall.clone()),
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Fallback>, D::Error> {
+        let f = Flat::deserialize(d)?;
+        Ok(f.fell_back.then(|| Fallback {
+            reason: f.reason.unwrap_or_default(),
+            shortfall: f.shortfall,
+        }))
     }
 }

@@ -1,24 +1,47 @@
-//! Safe wrappers around the Linux system calls behind huge-page shared memory.
+//! # hugeshm-sys
 //!
-//! Ownership is explicit: a [`Mapping`] owns an `mmap`'d range and unmaps it
-//! on drop, a [`ShmAttachment`] owns a `shmat` address and detaches it on
-//! drop. Both also offer a consuming method ([`Mapping::unmap`],
-//! [`ShmAttachment::detach`]) that returns the error instead of printing it.
+//! Safe wrappers around the Linux system calls behind huge-page shared
+//! memory: the one hugeshm crate (besides the C boundary) with `unsafe`.
+//! Every block has a `// SAFETY:` line; no function here is `unsafe` to call.
 //!
-//! Memory behind these handles may be *shared with other processes*, which
-//! can write to it at any time. The handles therefore never hand out `&[u8]`
-//! or `&mut [u8]`; they expose the raw pointer plus copying helpers
-//! ([`Mapping::read_at`], [`Mapping::write_at`], [`Mapping::fill`]) and a
-//! content-preserving page toucher ([`Mapping::touch`]).
+//! Ownership is explicit: a [`Mapping`] owns a range of this process's
+//! address space, made by `mmap` or by `shmat`, and releases it on drop
+//! (`munmap` or `shmdt`, whichever made it). [`Mapping::release`] returns
+//! the error instead; a failure in `Drop` goes to the `log` facade.
+//!
+//! Memory behind a mapping may be *shared with other processes*, which can
+//! write to it at any time. A `Mapping` therefore never hands out `&[u8]`
+//! or `&mut [u8]`; it offers range-checked copies ([`Mapping::read_at`],
+//! [`Mapping::write_at`]), content-preserving faulting of any page range
+//! ([`Mapping::populate_write_range`], [`Mapping::touch_range`]), aligned
+//! atomic words ([`Mapping::store_u32_release`]) and disjoint mutable
+//! pieces for parallel writers ([`Mapping::pieces_mut`]). The raw pointer
+//! is there for callers that take the responsibility ([`Mapping::as_ptr`]).
+//!
+//! ```
+//! let mut m = hugeshm_sys::mmap_anon(1 << 20, true, None)?;
+//! m.populate_write_range(0, m.len())?;
+//! m.write_at(4096, b"hello")?;
+//! let mut back = [0u8; 5];
+//! m.read_at(4096, &mut back)?;
+//! assert_eq!(&back, b"hello");
+//! m.release()?;
+//! # Ok::<(), hugeshm_sys::SysError>(())
+//! ```
 //!
 //! rustix is used wherever it has the call; libc only for the System V calls
-//! (`shmget`, `shmat`, `shmdt`, `shmctl`).
+//! (`shmget`, `shmat`, `shmdt`, `shmctl`) and `mincore`.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::ffi::c_void;
 use std::fmt;
+use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 use rustix::fs::MemfdFlags;
 use rustix::mm::{Advice, MapFlags, ProtFlags};
@@ -168,28 +191,48 @@ fn huge_usize(call: &str, size: u64) -> Result<usize, SysError> {
     })
 }
 
-/// Copies `buf.len()` bytes from `src + offset` with volatile byte reads.
-///
-/// # Safety
-/// `src..src + len` must be a live mapping and `offset + buf.len() <= len`.
-unsafe fn volatile_read(src: *const u8, offset: usize, buf: &mut [u8]) {
-    for (i, b) in buf.iter_mut().enumerate() {
-        // SAFETY: the caller guarantees `offset + i < len` within a live
-        // mapping; volatile because other processes may write concurrently.
-        *b = unsafe { std::ptr::read_volatile(src.add(offset + i)) };
-    }
+/// How a [`Mapping`] is released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// `munmap(addr, len)`.
+    Munmap,
+    /// `shmdt(addr)` of an attachment of this System V segment.
+    Shmdt { shmid: i32 },
 }
 
-/// Copies `data` to `dst + offset` with volatile byte writes.
+/// A range of this process's address space that this value owns: an
+/// `mmap`'d range or a `shmat` attachment, released on drop (`munmap` or
+/// `shmdt`; a failure goes to the `log` facade, [`Mapping::release`]
+/// returns it instead).
 ///
-/// # Safety
-/// `dst..dst + len` must be a live writable mapping that is not accessed
-/// through Rust references, and `offset + data.len() <= len`.
-unsafe fn volatile_write(dst: *mut u8, offset: usize, data: &[u8]) {
-    for (i, b) in data.iter().enumerate() {
-        // SAFETY: the caller guarantees `offset + i < len` within a live,
-        // writable mapping.
-        unsafe { std::ptr::write_volatile(dst.add(offset + i), *b) };
+/// `len()` is the mapped length: the requested length rounded up to the
+/// mapping's page size for `mmap` (`munmap` of a hugetlb mapping needs the
+/// full length), the segment size for `shmat`.
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+    page_size: usize,
+    release: Release,
+}
+
+// SAFETY: a Mapping is a plain owned address range; munmap/shmdt may be
+// called from any thread, and non-atomic writes through it need `&mut self`.
+unsafe impl Send for Mapping {}
+// SAFETY: the `&self` operations are address queries, volatile reads,
+// atomic per-byte or per-word accesses and madvise/mlock, none of which
+// race with a non-atomic access (those need `&mut self`).
+unsafe impl Sync for Mapping {}
+
+impl fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Mapping");
+        d.field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len)
+            .field("page_size", &self.page_size);
+        if let Release::Shmdt { shmid } = self.release {
+            d.field("shmid", &shmid);
+        }
+        d.finish()
     }
 }
 
@@ -208,93 +251,31 @@ fn check_range(
     }
 }
 
-/// Copies out of a region this crate owns, range-checked.
-fn region_read<R: MappedRegion + ?Sized>(
-    r: &R,
-    call: impl FnOnce() -> String,
-    offset: usize,
-    buf: &mut [u8],
-) -> Result<(), SysError> {
-    check_range(call, offset, buf.len(), r.region_len())?;
-    // SAFETY: the range is checked against the region, and a MappedRegion
-    // (sealed) is always a live mapping owned by its handle.
-    unsafe { volatile_read(r.region_ptr(), offset, buf) };
-    Ok(())
-}
-
-/// Copies into a region this crate owns, range-checked; `&mut` excludes
-/// other accesses from this process.
-fn region_write<R: MappedRegion + ?Sized>(
-    r: &mut R,
-    call: impl FnOnce() -> String,
-    offset: usize,
-    data: &[u8],
-) -> Result<(), SysError> {
-    check_range(call, offset, data.len(), r.region_len())?;
-    // SAFETY: range checked; every MappedRegion is mapped read-write and
-    // `&mut` excludes other accesses from this process.
-    unsafe { volatile_write(r.region_ptr(), offset, data) };
-    Ok(())
-}
-
-/// Sets every byte of a region this crate owns.
-fn region_fill<R: MappedRegion + ?Sized>(r: &mut R, byte: u8) {
-    // SAFETY: the whole range is a live read-write mapping owned by the
-    // handle; no Rust references to it exist (`&mut`).
-    unsafe { std::ptr::write_bytes(r.region_ptr(), byte, r.region_len()) };
-}
-
-/// A memory region owned by this crate ([`Mapping`] or [`ShmAttachment`]).
+/// Write-faults every page of `ptr..ptr + len` with one atomic
+/// `fetch_or(0)` per `page` bytes, which preserves contents even while
+/// other processes write. Any stride no larger than the real page size is
+/// correct, merely slower when smaller.
 ///
-/// This trait is sealed: only this crate's handles implement it, so the
-/// pointer and length are always a live mapping.
-pub trait MappedRegion: sealed::Sealed {
-    /// Start address of the region.
-    fn region_ptr(&self) -> *mut u8;
-    /// Length of the region in bytes.
-    fn region_len(&self) -> usize;
-}
-
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for super::Mapping {}
-    impl Sealed for super::ShmAttachment {}
-}
-
-// ---------------------------------------------------------------------------
-// Mapping
-// ---------------------------------------------------------------------------
-
-/// An owned `mmap`'d range; unmapped on drop.
-///
-/// `len()` is the mapped length, i.e. the requested length rounded up to the
-/// mapping's page size (`munmap` of a hugetlb mapping needs the full length).
-pub struct Mapping {
-    ptr: NonNull<u8>,
-    len: usize,
-    page_size: usize,
-}
-
-// SAFETY: a Mapping is a plain owned address range; munmap may be called from
-// any thread, and all mutation through it needs `&mut self`.
-unsafe impl Send for Mapping {}
-// SAFETY: the only `&self` operations are address queries, volatile reads and
-// madvise, none of which race with anything reachable through `&self`.
-unsafe impl Sync for Mapping {}
-
-impl fmt::Debug for Mapping {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Mapping")
-            .field("addr", &format_args!("{:#x}", self.ptr.as_ptr() as usize))
-            .field("len", &self.len)
-            .field("page_size", &self.page_size)
-            .finish()
+/// # Safety
+/// `ptr..ptr + len` must be a live, writable mapping that no other thread
+/// of this process accesses non-atomically during the call.
+unsafe fn touch_pages(ptr: *mut u8, len: usize, page: usize) {
+    let start = ptr as usize;
+    let mut off = 0usize;
+    while off < len {
+        // SAFETY: off < len, so the byte lies in the caller's writable
+        // mapping; u8 atomics need no alignment and the caller excludes
+        // concurrent non-atomic access.
+        unsafe { AtomicU8::from_ptr(ptr.add(off)) }.fetch_or(0, Ordering::Relaxed);
+        // Next page boundary after start + off.
+        let addr = start + off;
+        off = (addr / page + 1) * page - start;
     }
 }
 
 impl Mapping {
-    /// Start address of the mapping. Writing through it is the caller's
-    /// responsibility (`unsafe`); the mapping stays valid until `self` drops.
+    /// Start address. Accessing memory through it is the caller's
+    /// responsibility (`unsafe`); it stays valid until `self` is released.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
@@ -304,90 +285,320 @@ impl Mapping {
         self.ptr.as_ptr() as usize
     }
 
-    /// Mapped length in bytes (a multiple of [`Mapping::page_size`]).
+    /// Mapped length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
 
-    /// Always false: empty mappings cannot be created.
+    /// Always false: empty mappings cannot be made.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    /// Page size backing the mapping: the huge page size for hugetlb
-    /// mappings, otherwise the base page size.
+    /// Page size backing an `mmap`: the huge page size for hugetlb
+    /// mappings, else the base page size. For a `shmat` attachment the
+    /// base page size (the segment's page size is not visible here; see
+    /// `/proc/self/smaps`).
     pub fn page_size(&self) -> usize {
         self.page_size
     }
 
-    /// Copies `buf.len()` bytes starting at `offset` out of the mapping.
+    /// The System V segment of a `shmat` attachment.
+    pub fn shmid(&self) -> Option<i32> {
+        match self.release {
+            Release::Shmdt { shmid } => Some(shmid),
+            Release::Munmap => None,
+        }
+    }
+
+    fn call(&self, what: &str) -> String {
+        match self.release {
+            Release::Munmap => format!("{what}(addr={:#x})", self.addr()),
+            Release::Shmdt { shmid } => format!("{what}(shmid={shmid}, addr={:#x})", self.addr()),
+        }
+    }
+
+    /// The address of `offset..offset + n`, checked against the mapping.
+    fn range_ptr(&self, what: &str, offset: usize, n: usize) -> Result<*mut u8, SysError> {
+        check_range(|| self.call(what), offset, n, self.len)?;
+        // SAFETY: offset + n <= len: inside (or one past) the mapping.
+        Ok(unsafe { self.as_ptr().add(offset) })
+    }
+
+    /// Copies `buf.len()` bytes at `offset` out of the mapping (volatile
+    /// byte reads: other processes may write concurrently).
     pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Result<(), SysError> {
-        let call = || format!("Mapping::read_at(addr={:#x}, offset={offset})", self.addr());
-        region_read(self, call, offset, buf)
+        let src = self.range_ptr("read_at", offset, buf.len())?;
+        for (i, b) in buf.iter_mut().enumerate() {
+            // SAFETY: i < buf.len(), inside the range checked above, in a
+            // live mapping owned by self.
+            *b = unsafe { std::ptr::read_volatile(src.add(i)) };
+        }
+        Ok(())
     }
 
     /// Copies `data` into the mapping at `offset`.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), SysError> {
-        let addr = self.addr();
-        region_write(
-            self,
-            || format!("Mapping::write_at(addr={addr:#x}, offset={offset})"),
-            offset,
-            data,
-        )
+        let dst = self.range_ptr("write_at", offset, data.len())?;
+        for (i, b) in data.iter().enumerate() {
+            // SAFETY: i < data.len(), inside the checked range of a live
+            // read-write mapping; `&mut self` excludes other accesses from
+            // this process.
+            unsafe { std::ptr::write_volatile(dst.add(i), *b) };
+        }
+        Ok(())
     }
 
-    /// Sets every byte of the mapping to `byte` (faults in every page).
+    /// Sets `offset..offset + n` to `byte` (faults those pages in).
+    pub fn fill_range(&mut self, offset: usize, n: usize, byte: u8) -> Result<(), SysError> {
+        let dst = self.range_ptr("fill", offset, n)?;
+        // SAFETY: the checked range of a live read-write mapping; `&mut
+        // self` excludes other accesses from this process and no Rust
+        // references into it exist.
+        unsafe { std::ptr::write_bytes(dst, byte, n) };
+        Ok(())
+    }
+
+    /// Sets every byte of the mapping to `byte`.
     pub fn fill(&mut self, byte: u8) {
-        region_fill(self, byte)
+        let len = self.len;
+        self.fill_range(0, len, byte)
+            .expect("the whole mapping is in range");
     }
 
-    /// Write-faults every page without changing its contents (an atomic
-    /// `fetch_or(0)` per page). The fallback when [`populate_write`] is not
-    /// supported by the kernel.
-    pub fn touch(&mut self) {
-        // SAFETY: live writable mapping owned by self, `&mut self` excludes
-        // concurrent non-atomic access from this process.
-        unsafe { touch_pages(self.as_ptr(), self.len, self.page_size) };
+    /// Write-faults every page of `offset..offset + n` without changing
+    /// contents: one atomic `fetch_or(0)` per `page` bytes (0 = the
+    /// mapping's page size). The fallback where the kernel lacks
+    /// `MADV_POPULATE_WRITE`; several threads may touch disjoint (or even
+    /// the same) ranges at once.
+    pub fn touch_range(&self, offset: usize, n: usize, page: usize) -> Result<(), SysError> {
+        let p = self.range_ptr("touch", offset, n)?;
+        let page = if page == 0 { self.page_size } else { page };
+        // SAFETY: the checked range of a live read-write mapping; every
+        // access is atomic, and non-atomic ones need `&mut self`.
+        unsafe { touch_pages(p, n, page) };
+        Ok(())
     }
 
-    /// `madvise(MADV_POPULATE_WRITE)` over the whole mapping.
+    /// [`touch_range`](Mapping::touch_range) over the whole mapping.
+    pub fn touch(&self) {
+        self.touch_range(0, self.len, 0)
+            .expect("the whole mapping is in range");
+    }
+
+    fn madvise(&self, what: &str, offset: usize, n: usize, advice: Advice) -> Result<(), SysError> {
+        let call = || format!("madvise(addr={:#x}, len={n}, {what})", self.addr() + offset);
+        check_range(call, offset, n, self.len)?;
+        let p = self.addr() + offset;
+        if p % base_page_size() != 0 {
+            return Err(SysError::invalid(call(), "address is not page-aligned"));
+        }
+        loop {
+            // SAFETY: a checked, page-aligned range of a live mapping owned
+            // by self; the advice used here never changes memory contents.
+            match unsafe { rustix::mm::madvise(p as *mut c_void, n, advice) } {
+                Err(rustix::io::Errno::INTR) => continue,
+                r => return r.map_err(|e| SysError::os(call(), e)),
+            }
+        }
+    }
+
+    /// `madvise(MADV_POPULATE_WRITE)` (Linux 5.14+) of `offset..offset + n`:
+    /// write-faults those pages, allocating them, without changing
+    /// contents. A page the kernel cannot supply is an error
+    /// (`ENOMEM`/`EFAULT`, `EHWPOISON`), never SIGBUS; `EINVAL` on kernels
+    /// without the advice (see [`populate_write_supported`]). Threads may
+    /// populate disjoint ranges at once.
+    pub fn populate_write_range(&self, offset: usize, n: usize) -> Result<(), SysError> {
+        self.madvise("MADV_POPULATE_WRITE", offset, n, Advice::LinuxPopulateWrite)
+    }
+
+    /// [`populate_write_range`](Mapping::populate_write_range) over the
+    /// whole mapping.
     pub fn populate_write(&self) -> Result<(), SysError> {
-        populate_write(self)
+        self.populate_write_range(0, self.len)
     }
 
-    /// Unmaps now, returning the `munmap` error instead of printing it.
-    pub fn unmap(self) -> Result<(), SysError> {
-        let this = std::mem::ManuallyDrop::new(self);
-        this.do_unmap()
+    /// `madvise(MADV_POPULATE_READ)` (Linux 5.14+) of `offset..offset + n`:
+    /// maps those pages into this process's page tables as a read fault
+    /// would, without changing contents; an error (not SIGBUS) when one
+    /// cannot be had. On shared memory whose pages exist already (an
+    /// attached region) this allocates nothing but page tables.
+    pub fn populate_read_range(&self, offset: usize, n: usize) -> Result<(), SysError> {
+        self.madvise("MADV_POPULATE_READ", offset, n, Advice::LinuxPopulateRead)
     }
 
-    fn do_unmap(&self) -> Result<(), SysError> {
-        // SAFETY: ptr/len are exactly what mmap returned and no references
-        // into the mapping can outlive self (we never hand any out).
-        unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast::<c_void>(), self.len) }.map_err(|e| {
+    /// [`populate_read_range`](Mapping::populate_read_range) over the
+    /// whole mapping.
+    pub fn populate_read(&self) -> Result<(), SysError> {
+        self.populate_read_range(0, self.len)
+    }
+
+    /// `madvise(MADV_HUGEPAGE)` over the mapping: asks for transparent huge
+    /// pages (tmpfs mounted with `huge=advise`, anonymous memory with THP
+    /// `enabled=madvise`).
+    pub fn advise_hugepage(&self) -> Result<(), SysError> {
+        self.madvise("MADV_HUGEPAGE", 0, self.len, Advice::LinuxHugepage)
+    }
+
+    /// Reads one byte per `page` bytes (volatile; 0 = the mapping's page
+    /// size), faulting every page in for reading: the fallback for kernels
+    /// without `MADV_POPULATE_READ`. Returns a value derived from the bytes
+    /// so the reads are not optimized away.
+    pub fn read_touch(&self, page: usize) -> u8 {
+        let page = if page == 0 { self.page_size } else { page };
+        let mut acc = 0u8;
+        let mut off = 0;
+        while off < self.len {
+            // SAFETY: off < len inside the live mapping owned by self.
+            acc ^= unsafe { std::ptr::read_volatile(self.as_ptr().add(off)) };
+            off += page;
+        }
+        acc
+    }
+
+    fn word(&self, what: &str, offset: usize) -> Result<&AtomicU32, SysError> {
+        let p = self.range_ptr(what, offset, 4)?;
+        if p as usize % 4 != 0 {
+            return Err(SysError::invalid(self.call(what), "not 4-byte aligned"));
+        }
+        // SAFETY: p is 4-byte aligned inside a live read-write mapping that
+        // outlives the returned reference (bound to `&self`); every access
+        // to such a word (here, in any process) is atomic.
+        Ok(unsafe { AtomicU32::from_ptr(p.cast::<u32>()) })
+    }
+
+    /// Stores a 32-bit word at `offset` with one aligned atomic store
+    /// (release ordering: a reader that loads the word with acquire
+    /// ordering sees every write this process made before). `offset` must
+    /// be a multiple of 4.
+    pub fn store_u32_release(&self, offset: usize, value: u32) -> Result<(), SysError> {
+        self.word("store_u32", offset)?
+            .store(value, Ordering::Release);
+        Ok(())
+    }
+
+    /// Loads a 32-bit word at `offset` with acquire ordering (see
+    /// [`store_u32_release`](Mapping::store_u32_release)).
+    pub fn load_u32_acquire(&self, offset: usize) -> Result<u32, SysError> {
+        Ok(self.word("load_u32", offset)?.load(Ordering::Acquire))
+    }
+
+    /// `mlock` over the mapping: faults in and locks every page (undone by
+    /// releasing it). The kernel checks the length against
+    /// `RLIMIT_MEMLOCK`.
+    pub fn mlock(&self) -> Result<(), SysError> {
+        // SAFETY: a live mapping owned by self; locking does not change
+        // memory contents.
+        unsafe { rustix::mm::mlock(self.as_ptr().cast::<c_void>(), self.len) }.map_err(|e| {
             SysError::os(
-                format!("munmap(addr={:#x}, len={})", self.addr(), self.len),
+                format!("mlock(addr={:#x}, len={})", self.addr(), self.len),
                 e,
             )
         })
+    }
+
+    /// Disjoint mutable pieces `offset..offset + len` of the mapping, for
+    /// threads that write their own piece each (e.g. a parallel memset).
+    /// The ranges must be in bounds and must not overlap.
+    pub fn pieces_mut(&mut self, ranges: &[(usize, usize)]) -> Result<Vec<Piece<'_>>, SysError> {
+        let mut sorted: Vec<(usize, usize)> = ranges.to_vec();
+        sorted.sort_unstable();
+        for w in sorted.windows(2) {
+            if w[0].0 + w[0].1 > w[1].0 {
+                return Err(SysError::invalid(
+                    self.call("pieces_mut"),
+                    format!("ranges {:?} and {:?} overlap", w[0], w[1]),
+                ));
+            }
+        }
+        ranges
+            .iter()
+            .map(|&(off, n)| {
+                let ptr = self.range_ptr("pieces_mut", off, n)?;
+                Ok(Piece {
+                    ptr,
+                    len: n,
+                    _owner: PhantomData,
+                })
+            })
+            .collect()
+    }
+
+    /// Releases the mapping now (`munmap` or `shmdt`), returning the error
+    /// instead of logging it.
+    pub fn release(self) -> Result<(), SysError> {
+        let this = std::mem::ManuallyDrop::new(self);
+        this.do_release()
+    }
+
+    fn do_release(&self) -> Result<(), SysError> {
+        match self.release {
+            Release::Munmap => {
+                // SAFETY: ptr/len are exactly what mmap returned and no
+                // references into the mapping can outlive self (none are
+                // handed out beyond `&self`/`&mut self` borrows).
+                unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast::<c_void>(), self.len) }.map_err(
+                    |e| {
+                        SysError::os(
+                            format!("munmap(addr={:#x}, len={})", self.addr(), self.len),
+                            e,
+                        )
+                    },
+                )
+            }
+            Release::Shmdt { shmid } => {
+                // SAFETY: ptr is the address shmat returned; nothing
+                // references the attachment beyond self.
+                let rc = unsafe { libc::shmdt(self.ptr.as_ptr().cast::<c_void>().cast_const()) };
+                if rc < 0 {
+                    return Err(SysError::last_os(format!(
+                        "shmdt(shmid={shmid}, addr={:#x})",
+                        self.addr()
+                    )));
+                }
+                Ok(())
+            }
+        }
     }
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        if let Err(err) = self.do_unmap() {
-            eprintln!("hugeshm-region: {err}");
+        if let Err(err) = self.do_release() {
+            log::warn!("{err}");
         }
     }
 }
 
-impl MappedRegion for Mapping {
-    fn region_ptr(&self) -> *mut u8 {
-        self.as_ptr()
-    }
-    fn region_len(&self) -> usize {
+/// A disjoint mutable piece of a [`Mapping`] (see [`Mapping::pieces_mut`]),
+/// which can be sent to another thread.
+pub struct Piece<'a> {
+    ptr: *mut u8,
+    len: usize,
+    _owner: PhantomData<&'a mut Mapping>,
+}
+
+// SAFETY: a Piece is exclusive access to a disjoint range of a mapping
+// that outlives it; moving that access to another thread is fine.
+unsafe impl Send for Piece<'_> {}
+
+impl Piece<'_> {
+    /// Length of the piece.
+    pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Always false for pieces of non-empty ranges.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Sets every byte of the piece to `byte` (a plain `memset`).
+    pub fn fill(&mut self, byte: u8) {
+        // SAFETY: the piece is an in-bounds range of a live read-write
+        // mapping, disjoint from every other piece, borrowed mutably.
+        unsafe { std::ptr::write_bytes(self.ptr, byte, self.len) };
     }
 }
 
@@ -472,6 +683,7 @@ pub fn mmap_anon_placed(
         ptr,
         len: rounded,
         page_size: page,
+        release: Release::Munmap,
     })
 }
 
@@ -559,7 +771,7 @@ impl AddressReservation {
 impl Drop for AddressReservation {
     fn drop(&mut self) {
         if let Err(e) = Self::unmap(self.start, self.len) {
-            eprintln!("hugeshm-region: {e}");
+            log::warn!("{e}");
         }
     }
 }
@@ -608,7 +820,7 @@ fn placed(
     if let Err(e) = res.release_around(at, len) {
         // The mapping is in place; only address space of the reservation
         // may be left. Report, keep going.
-        eprintln!("hugeshm-region: releasing the reservation around {at:#x}: {e}");
+        log::warn!("releasing the reservation around {at:#x}: {e}");
     }
     nonnull(p)
 }
@@ -688,6 +900,7 @@ pub fn mmap_fd_placed(
         ptr,
         len: rounded,
         page_size: page,
+        release: Release::Munmap,
     })
 }
 
@@ -805,71 +1018,6 @@ pub fn posix_shm_unlink(name: &str) -> Result<(), SysError> {
     rustix::shm::unlink(name).map_err(|e| SysError::os(format!("shm_unlink(name={name:?})"), e))
 }
 
-// ---------------------------------------------------------------------------
-// Pre-faulting
-// ---------------------------------------------------------------------------
-
-/// `madvise(MADV_POPULATE_WRITE)` (Linux 5.14+) over a whole region:
-/// write-faults every page, allocating it, without changing its contents.
-///
-/// Errors carry the errno: `EINVAL` on kernels without the advice (use
-/// [`Mapping::touch`] instead), `ENOMEM`/`EFAULT` when pages could not be
-/// allocated (e.g. the huge page pool ran out), `EHWPOISON` on poisoned
-/// memory.
-pub fn populate_write<R: MappedRegion + ?Sized>(region: &R) -> Result<(), SysError> {
-    // SAFETY: MappedRegion is sealed; its implementors always describe a live
-    // mapping they own.
-    unsafe { populate_write_raw(region.region_ptr(), region.region_len()) }
-}
-
-/// `madvise(ptr, len, MADV_POPULATE_WRITE)` on a raw range.
-///
-/// # Safety
-/// `ptr..ptr + len` must be a mapping owned by the caller (page-aligned
-/// `ptr`); populating does not change contents but allocates memory and
-/// breaks copy-on-write sharing.
-pub unsafe fn populate_write_raw(ptr: *mut u8, len: usize) -> Result<(), SysError> {
-    // SAFETY: the caller guarantees the range is its own mapping; the advice
-    // never changes the contents of memory.
-    unsafe { rustix::mm::madvise(ptr.cast::<c_void>(), len, Advice::LinuxPopulateWrite) }.map_err(
-        |e| {
-            SysError::os(
-                format!(
-                    "madvise(addr={:#x}, len={len}, MADV_POPULATE_WRITE)",
-                    ptr as usize
-                ),
-                e,
-            )
-        },
-    )
-}
-
-/// Write-faults every page of `ptr..ptr + len` with one atomic `fetch_or(0)`
-/// per `page` bytes, which preserves contents even while other processes
-/// write to shared memory. `page == 0` means the base page size. Any stride
-/// no larger than the real page size is correct, merely slower when smaller.
-///
-/// # Safety
-/// `ptr..ptr + len` must be a live, writable mapping, and no other thread of
-/// this process may access it non-atomically during the call.
-pub unsafe fn touch_pages(ptr: *mut u8, len: usize, page: usize) {
-    if len == 0 {
-        return;
-    }
-    let page = if page == 0 { base_page_size() } else { page };
-    let start = ptr as usize;
-    let mut off = 0usize;
-    while off < len {
-        // SAFETY: off < len, so the byte lies in the caller's writable
-        // mapping; u8 atomics need no alignment and the caller excludes
-        // concurrent non-atomic access.
-        unsafe { AtomicU8::from_ptr(ptr.add(off)) }.fetch_or(0, Ordering::Relaxed);
-        // Next page boundary after start + off.
-        let addr = start + off;
-        off = (addr / page + 1) * page - start;
-    }
-}
-
 /// Whether the kernel knows `MADV_POPULATE_WRITE` (Linux 5.14+).
 ///
 /// Asks with an empty range: the kernel validates the advice before it
@@ -879,134 +1027,6 @@ pub fn populate_write_supported() -> bool {
     // SAFETY: a zero-length range covers no memory; address 0 is page-aligned.
     let r = unsafe { rustix::mm::madvise(std::ptr::null_mut(), 0, Advice::LinuxPopulateWrite) };
     r.is_ok()
-}
-
-/// `madvise(MADV_POPULATE_READ)` (Linux 5.14+) over a whole region: maps
-/// every page into this process's page tables as a read fault would,
-/// without changing contents. On shared memory whose pages exist already
-/// (an attached region) this allocates nothing but page tables.
-pub fn populate_read<R: MappedRegion + ?Sized>(region: &R) -> Result<(), SysError> {
-    let (ptr, len) = (region.region_ptr(), region.region_len());
-    loop {
-        // SAFETY: MappedRegion is sealed and always describes a live mapping
-        // owned by its handle; the advice never changes memory contents.
-        let r =
-            unsafe { rustix::mm::madvise(ptr.cast::<c_void>(), len, Advice::LinuxPopulateRead) };
-        match r {
-            Err(rustix::io::Errno::INTR) => continue,
-            r => {
-                return r.map_err(|e| {
-                    SysError::os(
-                        format!(
-                            "madvise(addr={:#x}, len={len}, MADV_POPULATE_READ)",
-                            ptr as usize
-                        ),
-                        e,
-                    )
-                })
-            }
-        }
-    }
-}
-
-/// Reads one byte per `page` bytes of a region (volatile), faulting every
-/// page in for reading: the fallback for kernels without
-/// `MADV_POPULATE_READ`. Returns a value derived from the bytes so the
-/// reads are not optimized away.
-pub fn read_touch<R: MappedRegion + ?Sized>(region: &R, page: usize) -> u8 {
-    let (ptr, len) = (region.region_ptr(), region.region_len());
-    let page = if page == 0 { base_page_size() } else { page };
-    let mut acc = 0u8;
-    let mut off = 0;
-    while off < len {
-        // SAFETY: off < len inside the live mapping owned by the handle.
-        acc ^= unsafe { std::ptr::read_volatile(ptr.add(off)) };
-        off += page;
-    }
-    acc
-}
-
-fn check_word(
-    call: impl FnOnce() -> String,
-    ptr: *mut u8,
-    offset: usize,
-    len: usize,
-) -> Result<*mut u8, SysError> {
-    let call_s = call();
-    check_range(|| call_s.clone(), offset, 4, len)?;
-    // SAFETY: offset + 4 <= len: inside the mapping.
-    let p = unsafe { ptr.add(offset) };
-    if p as usize % 4 != 0 {
-        return Err(SysError::invalid(call_s, "not 4-byte aligned"));
-    }
-    Ok(p)
-}
-
-/// Stores a 32-bit word at `offset` with one aligned atomic store (release
-/// ordering: a reader that loads the word with acquire ordering sees every
-/// write this process made before). `offset` must be a multiple of 4.
-pub fn store_u32_release<R: MappedRegion + ?Sized>(
-    region: &R,
-    offset: usize,
-    value: u32,
-) -> Result<(), SysError> {
-    let p = check_word(
-        || format!("store_u32(offset={offset})"),
-        region.region_ptr(),
-        offset,
-        region.region_len(),
-    )?;
-    // SAFETY: p is 4-byte aligned inside a live read-write shared mapping
-    // owned by the handle; every access to this word (here and in
-    // load_u32_acquire, in any process) is atomic.
-    unsafe { std::sync::atomic::AtomicU32::from_ptr(p.cast::<u32>()) }
-        .store(value, Ordering::Release);
-    Ok(())
-}
-
-/// Loads a 32-bit word at `offset` with acquire ordering (see
-/// [`store_u32_release`]).
-pub fn load_u32_acquire<R: MappedRegion + ?Sized>(
-    region: &R,
-    offset: usize,
-) -> Result<u32, SysError> {
-    let p = check_word(
-        || format!("load_u32(offset={offset})"),
-        region.region_ptr(),
-        offset,
-        region.region_len(),
-    )?;
-    // SAFETY: as in store_u32_release.
-    Ok(unsafe { std::sync::atomic::AtomicU32::from_ptr(p.cast::<u32>()) }.load(Ordering::Acquire))
-}
-
-/// `madvise(MADV_HUGEPAGE)` over a whole region: asks for transparent huge
-/// pages (tmpfs mounted with `huge=advise`, anonymous memory with THP
-/// `enabled=madvise`). Does not change contents.
-pub fn advise_hugepage<R: MappedRegion + ?Sized>(region: &R) -> Result<(), SysError> {
-    let (ptr, len) = (region.region_ptr(), region.region_len());
-    // SAFETY: MappedRegion is sealed and always describes a live mapping
-    // owned by its handle; the advice never changes memory contents.
-    unsafe { rustix::mm::madvise(ptr.cast::<c_void>(), len, Advice::LinuxHugepage) }.map_err(|e| {
-        SysError::os(
-            format!(
-                "madvise(addr={:#x}, len={len}, MADV_HUGEPAGE)",
-                ptr as usize
-            ),
-            e,
-        )
-    })
-}
-
-/// `mlock` over a whole region: faults in and locks every page (undone by
-/// unmapping). hugetlb pages are never swapped anyway; the kernel still
-/// checks the length against `RLIMIT_MEMLOCK`.
-pub fn mlock<R: MappedRegion + ?Sized>(region: &R) -> Result<(), SysError> {
-    let (ptr, len) = (region.region_ptr(), region.region_len());
-    // SAFETY: MappedRegion is sealed and always describes a live mapping
-    // owned by its handle; locking does not change memory contents.
-    unsafe { rustix::mm::mlock(ptr.cast::<c_void>(), len) }
-        .map_err(|e| SysError::os(format!("mlock(addr={:#x}, len={len})", ptr as usize), e))
 }
 
 /// `fallocate(fd, 0, 0, len)`: allocates every block of a file now, so that
@@ -1189,36 +1209,11 @@ pub fn shm_stat(shmid: i32) -> Result<ShmStat, SysError> {
     })
 }
 
-/// An attached System V segment (`shmat`); detached (`shmdt`) on drop.
-///
-/// Detaching does not remove the segment: call [`shm_remove`] for that.
-pub struct ShmAttachment {
-    ptr: NonNull<u8>,
-    len: usize,
-    shmid: i32,
-}
-
-// SAFETY: an attachment is a plain owned address range; shmdt may be called
-// from any thread, and all mutation through it needs `&mut self`.
-unsafe impl Send for ShmAttachment {}
-// SAFETY: the only `&self` operations are address queries, volatile reads and
-// madvise.
-unsafe impl Sync for ShmAttachment {}
-
-impl fmt::Debug for ShmAttachment {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ShmAttachment")
-            .field("shmid", &self.shmid)
-            .field("addr", &format_args!("{:#x}", self.ptr.as_ptr() as usize))
-            .field("len", &self.len)
-            .finish()
-    }
-}
-
 /// `shmat(shmid, NULL, 0)`: attaches a segment read-write at an address
-/// chosen by the kernel. The attachment length is the segment size from
-/// `IPC_STAT`.
-pub fn shm_attach(shmid: i32) -> Result<ShmAttachment, SysError> {
+/// chosen by the kernel; the [`Mapping`] detaches (`shmdt`) when released,
+/// which does not remove the segment ([`shm_remove`] does). Its length is
+/// the segment size from `IPC_STAT`.
+pub fn shm_attach(shmid: i32) -> Result<Mapping, SysError> {
     shm_attach_placed(shmid, None)
 }
 
@@ -1226,7 +1221,7 @@ pub fn shm_attach(shmid: i32) -> Result<ShmAttachment, SysError> {
 /// [`PMD_SHARE_ALIGN`]): `shmat(shmid, addr, SHM_REMAP)` over the aligned
 /// part of a reservation of `size + align` bytes, the rest released.
 /// `None` lets the kernel choose.
-pub fn shm_attach_placed(shmid: i32, align: Option<usize>) -> Result<ShmAttachment, SysError> {
+pub fn shm_attach_placed(shmid: i32, align: Option<usize>) -> Result<Mapping, SysError> {
     let stat = shm_stat(shmid)?;
     let call = || {
         format!(
@@ -1262,7 +1257,12 @@ pub fn shm_attach_placed(shmid: i32, align: Option<usize>) -> Result<ShmAttachme
         }
         Ok(p)
     })?;
-    Ok(ShmAttachment { ptr, len, shmid })
+    Ok(Mapping {
+        ptr,
+        len,
+        page_size: base_page_size(),
+        release: Release::Shmdt { shmid },
+    })
 }
 
 /// Reads the first `buf.len()` bytes of a segment through a read-only
@@ -1309,6 +1309,17 @@ pub fn shm_peek(shmid: i32, buf: &mut [u8], allow_fault: bool) -> Result<bool, S
     result
 }
 
+/// Copies `buf.len()` bytes from `addr` with volatile byte reads. Only
+/// called by [`peek_attached`] on its live attachment, which is at least
+/// `buf.len()` bytes long (checked by [`shm_peek`]).
+fn read_volatile_into(addr: *const u8, buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        // SAFETY: i < buf.len() <= the attachment's length (shm_peek checks
+        // it); volatile because other processes may write concurrently.
+        *b = unsafe { std::ptr::read_volatile(addr.add(i)) };
+    }
+}
+
 fn peek_attached(
     addr: *mut u8,
     len: usize,
@@ -1348,8 +1359,7 @@ fn peek_attached(
     // `first` bytes long; vec has room for one page's byte.
     let rc = unsafe { libc::mincore(addr.cast::<c_void>(), first, vec.as_mut_ptr()) };
     if rc == 0 && vec[0] & 1 == 1 {
-        // SAFETY: buf.len() <= len: inside the live read-only attachment.
-        unsafe { volatile_read(addr, 0, buf) };
+        read_volatile_into(addr, buf);
         return Ok(true);
     }
     // 3. Fault the first page in for reading: an error, never SIGBUS.
@@ -1359,136 +1369,11 @@ fn peek_attached(
         let r =
             unsafe { rustix::mm::madvise(addr.cast::<c_void>(), first, Advice::LinuxPopulateRead) };
         if r.is_ok() {
-            // SAFETY: as above.
-            unsafe { volatile_read(addr, 0, buf) };
+            read_volatile_into(addr, buf);
             return Ok(true);
         }
     }
     Ok(false)
-}
-
-/// `MADV_POPULATE_READ` of `offset..offset + len` of a region: faults
-/// those pages in for reading, an error (not SIGBUS) when one cannot be
-/// had.
-pub fn populate_read_range<R: MappedRegion + ?Sized>(
-    region: &R,
-    offset: usize,
-    len: usize,
-) -> Result<(), SysError> {
-    let call = || format!("madvise(offset={offset}, len={len}, MADV_POPULATE_READ)");
-    check_range(call, offset, len, region.region_len())?;
-    // SAFETY: the range was checked against the live mapping owned by the
-    // handle; a read fault changes no contents.
-    let p = unsafe { region.region_ptr().add(offset) };
-    if p as usize % base_page_size() != 0 {
-        return Err(SysError::invalid(call(), "offset is not page-aligned"));
-    }
-    // SAFETY: as above.
-    unsafe { rustix::mm::madvise(p.cast::<c_void>(), len, Advice::LinuxPopulateRead) }
-        .map_err(|e| SysError::os(call(), e))
-}
-
-impl ShmAttachment {
-    /// The segment's shmid.
-    pub fn shmid(&self) -> i32 {
-        self.shmid
-    }
-
-    /// Attach address. Writing through it is the caller's responsibility.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// Attach address as an integer.
-    pub fn addr(&self) -> usize {
-        self.ptr.as_ptr() as usize
-    }
-
-    /// Segment size in bytes (as requested at `shmget`).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for a zero-sized segment (which the kernel does not create).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Copies `buf.len()` bytes starting at `offset` out of the segment.
-    pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Result<(), SysError> {
-        let call = || {
-            format!(
-                "ShmAttachment::read_at(shmid={}, offset={offset})",
-                self.shmid
-            )
-        };
-        region_read(self, call, offset, buf)
-    }
-
-    /// Copies `data` into the segment at `offset`.
-    pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), SysError> {
-        let shmid = self.shmid;
-        region_write(
-            self,
-            || format!("ShmAttachment::write_at(shmid={shmid}, offset={offset})"),
-            offset,
-            data,
-        )
-    }
-
-    /// Sets every byte of the segment to `byte`.
-    pub fn fill(&mut self, byte: u8) {
-        region_fill(self, byte)
-    }
-
-    /// Write-faults every page without changing contents (base-page stride,
-    /// correct for any backing page size).
-    pub fn touch(&mut self) {
-        // SAFETY: live writable attachment owned by self, `&mut self`.
-        unsafe { touch_pages(self.as_ptr(), self.len, base_page_size()) };
-    }
-
-    /// `madvise(MADV_POPULATE_WRITE)` over the whole attachment.
-    pub fn populate_write(&self) -> Result<(), SysError> {
-        populate_write(self)
-    }
-
-    /// Detaches now, returning the `shmdt` error instead of printing it.
-    pub fn detach(self) -> Result<(), SysError> {
-        let this = std::mem::ManuallyDrop::new(self);
-        this.do_detach()
-    }
-
-    fn do_detach(&self) -> Result<(), SysError> {
-        // SAFETY: ptr is the address shmat returned; nothing references the
-        // attachment beyond self.
-        let rc = unsafe { libc::shmdt(self.ptr.as_ptr().cast::<c_void>().cast_const()) };
-        if rc < 0 {
-            return Err(SysError::last_os(format!(
-                "shmdt(shmid={}, addr={:#x})",
-                self.shmid,
-                self.addr()
-            )));
-        }
-        Ok(())
-    }
-}
-
-impl Drop for ShmAttachment {
-    fn drop(&mut self) {
-        if let Err(err) = self.do_detach() {
-            eprintln!("hugeshm-region: {err}");
-        }
-    }
-}
-
-impl MappedRegion for ShmAttachment {
-    fn region_ptr(&self) -> *mut u8 {
-        self.as_ptr()
-    }
-    fn region_len(&self) -> usize {
-        self.len
-    }
 }
 
 #[cfg(test)]
@@ -1512,7 +1397,7 @@ mod tests {
         assert_eq!(&buf, b"abc");
         assert!(m.read_at(page() - 1, &mut buf).is_err());
         assert!(m.write_at(usize::MAX, b"x").is_err());
-        m.unmap().expect("munmap");
+        m.release().expect("munmap");
     }
 
     #[test]
@@ -1535,13 +1420,36 @@ mod tests {
     fn touch_pages_unaligned_covers_every_page() {
         let mut m = mmap_anon(4 * page(), false, None).unwrap();
         m.fill(7);
-        // SAFETY: inside a live private mapping owned by this test.
-        unsafe { touch_pages(m.as_ptr().add(100), 2 * page(), page()) };
-        // SAFETY: as above; stride 0 = base page size.
-        unsafe { touch_pages(m.as_ptr(), m.len(), 0) };
+        m.touch_range(100, 2 * page(), page()).unwrap();
+        m.touch_range(0, m.len(), 0).unwrap();
+        assert!(m.touch_range(100, m.len(), 0).is_err());
         let mut b = [0u8];
         m.read_at(2 * page() + 99, &mut b).unwrap();
         assert_eq!(b[0], 7);
+    }
+
+    #[test]
+    fn pieces_are_disjoint_and_fill() {
+        let mut m = mmap_anon(4 * page(), false, None).unwrap();
+        assert!(m.pieces_mut(&[(0, 2 * page()), (page(), page())]).is_err());
+        assert!(m.pieces_mut(&[(3 * page(), 2 * page())]).is_err());
+        let pieces = m
+            .pieces_mut(&[(0, 2 * page()), (2 * page(), 2 * page())])
+            .unwrap();
+        std::thread::scope(|s| {
+            for (i, mut p) in pieces.into_iter().enumerate() {
+                s.spawn(move || p.fill(i as u8 + 1));
+            }
+        });
+        let mut b = [0u8; 1];
+        m.read_at(page(), &mut b).unwrap();
+        assert_eq!(b[0], 1);
+        m.read_at(4 * page() - 1, &mut b).unwrap();
+        assert_eq!(b[0], 2);
+        m.store_u32_release(8, 7).unwrap();
+        assert_eq!(m.load_u32_acquire(8).unwrap(), 7);
+        assert!(m.load_u32_acquire(6).is_err());
+        assert!(m.populate_read_range(1, page()).is_err());
     }
 
     #[test]
@@ -1590,7 +1498,7 @@ mod tests {
         let mut buf = [0u8; 6];
         b.read_at(3, &mut buf).unwrap();
         assert_eq!(&buf, b"shared");
-        b.unmap().unwrap();
+        b.release().unwrap();
         drop(a);
     }
 
@@ -1624,7 +1532,7 @@ mod tests {
             let mut buf = [0u8; 4];
             b.read_at(size as usize - 4, &mut buf).unwrap();
             assert_eq!(&buf, b"sysv");
-            b.detach().unwrap();
+            b.release().unwrap();
             assert_eq!(shm_stat(id).unwrap().nattch, 1);
 
             shm_remove(id).unwrap();

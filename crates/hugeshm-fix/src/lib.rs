@@ -1,0 +1,420 @@
+//! # hugeshm-fix
+//!
+//! What to do about a problem, as data. Library errors and doctor findings
+//! state the facts; the remedy is a [`Fix`], which each front end renders
+//! its own way: the CLI as `hugeshm` commands ([`Fix::render`] with
+//! [`Renderer::Cli`]), the C ABI with its function names
+//! ([`Renderer::C`]), the Rust API with builder calls ([`Renderer::Rust`]),
+//! JSON as a tagged object (`{"kind": "set-pool", ...}`).
+//! Fixes that are the same for every front end (a sysctl, a sysfs write, a
+//! mount) render the same everywhere, in one place: a pool resize is
+//! always [`pool_command`].
+//!
+//! ```
+//! use hugeshm_fix::{Fix, Renderer};
+//! let fix = Fix::SetPool { page_size_bytes: 2 << 20, node: None, pages: 10944, default_size: true };
+//! assert_eq!(fix.to_string(), "sysctl -w vm.nr_hugepages=10944");
+//! let fix = Fix::Reclaim { name: "sga".into(), backend: "sysv".into(), keep_contents: false };
+//! assert_eq!(
+//!     fix.render(Renderer::Cli),
+//!     "recreate it: hugeshm create sga --backend sysv --reclaim recreate; or remove it: hugeshm rm sga --backend sysv"
+//! );
+//! ```
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+use std::fmt;
+
+use hugeshm_parse::size::{format_bytes as human, page_size_short as short_size};
+use serde::{Deserialize, Serialize};
+
+/// A remedy, with the numbers it needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Fix {
+    /// Set the huge page pool of one size (on one node) to `pages` pages.
+    SetPool {
+        /// The page size.
+        page_size_bytes: u64,
+        /// The NUMA node (`None`: the whole host).
+        node: Option<u32>,
+        /// The pool size to set (`nr_hugepages`).
+        pages: u64,
+        /// Whether the page size is the kernel's default (then `vm.nr_hugepages`).
+        default_size: bool,
+    },
+    /// The kernel refused although the pool looked big enough: retry, and
+    /// look at the limits that can refuse huge pages besides the pool.
+    RetryOrCheckLimits {
+        /// The page size.
+        page_size_bytes: u64,
+        /// Pages the pool has available now.
+        available: u64,
+    },
+    /// The kernel has no pool of this size: boot with it.
+    BootPageSize {
+        /// The page size.
+        page_size_bytes: u64,
+    },
+    /// Mount a hugetlbfs of the page size.
+    MountHugetlbfs {
+        /// The page size.
+        page_size_bytes: u64,
+        /// Where (`/dev/hugepages` for the default size, `/dev/hugepages2M`, ...).
+        dir: String,
+    },
+    /// Make a tmpfs mount give transparent huge pages.
+    RemountTmpfsHuge {
+        /// The mount point.
+        mount: String,
+    },
+    /// Let tmpfs mounts follow their `huge=` option again.
+    ShmemEnabledNever,
+    /// Use a page size or backend that can give the pages (free text of the
+    /// choices, e.g. "--page-size 2m or a hugetlb backend").
+    OtherBackend {
+        /// The page size that would work, when one would.
+        page_size_bytes: Option<u64>,
+    },
+    /// Free space on (or grow) a size-limited file system.
+    GrowFilesystem {
+        /// The mount point.
+        mount: String,
+        /// Bytes missing.
+        missing_bytes: u64,
+    },
+    /// Set a sysctl.
+    Sysctl {
+        /// The key, e.g. `kernel.shmmax`.
+        key: String,
+        /// The value.
+        value: String,
+    },
+    /// Allow SysV `SHM_HUGETLB` for this group (or `CAP_IPC_LOCK`).
+    HugetlbShmGroup {
+        /// The group id to allow.
+        gid: u32,
+        /// The memlock limit (KiB) that the deprecated way would need.
+        memlock_kib: u64,
+    },
+    /// Raise `RLIMIT_MEMLOCK` (or grant `CAP_IPC_LOCK`).
+    RaiseMemlock {
+        /// The login name the limits.conf line is for (`*` when unknown).
+        user: String,
+        /// The limit needed, in KiB.
+        kib: u64,
+    },
+    /// Mount the hugetlbfs so that this user can create files.
+    HugetlbfsOwner {
+        /// The mount point.
+        dir: String,
+        /// The user id.
+        uid: u32,
+        /// The group id.
+        gid: u32,
+    },
+    /// Make a directory writable for this user.
+    MakeWritable {
+        /// The directory.
+        path: String,
+    },
+    /// Run as the region's owner (or root), or have it created with a mode
+    /// that grants this user access.
+    RunAsOwner,
+    /// A region of this name exists and is held: attach to it, or stop its
+    /// holders and remove it.
+    AttachOrRemove {
+        /// The region name.
+        name: String,
+        /// The backend word.
+        backend: String,
+        /// Pids that hold it (empty when unknown).
+        holders: Vec<u32>,
+    },
+    /// A region nobody holds: reclaim it (keep the contents, when they are
+    /// complete) or start over.
+    Reclaim {
+        /// The region name.
+        name: String,
+        /// The backend word.
+        backend: String,
+        /// Whether the contents are complete, so they can be kept (reuse).
+        keep_contents: bool,
+    },
+    /// Remove the region.
+    Remove {
+        /// The region name.
+        name: String,
+        /// The backend word.
+        backend: String,
+    },
+    /// The region is still being created: retry once it is ready.
+    WaitUntilReady,
+    /// The region was made by a newer hugeshm: use that one.
+    NewerHugeshm,
+}
+
+/// Who reads a rendered fix: which words name hugeshm's own operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renderer {
+    /// The `hugeshm` command line.
+    Cli,
+    /// The C ABI (`hugeshm.h`).
+    C,
+    /// The Rust API (`hugeshm_region`); also [`Display`](fmt::Display).
+    Rust,
+}
+
+/// The command that sets the pool of `page_size_bytes` pages to `pages`:
+/// `sysctl -w vm.nr_hugepages=N` for the default size, the sysfs file of
+/// the size otherwise, the per-node sysfs file when `node` is given. The
+/// one place in hugeshm that spells a pool resize.
+pub fn pool_command(
+    page_size_bytes: u64,
+    pages: u64,
+    default_size: bool,
+    node: Option<u32>,
+) -> String {
+    let kb = page_size_bytes / 1024;
+    match node {
+        Some(n) => format!(
+            "echo {pages} > /sys/devices/system/node/node{n}/hugepages/hugepages-{kb}kB/nr_hugepages"
+        ),
+        None if default_size => format!("sysctl -w vm.nr_hugepages={pages}"),
+        None => format!("echo {pages} > /sys/kernel/mm/hugepages/hugepages-{kb}kB/nr_hugepages"),
+    }
+}
+
+fn pids(list: &[u32]) -> String {
+    list.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Fix {
+    /// The fix as text for `who`.
+    pub fn render(&self, who: Renderer) -> String {
+        match self {
+            Fix::SetPool {
+                page_size_bytes,
+                node,
+                pages,
+                default_size,
+            } => pool_command(*page_size_bytes, *pages, *default_size, *node),
+            Fix::RetryOrCheckLimits {
+                page_size_bytes,
+                available,
+            } => format!(
+                "the pool now has {available} pages available: retry; if it keeps failing, \
+                 check hugetlb cgroup limits (hugetlb.{}B.max, hugetlb.{}B.rsvd.max) and \
+                 hugetlbfs size= limits",
+                short_size(*page_size_bytes),
+                short_size(*page_size_bytes)
+            ),
+            Fix::BootPageSize { page_size_bytes } => format!(
+                "pick an offered size, or boot with hugepagesz={} hugepages=N",
+                short_size(*page_size_bytes)
+            ),
+            Fix::MountHugetlbfs {
+                page_size_bytes,
+                dir,
+            } => format!(
+                "mkdir -p {dir} && mount -t hugetlbfs -o pagesize={},mode=1770 nodev {dir}",
+                short_size(*page_size_bytes)
+            ),
+            Fix::RemountTmpfsHuge { mount } => {
+                format!("mount -o remount,huge=within_size {mount}")
+            }
+            Fix::ShmemEnabledNever => {
+                "echo never > /sys/kernel/mm/transparent_hugepage/shmem_enabled \
+                 (then the mount's huge= option applies)"
+                    .to_owned()
+            }
+            Fix::OtherBackend { page_size_bytes } => match (page_size_bytes, who) {
+                (Some(p), Renderer::Cli) => format!(
+                    "use --page-size {} or a hugetlb backend (sysv, memfd, hugetlbfs, anon)",
+                    short_size(*p).to_lowercase()
+                ),
+                (Some(p), _) => format!(
+                    "use {} pages or a hugetlb backend (sysv, memfd, hugetlbfs, anon)",
+                    short_size(*p)
+                ),
+                (None, _) => {
+                    "use the sysv, memfd, hugetlbfs or anon backend for hugetlb pages".to_owned()
+                }
+            },
+            Fix::GrowFilesystem {
+                mount,
+                missing_bytes,
+            } => format!(
+                "free {} on {mount}, or grow it: mount -o remount,size=<bytes> {mount}",
+                human(*missing_bytes)
+            ),
+            Fix::Sysctl { key, value } => format!("sysctl -w {key}={value}"),
+            Fix::HugetlbShmGroup { gid, memlock_kib } => format!(
+                "sysctl -w vm.hugetlb_shm_group={gid} (persist it in /etc/sysctl.d), \
+                 or give the process CAP_IPC_LOCK (systemd: AmbientCapabilities=CAP_IPC_LOCK), \
+                 or (deprecated) raise the memlock limit to at least {memlock_kib} KiB"
+            ),
+            Fix::RaiseMemlock { user, kib } => format!(
+                "add `{user} - memlock {kib}` to /etc/security/limits.conf, or \
+                 `LimitMEMLOCK={}` to the service's [Service] section, or grant CAP_IPC_LOCK",
+                kib * 1024
+            ),
+            Fix::HugetlbfsOwner { dir, uid, gid } => format!(
+                "mount the hugetlbfs at {dir} with options that let uid {uid} create files \
+                 (e.g. -o uid={uid},gid={gid},mode=0770)"
+            ),
+            Fix::MakeWritable { path } => format!("make {path} writable for this user"),
+            Fix::RunAsOwner => "run as the user that created the region (or root), or create it \
+                 with a mode that grants this user access (e.g. mode 0660 and a shared group)"
+                .to_owned(),
+            Fix::AttachOrRemove {
+                name,
+                backend,
+                holders,
+            } => {
+                let rm = remove_text(who, name, backend);
+                if holders.is_empty() {
+                    format!(
+                        "pick another name, or attach to it; {rm} removes it once nobody holds it"
+                    )
+                } else {
+                    format!(
+                        "attach to it instead, or stop pid(s) {} and remove it: {rm}",
+                        pids(holders)
+                    )
+                }
+            }
+            Fix::Reclaim {
+                name,
+                backend,
+                keep_contents,
+            } => {
+                let recreate = reclaim_text(who, name, backend, "recreate");
+                let rm = remove_text(who, name, backend);
+                if *keep_contents {
+                    format!(
+                        "reuse it, keeping its contents: {}; or recreate it: {recreate}; \
+                         or remove it: {rm}",
+                        reclaim_text(who, name, backend, "reuse")
+                    )
+                } else {
+                    format!("recreate it: {recreate}; or remove it: {rm}")
+                }
+            }
+            Fix::Remove { name, backend } => remove_text(who, name, backend),
+            Fix::WaitUntilReady => "retry once it is ready".to_owned(),
+            Fix::NewerHugeshm => "use the hugeshm that created it".to_owned(),
+        }
+    }
+}
+
+fn reclaim_text(who: Renderer, name: &str, backend: &str, how: &str) -> String {
+    match who {
+        Renderer::Cli => format!("hugeshm create {name} --backend {backend} --reclaim {how}"),
+        Renderer::C => format!(
+            "hugeshm_options_set_reclaim(opts, HUGESHM_RECLAIM_{})",
+            how.to_uppercase()
+        ),
+        Renderer::Rust => {
+            let v = if how == "reuse" { "Reuse" } else { "Recreate" };
+            format!("RegionBuilder::reclaim(Reclaim::{v})")
+        }
+    }
+}
+
+fn remove_text(who: Renderer, name: &str, backend: &str) -> String {
+    match who {
+        Renderer::Cli => format!("hugeshm rm {name} --backend {backend}"),
+        Renderer::C => format!(
+            "hugeshm_remove(\"{name}\", HUGESHM_BACKEND_{})",
+            backend.to_uppercase()
+        ),
+        Renderer::Rust => format!(
+            "hugeshm_region::remove({name:?}, Backend::{})",
+            capitalize(backend)
+        ),
+    }
+}
+
+fn capitalize(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().collect::<String>() + c.as_str(),
+        None => String::new(),
+    }
+}
+
+impl fmt::Display for Fix {
+    /// The fix for Rust callers ([`Renderer::Rust`]).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.render(Renderer::Rust))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_commands() {
+        assert_eq!(
+            pool_command(2 << 20, 7, true, None),
+            "sysctl -w vm.nr_hugepages=7"
+        );
+        assert_eq!(
+            pool_command(1 << 30, 3, true, Some(1)),
+            "echo 3 > /sys/devices/system/node/node1/hugepages/hugepages-1048576kB/nr_hugepages"
+        );
+        assert_eq!(
+            pool_command(1 << 30, 3, false, None),
+            "echo 3 > /sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"
+        );
+    }
+
+    #[test]
+    fn front_ends_name_their_own_calls() {
+        let f = Fix::Reclaim {
+            name: "sga".into(),
+            backend: "memfd".into(),
+            keep_contents: true,
+        };
+        let cli = f.render(Renderer::Cli);
+        assert!(
+            cli.contains("hugeshm create sga --backend memfd --reclaim reuse"),
+            "{cli}"
+        );
+        assert!(cli.contains("hugeshm rm sga --backend memfd"), "{cli}");
+        let c = f.render(Renderer::C);
+        assert!(
+            c.contains("HUGESHM_RECLAIM_REUSE")
+                && c.contains("hugeshm_remove(\"sga\", HUGESHM_BACKEND_MEMFD)"),
+            "{c}"
+        );
+        assert!(!c.contains("hugeshm create"), "{c}");
+        let rust = f.to_string();
+        assert!(
+            rust.contains("Reclaim::Reuse") && !rust.contains("hugeshm rm"),
+            "{rust}"
+        );
+    }
+
+    #[test]
+    fn json_is_a_tagged_object() {
+        let f = Fix::SetPool {
+            page_size_bytes: 2 << 20,
+            node: Some(1),
+            pages: 12,
+            default_size: true,
+        };
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(v["kind"], "set-pool");
+        assert_eq!(v["pages"], 12);
+        let back: Fix = serde_json::from_value(v).unwrap();
+        assert_eq!(back, f);
+    }
+}

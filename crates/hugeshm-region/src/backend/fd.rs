@@ -1,0 +1,135 @@
+//! What the file-backed rooms share (`file` and `memfd`): the shared lock
+//! every holder keeps, device and inode, mapping an opened region file,
+//! and the unlink that undoes a half-made name.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use hugeshm_probe::{dev_major, dev_minor};
+use hugeshm_sys::{self as sys, Mapping, SysError, PMD_SHARE_ALIGN};
+use rustix::fs::FlockOperation;
+
+use crate::error::RegionError;
+use crate::header::Liveness;
+use crate::model::Expect;
+
+/// How long an attacher waits for a reclaimer's exclusive lock on a file.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// Device (major, minor) and inode of an open file (as `/proc/PID/maps`
+/// shows them).
+pub(crate) fn dev_ino(fd: BorrowedFd<'_>, what: &str) -> Result<((u32, u32), u64), RegionError> {
+    let st = rustix::fs::fstat(fd).map_err(|e| RegionError::io(what, e.into()))?;
+    #[allow(clippy::unnecessary_cast)]
+    let dev = st.st_dev as u64;
+    #[allow(clippy::unnecessary_cast)]
+    Ok(((dev_major(dev), dev_minor(dev)), st.st_ino as u64))
+}
+
+/// Takes a shared lock on a region file, waiting out a reclaimer's brief
+/// exclusive one.
+pub(crate) fn lock_shared(fd: BorrowedFd<'_>, what: &str) -> Result<(), RegionError> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        if sys::flock(fd, FlockOperation::NonBlockingLockShared)? {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(RegionError::Unsupported(format!(
+                "{what}: another process has held an exclusive lock on it for {} s (a reclaim \
+                 in progress?); retry",
+                LOCK_WAIT.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// For a region file whose header is not written yet: whether someone
+/// (its creator) still holds a lock on it. Drops this process's own
+/// shared lock to ask, so only for an attach that is about to fail.
+pub(crate) fn unwritten_creator(fd: BorrowedFd<'_>) -> (Option<u32>, Liveness) {
+    let _ = sys::flock(fd, FlockOperation::Unlock);
+    let alone = matches!(
+        sys::flock(fd, FlockOperation::NonBlockingLockExclusive),
+        Ok(true)
+    );
+    (
+        None,
+        if alone {
+            Liveness::Dead
+        } else {
+            Liveness::Alive
+        },
+    )
+}
+
+/// Maps an opened, locked and checked region file of `size` bytes (1 GiB
+/// aligned for page-table sharing when it is hugetlb below 1 GiB pages and
+/// at least 1 GiB long). Returns the mapping and the hugetlb page size the
+/// kernel serves it with (`None`: not hugetlb).
+pub(crate) fn map_region_file(
+    fd: &OwnedFd,
+    size: u64,
+    exp: &Expect,
+) -> Result<(Mapping, Option<u64>), RegionError> {
+    let hugetlb_page = sys::hugetlbfs_page_size(fd.as_fd()).map(|p| p as u64);
+    let len = usize::try_from(size).map_err(|_| RegionError::InvalidSize {
+        requested_bytes: size,
+        reason: "does not fit in usize".to_owned(),
+        fix: None,
+    })?;
+    let align = (exp.pmd_sharing
+        && hugetlb_page.is_some_and(|p| p < PMD_SHARE_ALIGN as u64)
+        && size >= PMD_SHARE_ALIGN as u64)
+        .then_some(PMD_SHARE_ALIGN);
+    let map = sys::mmap_fd_placed(fd.as_fd(), len, 0, align)?;
+    Ok((map, hugetlb_page))
+}
+
+/// `open` failed: permission (with the fix) or plain I/O.
+pub(crate) fn open_error(path: &Path, flags: &str, e: rustix::io::Errno) -> RegionError {
+    match e {
+        rustix::io::Errno::ACCESS | rustix::io::Errno::PERM => RegionError::permission(
+            format!("open {}", path.display()),
+            Some(SysError::Os {
+                call: format!("open({}, {flags})", path.display()),
+                errno: e.raw_os_error(),
+            }),
+        ),
+        e => RegionError::io(path.display().to_string(), e.into()),
+    }
+}
+
+/// Unlinks a file on drop unless disarmed; a failed unlink goes to the
+/// `log` facade (it runs while another error is on its way out).
+pub(crate) struct UndoUnlink(pub(crate) Option<PathBuf>);
+
+impl UndoUnlink {
+    /// Keeps the file.
+    pub(crate) fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for UndoUnlink {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            if let Err(e) = std::fs::remove_file(&p) {
+                log::warn!("cleanup: unlink {}: {e}", p.display());
+            }
+        }
+    }
+}
+
+/// A region file or memfd opened for attach, share-locked.
+pub(crate) struct OpenFd {
+    /// The descriptor.
+    pub fd: OwnedFd,
+    /// The path it was opened by (a memfd: its record).
+    pub path: PathBuf,
+    /// The host reader of the attach (a memfd's last-holder check scans
+    /// its `/proc`).
+    pub probe: hugeshm_probe::Probe,
+}

@@ -1,0 +1,588 @@
+//! The `file` room: `hugetlbfs` and `posix` regions, a file
+//! `hugeshm.<name>` on a hugetlbfs mount of the page size or on tmpfs
+//! (`/dev/shm`). Created unnamed (`O_TMPFILE`), share-locked, sized and
+//! then linked in place, so nobody sees the name without a live holder's
+//! lock; every holder keeps a shared `flock` for as long as it maps the
+//! file. (DAX files will live here too.)
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hugeshm_fix::Fix;
+use hugeshm_parse::mounts::Mount;
+use hugeshm_parse::size::format_bytes;
+use hugeshm_probe::{dev_major, dev_minor, Probe};
+use hugeshm_sys::{self as sys, SysError};
+use rustix::fs::{FlockOperation, Mode, OFlags};
+
+use super::fd::{self, OpenFd, UndoUnlink};
+use super::{
+    foreign_handle, Handle, Inspected, Made, Object, Opened, OpenedInner, Place, Room, Spec,
+};
+use crate::error::RegionError;
+use crate::header::{self, Decoded, Liveness};
+use crate::holders::Holders;
+use crate::inspect::{classify, info_from, read_head, RegionInfo};
+use crate::model::{Backend, Expect, NamedObject, PrefaultMethod};
+use crate::naming::{object_file_name, DEFAULT_POSIX_DIR, OBJECT_PREFIX};
+use crate::pool::{self, mount_of, Backing, ThpMode};
+
+/// `statfs.f_type` of tmpfs.
+const TMPFS_MAGIC: u64 = 0x0102_1994;
+/// `statfs.f_type` of hugetlbfs.
+const HUGETLBFS_MAGIC: u64 = 0x9584_58f6;
+
+/// The `file` room.
+pub(crate) struct File;
+
+/// The room's one instance.
+pub(crate) static FILE: File = File;
+
+/// The file of a region this process holds; `fd` holds a shared `flock`.
+#[derive(Debug)]
+pub(crate) struct RegionFile {
+    /// Its path (the directory, for an unnamed file).
+    pub path: PathBuf,
+    fd: OwnedFd,
+    /// Whether `path` names the file (named regions, until destroyed).
+    pub linked: bool,
+}
+
+impl RegionFile {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    pub(crate) fn destroy(&mut self) -> Result<(), RegionError> {
+        if !self.linked {
+            return Ok(());
+        }
+        match std::fs::remove_file(&self.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(RegionError::io(self.path.display().to_string(), e))
+            }
+            _ => {
+                self.linked = false;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// An inspected region file.
+#[derive(Debug)]
+pub(crate) struct Found {
+    path: PathBuf,
+    /// Open read-only; holds `LOCK_EX` when `exclusive`.
+    _fd: OwnedFd,
+    exclusive: bool,
+    dev: u64,
+    ino: u64,
+}
+
+/// A unique name for an anonymous file region on a file system without
+/// `O_TMPFILE` (unlinked right after it is opened).
+fn temp_file_name() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "hugeshm.tmp-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn statfs_type(path: &Path) -> Result<(u64, u64), RegionError> {
+    let st = rustix::fs::statfs(path)
+        .map_err(|e| RegionError::io(path.display().to_string(), e.into()))?;
+    #[allow(clippy::unnecessary_cast)]
+    let f_type = st.f_type as u64 & 0xffff_ffff;
+    #[allow(clippy::unnecessary_cast)]
+    let bsize = st.f_bsize as u64;
+    Ok((f_type, bsize))
+}
+
+/// The page size of a directory on hugetlbfs, `None` elsewhere.
+pub(crate) fn dir_hugetlbfs_page_size(dir: &Path) -> Result<Option<u64>, RegionError> {
+    let (t, bsize) = statfs_type(dir)?;
+    Ok((t == HUGETLBFS_MAGIC).then_some(bsize))
+}
+
+/// Checks that `dir` is hugetlbfs (for huge pages) or tmpfs; returns the
+/// file system name.
+fn check_dir(dir: &Path, huge: Option<u64>) -> Result<&'static str, RegionError> {
+    let (t, bsize) = statfs_type(dir)?;
+    let bad = |reason: String| RegionError::UnsuitableDirectory {
+        path: dir.display().to_string(),
+        reason,
+    };
+    match huge {
+        Some(page) if t == HUGETLBFS_MAGIC && bsize == page => Ok("hugetlbfs"),
+        Some(page) => Err(bad(format!(
+            "not a hugetlbfs mount of {} pages",
+            format_bytes(page)
+        ))),
+        None if t == TMPFS_MAGIC => Ok("tmpfs"),
+        None => Err(bad(
+            "not on tmpfs (posix regions live on tmpfs, e.g. /dev/shm)".to_owned(),
+        )),
+    }
+}
+
+/// Free bytes on a size-limited file system (`None` when it has no limit:
+/// tmpfs `size=0`, hugetlbfs without `size=`).
+fn fs_free_bytes(dir: &Path) -> Result<Option<u64>, RegionError> {
+    let st = rustix::fs::statvfs(dir)
+        .map_err(|e| RegionError::io(dir.display().to_string(), e.into()))?;
+    if st.f_blocks == 0 || st.f_blocks == u64::MAX {
+        return Ok(None);
+    }
+    let unit = if st.f_frsize > 0 {
+        st.f_frsize
+    } else {
+        st.f_bsize
+    };
+    Ok(Some(st.f_bavail.saturating_mul(unit)))
+}
+
+fn no_space(mounts: &[Mount], path: &Path, fstype: &str, needed: u64, free: u64) -> RegionError {
+    let mount = mount_of(mounts, path)
+        .map(|m| m.target.clone())
+        .unwrap_or_else(|| path.display().to_string());
+    RegionError::NoSpace {
+        path: path.display().to_string(),
+        fstype: fstype.to_owned(),
+        needed_bytes: needed,
+        free_bytes: free,
+        fix: Box::new(Fix::GrowFilesystem {
+            mount,
+            missing_bytes: needed.saturating_sub(free),
+        }),
+    }
+}
+
+/// The paths a region of this name may have.
+fn candidate_paths(place: &Place<'_>, probe: &Probe) -> Vec<PathBuf> {
+    let file = object_file_name(place.name);
+    if let Some(d) = place.directory {
+        return vec![d.join(&file)];
+    }
+    let shm = Path::new(DEFAULT_POSIX_DIR).join(&file);
+    match place.backend {
+        Backend::Hugetlbfs => {
+            let mut out: Vec<PathBuf> = probe
+                .mounts()
+                .unwrap_or_default()
+                .iter()
+                .filter(|m| m.is_hugetlbfs())
+                .map(|m| Path::new(&m.target).join(&file))
+                .collect();
+            // A `try` fall-back to base pages lives in /dev/shm.
+            out.push(shm);
+            out
+        }
+        _ => vec![shm],
+    }
+}
+
+/// Inspects the region file at `path`; `None` if there is none. `name =
+/// None` takes the name from the header (or the file name).
+fn inspect_path(
+    name: Option<&str>,
+    backend: Backend,
+    path: &Path,
+    holders: &Holders<'_>,
+) -> Result<Option<Inspected>, RegionError> {
+    let fd = match rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(fd::open_error(path, "O_RDONLY", e)),
+    };
+    let st = rustix::fs::fstat(&fd)
+        .map_err(|e| RegionError::io(path.display().to_string(), e.into()))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Ok(None);
+    }
+    let exclusive = sys::flock(fd.as_fd(), FlockOperation::NonBlockingLockExclusive)?;
+    let head = read_head(fd.as_fd(), path)?;
+    let decoded = header::decode(&head);
+    let file_name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix(OBJECT_PREFIX))
+        .unwrap_or("")
+        .to_owned();
+    // No header yet: being created if someone holds the lock.
+    let unwritten = (
+        None,
+        if exclusive {
+            Liveness::Dead
+        } else {
+            Liveness::Alive
+        },
+    );
+    let c = classify(decoded, name, unwritten);
+    #[allow(clippy::unnecessary_cast)]
+    let (dev, ino) = (st.st_dev as u64, st.st_ino as u64);
+    let name = name.map(str::to_owned).unwrap_or(file_name);
+    let object = NamedObject::File {
+        path: path.display().to_string(),
+        size_bytes: st.st_size as u64,
+    };
+    let info = info_from(
+        &name,
+        backend,
+        object,
+        c,
+        holders.file((dev_major(dev), dev_minor(dev)), ino),
+        !exclusive,
+        None,
+    );
+    Ok(Some(Inspected {
+        info,
+        handle: Handle::File(Found {
+            path: path.to_owned(),
+            _fd: fd,
+            exclusive,
+            dev,
+            ino,
+        }),
+    }))
+}
+
+/// `hugeshm.*` files in `dir`, sorted.
+fn hugeshm_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(OBJECT_PREFIX) && n.len() > OBJECT_PREFIX.len())
+        })
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Opens, locks and reads the header of the region file at `path`
+/// (`backend` for messages). A reclaim that replaced the file between open
+/// and lock is retried.
+pub(crate) fn open_path(
+    path: &Path,
+    name: &str,
+    backend: Backend,
+    probe: &Probe,
+) -> Result<Opened, RegionError> {
+    let mut tries = 0;
+    let (fd, st) =
+        loop {
+            let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())
+                .map_err(|e| match e {
+                    rustix::io::Errno::NOENT => RegionError::NotFound {
+                        name: name.to_owned(),
+                        backend,
+                        looked: path.display().to_string(),
+                    },
+                    e => fd::open_error(path, "O_RDWR", e),
+                })?;
+            fd::lock_shared(fd.as_fd(), &path.display().to_string())?;
+            let st = rustix::fs::fstat(&fd)
+                .map_err(|e| RegionError::io(path.display().to_string(), e.into()))?;
+            // A reclaim may have replaced the file between open and lock.
+            let same = rustix::fs::stat(path)
+                .map(|now| now.st_ino == st.st_ino && now.st_dev == st.st_dev)
+                .unwrap_or(false);
+            tries += 1;
+            if same || path.starts_with("/proc") {
+                break (fd, st);
+            }
+            if tries >= 3 {
+                return Err(RegionError::NotFound {
+                    name: name.to_owned(),
+                    backend,
+                    looked: format!("{} (replaced while attaching)", path.display()),
+                });
+            }
+        };
+    let head = read_head(fd.as_fd(), path)?;
+    let creator = match header::decode(&head) {
+        Decoded::Unwritten => fd::unwritten_creator(fd.as_fd()),
+        _ => (None, Liveness::Unknown),
+    };
+    Ok(Opened {
+        object_text: path.display().to_string(),
+        size: st.st_size as u64,
+        head,
+        creator,
+        generation: None,
+        inner: OpenedInner::Fd(OpenFd {
+            fd,
+            path: path.to_owned(),
+            probe: probe.clone(),
+        }),
+    })
+}
+
+/// Maps an opened region file: `path` is what names it.
+pub(crate) fn map_opened(opened: Opened, exp: &Expect) -> Result<(Made, Option<u64>), RegionError> {
+    let OpenedInner::Fd(OpenFd { fd, path, .. }) = opened.inner else {
+        return Err(foreign_handle("file"));
+    };
+    let (mem, page) = fd::map_region_file(&fd, opened.size, exp)?;
+    Ok((
+        Made {
+            mem,
+            object: Object::File(RegionFile {
+                path,
+                fd,
+                linked: true,
+            }),
+        },
+        page,
+    ))
+}
+
+impl Room for File {
+    fn create(&self, spec: &Spec<'_>) -> Result<Made, RegionError> {
+        let plan = spec.plan;
+        let size = plan.size_bytes;
+        let len = size as usize;
+        let huge = (plan.backing == Backing::Hugetlb).then_some(plan.page_size);
+        let exists = |object: String| RegionError::AlreadyExists {
+            name: spec.name.unwrap_or_default().to_owned(),
+            backend: spec.backend,
+            object,
+            holders: Vec::new(),
+            state: None,
+        };
+        let dir = plan.dir.clone().ok_or_else(|| {
+            RegionError::Unsupported("internal: a file plan without a directory".into())
+        })?;
+        let fstype = check_dir(&dir, huge)?;
+        // Space on the file system, before creating anything.
+        if let Some(free) = fs_free_bytes(&dir)? {
+            if free < size {
+                return Err(no_space(&spec.host.mounts, &dir, fstype, size, free));
+            }
+        }
+        let path = spec.name.map(|n| dir.join(object_file_name(n)));
+        let denied = |target: &Path, call: String, e: rustix::io::Errno| {
+            let uid = rustix::process::geteuid().as_raw();
+            RegionError::Permission {
+                what: format!("create {}", target.display()),
+                fix: Box::new(if fstype == "hugetlbfs" {
+                    Fix::HugetlbfsOwner {
+                        dir: dir.display().to_string(),
+                        uid,
+                        gid: rustix::process::getegid().as_raw(),
+                    }
+                } else {
+                    Fix::MakeWritable {
+                        path: dir.display().to_string(),
+                    }
+                }),
+                source: Some(SysError::Os {
+                    call,
+                    errno: e.raw_os_error(),
+                }),
+            }
+        };
+        // Unnamed (O_TMPFILE) and locked before it gets its name: nobody
+        // ever sees the name without a live holder's lock. Kernels without
+        // O_TMPFILE on this file system fall back to O_CREAT|O_EXCL on the
+        // name, then the lock.
+        let (fd, linked_by_open) = match sys::open_tmpfile(&dir, spec.mode) {
+            Ok(fd) => (fd, false),
+            Err(e)
+                if matches!(
+                    e.errno(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)
+                ) =>
+            {
+                let target = path.clone().unwrap_or_else(|| dir.join(temp_file_name()));
+                let fd = rustix::fs::open(
+                    &target,
+                    OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+                    Mode::from_bits_truncate(spec.mode),
+                )
+                .map_err(|e| match e {
+                    rustix::io::Errno::EXIST => exists(target.display().to_string()),
+                    rustix::io::Errno::ACCESS | rustix::io::Errno::PERM => denied(
+                        &target,
+                        format!("open({}, O_CREAT|O_EXCL)", target.display()),
+                        e,
+                    ),
+                    e => RegionError::io(target.display().to_string(), e.into()),
+                })?;
+                if path.is_none() {
+                    std::fs::remove_file(&target)
+                        .map_err(|e| RegionError::io(target.display().to_string(), e))?;
+                }
+                (fd, path.is_some())
+            }
+            Err(e) if matches!(e.errno(), Some(libc::EACCES) | Some(libc::EPERM)) => {
+                let target = path.clone().unwrap_or_else(|| dir.clone());
+                return Err(denied(
+                    &target,
+                    e.call().to_owned(),
+                    rustix::io::Errno::from_raw_os_error(e.errno().unwrap_or(libc::EACCES)),
+                ));
+            }
+            Err(e) => return Err(RegionError::Sys(e)),
+        };
+        let mut undo = UndoUnlink(if linked_by_open { path.clone() } else { None });
+        let io = |e: rustix::io::Errno| RegionError::io(dir.display().to_string(), e.into());
+        rustix::fs::fchmod(&fd, Mode::from_bits_truncate(spec.mode)).map_err(io)?;
+        sys::flock(fd.as_fd(), FlockOperation::LockShared)?;
+        sys::set_len(fd.as_fd(), size)?;
+        if let (Some(p), false) = (&path, linked_by_open) {
+            if !sys::link_tmpfile(fd.as_fd(), p)? {
+                return Err(exists(p.display().to_string()));
+            }
+            undo = UndoUnlink(Some(p.clone()));
+        }
+        let mem = if fstype == "hugetlbfs" {
+            sys::mmap_fd_placed(fd.as_fd(), len, 0, spec.align)
+                .map_err(|e| pool::map_refused(spec.probe, e, huge, size))?
+        } else {
+            let advise_only = plan.backing == Backing::Thp(ThpMode::Advise)
+                && spec.method != PrefaultMethod::None;
+            let target = path.clone().unwrap_or_else(|| dir.clone());
+            if !advise_only {
+                // Blocks now, so a full tmpfs is ENOSPC here, not SIGBUS on
+                // first touch. (With huge=advise fallocate would allocate
+                // base pages; those regions are filled by
+                // MADV_POPULATE_WRITE after MADV_HUGEPAGE, which fails with
+                // an error rather than SIGBUS.)
+                sys::fallocate(fd.as_fd(), size).map_err(|e| match e.errno() {
+                    Some(libc::ENOSPC) => {
+                        let free = fs_free_bytes(&dir).ok().flatten().unwrap_or(0);
+                        no_space(&spec.host.mounts, &target, fstype, size, free)
+                    }
+                    _ => RegionError::Sys(e),
+                })?;
+            }
+            let map = sys::mmap_fd(fd.as_fd(), len, 0)?;
+            if matches!(plan.backing, Backing::Thp(_)) {
+                map.advise_hugepage()?;
+            }
+            map
+        };
+        undo.disarm();
+        let linked = path.is_some();
+        Ok(Made {
+            mem,
+            object: Object::File(RegionFile {
+                path: path.unwrap_or(dir),
+                fd,
+                linked,
+            }),
+        })
+    }
+
+    fn open(
+        &self,
+        place: &Place<'_>,
+        holders: &Holders<'_>,
+    ) -> Result<Option<Opened>, RegionError> {
+        let paths = candidate_paths(place, holders.probe());
+        match paths.iter().find(|p| p.exists()) {
+            Some(p) => open_path(p, place.name, place.backend, holders.probe()).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn map(&self, opened: Opened, exp: &Expect) -> Result<(Made, Option<u64>), RegionError> {
+        map_opened(opened, exp)
+    }
+
+    fn inspect(
+        &self,
+        place: &Place<'_>,
+        holders: &Holders<'_>,
+    ) -> Result<Vec<Inspected>, RegionError> {
+        let mut out = Vec::new();
+        for p in candidate_paths(place, holders.probe()) {
+            if let Some(i) = inspect_path(Some(place.name), place.backend, &p, holders)? {
+                out.push(i);
+            }
+        }
+        Ok(out)
+    }
+
+    fn remove(&self, found: Inspected) -> Result<(), RegionError> {
+        let Handle::File(Found {
+            path,
+            _fd: fd,
+            exclusive,
+            dev,
+            ino,
+        }) = found.handle
+        else {
+            return Err(foreign_handle("file"));
+        };
+        if !exclusive {
+            return Err(super::in_use(&found.info, None));
+        }
+        // Still the file we locked? (The lock is held across the unlink: an
+        // attacher that opened it meanwhile waits, then sees the name gone
+        // or pointing elsewhere.)
+        match std::fs::symlink_metadata(&path) {
+            Ok(md) if md.dev() == dev && md.ino() == ino => {
+                match std::fs::remove_file(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(RegionError::io(path.display().to_string(), e))
+                    }
+                    _ => {}
+                }
+                drop(fd);
+                Ok(())
+            }
+            Ok(_) => Err(RegionError::AlreadyExists {
+                name: found.info.name.clone(),
+                backend: found.info.backend,
+                object: path.display().to_string(),
+                holders: Vec::new(),
+                state: None,
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(RegionError::io(path.display().to_string(), e)),
+        }
+    }
+
+    fn list(&self, holders: &Holders<'_>) -> Vec<RegionInfo> {
+        let mut dirs: Vec<(PathBuf, Backend)> =
+            vec![(PathBuf::from(DEFAULT_POSIX_DIR), Backend::Posix)];
+        for m in holders
+            .probe()
+            .mounts()
+            .unwrap_or_default()
+            .iter()
+            .filter(|m| m.is_hugetlbfs())
+        {
+            dirs.push((PathBuf::from(&m.target), Backend::Hugetlbfs));
+        }
+        let mut out = Vec::new();
+        for (dir, backend) in dirs {
+            for path in hugeshm_files(&dir) {
+                if let Ok(Some(ins)) = inspect_path(None, backend, &path, holders) {
+                    out.push(ins.info);
+                }
+            }
+        }
+        out
+    }
+
+    fn looked(&self, place: &Place<'_>, probe: &Probe) -> String {
+        candidate_paths(place, probe)
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}

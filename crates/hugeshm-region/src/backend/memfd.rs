@@ -1,0 +1,481 @@
+//! The `memfd` room: a `memfd_create` file (`MFD_HUGETLB` for huge
+//! pages), found by name through its record `/dev/shm/hugeshm-memfd.<name>`
+//! (see `hugeshm_region::memfd_record`), opened by others through
+//! `/proc/PID/fd/N` of a process that holds it. The memory lives while
+//! some process holds the memfd; the last holder to close it removes the
+//! record.
+//!
+//! A `fork`ed child inherits the region's descriptor, and with it the
+//! parent's open file description and its shared `flock`. Dropping the
+//! region in the child must not touch that lock (an exclusive probe on the
+//! shared description would turn the parent's shared lock exclusive): the
+//! last-holder check opens the memfd anew, closes the region's descriptor
+//! and probes the lock on the new description only.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use hugeshm_probe::{dev_major, dev_minor, Probe};
+use hugeshm_sys::{self as sys, SysError};
+use rustix::fs::{FlockOperation, Mode, OFlags};
+
+use super::fd::{self, OpenFd, UndoUnlink};
+use super::{
+    foreign_handle, Handle, Inspected, Made, Object, Opened, OpenedInner, Place, Room, Spec,
+};
+use crate::error::RegionError;
+use crate::header::{self, liveness, Liveness};
+use crate::holders::Holders;
+use crate::inspect::{classify, info_from, read_head, Classified, RegionInfo};
+use crate::memfd_record::{
+    self, memfd_record_path, MemfdRecord, MEMFD_RECORD_DIR, MEMFD_RECORD_PREFIX,
+};
+use crate::model::{Backend, Expect, NamedObject, RegionState};
+use crate::naming::object_file_name;
+use crate::pool::{self, Backing};
+
+/// The `memfd` room.
+pub(crate) struct Memfd;
+
+/// The room's one instance.
+pub(crate) static MEMFD: Memfd = Memfd;
+
+/// The record of a memfd region this process holds.
+#[derive(Debug, Clone)]
+struct RecordRef {
+    path: PathBuf,
+    generation: u64,
+    dev: (u32, u32),
+    ino: u64,
+    /// Whose `/proc` the last-holder check scans.
+    probe: Probe,
+}
+
+/// The memfd of a region this process holds (its descriptor holds a
+/// shared `flock`), and, for a named region, its record.
+#[derive(Debug)]
+pub(crate) struct MemfdObject {
+    fd: Option<OwnedFd>,
+    record: Option<RecordRef>,
+}
+
+impl MemfdObject {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd
+            .as_ref()
+            .expect("the descriptor lives as long as the object")
+            .as_fd()
+    }
+
+    /// `/proc/PID/fd/N`: how another process opens it while this one runs.
+    pub(crate) fn proc_path(&self) -> PathBuf {
+        PathBuf::from(format!(
+            "/proc/{}/fd/{}",
+            std::process::id(),
+            self.fd().as_raw_fd()
+        ))
+    }
+
+    pub(crate) fn record_path(&self) -> Option<&Path> {
+        self.record.as_ref().map(|r| r.path.as_path())
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        match &self.record {
+            Some(r) => format!("memfd record {}", r.path.display()),
+            None => format!("memfd fd {}", self.fd().as_raw_fd()),
+        }
+    }
+
+    /// Removes the record now (destroy).
+    pub(crate) fn destroy(&mut self) -> Result<(), RegionError> {
+        if let Some(r) = self.record.take() {
+            memfd_record::remove_if(&r.path, r.generation)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for MemfdObject {
+    /// Runs after the region is unmapped: if no other holder is left (no
+    /// other lock on the memfd, no other process mapping it), the memfd
+    /// dies with this descriptor, and so does its record.
+    fn drop(&mut self) {
+        let Some(r) = self.record.take() else {
+            return;
+        };
+        let Some(fd) = self.fd.take() else {
+            return;
+        };
+        // A description of our own (never the one a fork shares), then let
+        // go of the region's descriptor and its lock.
+        let probe_fd = rustix::fs::open(
+            format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        );
+        drop(fd);
+        let Ok(probe_fd) = probe_fd else {
+            return;
+        };
+        if !matches!(
+            sys::flock(probe_fd.as_fd(), FlockOperation::NonBlockingLockExclusive),
+            Ok(true)
+        ) {
+            return;
+        }
+        let me = std::process::id();
+        if Holders::lazy(&r.probe)
+            .file(r.dev, r.ino)
+            .into_iter()
+            .any(|p| p != me)
+        {
+            return;
+        }
+        if let Err(e) = memfd_record::remove_if(&r.path, r.generation) {
+            log::warn!("removing the memfd record: {e}");
+        }
+    }
+}
+
+/// An inspected memfd record.
+#[derive(Debug)]
+pub(crate) struct Found {
+    record_path: PathBuf,
+    record: MemfdRecord,
+}
+
+fn dev_of(md_dev: u64) -> (u32, u32) {
+    (dev_major(md_dev), dev_minor(md_dev))
+}
+
+fn fd_is(path: &Path, rec: &MemfdRecord) -> bool {
+    std::fs::metadata(path)
+        .map(|md| dev_of(md.dev()) == rec.dev && md.ino() == rec.ino)
+        .unwrap_or(false)
+}
+
+/// Opens the memfd a record describes through `/proc/PID/fd/N` of a
+/// process holding it: the record's process first, then every process
+/// that maps it. `Ok(None)` when nobody holds it.
+fn open_memfd(
+    rec: &MemfdRecord,
+    holders: &Holders<'_>,
+    flags: OFlags,
+) -> Result<Option<(OwnedFd, PathBuf)>, RegionError> {
+    let open = |p: &Path| -> Result<Option<OwnedFd>, RegionError> {
+        match rustix::fs::open(p, flags | OFlags::CLOEXEC, Mode::empty()) {
+            Ok(fd) => {
+                let st = rustix::fs::fstat(&fd)
+                    .map_err(|e| RegionError::io(p.display().to_string(), e.into()))?;
+                #[allow(clippy::unnecessary_cast)]
+                let same = dev_of(st.st_dev as u64) == rec.dev && st.st_ino as u64 == rec.ino;
+                Ok(same.then_some(fd))
+            }
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e @ (rustix::io::Errno::ACCESS | rustix::io::Errno::PERM)) => {
+                Err(RegionError::permission(
+                    format!("open the memfd through {}", p.display()),
+                    Some(SysError::Os {
+                        call: format!("open({})", p.display()),
+                        errno: e.raw_os_error(),
+                    }),
+                ))
+            }
+            Err(e) => Err(RegionError::io(p.display().to_string(), e.into())),
+        }
+    };
+    if liveness(rec.pid, Some(rec.start_ticks)) == Liveness::Alive {
+        let p = rec.fd_path();
+        if let Some(fd) = open(&p)? {
+            return Ok(Some((fd, p)));
+        }
+    }
+    for pid in holders.file(rec.dev, rec.ino) {
+        let dir = PathBuf::from(format!("/proc/{pid}/fd"));
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in rd.filter_map(|e| e.ok()) {
+            let p = entry.path();
+            if fd_is(&p, rec) {
+                if let Some(fd) = open(&p)? {
+                    return Ok(Some((fd, p)));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The memfd region `name` from its record; `None` if there is no record.
+fn inspect_record(
+    name: &str,
+    record_path: &Path,
+    holders: &Holders<'_>,
+) -> Result<Option<Inspected>, RegionError> {
+    let Some(rec) = memfd_record::read(record_path)? else {
+        return Ok(None);
+    };
+    let mut pids = holders.file(rec.dev, rec.ino);
+    let creator = liveness(rec.pid, Some(rec.start_ticks));
+    let creator_holds = creator == Liveness::Alive && fd_is(&rec.fd_path(), &rec);
+    if creator_holds {
+        pids.push(rec.pid);
+    }
+    let object = NamedObject::Memfd {
+        record: record_path.display().to_string(),
+        pid: rec.pid,
+        fd: rec.fd,
+        size_bytes: rec.size_bytes,
+    };
+    let c = match open_memfd(&rec, holders, OFlags::RDONLY)? {
+        Some((fd, p)) => {
+            let head = read_head(fd.as_fd(), &p)?;
+            let mut c = classify(header::decode(&head), Some(name), (Some(rec.pid), creator));
+            if let Some(h) = &c.header {
+                if h.generation != rec.generation {
+                    c.state = RegionState::Damaged;
+                    c.detail = Some(format!(
+                        "the memfd's header has generation {:016x}, the record {:016x}",
+                        h.generation, rec.generation
+                    ));
+                }
+            }
+            c
+        }
+        None if pids.is_empty() => Classified {
+            version: None,
+            state: RegionState::Stale,
+            header: None,
+            detail: Some(format!(
+                "pid {} ({}) no longer holds the memfd and nobody else does",
+                rec.pid,
+                match creator {
+                    Liveness::Alive => "alive",
+                    Liveness::Dead => "exited",
+                    Liveness::Unknown => "unknown",
+                }
+            )),
+            creator_pid: Some(rec.pid),
+            creator: Some(creator),
+        },
+        None => Classified {
+            version: None,
+            state: RegionState::Ready,
+            header: None,
+            detail: Some("mapped, but no descriptor of it found to read the header".to_owned()),
+            creator_pid: Some(rec.pid),
+            creator: Some(creator),
+        },
+    };
+    let info = info_from(name, Backend::Memfd, object, c, pids, false, None);
+    Ok(Some(Inspected {
+        info,
+        handle: Handle::Memfd(Found {
+            record_path: record_path.to_owned(),
+            record: rec,
+        }),
+    }))
+}
+
+impl Room for Memfd {
+    fn create(&self, spec: &Spec<'_>) -> Result<Made, RegionError> {
+        let plan = spec.plan;
+        let size = plan.size_bytes;
+        let huge = (plan.backing == Backing::Hugetlb).then_some(plan.page_size);
+        let label = match spec.name {
+            Some(n) => object_file_name(n),
+            None => "hugeshm".to_owned(),
+        };
+        let fd = sys::memfd_create(&label, huge)?;
+        sys::flock(fd.as_fd(), FlockOperation::LockShared)?;
+        sys::set_len(fd.as_fd(), size)?;
+        let (dev, ino) = fd::dev_ino(fd.as_fd(), &label)?;
+        let mut undo = UndoUnlink(None);
+        let record = match spec.name {
+            Some(n) => {
+                let path = memfd_record_path(n);
+                let rec = MemfdRecord {
+                    pid: std::process::id(),
+                    start_ticks: spec.header.creator_start_ticks,
+                    fd: fd.as_raw_fd(),
+                    dev,
+                    ino,
+                    generation: spec.header.generation,
+                    uid: spec.header.creator_uid,
+                    size_bytes: size,
+                };
+                if !memfd_record::publish(&path, &rec, spec.mode)? {
+                    return Err(RegionError::AlreadyExists {
+                        name: n.to_owned(),
+                        backend: Backend::Memfd,
+                        object: path.display().to_string(),
+                        holders: Vec::new(),
+                        state: None,
+                    });
+                }
+                undo = UndoUnlink(Some(path.clone()));
+                Some(RecordRef {
+                    path,
+                    generation: spec.header.generation,
+                    dev,
+                    ino,
+                    probe: spec.probe.clone(),
+                })
+            }
+            None => None,
+        };
+        let mem = sys::mmap_fd_placed(fd.as_fd(), size as usize, 0, spec.align)
+            .map_err(|e| pool::map_refused(spec.probe, e, huge, size))?;
+        undo.disarm();
+        Ok(Made {
+            mem,
+            object: Object::Memfd(MemfdObject {
+                fd: Some(fd),
+                record,
+            }),
+        })
+    }
+
+    fn open(
+        &self,
+        place: &Place<'_>,
+        holders: &Holders<'_>,
+    ) -> Result<Option<Opened>, RegionError> {
+        let record_path = memfd_record_path(place.name);
+        let Some(rec) = memfd_record::read(&record_path)? else {
+            return Ok(None);
+        };
+        let Some((fd, fd_path)) = open_memfd(&rec, holders, OFlags::RDWR)? else {
+            return Err(RegionError::Stale {
+                name: place.name.to_owned(),
+                record: record_path.display().to_string(),
+                creator_pid: rec.pid,
+            });
+        };
+        let object = format!(
+            "memfd record {} ({})",
+            record_path.display(),
+            fd_path.display()
+        );
+        fd::lock_shared(fd.as_fd(), &object)?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| RegionError::io(&object, e.into()))?;
+        let head = read_head(fd.as_fd(), &fd_path)?;
+        let creator = match header::decode(&head) {
+            header::Decoded::Unwritten => fd::unwritten_creator(fd.as_fd()),
+            _ => (None, Liveness::Unknown),
+        };
+        Ok(Some(Opened {
+            object_text: object,
+            size: st.st_size as u64,
+            head,
+            creator,
+            generation: Some(rec.generation),
+            inner: OpenedInner::Fd(OpenFd {
+                fd,
+                path: record_path,
+                probe: holders.probe().clone(),
+            }),
+        }))
+    }
+
+    fn map(&self, opened: Opened, exp: &Expect) -> Result<(Made, Option<u64>), RegionError> {
+        let generation = opened.generation;
+        let OpenedInner::Fd(OpenFd { fd, path, probe }) = opened.inner else {
+            return Err(foreign_handle("memfd"));
+        };
+        let (mem, page) = fd::map_region_file(&fd, opened.size, exp)?;
+        let (dev, ino) = fd::dev_ino(fd.as_fd(), &opened.object_text)?;
+        let record = generation.map(|generation| RecordRef {
+            path,
+            generation,
+            dev,
+            ino,
+            probe,
+        });
+        Ok((
+            Made {
+                mem,
+                object: Object::Memfd(MemfdObject {
+                    fd: Some(fd),
+                    record,
+                }),
+            },
+            page,
+        ))
+    }
+
+    fn inspect(
+        &self,
+        place: &Place<'_>,
+        holders: &Holders<'_>,
+    ) -> Result<Vec<Inspected>, RegionError> {
+        Ok(
+            inspect_record(place.name, &memfd_record_path(place.name), holders)?
+                .into_iter()
+                .collect(),
+        )
+    }
+
+    fn remove(&self, found: Inspected) -> Result<(), RegionError> {
+        let Handle::Memfd(Found {
+            record_path,
+            record,
+        }) = found.handle
+        else {
+            return Err(foreign_handle("memfd"));
+        };
+        memfd_record::remove_if(&record_path, record.generation)?;
+        Ok(())
+    }
+
+    fn list(&self, holders: &Holders<'_>) -> Vec<RegionInfo> {
+        let Ok(rd) = std::fs::read_dir(MEMFD_RECORD_DIR) else {
+            return Vec::new();
+        };
+        let mut records: Vec<(String, PathBuf)> = rd
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let n = e
+                    .file_name()
+                    .to_str()?
+                    .strip_prefix(MEMFD_RECORD_PREFIX)?
+                    .to_owned();
+                Some((n, e.path()))
+            })
+            .collect();
+        records.sort();
+        let mut out = Vec::new();
+        for (name, path) in records {
+            match inspect_record(&name, &path, holders) {
+                Ok(Some(ins)) => out.push(ins.info),
+                Ok(None) => {}
+                Err(RegionError::NotOurs { object, reason }) => out.push(RegionInfo {
+                    name: name.clone(),
+                    backend: Backend::Memfd,
+                    object: NamedObject::File {
+                        path: object,
+                        size_bytes: 0,
+                    },
+                    state: RegionState::Foreign,
+                    header: None,
+                    detail: Some(reason),
+                    held: false,
+                    holders: Vec::new(),
+                    nattch: None,
+                    creator_pid: None,
+                    creator: None,
+                    layout_version: None,
+                }),
+                Err(_) => {}
+            }
+        }
+        out
+    }
+
+    fn looked(&self, place: &Place<'_>, _: &Probe) -> String {
+        memfd_record_path(place.name).display().to_string()
+    }
+}

@@ -1,0 +1,282 @@
+//! The backends, one room each. A room owns everything about its kernel
+//! object behind [`Room`]: **create** (claim the name, reserve the memory,
+//! map it), **open** for attach (find it, read its header bytes) and
+//! **map** once the header is checked, **inspect** (state and holders
+//! without attaching), **remove** (an object nobody holds), **list**
+//! (every region of the backend on the host) and **destroy** (of a region
+//! this process holds, through [`Object`]).
+//!
+//! | room | backends | object |
+//! |---|---|---|
+//! | [`sysv`] | `sysv` | System V segment, key from the name |
+//! | [`file`] | `hugetlbfs`, `posix` | a file on hugetlbfs or tmpfs (DAX files join here) |
+//! | [`memfd`] | `memfd` | a memfd and its record in `/dev/shm` |
+//! | [`anon`] | `anon` | shared anonymous memory |
+//!
+//! What the rooms decide is policy-free: which header to accept, what to
+//! do with an orphan and how to pre-fault are `attach`'s and `create`'s.
+
+pub(crate) mod anon;
+mod fd;
+pub(crate) mod file;
+pub(crate) mod memfd;
+pub(crate) mod sysv;
+
+use std::os::fd::BorrowedFd;
+use std::path::{Path, PathBuf};
+
+use hugeshm_probe::{HostSnapshot, Probe};
+use hugeshm_sys::Mapping;
+
+use crate::error::RegionError;
+use crate::header::{Liveness, RegionHeader};
+use crate::holders::Holders;
+use crate::inspect::RegionInfo;
+use crate::model::{Backend, Expect, PrefaultMethod};
+use crate::pool::Plan;
+
+/// What `create` asks a room for.
+pub(crate) struct Spec<'a> {
+    /// The name (`None`: anonymous).
+    pub name: Option<&'a str>,
+    /// The backend asked for.
+    pub backend: Backend,
+    /// Page size, size, backing, directory.
+    pub plan: &'a Plan,
+    /// Permission bits.
+    pub mode: u32,
+    /// The address alignment for page-table sharing, when it applies.
+    pub align: Option<usize>,
+    /// How the region will be pre-faulted.
+    pub method: PrefaultMethod,
+    /// The header that will be written (creator, generation).
+    pub header: &'a RegionHeader,
+    /// The host the plan was made from.
+    pub host: &'a HostSnapshot,
+    /// The reader of that host (for a fresh look after a refusal).
+    pub probe: &'a Probe,
+}
+
+/// Where a named region is looked for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Place<'a> {
+    /// The name.
+    pub name: &'a str,
+    /// The backend.
+    pub backend: Backend,
+    /// The directory a file backend was told to use.
+    pub directory: Option<&'a Path>,
+    /// Whether to map for page-table sharing (1 GiB-aligned) where it
+    /// applies.
+    pub pmd_sharing: bool,
+}
+
+/// A mapped region object: what a [`Region`](crate::Region) is made of.
+pub(crate) struct Made {
+    /// The mapping.
+    pub mem: Mapping,
+    /// The kernel object behind it.
+    pub object: Object,
+}
+
+/// An object opened for attach, its header bytes read but not checked.
+pub(crate) struct Opened {
+    /// The object, for messages.
+    pub object_text: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// The first header bytes.
+    pub head: Vec<u8>,
+    /// For a header not written yet: who is creating it, and whether that
+    /// process runs.
+    pub creator: (Option<u32>, Liveness),
+    /// The generation a memfd record promises the header has.
+    pub generation: Option<u64>,
+    /// What the room needs to map it.
+    pub(crate) inner: OpenedInner,
+}
+
+/// The room-specific half of [`Opened`].
+pub(crate) enum OpenedInner {
+    /// A SysV segment, attached already (its header is read from memory).
+    Sysv(Box<Made>),
+    /// A region file or memfd, open and share-locked.
+    Fd(fd::OpenFd),
+}
+
+/// The kernel object behind a region this process holds.
+#[derive(Debug)]
+pub(crate) enum Object {
+    /// A System V segment.
+    Sysv(sysv::Segment),
+    /// A hugetlbfs or tmpfs file.
+    File(file::RegionFile),
+    /// A memfd.
+    Memfd(memfd::MemfdObject),
+    /// Shared anonymous memory.
+    Anon,
+}
+
+impl Object {
+    /// Removes the object's name (SysV `IPC_RMID`, unlink, the memfd
+    /// record); the memory goes with the last mapping. An object someone
+    /// else removed already is not an error.
+    pub(crate) fn destroy(&mut self) -> Result<(), RegionError> {
+        match self {
+            Object::Sysv(s) => s.destroy(),
+            Object::File(f) => f.destroy(),
+            Object::Memfd(m) => m.destroy(),
+            Object::Anon => Ok(()),
+        }
+    }
+
+    /// The object, for messages.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Object::Sysv(s) => s.describe(),
+            Object::File(f) => f.path.display().to_string(),
+            Object::Memfd(m) => m.describe(),
+            Object::Anon => "anonymous mapping".to_owned(),
+        }
+    }
+
+    /// The descriptor of a file or memfd region.
+    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
+        match self {
+            Object::File(f) => Some(f.fd()),
+            Object::Memfd(m) => Some(m.fd()),
+            _ => None,
+        }
+    }
+
+    /// The path another process can open.
+    pub(crate) fn path(&self) -> Option<PathBuf> {
+        match self {
+            Object::File(f) => f.linked.then(|| f.path.clone()),
+            Object::Memfd(m) => Some(m.proc_path()),
+            _ => None,
+        }
+    }
+
+    /// SysV shmid and key.
+    pub(crate) fn sysv(&self) -> Option<(i32, i32)> {
+        match self {
+            Object::Sysv(s) => Some((s.shmid, s.key)),
+            _ => None,
+        }
+    }
+
+    /// The record of a named memfd region.
+    pub(crate) fn memfd_record(&self) -> Option<&Path> {
+        match self {
+            Object::Memfd(m) => m.record_path(),
+            _ => None,
+        }
+    }
+
+    /// Device and inode of a file or memfd region.
+    pub(crate) fn dev_ino(&self) -> Option<((u32, u32), u64)> {
+        self.fd().and_then(|fd| fd::dev_ino(fd, "region").ok())
+    }
+}
+
+/// A region found by name, with what removing it needs.
+#[derive(Debug)]
+pub(crate) struct Inspected {
+    /// What was found.
+    pub info: RegionInfo,
+    /// The room's handle on it.
+    pub(crate) handle: Handle,
+}
+
+/// A room's handle on an inspected object.
+#[derive(Debug)]
+pub(crate) enum Handle {
+    /// A SysV segment.
+    Sysv(sysv::Found),
+    /// A region file (open, maybe exclusively locked).
+    File(file::Found),
+    /// A memfd record.
+    Memfd(memfd::Found),
+}
+
+/// One backend's room.
+pub(crate) trait Room: Sync {
+    /// Claims the name, creates the object, reserves the memory and maps
+    /// it. The header is not written yet.
+    fn create(&self, spec: &Spec<'_>) -> Result<Made, RegionError>;
+    /// Finds and opens the object of `place` and reads its header bytes;
+    /// `None` when there is none.
+    fn open(&self, place: &Place<'_>, holders: &Holders<'_>)
+        -> Result<Option<Opened>, RegionError>;
+    /// Maps an opened object whose header was checked; also returns the
+    /// hugetlb page size the kernel serves it with (`None`: not hugetlb).
+    fn map(&self, opened: Opened, exp: &Expect) -> Result<(Made, Option<u64>), RegionError>;
+    /// Every object that carries the name, inspected.
+    fn inspect(
+        &self,
+        place: &Place<'_>,
+        holders: &Holders<'_>,
+    ) -> Result<Vec<Inspected>, RegionError>;
+    /// Removes an inspected object nobody holds, re-checking first.
+    fn remove(&self, found: Inspected) -> Result<(), RegionError>;
+    /// Every region of this room on the host.
+    fn list(&self, holders: &Holders<'_>) -> Vec<RegionInfo>;
+    /// Where objects of `place` are looked for (for "not found").
+    fn looked(&self, place: &Place<'_>, probe: &Probe) -> String;
+}
+
+/// The room of a backend.
+pub(crate) fn room(backend: Backend) -> &'static dyn Room {
+    match backend {
+        Backend::Sysv => &sysv::SYSV,
+        Backend::Memfd => &memfd::MEMFD,
+        Backend::Hugetlbfs | Backend::Posix => &file::FILE,
+        Backend::Anon => &anon::ANON,
+    }
+}
+
+/// The rooms whose regions can be listed, in listing order.
+pub(crate) fn listable() -> [&'static dyn Room; 3] {
+    [&sysv::SYSV, &file::FILE, &memfd::MEMFD]
+}
+
+/// Removes an inspected region nobody holds, re-checking first (in its
+/// room). An object that vanished meanwhile is not an error; one that was
+/// replaced is `AlreadyExists` (without holders: the caller looks again).
+pub(crate) fn remove_unheld(found: Inspected) -> Result<(), RegionError> {
+    let info = &found.info;
+    if info.held {
+        return Err(in_use(info, info.nattch));
+    }
+    if !info.state.is_reclaimable() && info.state != crate::model::RegionState::Initializing {
+        return Err(RegionError::NotOurs {
+            object: info.object.to_string(),
+            reason: info.detail.clone().unwrap_or_default(),
+        });
+    }
+    let room: &dyn Room = match found.handle {
+        Handle::Sysv(_) => &sysv::SYSV,
+        Handle::File(_) => &file::FILE,
+        Handle::Memfd(_) => &memfd::MEMFD,
+    };
+    room.remove(found)
+}
+
+/// The inspected object is not the room's own (an internal mix-up).
+fn foreign_handle(room: &str) -> RegionError {
+    RegionError::Unsupported(format!(
+        "internal: a {room} room was handed another room's object"
+    ))
+}
+
+/// The region is held: removing it is refused, naming the holders.
+fn in_use(info: &RegionInfo, nattch: Option<u64>) -> RegionError {
+    RegionError::InUse {
+        name: info.name.clone(),
+        backend: info.backend,
+        object: info.object.to_string(),
+        pids: info.holders.clone(),
+        nattch,
+    }
+}

@@ -1,0 +1,712 @@
+//! [`RegionBuilder`]: create a region, in the numbered steps of the crate
+//! docs: look at the name (the interlock), plan from one host snapshot,
+//! check memlock, claim the name and map (the backend's room), write the
+//! header, pre-fault, verify, lock, mark ready.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use hugeshm_parse::size::format_bytes;
+use hugeshm_probe::Probe;
+
+use crate::attach::{bytes_text, size_matches, Locator};
+use crate::backend::{self, Inspected, Spec};
+use crate::error::RegionError;
+use crate::handle::{CreateGuard, Region};
+use crate::header::{self, HeaderState, HEADER_BYTES};
+use crate::memlock;
+use crate::model::{
+    Backend, Fallback, NamedObject, PageSize, Policy, PrefaultMethod, Reclaim, RegionState,
+};
+use crate::naming::validate_name;
+use crate::pool::{self, Backing, HostExtra, Plan, Request};
+use crate::prefault::{self, available_cpus, Progress};
+use crate::report::{AllocationReport, Reclaimed};
+use crate::verify::{self, Verification};
+use hugeshm_sys::PMD_SHARE_ALIGN;
+
+/// Builds a [`Region`]: size, backend, page size, policy, pre-fault
+/// threads, mlock, mode, name, progress, what to do with an orphan of the
+/// same name, page-table sharing.
+///
+/// ```no_run
+/// use hugeshm_region::{Backend, PageSize, Policy, Reclaim, RegionBuilder};
+///
+/// # fn main() -> Result<(), hugeshm_region::RegionError> {
+/// let (region, report) = RegionBuilder::new(1 << 30)
+///     .name("sga")
+///     .backend(Backend::Sysv)
+///     .page_size(PageSize::HUGE_2M)
+///     .policy(Policy::Only)
+///     .prefault_threads(2)
+///     // After a crash: attach to the old region and keep its contents.
+///     .reclaim(Reclaim::Reuse)
+///     .create()?;
+/// println!(
+///     "{} pages, {:.1} GB/s, page tables shared: {}",
+///     report.verified_page_size_bytes, report.prefault_gbps, report.aligned_for_pmd_sharing
+/// );
+/// drop(region); // unmapped; the named segment stays until `hugeshm rm sga`
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RegionBuilder {
+    size: u64,
+    backend: Backend,
+    page_size: PageSize,
+    policy: Policy,
+    prefault_threads: Option<usize>,
+    mlock: bool,
+    mode: u32,
+    name: Option<String>,
+    directory: Option<PathBuf>,
+    progress: Option<Progress>,
+    reclaim: Reclaim,
+    pmd_sharing: bool,
+    probe: Probe,
+}
+
+impl std::fmt::Debug for RegionBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegionBuilder")
+            .field("size", &self.size)
+            .field("backend", &self.backend)
+            .field("page_size", &self.page_size)
+            .field("policy", &self.policy)
+            .field("prefault_threads", &self.prefault_threads)
+            .field("mlock", &self.mlock)
+            .field("mode", &format_args!("{:04o}", self.mode))
+            .field("name", &self.name)
+            .field("directory", &self.directory)
+            .field("progress", &self.progress.is_some())
+            .field("reclaim", &self.reclaim)
+            .field("pmd_sharing", &self.pmd_sharing)
+            .field("probe", &self.probe.roots)
+            .finish()
+    }
+}
+
+/// What `create` made of a region of the same name nobody held.
+enum Resolved {
+    Reused(Box<(Region, AllocationReport)>),
+    Removed(Reclaimed),
+}
+
+impl RegionBuilder {
+    /// A request for `size_bytes` bytes (rounded up to a page multiple),
+    /// the 4 KiB [header](crate::header) included: the data are
+    /// `size − 4 KiB` ([`Region::data_len`]). Requests of at most 4 KiB
+    /// are raised to 4 KiB + 1 byte, so there is always data.
+    ///
+    /// Defaults: `anon` backend, largest page size that fits, policy `try`,
+    /// pre-fault threads = the CPUs this process may use, no mlock, mode
+    /// 0600, anonymous (no name), refuse to reclaim, page-table sharing on.
+    pub fn new(size_bytes: u64) -> Self {
+        RegionBuilder {
+            size: size_bytes,
+            backend: Backend::Anon,
+            page_size: PageSize::Largest,
+            policy: Policy::Try,
+            prefault_threads: None,
+            mlock: false,
+            mode: 0o600,
+            name: None,
+            directory: None,
+            progress: None,
+            reclaim: Reclaim::Refuse,
+            pmd_sharing: true,
+            probe: Probe::default(),
+        }
+    }
+
+    /// Reads the host through `probe` (its `/proc` and `/sys` roots): the
+    /// pools, mounts and limits the plan is made from, the processes
+    /// scanned for holders of an existing region. Default: the live host.
+    /// (What the kernel then gives this process is verified in its own
+    /// `/proc/self`, whatever the roots.)
+    pub fn probe(mut self, probe: Probe) -> Self {
+        self.probe = probe;
+        self
+    }
+
+    /// The backend.
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// The page size.
+    pub fn page_size(mut self, page_size: PageSize) -> Self {
+        self.page_size = page_size;
+        self
+    }
+
+    /// The policy.
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Pre-fault threads; `0` skips the pre-fault (hugetlb memory is still
+    /// reserved, so later faults cannot fail; base pages are then faulted
+    /// on first touch).
+    pub fn prefault_threads(mut self, threads: usize) -> Self {
+        self.prefault_threads = Some(threads);
+        self
+    }
+
+    /// `mlock` the region after the pre-fault (checked against
+    /// `RLIMIT_MEMLOCK` before anything is created).
+    pub fn mlock(mut self, mlock: bool) -> Self {
+        self.mlock = mlock;
+        self
+    }
+
+    /// Permission bits of the SysV segment, file or memfd record (default
+    /// 0600; the umask does not apply). Ignored for anon.
+    pub fn mode(mut self, mode: u32) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Names the region (see [the naming rules](crate::naming)). Without a
+    /// name the region is anonymous and vanishes with its last mapping.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The directory for file backends: for `hugetlbfs` a hugetlbfs mount
+    /// of the page size (instead of searching `/proc/mounts`), for `posix`
+    /// a tmpfs directory (instead of `/dev/shm`).
+    pub fn directory(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.directory = Some(dir.into());
+        self
+    }
+
+    /// Progress of the pre-fault: `(done_bytes, total_bytes)`, called from
+    /// the pre-fault threads (serialized, growing).
+    pub fn progress(mut self, f: impl Fn(u64, u64) + Send + Sync + 'static) -> Self {
+        self.progress = Some(Arc::new(f));
+        self
+    }
+
+    /// What to do when a region of this name exists and no live process
+    /// holds it (see [`Reclaim`] and the [interlock](crate::interlock)).
+    /// A region a live process holds is never touched: `create` fails with
+    /// [`RegionError::AlreadyExists`] naming the pids.
+    pub fn reclaim(mut self, reclaim: Reclaim) -> Self {
+        self.reclaim = reclaim;
+        self
+    }
+
+    /// Place hugetlb regions of 1 GiB or more at a 1 GiB-aligned address so
+    /// that every process attached shares the page-table pages (default
+    /// true; see [`hugeshm_sys::PMD_SHARE_ALIGN`]).
+    pub fn pmd_sharing(mut self, on: bool) -> Self {
+        self.pmd_sharing = on;
+        self
+    }
+
+    fn locator(&self) -> Option<Locator> {
+        let name = self.name.as_deref()?;
+        if !self.backend.attachable_by_name() {
+            return None;
+        }
+        let mut l = Locator::new(name, self.backend)
+            .pmd_sharing(self.pmd_sharing)
+            .probe(self.probe.clone());
+        if let Some(d) = &self.directory {
+            l = l.directory(d.clone());
+        }
+        Some(l)
+    }
+
+    fn inspect_existing(&self) -> Result<Option<Inspected>, RegionError> {
+        match self.locator() {
+            Some(l) => Ok(l.inspect_all(&l.holders())?.into_iter().next()),
+            None => Ok(None),
+        }
+    }
+
+    /// Creates, pre-faults, verifies and (optionally) locks the region.
+    ///
+    /// A named region claims its name first, atomically, so that of
+    /// several processes creating the same name exactly one succeeds; the
+    /// others get [`RegionError::AlreadyExists`] naming the winner. When
+    /// the name exists already, see [`reclaim`](RegionBuilder::reclaim).
+    ///
+    /// On error nothing is left behind: no SysV segment, file, memfd,
+    /// record, mapping or huge page reservation.
+    pub fn create(self) -> Result<(Region, AllocationReport), RegionError> {
+        let t0 = Instant::now();
+        if let Some(n) = &self.name {
+            validate_name(n)?;
+        }
+        if self.mode & !0o777 != 0 {
+            return Err(RegionError::Unsupported(format!(
+                "mode {:o}: only permission bits (0..=0777) are allowed",
+                self.mode
+            )));
+        }
+        let named = self.locator().is_some();
+        let mut reclaimed = None;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            if let Some(found) = self.inspect_existing()? {
+                match self.resolve(found, t0)? {
+                    Resolved::Reused(done) => return Ok(*done),
+                    Resolved::Removed(r) => reclaimed = Some(r),
+                }
+            }
+            match self.create_new(t0, reclaimed.clone()) {
+                // Lost a race for the name: look at what is there now.
+                Err(RegionError::AlreadyExists { state: None, .. }) if named && attempt < 4 => {
+                    continue
+                }
+                // A concurrent creator of the same name may hold the pages:
+                // the name conflict is then the real error.
+                Err(e @ RegionError::PoolShortfall { .. }) if named && attempt < 4 => {
+                    if self.inspect_existing()?.is_some() {
+                        continue;
+                    }
+                    return Err(e);
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Decides about a region of the same name (see the table in
+    /// [`interlock`](crate::interlock)).
+    fn resolve(&self, found: Inspected, t0: Instant) -> Result<Resolved, RegionError> {
+        let info = &found.info;
+        let object = info.object.to_string();
+        let name = info.name.clone();
+        match info.state {
+            RegionState::Foreign | RegionState::Damaged | RegionState::Collision => {
+                return Err(RegionError::NotOurs {
+                    object,
+                    reason: info.detail.clone().unwrap_or_default(),
+                })
+            }
+            RegionState::Newer => {
+                return Err(RegionError::NewerLayout {
+                    object,
+                    found: info.layout_version.unwrap_or(0),
+                    supported: header::LAYOUT_VERSION,
+                })
+            }
+            _ => {}
+        }
+        if info.held {
+            return Err(RegionError::AlreadyExists {
+                name,
+                backend: self.backend,
+                object,
+                holders: info.holders.clone(),
+                state: Some(info.state),
+            });
+        }
+        match (self.reclaim, info.state) {
+            (Reclaim::Refuse, state) => Err(RegionError::Orphaned {
+                name,
+                backend: self.backend,
+                object,
+                state,
+                creator_pid: info.creator_pid,
+            }),
+            (Reclaim::Reuse, RegionState::Ready) => {
+                let previous = Reclaimed {
+                    action: Reclaim::Reuse,
+                    previous_state: info.state,
+                    previous_object: object,
+                    previous_header: info.header.clone(),
+                };
+                // Release the probe's lock before attaching.
+                drop(found);
+                self.reuse(previous, t0)
+                    .map(|done| Resolved::Reused(Box::new(done)))
+            }
+            (Reclaim::Reuse, RegionState::Stale) => Err(RegionError::Stale {
+                name,
+                record: match &info.object {
+                    NamedObject::Memfd { record, .. } => record.clone(),
+                    other => other.to_string(),
+                },
+                creator_pid: info.creator_pid.unwrap_or(0),
+            }),
+            (Reclaim::Reuse, _) => Err(RegionError::Incomplete {
+                name,
+                backend: self.backend,
+                object,
+                creator_pid: info.creator_pid,
+                creator_alive: false,
+                header_written: info.header.is_some(),
+            }),
+            (Reclaim::Recreate, state) => {
+                let previous = Reclaimed {
+                    action: Reclaim::Recreate,
+                    previous_state: state,
+                    previous_object: object,
+                    previous_header: info.header.clone(),
+                };
+                backend::remove_unheld(found)?;
+                Ok(Resolved::Removed(previous))
+            }
+        }
+    }
+
+    /// Attaches an orphan whose header is `ready`, keeping its contents,
+    /// if it is the region asked for.
+    fn reuse(
+        &self,
+        previous: Reclaimed,
+        t0: Instant,
+    ) -> Result<(Region, AllocationReport), RegionError> {
+        let loc = self.locator().expect("reuse is for named regions");
+        let mut region = loc.attach()?;
+        let h = region.header.clone();
+        let object = region.object_text();
+        if !size_matches(self.size, &h) {
+            return Err(RegionError::HeaderMismatch {
+                object,
+                field: "size".to_owned(),
+                expected: bytes_text(self.size),
+                found: bytes_text(h.size_bytes),
+            });
+        }
+        let base = hugeshm_sys::base_page_size() as u64;
+        let page_ok = match self.page_size.bytes() {
+            None => true,
+            Some(want) => {
+                let want = if self.policy == Policy::Off {
+                    base
+                } else {
+                    want
+                };
+                h.page_size_bytes == want
+                    || (self.policy == Policy::Try && h.page_size_bytes == base)
+            }
+        };
+        if !page_ok {
+            return Err(RegionError::HeaderMismatch {
+                object,
+                field: "page size".to_owned(),
+                expected: bytes_text(self.page_size.bytes().unwrap_or(0)),
+                found: bytes_text(h.page_size_bytes),
+            });
+        }
+        if self.mlock {
+            memlock::check_memlock(h.size_bytes)?;
+        }
+        let setup_seconds = t0.elapsed().as_secs_f64();
+        let threads = self.prefault_threads.unwrap_or_else(available_cpus);
+        let method = if threads == 0 {
+            PrefaultMethod::None
+        } else {
+            prefault::method_for_kernel()
+        };
+        // Maps the existing pages into this process; the pre-fault keeps
+        // contents even while other processes write.
+        let outcome = prefault::prefault(
+            region.mapping(),
+            h.page_size_bytes as usize,
+            threads,
+            method,
+            self.progress.as_ref(),
+        )?;
+        let v = region.verify_with(verify::pmd_size(&self.probe))?;
+        if self.mlock {
+            region.mlock()?;
+        }
+        let fell_back =
+            self.page_size.bytes().is_some_and(|b| b > base) && h.page_size_bytes == base;
+        region.set_name(loc.name());
+        let report = self.report(
+            &region,
+            &v,
+            ReportParts {
+                page_size_bytes: h.page_size_bytes,
+                fallback: fell_back.then(|| Fallback {
+                    reason: "reused an existing region that is on base pages".to_owned(),
+                    shortfall: None,
+                }),
+                warnings: vec![format!(
+                    "reused the existing region: created by pid {} {} ago, contents kept",
+                    h.creator_pid,
+                    age_text(h.created())
+                )],
+                threads: outcome.threads,
+                method: outcome.method,
+                setup_seconds,
+                prefault_seconds: outcome.seconds,
+                reclaimed: Some(previous),
+            },
+        );
+        Ok((region, report))
+    }
+
+    /// Creates a region that does not exist yet.
+    fn create_new(
+        &self,
+        t0: Instant,
+        reclaimed: Option<Reclaimed>,
+    ) -> Result<(Region, AllocationReport), RegionError> {
+        let base = hugeshm_sys::base_page_size() as u64;
+        let host = self.probe.host();
+        let extra = HostExtra {
+            base,
+            pmd_size: verify::pmd_size(&self.probe),
+        };
+        let directory = match &self.directory {
+            Some(d) => Some((d.clone(), backend::file::dir_hugetlbfs_page_size(d)?)),
+            None => None,
+        };
+        // The header takes the first 4 KiB: leave at least one byte of data.
+        let requested = if self.size == 0 {
+            0
+        } else {
+            self.size.max(HEADER_BYTES + 1)
+        };
+        let req = Request {
+            backend: self.backend,
+            page_size: self.page_size,
+            policy: self.policy,
+            requested_bytes: requested,
+            directory,
+        };
+        let mut plan = pool::plan(&req, &host, &extra)?;
+        if usize::try_from(plan.size_bytes).is_err() {
+            return Err(RegionError::InvalidSize {
+                requested_bytes: self.size,
+                reason: "does not fit in this process's address space".to_owned(),
+                fix: None,
+            });
+        }
+        if self.mlock {
+            memlock::check_memlock(plan.size_bytes)?;
+        }
+        let threads = self.prefault_threads.unwrap_or_else(available_cpus);
+        let method = if threads == 0 {
+            PrefaultMethod::None
+        } else {
+            prefault::method_for_kernel()
+        };
+        let generation = header::new_generation();
+
+        let region = match self.materialize(&plan, method, &host, generation) {
+            Ok(r) => r,
+            Err(e @ RegionError::PoolShortfall { .. })
+                if self.policy == Policy::Try && plan.is_huge() =>
+            {
+                plan = pool::fallback_plan(&req, &extra, &e)?;
+                self.materialize(&plan, method, &host, generation)?
+            }
+            Err(e) => return Err(e),
+        };
+        let mut guard = CreateGuard::new(region);
+        // State `initializing` before the pre-fault: a crash from here on
+        // leaves a region that says so.
+        guard.region_mut().write_header()?;
+        let setup_seconds = t0.elapsed().as_secs_f64();
+
+        let r = guard.region();
+        // Other processes cannot attach it before it is ready.
+        let outcome = prefault::prefault(
+            r.mapping(),
+            plan.page_size as usize,
+            threads,
+            method,
+            self.progress.as_ref(),
+        )?;
+
+        let mut warnings = plan.warnings.clone();
+        let mut fallback = plan.fallback.clone();
+        let v = r.verify_with(extra.pmd_size)?;
+        // Transparent huge pages show only once faulted: without a
+        // pre-fault there is nothing to verify yet.
+        let unverifiable =
+            outcome.method == PrefaultMethod::None && matches!(plan.backing, Backing::Thp(_));
+        if unverifiable {
+            warnings.push(
+                "not pre-faulted: transparent huge page use shows only after first touch"
+                    .to_owned(),
+            );
+        } else if v.page_size_bytes < plan.page_size {
+            let err = RegionError::Verification {
+                asked_page_size_bytes: plan.page_size,
+                verified_page_size_bytes: v.page_size_bytes,
+                resident_bytes: v.resident_bytes,
+                size_bytes: plan.size_bytes,
+                detail: if v.thp_bytes > 0 {
+                    format!(
+                        "only {} of {} bytes are on transparent huge pages",
+                        v.thp_bytes, plan.size_bytes
+                    )
+                } else {
+                    String::new()
+                },
+            };
+            if self.policy == Policy::Only {
+                return Err(err);
+            }
+            fallback = Some(Fallback {
+                reason: err.to_string(),
+                shortfall: fallback.and_then(|f| f.shortfall),
+            });
+        } else if v.page_size_bytes > plan.page_size {
+            warnings.push(format!(
+                "asked for {} pages, the kernel used {} (transparent huge pages)",
+                format_bytes(plan.page_size),
+                format_bytes(v.page_size_bytes)
+            ));
+        }
+        if outcome.method != PrefaultMethod::None && v.resident_bytes < plan.size_bytes {
+            warnings.push(format!(
+                "only {} of {} bytes resident after the pre-fault",
+                v.resident_bytes, plan.size_bytes
+            ));
+        }
+        if plan.backing == Backing::Hugetlb
+            && plan.size_bytes >= PMD_SHARE_ALIGN as u64
+            && plan.page_size < PMD_SHARE_ALIGN as u64
+            && !r.aligned_for_pmd_sharing()
+        {
+            warnings.push(
+                "not at a 1 GiB-aligned address: every attached process builds its own page \
+                 tables for the region"
+                    .to_owned(),
+            );
+        }
+
+        if self.mlock {
+            r.mlock()?;
+        }
+        // Verified (and locked): ready, in one aligned atomic store.
+        guard.region_mut().set_state(HeaderState::Ready)?;
+        let region = guard.disarm();
+        let report = self.report(
+            &region,
+            &v,
+            ReportParts {
+                page_size_bytes: plan.page_size,
+                fallback,
+                warnings,
+                threads: outcome.threads,
+                method: outcome.method,
+                setup_seconds,
+                prefault_seconds: outcome.seconds,
+                reclaimed,
+            },
+        );
+        Ok((region, report))
+    }
+
+    fn report(&self, region: &Region, v: &Verification, p: ReportParts) -> AllocationReport {
+        AllocationReport {
+            name: self.name.clone(),
+            backend: self.backend,
+            requested_bytes: self.size,
+            size_bytes: region.len() as u64,
+            rounded_up: region.len() as u64 > self.size,
+            requested_page_size: self.page_size,
+            page_size_bytes: p.page_size_bytes,
+            policy: self.policy,
+            fallback: p.fallback,
+            warnings: p.warnings,
+            prefault_threads: p.threads,
+            prefault_method: p.method,
+            setup_seconds: p.setup_seconds,
+            prefault_seconds: p.prefault_seconds,
+            prefault_gbps: prefault::gbps(region.len() as u64, p.prefault_seconds),
+            ready_seconds: p.setup_seconds + p.prefault_seconds,
+            verified_page_size_bytes: v.page_size_bytes,
+            resident_bytes: v.resident_bytes,
+            thp_bytes: v.thp_bytes,
+            mlocked: self.mlock,
+            shmid: region.shmid(),
+            sysv_key: region.sysv_key(),
+            path: region.path().map(|p| p.display().to_string()),
+            pid: std::process::id(),
+            address: region.addr() as u64,
+            header: Some(region.header.clone()),
+            data_offset: region.data_offset() as u64,
+            data_bytes: region.data_len() as u64,
+            aligned_for_pmd_sharing: region.aligned_for_pmd_sharing(),
+            pmd_shareable_bytes: region.pmd_shareable_bytes(),
+            reclaimed: p.reclaimed,
+            memfd_record: region.memfd_record().map(|p| p.display().to_string()),
+        }
+    }
+
+    /// The 1 GiB alignment for page-table sharing, when it applies.
+    fn align_for(&self, plan: &Plan) -> Option<usize> {
+        let huge = plan.backing == Backing::Hugetlb;
+        (self.pmd_sharing
+            && huge
+            && plan.page_size < PMD_SHARE_ALIGN as u64
+            && plan.size_bytes >= PMD_SHARE_ALIGN as u64)
+            .then_some(PMD_SHARE_ALIGN)
+    }
+
+    /// Creates and maps the object for `plan` in its backend's room,
+    /// claiming the name first (before any memory is reserved). Its header
+    /// is not written yet.
+    fn materialize(
+        &self,
+        plan: &Plan,
+        method: PrefaultMethod,
+        host: &hugeshm_probe::HostSnapshot,
+        generation: u64,
+    ) -> Result<Region, RegionError> {
+        let huge = plan.backing == Backing::Hugetlb;
+        let mut hdr = header::new_header(
+            self.name.as_deref(),
+            self.backend,
+            plan.size_bytes,
+            self.size,
+            plan.page_size,
+            generation,
+        );
+        hdr.hugetlb = huge;
+        hdr.thp = matches!(plan.backing, Backing::Thp(_));
+        let spec = Spec {
+            name: self.name.as_deref(),
+            backend: self.backend,
+            plan,
+            mode: self.mode,
+            align: self.align_for(plan),
+            method,
+            header: &hdr,
+            host,
+            probe: &self.probe,
+        };
+        let made = backend::room(self.backend).create(&spec)?;
+        Ok(Region::created(made, hdr, self.backend))
+    }
+}
+/// The parts of an [`AllocationReport`] that differ between a new and a
+/// reused region.
+struct ReportParts {
+    page_size_bytes: u64,
+    fallback: Option<Fallback>,
+    warnings: Vec<String>,
+    threads: usize,
+    method: PrefaultMethod,
+    setup_seconds: f64,
+    prefault_seconds: f64,
+    reclaimed: Option<Reclaimed>,
+}
+
+fn age_text(t: std::time::SystemTime) -> String {
+    let s = t.elapsed().map(|d| d.as_secs()).unwrap_or(0);
+    match s {
+        0..=119 => format!("{s} s"),
+        120..=7199 => format!("{} min", s / 60),
+        _ => format!("{} h", s / 3600),
+    }
+}

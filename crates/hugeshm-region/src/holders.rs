@@ -1,0 +1,92 @@
+//! Who maps what: every process's shared-memory mappings from one pass over
+//! `/proc/*/maps` of the probe's `/proc` root, made on first use.
+
+use std::cell::OnceCell;
+use std::collections::HashMap;
+
+use hugeshm_probe::Probe;
+
+/// Pids by SysV shmid and by file (device, inode), scanned when first
+/// asked (processes whose maps cannot be read are skipped).
+#[derive(Debug)]
+pub(crate) struct Holders<'p> {
+    probe: &'p Probe,
+    cell: OnceCell<Scanned>,
+}
+
+#[derive(Debug, Default)]
+struct Scanned {
+    shm: HashMap<u64, Vec<u32>>,
+    files: HashMap<(u32, u32, u64), Vec<u32>>,
+}
+
+impl Scanned {
+    fn scan(probe: &Probe) -> Scanned {
+        let mut h = Scanned::default();
+        let Ok(list) = probe.processes() else {
+            return h;
+        };
+        for pid in list.pids {
+            let Ok(maps) = probe.pid(pid).maps() else {
+                continue;
+            };
+            for e in maps {
+                if e.inode == 0 {
+                    continue;
+                }
+                let list = if e
+                    .pathname
+                    .as_deref()
+                    .is_some_and(|p| p.starts_with("/SYSV"))
+                {
+                    h.shm.entry(e.inode).or_default()
+                } else {
+                    h.files
+                        .entry((e.dev_major, e.dev_minor, e.inode))
+                        .or_default()
+                };
+                if list.last() != Some(&pid) {
+                    list.push(pid);
+                }
+            }
+        }
+        h
+    }
+}
+
+impl<'p> Holders<'p> {
+    /// Scans the probe's `/proc` when first asked.
+    pub(crate) fn lazy(probe: &'p Probe) -> Holders<'p> {
+        Holders {
+            probe,
+            cell: OnceCell::new(),
+        }
+    }
+
+    /// The probe the scan reads.
+    pub(crate) fn probe(&self) -> &'p Probe {
+        self.probe
+    }
+
+    fn get(&self) -> &Scanned {
+        self.cell.get_or_init(|| Scanned::scan(self.probe))
+    }
+
+    /// Pids that map SysV segment `shmid`.
+    pub(crate) fn shm(&self, shmid: i32) -> Vec<u32> {
+        self.get()
+            .shm
+            .get(&(shmid as u64))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Pids that map the file `dev`/`ino`.
+    pub(crate) fn file(&self, dev: (u32, u32), ino: u64) -> Vec<u32> {
+        self.get()
+            .files
+            .get(&(dev.0, dev.1, ino))
+            .cloned()
+            .unwrap_or_default()
+    }
+}
