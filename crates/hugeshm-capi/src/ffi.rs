@@ -8,7 +8,6 @@
 //! in an `unsafe` block whose `// SAFETY:` line points at the entry point's
 //! `# Safety` contract, which is what the C caller promised.
 
-use std::any::Any;
 use std::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
@@ -135,21 +134,11 @@ pub(crate) fn no_panic<T>(fallback: T, body: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
 }
 
-/// The text of a panic payload.
-pub(crate) fn panic_text(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(no message)".to_owned()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::{hugeshm_error_code, hugeshm_error_free, HUGESHM_ERROR_INTERNAL};
+    use crate::error::HUGESHM_ERROR_INTERNAL;
+    use crate::error_api::{hugeshm_error_code, hugeshm_error_free};
 
     #[test]
     fn a_panic_becomes_an_internal_error() {

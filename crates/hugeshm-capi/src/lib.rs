@@ -78,6 +78,7 @@
 #![allow(non_camel_case_types)]
 
 mod error;
+mod error_api;
 mod ffi;
 mod options;
 mod region;
@@ -85,6 +86,7 @@ mod report;
 mod types;
 
 pub use error::*;
+pub use error_api::*;
 pub use options::*;
 pub use region::*;
 pub use report::*;

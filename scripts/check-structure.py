@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Structure checks anyone can run from the project root (CI runs them):
+
+1. No import circle between the modules (files) of any crate under crates/:
+   edges are `crate::a::b` paths (in code and doc links) and `super::`
+   paths to a sibling, by file; a child naming its parent is not an edge
+   (the parent declares it). Test modules (`#[cfg(test)] mod tests`) are
+   ignored.
+2. Library crates write nothing to stdout or stderr: no println!, eprintln!,
+   print!, eprint! or dbg! outside tests and binaries. (hugeshm-cli is the
+   binary; hugeshm-testkit is the test harness, whose job is to print SKIP
+   lines and diagnostics.)
+3. No `pub unsafe fn` with a Rust ABI anywhere: unsafe stays behind safe
+   APIs (the C ABI's `pub unsafe extern "C" fn` are C's contract).
+
+Exit 1 with one line per problem; prints "structure: ok" otherwise.
+"""
+import os
+import re
+import sys
+
+NOT_LIBRARIES = {"hugeshm-cli", "hugeshm-testkit"}
+PRINTS = re.compile(r"\b(println|eprintln|print|eprint|dbg)!\s*\(")
+TESTS = re.compile(r"#\[cfg\(test\)\]\s*mod tests\s*\{.*", re.S)
+
+
+def modules(src):
+    mods = {}
+    for root, _, files in os.walk(src):
+        for f in files:
+            if not f.endswith(".rs"):
+                continue
+            path = os.path.join(root, f)
+            rel = os.path.relpath(path, src)[:-3]
+            parts = rel.split(os.sep)
+            if parts[0] == "bin":
+                continue
+            if parts[-1] in ("mod", "lib", "main"):
+                parts = parts[:-1]
+            with open(path, errors="replace") as fh:
+                mods["::".join(parts)] = (path, TESTS.sub("", fh.read()))
+    return mods
+
+
+def circles(crate, mods):
+    names = set(mods)
+    edges = {m: set() for m in mods}
+    for m, (_, text) in mods.items():
+        paths = re.findall(r"crate::((?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*)", text)
+        parent = m.rsplit("::", 1)[0] if "::" in m else ""
+        for p in re.findall(r"\bsuper::((?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*)", text):
+            paths.append(f"{parent}::{p}" if parent else p)
+        for path in paths:
+            segs = path.split("::")
+            for k in range(len(segs), 0, -1):
+                cand = "::".join(segs[:k])
+                if cand in names:
+                    if cand != m and not m.startswith(cand + "::"):
+                        edges[m].add(cand)
+                    break
+    index, low, stack, on, found = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in mods:
+        if v not in index:
+            visit(v)
+    return [f"{crate}: import circle of {len(c)} modules: {', '.join(c)}" for c in found]
+
+
+def main():
+    problems = []
+    crates = sorted(d for d in os.listdir("crates") if os.path.isdir(os.path.join("crates", d, "src")))
+    for crate in crates:
+        mods = modules(os.path.join("crates", crate, "src"))
+        problems += circles(crate, mods)
+        for _, (path, text) in sorted(mods.items()):
+            for n, line in enumerate(text.splitlines(), 1):
+                code = line.split("//", 1)[0]
+                if crate not in NOT_LIBRARIES and PRINTS.search(code):
+                    problems.append(f"{path}:{n}: a library crate writes to stdout/stderr: {line.strip()}")
+                if re.search(r"\bpub\s+unsafe\s+fn\b", code):
+                    problems.append(f"{path}:{n}: public unsafe fn: {line.strip()}")
+    for p in problems:
+        print(p)
+    if problems:
+        return 1
+    print(f"structure: ok ({len(crates)} crates: no module circle, no prints in libraries, no public unsafe fn)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
