@@ -10,6 +10,7 @@
 
 use crate::finding::plural;
 use crate::segments::SegmentsReport;
+use hugeshm_fix::pool_command;
 use hugeshm_parse::size::{format_bytes, page_size_short, BASE_PAGE, GIB, MIB};
 use hugeshm_probe::HostSnapshot;
 use serde::{Deserialize, Serialize};
@@ -436,23 +437,8 @@ pub fn plan(
     }
 }
 
-fn sysfs_nr(size: u64, node: Option<u32>) -> String {
-    match node {
-        None => format!(
-            "/sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages",
-            size / 1024
-        ),
-        Some(n) => format!(
-            "/sys/devices/system/node/node{n}/hugepages/hugepages-{}kB/nr_hugepages",
-            size / 1024
-        ),
-    }
-}
-
 /// The sysfs file that holds the pool of one size, host-wide or on a node.
-pub fn nr_hugepages_path(size: u64, node: Option<u32>) -> String {
-    sysfs_nr(size, node)
-}
+pub use hugeshm_fix::nr_hugepages_path;
 
 fn config_for(
     pools: &[PlanPool],
@@ -471,12 +457,15 @@ fn config_for(
         let is_default = Some(size) == default;
         match host_row {
             Some(r) => {
+                runtime.push(pool_command(size, r.pages, is_default, None));
                 if is_default {
-                    runtime.push(format!("sysctl -w vm.nr_hugepages={}", r.pages));
                     sysctl.push(format!("vm.nr_hugepages = {}", r.pages));
                 } else {
-                    runtime.push(format!("echo {} > {}", r.pages, sysfs_nr(size, None)));
-                    tmpfiles.push(format!("w {} - - - - {}", sysfs_nr(size, None), r.pages));
+                    tmpfiles.push(format!(
+                        "w {} - - - - {}",
+                        nr_hugepages_path(size, None),
+                        r.pages
+                    ));
                 }
                 if size >= GIB {
                     cmdline.push(format!(
@@ -490,8 +479,12 @@ fn config_for(
                 let mut split = Vec::new();
                 for r in &rows {
                     let n = r.node.unwrap_or(0);
-                    runtime.push(format!("echo {} > {}", r.pages, sysfs_nr(size, r.node)));
-                    tmpfiles.push(format!("w {} - - - - {}", sysfs_nr(size, r.node), r.pages));
+                    runtime.push(pool_command(size, r.pages, is_default, r.node));
+                    tmpfiles.push(format!(
+                        "w {} - - - - {}",
+                        nr_hugepages_path(size, r.node),
+                        r.pages
+                    ));
                     split.push(format!("{n}:{}", r.pages));
                 }
                 if size >= GIB {

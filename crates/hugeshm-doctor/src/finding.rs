@@ -63,14 +63,7 @@ pub fn any_actionable(findings: &[Finding]) -> bool {
 
 /// The command that sets the pool of one page size to `pages` at runtime.
 pub fn pool_fix(page_size: u64, default_size: Option<u64>, pages: u64) -> String {
-    if Some(page_size) == default_size {
-        format!("sysctl -w vm.nr_hugepages={pages}")
-    } else {
-        format!(
-            "echo {pages} > /sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages",
-            page_size / 1024
-        )
-    }
+    hugeshm_fix::pool_command(page_size, pages, default_size == Some(page_size), None)
 }
 
 /// `1 process`, `2 processes`.

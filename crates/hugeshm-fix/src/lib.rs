@@ -177,13 +177,24 @@ pub fn pool_command(
     default_size: bool,
     node: Option<u32>,
 ) -> String {
+    match node {
+        None if default_size => format!("sysctl -w vm.nr_hugepages={pages}"),
+        _ => format!(
+            "echo {pages} > {}",
+            nr_hugepages_path(page_size_bytes, node)
+        ),
+    }
+}
+
+/// The sysfs file that holds the pool of one page size, host-wide or on a
+/// NUMA node.
+pub fn nr_hugepages_path(page_size_bytes: u64, node: Option<u32>) -> String {
     let kb = page_size_bytes / 1024;
     match node {
-        Some(n) => format!(
-            "echo {pages} > /sys/devices/system/node/node{n}/hugepages/hugepages-{kb}kB/nr_hugepages"
-        ),
-        None if default_size => format!("sysctl -w vm.nr_hugepages={pages}"),
-        None => format!("echo {pages} > /sys/kernel/mm/hugepages/hugepages-{kb}kB/nr_hugepages"),
+        Some(n) => {
+            format!("/sys/devices/system/node/node{n}/hugepages/hugepages-{kb}kB/nr_hugepages")
+        }
+        None => format!("/sys/kernel/mm/hugepages/hugepages-{kb}kB/nr_hugepages"),
     }
 }
 
