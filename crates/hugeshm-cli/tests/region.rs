@@ -334,3 +334,48 @@ fn attach_and_ls_show_orphans() {
     assert!(diff.is_empty(), "left behind: {diff:#?}");
     pool.restore().expect("restore");
 }
+
+/// `create` decides from the host that `HUGESHM_PROC_ROOT` / `HUGESHM_SYS_ROOT`
+/// name: the region crate's fixture tree has a 2 MiB pool with 10 pages
+/// available, whatever this host's pool holds. Nothing is created (`only`
+/// fails before the system call), so no root is needed.
+#[test]
+fn create_plans_from_the_fixture_roots() {
+    let tree = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../hugeshm-region/tests/fixtures/short-2m-pool");
+    let before = std::fs::read_to_string("/proc/sysvipc/shm").unwrap();
+    let out = cmd(&[
+        "create",
+        &name("fixture"),
+        "--size",
+        "64M",
+        "--backend",
+        "sysv",
+        "--page-size",
+        "2m",
+        "--policy",
+        "only",
+    ])
+    .env(hugeshm_probe::PROC_ROOT_ENV, tree.join("proc"))
+    .env(hugeshm_probe::SYS_ROOT_ENV, tree.join("sys"))
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("2 MiB pages: required 32, available 10 (free 12, reserved 2)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("to fix: sysctl -w vm.nr_hugepages=122"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string("/proc/sysvipc/shm")
+            .unwrap()
+            .lines()
+            .count(),
+        before.lines().count(),
+        "no segment made"
+    );
+}

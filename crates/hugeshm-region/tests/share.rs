@@ -307,3 +307,59 @@ fn forked_child_shares_anon_region() {
     assert_no_leak(&before, "anon fork");
     pool.restore().unwrap();
 }
+
+/// A forked child that drops its inherited copy of a named memfd region
+/// leaves the parent's shared lock and the record alone: a third process
+/// still attaches by name at once (before, the child's exclusive probe on
+/// the shared open file description turned the parent's lock exclusive,
+/// and attachers timed out).
+#[test]
+fn forked_child_drops_named_memfd_and_others_still_attach() {
+    let Some(pool) = pool_guard("forked_child_drops_named_memfd_and_others_still_attach") else {
+        return;
+    };
+    let before = HostState::capture().unwrap();
+    let name = unique("fork-drop");
+    let (mut region, _) = RegionBuilder::new(4 << 20)
+        .name(&name)
+        .backend(Backend::Memfd)
+        .page_size(PageSize::Base)
+        .policy(Policy::Only)
+        .create()
+        .unwrap();
+    write_parent(&mut region);
+    // SAFETY: glibc makes malloc usable after fork; the child drops the
+    // region (unmap, close, the last-holder check) and leaves with _exit,
+    // printing nothing.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        drop(region);
+        // SAFETY: leaving the forked child without running the parent's
+        // destructors or atexit handlers.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child; status is a valid out pointer.
+    let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(rc, pid);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    let info = Locator::new(&name, Backend::Memfd).inspect().unwrap();
+    assert!(info.held, "the parent still holds it: {info:?}");
+    let t0 = std::time::Instant::now();
+    let child = spawn_child(&format!("name:memfd:{name}"));
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(4),
+        "attach waited {:?} for a lock",
+        t0.elapsed()
+    );
+    check_child_wrote(&region);
+    child.finish();
+    region.destroy().unwrap();
+    assert!(matches!(
+        Locator::new(&name, Backend::Memfd).inspect(),
+        Err(RegionError::NotFound { .. })
+    ));
+    assert_no_leak(&before, "memfd fork drop");
+    pool.restore().unwrap();
+}
