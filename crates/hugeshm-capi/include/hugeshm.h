@@ -111,6 +111,10 @@
 // backend) or the kernel object.
 #define HUGESHM_ERROR_HEADER_MISMATCH 22
 
+// The region belongs to another user, or group/others may write it
+// beyond the mode asked for: hugeshm never uses or removes it.
+#define HUGESHM_ERROR_UNTRUSTED 23
+
 // An error this version of the C API has no code for yet (the message
 // says what it is).
 #define HUGESHM_ERROR_OTHER 98
@@ -522,6 +526,16 @@ int hugeshm_options_set_reclaim(hugeshm_options *options, hugeshm_reclaim reclai
 //
 // `options` is NULL or live options not used by another thread meanwhile.
 int hugeshm_options_set_pmd_sharing(hugeshm_options *options, bool on);
+
+// With `hugeshm_options_set_reclaim`: accept an existing region owned by
+// `uid` (default: the effective uid). A region another user owns, or one
+// that group or others may write beyond the mode set with
+// `hugeshm_options_set_mode`, is refused (`HUGESHM_ERROR_UNTRUSTED`).
+//
+// # Safety
+//
+// `options` is NULL or live options not used by another thread meanwhile.
+int hugeshm_options_set_owner(hugeshm_options *options, uint32_t uid);
 
 // Creates, pre-faults, verifies (and, if asked, mlocks) a region as the
 // options say, and stores its handle in `*out`.

@@ -33,6 +33,7 @@ pub struct hugeshm_options {
     directory: Option<PathBuf>,
     reclaim: Reclaim,
     pmd_sharing: bool,
+    owner: Option<u32>,
 }
 
 impl hugeshm_options {
@@ -55,6 +56,9 @@ impl hugeshm_options {
         if let Some(d) = &self.directory {
             b = b.directory(d.clone());
         }
+        if let Some(uid) = self.owner {
+            b = b.owner(uid);
+        }
         b
     }
 }
@@ -73,6 +77,7 @@ impl Default for hugeshm_options {
             directory: None,
             reclaim: Reclaim::Refuse,
             pmd_sharing: true,
+            owner: None,
         }
     }
 }
@@ -349,6 +354,27 @@ pub unsafe extern "C" fn hugeshm_options_set_pmd_sharing(
 ) -> c_int {
     let apply = |o: &mut hugeshm_options| {
         o.pmd_sharing = on;
+        Ok(())
+    };
+    // SAFETY: `options` is NULL or live and unshared (contract).
+    unsafe { set(options, apply) }
+}
+
+/// With `hugeshm_options_set_reclaim`: accept an existing region owned by
+/// `uid` (default: the effective uid). A region another user owns, or one
+/// that group or others may write beyond the mode set with
+/// `hugeshm_options_set_mode`, is refused (`HUGESHM_ERROR_UNTRUSTED`).
+///
+/// # Safety
+///
+/// `options` is NULL or live options not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn hugeshm_options_set_owner(
+    options: *mut hugeshm_options,
+    uid: u32,
+) -> c_int {
+    let apply = |o: &mut hugeshm_options| {
+        o.owner = Some(uid);
         Ok(())
     };
     // SAFETY: `options` is NULL or live and unshared (contract).

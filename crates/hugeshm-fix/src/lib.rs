@@ -150,6 +150,19 @@ pub enum Fix {
         /// The backend word.
         backend: String,
     },
+    /// The object belongs to another user, or is writable by more users
+    /// than asked for: accept it explicitly only if that owner and mode are
+    /// trusted, else have its owner remove it.
+    TrustOwner {
+        /// The region name.
+        name: String,
+        /// The backend word.
+        backend: String,
+        /// The owner's uid.
+        uid: u32,
+        /// The object's mode.
+        mode: u32,
+    },
     /// The region is still being created: retry once it is ready.
     WaitUntilReady,
     /// The region was made by a newer hugeshm: use that one.
@@ -318,6 +331,26 @@ impl Fix {
                 }
             }
             Fix::Remove { name, backend } => remove_text(who, name, backend),
+            Fix::TrustOwner {
+                name,
+                backend,
+                uid,
+                mode,
+            } => {
+                let accept = match who {
+                    Renderer::Cli => format!("add --owner {uid} --mode {mode:04o}"),
+                    Renderer::C => format!(
+                        "hugeshm_options_set_owner(opts, {uid}) and \
+                         hugeshm_options_set_mode(opts, 0{mode:o})"
+                    ),
+                    Renderer::Rust => format!(".owner({uid}).mode(0o{mode:o})"),
+                };
+                format!(
+                    "only if uid {uid} and mode {mode:04o} are to be trusted: {accept}; \
+                     otherwise have uid {uid} remove it ({})",
+                    remove_text(who, name, backend)
+                )
+            }
             Fix::WaitUntilReady => "retry once it is ready".to_owned(),
             Fix::NewerHugeshm => "use the hugeshm that created it".to_owned(),
         }

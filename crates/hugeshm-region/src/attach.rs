@@ -19,7 +19,7 @@ use crate::handle::Region;
 use crate::header::{self, Decoded, HeaderState, RegionHeader, HEADER_BYTES};
 use crate::holders::Holders;
 use crate::inspect::RegionInfo;
-use crate::model::{Backend, Expect, NamedObject, RegionState};
+use crate::model::{Backend, Expect, NamedObject, RegionState, Trust};
 use crate::naming::{sysv_key, validate_name};
 use crate::report::AttachReport;
 
@@ -52,6 +52,8 @@ pub struct Locator {
     expect_page_size: Option<u64>,
     pmd_sharing: bool,
     probe: Probe,
+    owner: Option<u32>,
+    mode: u32,
 }
 
 impl Locator {
@@ -65,6 +67,47 @@ impl Locator {
             expect_page_size: None,
             pmd_sharing: true,
             probe: Probe::default(),
+            owner: None,
+            mode: 0o600,
+        }
+    }
+
+    /// Accept a region owned by `uid` (default: this process's effective
+    /// uid). Attach, inspect and remove refuse an object another user
+    /// owns ([`RegionError::Untrusted`]): its header proves nothing.
+    pub fn owner(mut self, uid: u32) -> Self {
+        self.owner = Some(uid);
+        self
+    }
+
+    /// Accept write access for group or others as far as `mode` grants it
+    /// (default 0600: an object that group or others may write is
+    /// refused, [`RegionError::Untrusted`]).
+    pub fn mode(mut self, mode: u32) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    fn trust(&self) -> Trust {
+        Trust {
+            uid: self
+                .owner
+                .unwrap_or_else(|| rustix::process::geteuid().as_raw()),
+            mode: self.mode,
+        }
+    }
+
+    /// Refuses what this locator does not trust.
+    pub(crate) fn check_trust(&self, info: &RegionInfo) -> Result<(), RegionError> {
+        match info.owner {
+            Some(owner) => RegionError::check_trust(
+                &self.trust(),
+                owner,
+                &info.object.to_string(),
+                &self.name,
+                self.backend,
+            ),
+            None => Ok(()),
         }
     }
 
@@ -121,6 +164,7 @@ impl Locator {
             size: self.expect_size,
             page_size: self.expect_page_size,
             pmd_sharing: self.pmd_sharing,
+            trust: self.trust(),
         }
     }
 
@@ -130,6 +174,7 @@ impl Locator {
             backend: self.backend,
             directory: self.directory.as_deref(),
             pmd_sharing: self.pmd_sharing,
+            trust: self.trust(),
         }
     }
 
@@ -155,12 +200,17 @@ impl Locator {
 
     /// The region as found (state, header, holders) without attaching it
     /// read-write; [`RegionError::NotFound`] if there is none.
+    /// Refuses ([`RegionError::Untrusted`]) an object this locator does
+    /// not trust ([`owner`](Locator::owner), [`mode`](Locator::mode)).
     pub fn inspect(&self) -> Result<RegionInfo, RegionError> {
-        self.inspect_all(&self.holders())?
+        let info = self
+            .inspect_all(&self.holders())?
             .into_iter()
             .next()
             .map(|i| i.info)
-            .ok_or_else(|| self.not_found())
+            .ok_or_else(|| self.not_found())?;
+        self.check_trust(&info)?;
+        Ok(info)
     }
 
     /// The objects holding the region.
@@ -282,6 +332,7 @@ impl Locator {
         }
         for i in &found {
             let info = &i.info;
+            self.check_trust(info)?;
             match info.state {
                 RegionState::Foreign | RegionState::Damaged | RegionState::Collision => {
                     return Err(RegionError::NotOurs {
@@ -356,6 +407,13 @@ pub(crate) fn finish(
     backend: Backend,
     exp: &Expect,
 ) -> Result<Region, RegionError> {
+    RegionError::check_trust(
+        &exp.trust,
+        opened.owner,
+        &opened.object_text,
+        exp.name.as_deref().unwrap_or_default(),
+        exp.backend.unwrap_or(backend),
+    )?;
     let h = check_header(&opened, exp, backend)?;
     let object = opened.object_text.clone();
     let (made, hugetlb_page) = backend::room(backend).map(opened, exp)?;

@@ -66,6 +66,7 @@ pub struct RegionBuilder {
     reclaim: Reclaim,
     pmd_sharing: bool,
     probe: Probe,
+    owner: Option<u32>,
 }
 
 impl std::fmt::Debug for RegionBuilder {
@@ -84,6 +85,7 @@ impl std::fmt::Debug for RegionBuilder {
             .field("reclaim", &self.reclaim)
             .field("pmd_sharing", &self.pmd_sharing)
             .field("probe", &self.probe.roots)
+            .field("owner", &self.owner)
             .finish()
     }
 }
@@ -118,7 +120,18 @@ impl RegionBuilder {
             reclaim: Reclaim::Refuse,
             pmd_sharing: true,
             probe: Probe::default(),
+            owner: None,
         }
+    }
+
+    /// When a region of this name exists: accept (reuse, recreate) one
+    /// owned by `uid` (default: this process's effective uid). One that
+    /// another user owns, or that group or others may write beyond
+    /// [`mode`](RegionBuilder::mode), is refused
+    /// ([`RegionError::Untrusted`]): its header proves nothing.
+    pub fn owner(mut self, uid: u32) -> Self {
+        self.owner = Some(uid);
+        self
     }
 
     /// Reads the host through `probe` (its `/proc` and `/sys` roots): the
@@ -217,7 +230,11 @@ impl RegionBuilder {
         }
         let mut l = Locator::new(name, self.backend)
             .pmd_sharing(self.pmd_sharing)
-            .probe(self.probe.clone());
+            .probe(self.probe.clone())
+            .mode(self.mode);
+        if let Some(uid) = self.owner {
+            l = l.owner(uid);
+        }
         if let Some(d) = &self.directory {
             l = l.directory(d.clone());
         }
@@ -284,6 +301,10 @@ impl RegionBuilder {
     /// [`interlock`](crate::interlock)).
     fn resolve(&self, found: Inspected, t0: Instant) -> Result<Resolved, RegionError> {
         let info = &found.info;
+        // Never reuse or remove what another user owns or may write.
+        if let Some(l) = self.locator() {
+            l.check_trust(info)?;
+        }
         let object = info.object.to_string();
         let name = info.name.clone();
         match info.state {

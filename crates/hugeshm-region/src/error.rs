@@ -6,7 +6,7 @@ use hugeshm_fix::Fix;
 use hugeshm_parse::size::format_bytes;
 use hugeshm_sys::SysError;
 
-use crate::model::{Backend, PrefaultMethod, RegionState, Shortfall};
+use crate::model::{Backend, Owner, PrefaultMethod, RegionState, Shortfall, Trust};
 
 /// Why a region could not be created, attached or removed.
 ///
@@ -257,6 +257,23 @@ pub enum RegionError {
         /// What was found.
         reason: String,
     },
+    /// The object is not the caller's: another user owns it, or group or
+    /// others may write it where the caller did not ask for that. Its
+    /// header is no proof (anyone can write a header): hugeshm never
+    /// attaches to, reuses or removes such an object.
+    #[error("{object}: {reason}; hugeshm will not use or remove another user's shared memory")]
+    Untrusted {
+        /// The object.
+        object: String,
+        /// The region's name.
+        name: String,
+        /// Its backend.
+        backend: Backend,
+        /// Its owner and mode.
+        owner: Owner,
+        /// Why it is not trusted.
+        reason: String,
+    },
     /// The region was made by a newer hugeshm with a newer header layout.
     #[error(
         "{object}: region header layout version {found} is newer than this hugeshm \
@@ -409,6 +426,20 @@ impl RegionError {
                 backend: Backend::Memfd.to_string(),
             }),
             RegionError::NewerLayout { .. } => Some(Fix::NewerHugeshm),
+            RegionError::Untrusted {
+                name,
+                backend,
+                owner,
+                ..
+            } => {
+                let (name, backend) = region(name, backend);
+                Some(Fix::TrustOwner {
+                    name,
+                    backend,
+                    uid: owner.uid,
+                    mode: owner.mode,
+                })
+            }
             _ => None,
         }
     }
@@ -422,6 +453,26 @@ impl RegionError {
             } => e.errno(),
             RegionError::Io { source, .. } => source.raw_os_error(),
             _ => None,
+        }
+    }
+
+    /// Refuses an object `trust` does not cover ([`RegionError::Untrusted`]).
+    pub(crate) fn check_trust(
+        trust: &Trust,
+        owner: Owner,
+        object: &str,
+        name: &str,
+        backend: Backend,
+    ) -> Result<(), RegionError> {
+        match trust.refuses(owner) {
+            None => Ok(()),
+            Some(reason) => Err(RegionError::Untrusted {
+                object: object.to_owned(),
+                name: name.to_owned(),
+                backend,
+                owner,
+                reason,
+            }),
         }
     }
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::RegionError;
 use crate::header::{self, Decoded, Liveness, RegionHeader, USED_BYTES};
-use crate::model::{Backend, NamedObject, RegionState};
+use crate::model::{Backend, NamedObject, Owner, RegionState};
 use crate::naming::sysv_key;
 
 /// A named region as found on the host, without attaching it read-write:
@@ -41,6 +41,9 @@ pub struct RegionInfo {
     pub creator: Option<Liveness>,
     /// The header's layout version (also for a `newer` one).
     pub layout_version: Option<u32>,
+    /// Who owns the object (a memfd region: its record), and its mode.
+    #[serde(default)]
+    pub owner: Option<Owner>,
 }
 
 impl RegionInfo {
@@ -183,6 +186,7 @@ pub(crate) fn info_from(
         creator_pid: c.creator_pid,
         creator: c.creator,
         layout_version: c.version,
+        owner: None,
     }
 }
 

@@ -51,6 +51,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::RegionError;
+use crate::model::Owner;
 use hugeshm_sys::{self as sys, SysError};
 
 /// Where memfd records live.
@@ -113,7 +114,7 @@ impl MemfdRecord {
     pub(crate) fn parse(text: &str) -> Result<MemfdRecord, String> {
         let mut lines = text.lines();
         if lines.next() != Some(FIRST_LINE) {
-            return Err(format!("first line is not {FIRST_LINE:?}"));
+            return Err(format!("the first line is not {FIRST_LINE:?}"));
         }
         let mut rec = MemfdRecord {
             pid: 0,
@@ -127,20 +128,20 @@ impl MemfdRecord {
         };
         let mut seen = 0u32;
         for (i, line) in lines.enumerate() {
-            let bad = || format!("line {}: {line:?}", i + 2);
+            let bad = || format!("line {} is not a record field", i + 2);
             let (k, v) = line.split_once(' ').ok_or_else(bad)?;
             let num = |v: &str| v.parse::<u64>().map_err(|_| bad());
             match k {
-                "pid" => rec.pid = num(v)? as u32,
+                "pid" => rec.pid = v.parse().map_err(|_| bad())?,
                 "start_ticks" => rec.start_ticks = num(v)?,
                 "fd" => rec.fd = v.parse().map_err(|_| bad())?,
                 "dev" => {
                     let (a, b) = v.split_once(':').ok_or_else(bad)?;
-                    rec.dev = (num(a)? as u32, num(b)? as u32);
+                    rec.dev = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
                 }
                 "ino" => rec.ino = num(v)?,
                 "generation" => rec.generation = u64::from_str_radix(v, 16).map_err(|_| bad())?,
-                "uid" => rec.uid = num(v)? as u32,
+                "uid" => rec.uid = v.parse().map_err(|_| bad())?,
                 "size" => rec.size_bytes = num(v)?,
                 // Unknown keys: from a newer version, ignored.
                 _ => continue,
@@ -154,25 +155,78 @@ impl MemfdRecord {
     }
 }
 
-/// Reads a record; `Ok(None)` when there is none.
-pub(crate) fn read(path: &Path) -> Result<Option<MemfdRecord>, RegionError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => MemfdRecord::parse(&text)
-            .map(Some)
-            .map_err(|e| RegionError::NotOurs {
-                object: path.display().to_string(),
-                reason: format!("not a hugeshm memfd record: {e}"),
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(RegionError::permission(
-            format!("read the memfd record {}", path.display()),
-            Some(SysError::Os {
-                call: format!("open({})", path.display()),
-                errno: libc::EACCES,
-            }),
-        )),
-        Err(e) => Err(RegionError::io(path.display().to_string(), e)),
+/// Largest record read: a record is about 150 bytes.
+const MAX_RECORD_BYTES: usize = 4096;
+
+/// Reads a record and who owns its file; `Ok(None)` when there is none.
+///
+/// `/dev/shm` is writable by everyone, so the record is opened without
+/// following a symbolic link (`O_NOFOLLOW`), must be a regular file of at
+/// most 4 KiB, and a malformed one is refused without quoting its content.
+pub(crate) fn read(path: &Path) -> Result<Option<(MemfdRecord, Owner)>, RegionError> {
+    use rustix::fs::{Mode, OFlags};
+    let what = || path.display().to_string();
+    let fd = match rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(rustix::io::Errno::LOOP) => {
+            return Err(RegionError::NotOurs {
+                object: what(),
+                reason: "a symbolic link where a memfd record should be".to_owned(),
+            })
+        }
+        Err(e @ (rustix::io::Errno::ACCESS | rustix::io::Errno::PERM)) => {
+            return Err(RegionError::permission(
+                format!("read the memfd record {}", what()),
+                Some(SysError::Os {
+                    call: format!("open({}, O_RDONLY|O_NOFOLLOW)", what()),
+                    errno: e.raw_os_error(),
+                }),
+            ))
+        }
+        Err(e) => return Err(RegionError::io(what(), e.into())),
+    };
+    let st = rustix::fs::fstat(&fd).map_err(|e| RegionError::io(what(), e.into()))?;
+    let not_ours = |reason: String| RegionError::NotOurs {
+        object: what(),
+        reason,
+    };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(not_ours("not a regular file".to_owned()));
     }
+    if st.st_size as u64 > MAX_RECORD_BYTES as u64 {
+        return Err(not_ours(format!(
+            "{} bytes, more than a memfd record ever has ({MAX_RECORD_BYTES})",
+            st.st_size
+        )));
+    }
+    let mut buf = vec![0u8; MAX_RECORD_BYTES + 1];
+    let mut got = 0;
+    while got < buf.len() {
+        match rustix::io::read(&fd, &mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(RegionError::io(what(), e.into())),
+        }
+    }
+    if got > MAX_RECORD_BYTES {
+        return Err(not_ours(format!("longer than {MAX_RECORD_BYTES} bytes")));
+    }
+    let text =
+        std::str::from_utf8(&buf[..got]).map_err(|_| not_ours("not UTF-8 text".to_owned()))?;
+    let rec = MemfdRecord::parse(text)
+        .map_err(|e| not_ours(format!("not a hugeshm memfd record: {e}")))?;
+    #[allow(clippy::unnecessary_cast)]
+    let owner = Owner {
+        uid: st.st_uid as u32,
+        mode: st.st_mode as u32 & 0o777,
+    };
+    Ok(Some((rec, owner)))
 }
 
 /// Publishes a record atomically: `Ok(false)` when a record of that name
@@ -191,7 +245,7 @@ pub(crate) fn publish(path: &Path, rec: &MemfdRecord, mode: u32) -> Result<bool,
 /// Removes the record at `path` if it still describes `generation`.
 pub(crate) fn remove_if(path: &Path, generation: u64) -> Result<bool, RegionError> {
     match read(path) {
-        Ok(Some(r)) if r.generation == generation => match std::fs::remove_file(path) {
+        Ok(Some((r, _))) if r.generation == generation => match std::fs::remove_file(path) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(RegionError::io(path.display().to_string(), e)),
@@ -230,7 +284,11 @@ mod tests {
             .contains("incomplete"));
         assert!(MemfdRecord::parse("something else").is_err());
         let e = MemfdRecord::parse("hugeshm-memfd-record 1\npid x\n").unwrap_err();
-        assert_eq!(e, "line 2: \"pid x\"");
+        assert_eq!(e, "line 2 is not a record field");
+        // Never echoes what a foreign file holds.
+        let e = MemfdRecord::parse("hugeshm-memfd-record 1\nsecret token\n").unwrap_err();
+        assert!(!e.contains("secret") && !e.contains("token"), "{e}");
+        assert!(MemfdRecord::parse("hugeshm-memfd-record 1\npid 4294967296\n").is_err());
         assert_eq!(
             memfd_record_path("db"),
             PathBuf::from("/dev/shm/hugeshm-memfd.db")

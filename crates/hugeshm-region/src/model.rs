@@ -508,6 +508,62 @@ impl fmt::Display for Shortfall {
     }
 }
 
+/// Who owns a kernel object and its permission bits (`st_uid` and
+/// `st_mode & 0o777`, or the SysV `shm_perm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    /// The owner's uid.
+    pub uid: u32,
+    /// Permission bits.
+    pub mode: u32,
+}
+
+/// Whose objects a caller trusts: the owner it accepts (its effective uid
+/// unless it names another) and the permission bits it accepts beyond the
+/// owner's own (write access for group or others only where asked for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Trust {
+    /// The uid that must own the object.
+    pub uid: u32,
+    /// The mode the caller asked for: group/other write bits outside it
+    /// are refused.
+    pub mode: u32,
+}
+
+impl Trust {
+    /// This process's effective uid, and mode `mode`.
+    pub fn own(mode: u32) -> Trust {
+        Trust {
+            uid: rustix::process::geteuid().as_raw(),
+            mode,
+        }
+    }
+
+    /// Why `owner` is not trusted, `None` when it is.
+    pub fn refuses(&self, owner: Owner) -> Option<String> {
+        if owner.uid != self.uid {
+            return Some(format!(
+                "it is owned by uid {}, not uid {} (this process's, or the one named)",
+                owner.uid, self.uid
+            ));
+        }
+        let extra = owner.mode & 0o022 & !self.mode;
+        if extra != 0 {
+            return Some(format!(
+                "its mode {:04o} lets {} write it, which mode {:04o} (asked for) does not",
+                owner.mode,
+                match (extra & 0o020 != 0, extra & 0o002 != 0) {
+                    (true, true) => "its group and others",
+                    (true, false) => "its group",
+                    _ => "others",
+                },
+                self.mode
+            ));
+        }
+        None
+    }
+}
+
 /// What an attacher expects of a region.
 #[derive(Debug, Clone)]
 pub(crate) struct Expect {
@@ -516,6 +572,8 @@ pub(crate) struct Expect {
     pub size: Option<u64>,
     pub page_size: Option<u64>,
     pub pmd_sharing: bool,
+    /// Whose objects are accepted.
+    pub trust: Trust,
 }
 
 impl Default for Expect {
@@ -526,6 +584,7 @@ impl Default for Expect {
             size: None,
             page_size: None,
             pmd_sharing: true,
+            trust: Trust::own(0o600),
         }
     }
 }

@@ -126,6 +126,28 @@ fn interlock_child() {
                 }
             }
         }
+        // As another user: create a region anyone may write, hold it until
+        // told, then leave it behind.
+        "squat" => {
+            let page = if backend == Backend::Hugetlbfs {
+                PageSize::HUGE_2M
+            } else {
+                PageSize::Base
+            };
+            let r = builder(backend, name, dir, size)
+                .page_size(page)
+                .mode(0o666)
+                .prefault_threads(1)
+                .create();
+            match r {
+                Ok((region, _)) => {
+                    say("SQUATTED", "ok");
+                    let _ = hear();
+                    region.close().unwrap();
+                }
+                Err(e) => say("SQUATTED", &format!("{} {e}", kind(&e))),
+            }
+        }
         // As another user: try to attach.
         "perm" => {
             let r = locator(backend, name, dir).attach();
@@ -651,6 +673,132 @@ fn another_user_cannot_attach_a_0600_region() {
         region.destroy().unwrap();
         assert_no_leak(&before, &format!("perm {backend}"));
     }
+    drop(mount);
+    pool.restore().unwrap();
+}
+
+/// `/dev/shm` and hugetlbfs mounts are shared by every user: a region
+/// another user made under our name (here uid 65534, mode 0666) is never
+/// attached, reused, recreated over, inspected or removed, while its maker
+/// holds it and after it left it behind; naming that owner and mode
+/// explicitly accepts it. Our own region that others may write is refused
+/// unless that mode is asked for.
+#[test]
+fn another_users_region_is_never_used_or_removed() {
+    let Some(pool) = pool_guard("another_users_region_is_never_used_or_removed") else {
+        return;
+    };
+    if std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("SKIP another_users_region_is_never_used_or_removed: no setpriv");
+        return;
+    }
+    pool.ensure_free(MIB2, 4).unwrap();
+    let mount = TempMount::new("hugetlbfs", "pagesize=2M,mode=1777");
+    let untrusted = |what: &str, r: Result<(), RegionError>| {
+        let err = r.expect_err(what);
+        let RegionError::Untrusted { owner, reason, .. } = &err else {
+            panic!("{what}: {err}");
+        };
+        assert_eq!(owner.uid, 65534, "{what}: {err}");
+        assert!(reason.contains("uid 65534"), "{what}: {reason}");
+        let fix = err.fix().unwrap().render(Renderer::Cli);
+        assert!(fix.contains("--owner 65534 --mode 0666"), "{what}: {fix}");
+    };
+    for backend in [
+        Backend::Sysv,
+        Backend::Posix,
+        Backend::Hugetlbfs,
+        Backend::Memfd,
+    ] {
+        let before = HostState::capture().unwrap();
+        let name = unique("squat");
+        let dir = if backend == Backend::Hugetlbfs {
+            mount.path().display().to_string()
+        } else {
+            String::new()
+        };
+        let size = 4 << 20;
+        let mut kid = Kid::spawn_as_nobody(
+            "interlock_child",
+            ENV,
+            &format!("squat:{backend}:{name}:{dir}:{size}"),
+        );
+        assert_eq!(kid.expect("SQUATTED"), "ok", "{backend}");
+        let mut kid = Some(kid);
+        for phase in ["held", "left behind"] {
+            if phase == "left behind" {
+                let mut k = kid.take().unwrap();
+                if backend == Backend::Memfd {
+                    // A memfd goes with a holder that exits cleanly; one
+                    // that is killed leaves its record behind.
+                    k.kill();
+                } else {
+                    k.send("go");
+                    k.finish();
+                }
+            }
+            let what = |op: &str| format!("{backend} {phase}: {op}");
+            let page = if backend == Backend::Hugetlbfs {
+                PageSize::HUGE_2M
+            } else {
+                PageSize::Base
+            };
+            for reclaim in [Reclaim::Reuse, Reclaim::Recreate] {
+                untrusted(
+                    &what(&format!("create --reclaim {reclaim}")),
+                    builder(backend, &name, &dir, size)
+                        .page_size(page)
+                        .reclaim(reclaim)
+                        .create()
+                        .map(|_| ()),
+                );
+            }
+            untrusted(
+                &what("attach"),
+                locator(backend, &name, &dir).attach().map(|_| ()),
+            );
+            untrusted(
+                &what("inspect"),
+                locator(backend, &name, &dir).inspect().map(|_| ()),
+            );
+            untrusted(
+                &what("remove"),
+                locator(backend, &name, &dir).remove().map(|_| ()),
+            );
+        }
+        let trusting = || locator(backend, &name, &dir).owner(65534).mode(0o666);
+        if backend != Backend::Memfd {
+            // (A memfd is gone with its holder: only the record is left.)
+            let r = trusting().attach().unwrap();
+            assert_eq!(r.name(), Some(name.as_str()));
+            r.close().unwrap();
+        }
+        trusting().remove().unwrap();
+        assert_no_leak(&before, &format!("squat {backend}"));
+    }
+    // Our own region that others may write: refused unless asked for.
+    let name = unique("open");
+    let (region, _) = builder(Backend::Posix, &name, "", 4 << 20)
+        .page_size(PageSize::Base)
+        .mode(0o666)
+        .create()
+        .unwrap();
+    let err = locator(Backend::Posix, &name, "").attach().unwrap_err();
+    assert!(
+        matches!(&err, RegionError::Untrusted { reason, .. } if reason.contains("others")),
+        "{err}"
+    );
+    locator(Backend::Posix, &name, "")
+        .mode(0o666)
+        .attach()
+        .unwrap()
+        .close()
+        .unwrap();
+    region.destroy().unwrap();
     drop(mount);
     pool.restore().unwrap();
 }

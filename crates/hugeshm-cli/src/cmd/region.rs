@@ -36,6 +36,10 @@ pub struct CreateArgs {
     /// Permission bits (octal).
     #[arg(long, default_value = "0600", value_parser = parse_mode)]
     pub mode: u32,
+    /// With --reclaim: accept an existing region owned by this user (uid or
+    /// login name; default: the effective user).
+    #[arg(long, value_parser = parse_owner)]
+    pub owner: Option<u32>,
     /// Directory for file backends (a hugetlbfs mount, or a tmpfs directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -57,12 +61,78 @@ pub struct CreateArgs {
 pub struct RmArgs {
     /// The region's name.
     pub name: String,
-    /// Only this backend (default: every named backend: sysv, hugetlbfs, posix).
+    /// Only this backend (default: every backend a name finds: sysv, posix, hugetlbfs, memfd).
     #[arg(long)]
     pub backend: Option<Backend>,
+    #[command(flatten)]
+    pub trust: TrustArgs,
     /// Print what was removed as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Whose regions a command accepts: by default only this user's, and none
+/// that group or others may write.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TrustArgs {
+    /// Accept a region owned by this user (uid or login name; default: the
+    /// effective user). Another user's region is refused otherwise.
+    #[arg(long, value_parser = parse_owner)]
+    pub owner: Option<u32>,
+    /// Accept group/other write access up to this mode (default 0600: a
+    /// region others may write is refused).
+    #[arg(long = "mode", default_value = "0600", value_parser = parse_mode)]
+    pub accept_mode: u32,
+}
+
+impl TrustArgs {
+    /// `l` with these settings.
+    pub fn locator(&self, l: Locator) -> Locator {
+        let l = l.mode(self.accept_mode);
+        match self.owner {
+            Some(uid) => l.owner(uid),
+            None => l,
+        }
+    }
+}
+
+/// A uid, or a login name from /etc/passwd.
+pub(crate) fn parse_owner(s: &str) -> Result<u32, String> {
+    if let Ok(uid) = s.parse() {
+        return Ok(uid);
+    }
+    std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.len() > 2 && f[0] == s)
+                    .then(|| f[2].parse().ok())
+                    .flatten()
+            })
+        })
+        .ok_or_else(|| format!("{s:?} is neither a uid nor a user in /etc/passwd"))
+}
+
+/// The backends a name is looked for in when none is given, in order:
+/// posix before hugetlbfs (a hugetlbfs region's `try` fall-back lives in
+/// /dev/shm too, and says so in its header).
+pub(crate) const SEARCH_ORDER: [Backend; 4] = [
+    Backend::Sysv,
+    Backend::Posix,
+    Backend::Hugetlbfs,
+    Backend::Memfd,
+];
+
+/// "looked for A, B" with each place once.
+pub(crate) fn looked_text(looked: &[String]) -> String {
+    let mut seen = Vec::new();
+    for part in looked.iter().flat_map(|l| l.split(", ")) {
+        if !part.is_empty() && !seen.contains(&part) {
+            seen.push(part);
+        }
+    }
+    seen.join(", ")
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {
@@ -104,6 +174,9 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
     }
     if let Some(d) = &a.dir {
         b = b.directory(d.clone());
+    }
+    if let Some(uid) = a.owner {
+        b = b.owner(uid);
     }
     if !a.json {
         let bar = bar.clone();
@@ -212,13 +285,14 @@ pub fn print_report(r: &AllocationReport, out: &mut Out) -> anyhow::Result<()> {
 pub fn rm(roots: &Roots, a: &RmArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     let backends: Vec<Backend> = match a.backend {
         Some(b) => vec![b],
-        None => Backend::ALL.into_iter().filter(|b| b.is_named()).collect(),
+        None => SEARCH_ORDER.to_vec(),
     };
     let mut removed = Vec::new();
     let mut looked = Vec::new();
     for b in backends {
-        match Locator::new(&a.name, b)
-            .probe(Probe::new(roots.clone()))
+        match a
+            .trust
+            .locator(Locator::new(&a.name, b).probe(Probe::new(roots.clone())))
             .remove()
         {
             Ok(objs) => {
@@ -239,7 +313,7 @@ pub fn rm(roots: &Roots, a: &RmArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
         bail!(
             "no region named {:?} (looked for {})",
             a.name,
-            looked.join(", ")
+            looked_text(&looked)
         );
     } else {
         for r in &removed {

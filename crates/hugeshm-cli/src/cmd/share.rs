@@ -1,6 +1,6 @@
 //! `hugeshm attach` and `hugeshm ls`: regions shared between processes.
 
-use crate::cmd::region::region_error;
+use crate::cmd::region::{looked_text, region_error, TrustArgs, SEARCH_ORDER};
 use crate::output::{Out, Table};
 use anyhow::bail;
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -16,9 +16,11 @@ use std::time::{Duration, UNIX_EPOCH};
 pub struct AttachArgs {
     /// The region's name.
     pub name: String,
-    /// Its backend (default: whichever of sysv, hugetlbfs, posix, memfd has the name).
+    /// Its backend (default: whichever of sysv, posix, hugetlbfs, memfd has the name).
     #[arg(long)]
     pub backend: Option<Backend>,
+    #[command(flatten)]
+    pub trust: TrustArgs,
     /// Keep this process attached until it is interrupted.
     #[arg(long)]
     pub hold: bool,
@@ -42,19 +44,14 @@ pub struct LsArgs {
 pub fn attach(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     let backends: Vec<Backend> = match a.backend {
         Some(b) => vec![b],
-        None => [
-            Backend::Sysv,
-            Backend::Hugetlbfs,
-            Backend::Posix,
-            Backend::Memfd,
-        ]
-        .to_vec(),
+        None => SEARCH_ORDER.to_vec(),
     };
     let mut found = None;
     let mut looked = Vec::new();
     for b in backends {
-        match Locator::new(&a.name, b)
-            .probe(Probe::new(roots.clone()))
+        match a
+            .trust
+            .locator(Locator::new(&a.name, b).probe(Probe::new(roots.clone())))
             .attach_with_report()
         {
             Ok(x) => {
@@ -62,6 +59,13 @@ pub fn attach(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Result<Ex
                 break;
             }
             Err(RegionError::NotFound { looked: l, .. }) if a.backend.is_none() => looked.push(l),
+            // Another backend's region at the same path (a hugetlbfs
+            // region's fall-back in /dev/shm): look on.
+            Err(RegionError::HeaderMismatch { field, object, .. })
+                if a.backend.is_none() && field == "backend" =>
+            {
+                looked.push(object)
+            }
             Err(e) => return Err(region_error(e)),
         }
     }
@@ -69,7 +73,7 @@ pub fn attach(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Result<Ex
         bail!(
             "no region named {:?} (looked for {})",
             a.name,
-            looked.join(", ")
+            looked_text(&looked)
         );
     };
     if a.json {

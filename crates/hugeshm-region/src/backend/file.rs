@@ -25,7 +25,7 @@ use crate::error::RegionError;
 use crate::header::{self, Decoded, Liveness};
 use crate::holders::Holders;
 use crate::inspect::{classify, info_from, read_head, RegionInfo};
-use crate::model::{Backend, Expect, NamedObject, PrefaultMethod};
+use crate::model::{Backend, Expect, NamedObject, Owner, PrefaultMethod};
 use crate::naming::{object_file_name, DEFAULT_POSIX_DIR, OBJECT_PREFIX};
 use crate::pool::{self, mount_of, Backing, ThpMode};
 
@@ -101,6 +101,15 @@ fn statfs_type(path: &Path) -> Result<(u64, u64), RegionError> {
     #[allow(clippy::unnecessary_cast)]
     let bsize = st.f_bsize as u64;
     Ok((f_type, bsize))
+}
+
+/// A file's owner and permission bits.
+#[allow(clippy::unnecessary_cast)]
+pub(crate) fn owner_of(st: &rustix::fs::Stat) -> Owner {
+    Owner {
+        uid: st.st_uid as u32,
+        mode: st.st_mode as u32 & 0o777,
+    }
 }
 
 /// The page size of a directory on hugetlbfs, `None` elsewhere.
@@ -230,7 +239,7 @@ fn inspect_path(
         path: path.display().to_string(),
         size_bytes: st.st_size as u64,
     };
-    let info = info_from(
+    let mut info = info_from(
         &name,
         backend,
         object,
@@ -239,6 +248,7 @@ fn inspect_path(
         !exclusive,
         None,
     );
+    info.owner = Some(owner_of(&st));
     Ok(Some(Inspected {
         info,
         handle: Handle::File(Found {
@@ -320,6 +330,17 @@ pub(crate) fn open_path(
         head,
         creator,
         generation: None,
+        owner: if path.starts_with("/proc") {
+            // A memfd (always mode 0777) reached through /proc/PID/fd/N:
+            // that link, not the mode, decides who may open it (the same
+            // uid, or ptrace rights).
+            Owner {
+                mode: 0o600,
+                ..owner_of(&st)
+            }
+        } else {
+            owner_of(&st)
+        },
         inner: OpenedInner::Fd(OpenFd {
             fd,
             path: path.to_owned(),

@@ -31,7 +31,7 @@ use crate::inspect::{classify, info_from, read_head, Classified, RegionInfo};
 use crate::memfd_record::{
     self, memfd_record_path, MemfdRecord, MEMFD_RECORD_DIR, MEMFD_RECORD_PREFIX,
 };
-use crate::model::{Backend, Expect, NamedObject, RegionState};
+use crate::model::{Backend, Expect, NamedObject, Owner, RegionState};
 use crate::naming::object_file_name;
 use crate::pool::{self, Backing};
 
@@ -146,6 +146,23 @@ pub(crate) struct Found {
     record: MemfdRecord,
 }
 
+/// Reads a record whose file is owned by the uid it names.
+fn read_record(path: &Path) -> Result<Option<(MemfdRecord, Owner)>, RegionError> {
+    let Some((rec, owner)) = memfd_record::read(path)? else {
+        return Ok(None);
+    };
+    if owner.uid != rec.uid {
+        return Err(RegionError::NotOurs {
+            object: path.display().to_string(),
+            reason: format!(
+                "the record names uid {}, but its file is owned by uid {}",
+                rec.uid, owner.uid
+            ),
+        });
+    }
+    Ok(Some((rec, owner)))
+}
+
 fn dev_of(md_dev: u64) -> (u32, u32) {
     (dev_major(md_dev), dev_minor(md_dev))
 }
@@ -165,6 +182,22 @@ fn open_memfd(
     flags: OFlags,
 ) -> Result<Option<(OwnedFd, PathBuf)>, RegionError> {
     let open = |p: &Path| -> Result<Option<OwnedFd>, RegionError> {
+        // The process behind /proc/PID/fd/N must belong to the uid the
+        // record names.
+        if let Some(proc_dir) = p.parent().and_then(Path::parent) {
+            if let Ok(md) = std::fs::metadata(proc_dir) {
+                if md.uid() != rec.uid {
+                    return Err(RegionError::NotOurs {
+                        object: p.display().to_string(),
+                        reason: format!(
+                            "the record names uid {}, but the process holding the memfd runs as uid {}",
+                            rec.uid,
+                            md.uid()
+                        ),
+                    });
+                }
+            }
+        }
         match rustix::fs::open(p, flags | OFlags::CLOEXEC, Mode::empty()) {
             Ok(fd) => {
                 let st = rustix::fs::fstat(&fd)
@@ -215,7 +248,7 @@ fn inspect_record(
     record_path: &Path,
     holders: &Holders<'_>,
 ) -> Result<Option<Inspected>, RegionError> {
-    let Some(rec) = memfd_record::read(record_path)? else {
+    let Some((rec, owner)) = read_record(record_path)? else {
         return Ok(None);
     };
     let mut pids = holders.file(rec.dev, rec.ino);
@@ -270,7 +303,8 @@ fn inspect_record(
             creator: Some(creator),
         },
     };
-    let info = info_from(name, Backend::Memfd, object, c, pids, false, None);
+    let mut info = info_from(name, Backend::Memfd, object, c, pids, false, None);
+    info.owner = Some(owner);
     Ok(Some(Inspected {
         info,
         handle: Handle::Memfd(Found {
@@ -345,9 +379,18 @@ impl Room for Memfd {
         holders: &Holders<'_>,
     ) -> Result<Option<Opened>, RegionError> {
         let record_path = memfd_record_path(place.name);
-        let Some(rec) = memfd_record::read(&record_path)? else {
+        let Some((rec, owner)) = read_record(&record_path)? else {
             return Ok(None);
         };
+        // Another user's record is refused before anything else is said
+        // about it.
+        RegionError::check_trust(
+            &place.trust,
+            owner,
+            &record_path.display().to_string(),
+            place.name,
+            Backend::Memfd,
+        )?;
         let Some((fd, fd_path)) = open_memfd(&rec, holders, OFlags::RDWR)? else {
             return Err(RegionError::Stale {
                 name: place.name.to_owned(),
@@ -373,6 +416,7 @@ impl Room for Memfd {
             head,
             creator,
             generation: Some(rec.generation),
+            owner,
             inner: OpenedInner::Fd(OpenFd {
                 fd,
                 path: record_path,
@@ -468,6 +512,7 @@ impl Room for Memfd {
                     creator_pid: None,
                     creator: None,
                     layout_version: None,
+                    owner: None,
                 }),
                 Err(_) => {}
             }

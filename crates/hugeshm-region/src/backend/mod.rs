@@ -32,7 +32,7 @@ use crate::error::RegionError;
 use crate::header::{Liveness, RegionHeader};
 use crate::holders::Holders;
 use crate::inspect::RegionInfo;
-use crate::model::{Backend, Expect, PrefaultMethod};
+use crate::model::{Backend, Expect, Owner, PrefaultMethod, Trust};
 use crate::pool::Plan;
 
 /// What `create` asks a room for.
@@ -69,6 +69,8 @@ pub(crate) struct Place<'a> {
     /// Whether to map for page-table sharing (1 GiB-aligned) where it
     /// applies.
     pub pmd_sharing: bool,
+    /// Whose objects the caller accepts.
+    pub trust: Trust,
 }
 
 /// A mapped region object: what a [`Region`](crate::Region) is made of.
@@ -92,6 +94,9 @@ pub(crate) struct Opened {
     pub creator: (Option<u32>, Liveness),
     /// The generation a memfd record promises the header has.
     pub generation: Option<u64>,
+    /// Who owns the object (a memfd: its record, checked against the
+    /// process holding the memfd), and its mode.
+    pub owner: Owner,
     /// What the room needs to map it.
     pub(crate) inner: OpenedInner,
 }

@@ -12,7 +12,7 @@ use crate::error::RegionError;
 use crate::header::{self, liveness, Decoded, Liveness, STATE_OFFSET, USED_BYTES};
 use crate::holders::Holders;
 use crate::inspect::{classify, info_from, RegionInfo};
-use crate::model::{Backend, Expect, NamedObject, RegionState};
+use crate::model::{Backend, Expect, NamedObject, Owner, RegionState};
 use crate::naming::sysv_key;
 use crate::pool::{self, Backing};
 use crate::verify;
@@ -51,6 +51,14 @@ impl Segment {
 
     pub(crate) fn describe(&self) -> String {
         describe(self.key, self.shmid)
+    }
+}
+
+/// The segment's owner (`shm_perm.uid`) and permission bits.
+fn owner_of(stat: &sys::ShmStat) -> Owner {
+    Owner {
+        uid: stat.uid,
+        mode: stat.mode & 0o777,
     }
 }
 
@@ -146,7 +154,7 @@ fn inspect_shmid(
         size_bytes: stat.size,
         nattch: stat.nattch,
     };
-    let info = info_from(
+    let mut info = info_from(
         &name,
         Backend::Sysv,
         object,
@@ -155,6 +163,7 @@ fn inspect_shmid(
         stat.nattch > 0,
         Some(stat.nattch),
     );
+    info.owner = Some(owner_of(&stat));
     Ok(Inspected {
         info,
         handle: Handle::Sysv(Found { shmid }),
@@ -370,6 +379,7 @@ pub(crate) fn open_shmid(
         head,
         creator,
         generation: None,
+        owner: owner_of(&stat),
         inner: OpenedInner::Sysv(Box::new(Made {
             mem,
             object: Object::Sysv(Segment {
