@@ -379,3 +379,94 @@ fn create_plans_from_the_fixture_roots() {
         "no segment made"
     );
 }
+
+/// Starts `hugeshm create NAME --backend memfd --hold` (through `sh` with
+/// SIGINT ignored when `ignore_int`, as a script's background job has it)
+/// and waits until it holds the region.
+fn hold_memfd(n: &str, ignore_int: bool) -> std::process::Child {
+    let exe = env!("CARGO_BIN_EXE_hugeshm");
+    let script = format!(
+        "{}exec {exe} create {n} --size 4M --backend memfd --page-size 4k --policy off --hold",
+        if ignore_int { "trap '' INT; " } else { "" }
+    );
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("holding region") {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "create --hold ended early"
+        );
+    }
+    // Keep reading stderr in the background so the child never blocks.
+    std::thread::spawn(move || for _ in err.lines() {});
+    child
+}
+
+fn signal(child: &std::process::Child, sig: rustix::process::Signal) {
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
+        sig,
+    )
+    .unwrap();
+}
+
+/// `create --hold` of a memfd region releases it, record and all, on
+/// SIGINT, SIGTERM and SIGHUP, also with SIGINT ignored by the shell that
+/// started it. A SIGKILLed holder leaves a stale record, which the next
+/// `create` replaces without `--reclaim` (nothing is left to reclaim).
+#[test]
+fn hold_releases_on_signals_and_a_stale_record_is_replaced() {
+    use rustix::process::Signal;
+    const T: &str = "hold_releases_on_signals_and_a_stale_record_is_replaced";
+    if skip_unless_root(T) {
+        return;
+    }
+    let before = HostState::capture().unwrap();
+    let record = |n: &str| std::path::PathBuf::from(format!("/dev/shm/hugeshm-memfd.{n}"));
+    for (sig, ignore_int) in [
+        (Signal::INT, false),
+        (Signal::TERM, false),
+        (Signal::HUP, false),
+        (Signal::INT, true),
+    ] {
+        let n = name(&format!("sig{}", sig.as_raw()));
+        let mut child = hold_memfd(&n, ignore_int);
+        assert!(record(&n).exists(), "{sig:?}: record while held");
+        signal(&child, sig);
+        let st = child.wait().unwrap();
+        assert!(st.success(), "{sig:?} (SIGINT ignored: {ignore_int}): {st}");
+        assert!(
+            !record(&n).exists(),
+            "{sig:?}: the record goes with the region"
+        );
+    }
+    // SIGKILL: the record stays, stale; ls says so; create replaces it.
+    let n = name("killed");
+    let mut child = hold_memfd(&n, false);
+    signal(&child, Signal::KILL);
+    child.wait().unwrap();
+    assert!(record(&n).exists(), "a SIGKILLed holder leaves its record");
+    let ls = json(run(&["ls", "--json"]));
+    let regions = ls.get("regions").unwrap_or(&ls);
+    let mine = regions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == n.as_str())
+        .expect("ls lists the stale record");
+    assert_eq!(mine["state"], "stale");
+    // Replaced without --reclaim (hold_memfd fails if create does).
+    let mut child = hold_memfd(&n, false);
+    signal(&child, Signal::TERM);
+    assert!(child.wait().unwrap().success());
+    assert!(!record(&n).exists(), "replaced, then released on exit");
+    assert_eq!(HostState::capture().unwrap(), before, "nothing left behind");
+}

@@ -333,6 +333,18 @@ impl RegionBuilder {
             });
         }
         match (self.reclaim, info.state) {
+            // A memfd record whose memfd is gone: there is nothing left to
+            // reclaim, so it is replaced without being asked.
+            (Reclaim::Refuse, RegionState::Stale) => {
+                let previous = Reclaimed {
+                    action: Reclaim::Recreate,
+                    previous_state: RegionState::Stale,
+                    previous_object: object,
+                    previous_header: info.header.clone(),
+                };
+                backend::remove_unheld(found)?;
+                Ok(Resolved::Removed(previous))
+            }
             (Reclaim::Refuse, state) => Err(RegionError::Orphaned {
                 name,
                 backend: self.backend,

@@ -193,7 +193,7 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
     }
     if a.hold {
         eprintln!(
-            "holding region {} (pid {}); interrupt (Ctrl-C) to release it{}",
+            "holding region {} (pid {}); SIGINT (Ctrl-C), SIGTERM or SIGHUP releases it{}",
             a.name,
             std::process::id(),
             if a.backend.is_named() {
@@ -202,14 +202,27 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
                 ""
             }
         );
-        // Ctrl-C ends the process: the kernel unmaps the region, and a
-        // memfd or anon region goes with it. Nothing else needs cleaning.
-        loop {
-            std::thread::park();
-        }
+        let sig = hold_until_signal()?;
+        eprintln!("{sig}: releasing region {}", a.name);
     }
-    drop(region);
+    // Unmaps; a memfd region's last holder removes its record.
+    region.close().map_err(region_error)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Blocks until SIGINT, SIGTERM or SIGHUP arrives (also when the shell
+/// started this process with SIGINT ignored, as it does for background
+/// jobs), and names it. The handler only records the signal; the caller
+/// releases what it holds on the normal path.
+pub(crate) fn hold_until_signal() -> anyhow::Result<&'static str> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    let sig = signals.forever().next().unwrap_or(SIGTERM);
+    Ok(match sig {
+        SIGINT => "SIGINT",
+        SIGHUP => "SIGHUP",
+        _ => "SIGTERM",
+    })
 }
 
 /// Prints an allocation report.
@@ -240,6 +253,19 @@ pub fn print_report(r: &AllocationReport, out: &mut Out) -> anyhow::Result<()> {
         if let Some(s) = &fb.shortfall {
             out.line(format!("  to fix: {}", s.fix.render(Renderer::Cli)))?;
         }
+    }
+    if let Some(c) = &r.reclaimed {
+        out.line(format!(
+            "  {} a {} region was left under this name ({}): {}",
+            out.severity(hugeshm_doctor::Severity::Info),
+            c.previous_state,
+            c.previous_object,
+            if c.action == Reclaim::Reuse {
+                "reused, contents kept"
+            } else {
+                "removed and created anew"
+            }
+        ))?;
     }
     for w in &r.warnings {
         out.line(format!(

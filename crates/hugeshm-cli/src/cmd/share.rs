@@ -1,6 +1,6 @@
 //! `hugeshm attach` and `hugeshm ls`: regions shared between processes.
 
-use crate::cmd::region::{looked_text, region_error, TrustArgs, SEARCH_ORDER};
+use crate::cmd::region::{hold_until_signal, looked_text, region_error, TrustArgs, SEARCH_ORDER};
 use crate::output::{Out, Table};
 use anyhow::bail;
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -84,13 +84,12 @@ pub fn attach(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Result<Ex
     }
     if a.hold {
         eprintln!(
-            "holding region {} (pid {}); interrupt (Ctrl-C) to detach",
+            "holding region {} (pid {}); SIGINT (Ctrl-C), SIGTERM or SIGHUP detaches",
             a.name,
             std::process::id()
         );
-        loop {
-            std::thread::park();
-        }
+        let sig = hold_until_signal()?;
+        eprintln!("{sig}: detaching from region {}", a.name);
     }
     region.close().map_err(region_error)?;
     Ok(ExitCode::SUCCESS)
