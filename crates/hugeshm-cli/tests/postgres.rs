@@ -50,6 +50,10 @@ fn advise_apply_and_see_postgres_on_huge_pages() {
             counted["note"].as_str().unwrap().contains("postgres -C"),
             "{counted}"
         );
+        // `postgres -C shared_memory_size` prints MB without the unit: the
+        // bytes fill exactly the server's own page count.
+        let bytes = counted["bytes"].as_u64().unwrap();
+        assert_eq!(bytes.div_ceil(M2), own, "shared_memory_size {bytes} B");
         assert_eq!(plan["pools"][0]["pages"].as_u64(), Some(own));
 
         // Reserve exactly that, and start the server requiring huge pages.

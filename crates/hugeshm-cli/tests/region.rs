@@ -67,6 +67,11 @@ fn create_reports_and_rm_removes() {
     assert_eq!(r["fell_back"], false);
     assert_eq!(r["reason"], Value::Null);
     assert_eq!(r["prefault_threads"], 2);
+    // The key as ipcs shows it, and as a number.
+    let key_hex = r["sysv_key"].as_str().expect("sysv_key as hex text");
+    let key = r["sysv_key_number"].as_u64().unwrap();
+    assert_eq!(key_hex, format!("{key:#010x}"));
+    assert_eq!(key as u32, hugeshm_region::sysv_key(&n) as u32);
 
     // `only` with the pool short: the numbers and the fix, nothing created.
     let out = run(&[

@@ -64,14 +64,18 @@ pub enum PgError {
     Unsupported,
 }
 
-fn pg_size(text: &str) -> Option<u64> {
-    // "143MB", "2MB", "1GB", "8kB", "0"
+/// A size setting as PostgreSQL prints it: `SHOW` gives a unit ("143MB",
+/// "2MB", "1GB", "8kB"); `postgres -C` gives a bare number in the
+/// setting's base unit (`base_unit` bytes: MB for `shared_memory_size`, kB
+/// for `huge_page_size`).
+fn pg_size(text: &str, base_unit: u64) -> Option<u64> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (n, unit) = t.split_at(split);
     let n: u64 = n.parse().ok()?;
     let mult = match unit {
-        "" | "B" => 1,
+        "" => base_unit,
+        "B" => 1,
         "kB" => 1 << 10,
         "MB" => 1 << 20,
         "GB" => 1 << 30,
@@ -271,9 +275,11 @@ pub fn pg_sizing(
     }
     let hps = show("huge_page_size")
         .ok()
-        .and_then(|t| pg_size(&t))
+        .and_then(|t| pg_size(&t, 1 << 10))
         .filter(|b| *b > 0);
-    let shm = show("shared_memory_size").ok().and_then(|t| pg_size(&t));
+    let shm = show("shared_memory_size")
+        .ok()
+        .and_then(|t| pg_size(&t, 1 << 20));
     let setting = show("huge_pages").ok();
     Ok(PgSizing {
         datadir: dd,
@@ -292,12 +298,18 @@ mod tests {
 
     #[test]
     fn sizes() {
-        assert_eq!(pg_size("143MB"), Some(143 << 20));
-        assert_eq!(pg_size("0"), Some(0));
-        assert_eq!(pg_size("2MB"), Some(2 << 20));
-        assert_eq!(pg_size("1GB"), Some(1 << 30));
-        assert_eq!(pg_size("lots"), None);
-        assert_eq!(pg_size("1PB"), None);
+        const MB: u64 = 1 << 20;
+        assert_eq!(pg_size("143MB", MB), Some(143 << 20));
+        assert_eq!(pg_size("0", MB), Some(0));
+        assert_eq!(pg_size("2MB", 1024), Some(2 << 20));
+        assert_eq!(pg_size("1GB", MB), Some(1 << 30));
+        assert_eq!(pg_size("lots", MB), None);
+        assert_eq!(pg_size("1PB", MB), None);
+        // `postgres -C` prints the base unit's number without the unit:
+        // shared_memory_size is in MB, huge_page_size in kB.
+        assert_eq!(pg_size("326", MB), Some(326 << 20));
+        assert_eq!(pg_size("2048", 1024), Some(2 << 20));
+        assert_eq!(pg_size("18446744073709551615", MB), None);
     }
 
     #[test]

@@ -63,7 +63,10 @@ pub struct AllocationReport {
     pub mlocked: bool,
     /// SysV shmid.
     pub shmid: Option<i32>,
-    /// SysV key (0 = `IPC_PRIVATE`).
+    /// SysV key (0 = `IPC_PRIVATE`). JSON: the hex `ipcs` shows
+    /// (`"0xf2ce9693"`) in `sysv_key`, the unsigned number in
+    /// `sysv_key_number`.
+    #[serde(flatten, with = "sysv_key_fields")]
     pub sysv_key: Option<i32>,
     /// The file (hugetlbfs, posix) or `/proc/PID/fd/N` (memfd) another
     /// process can open; `None` for anonymous regions and SysV.
@@ -164,7 +167,8 @@ pub struct AttachReport {
     pub attach_seconds: f64,
     /// SysV shmid.
     pub shmid: Option<i32>,
-    /// SysV key.
+    /// SysV key (JSON as in [`AllocationReport::sysv_key`]).
+    #[serde(flatten, with = "sysv_key_fields")]
     pub sysv_key: Option<i32>,
     /// The file (hugetlbfs, posix) or `/proc/PID/fd/N` (memfd) opened.
     pub path: Option<String>,
@@ -181,5 +185,34 @@ impl AllocationReport {
     /// Why, when it fell back.
     pub fn reason(&self) -> Option<&str> {
         self.fallback.as_ref().map(|f| f.reason.as_str())
+    }
+}
+
+/// A SysV key as JSON: `sysv_key` in the hex `ipcs` prints, and
+/// `sysv_key_number` (unsigned), both null without a key.
+mod sysv_key_fields {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    struct Fields {
+        sysv_key: Option<String>,
+        sysv_key_number: Option<u32>,
+    }
+
+    pub fn serialize<S: Serializer>(v: &Option<i32>, s: S) -> Result<S::Ok, S::Error> {
+        Fields {
+            sysv_key: v.map(|k| format!("{:#010x}", k as u32)),
+            sysv_key_number: v.map(|k| k as u32),
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
+        let f = Fields::deserialize(d)?;
+        Ok(f.sysv_key_number.map(|n| n as i32).or_else(|| {
+            f.sysv_key
+                .and_then(|h| u32::from_str_radix(h.trim_start_matches("0x"), 16).ok())
+                .map(|n| n as i32)
+        }))
     }
 }
