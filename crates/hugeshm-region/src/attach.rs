@@ -302,6 +302,7 @@ impl Locator {
             verified_page_size_bytes: v.page_size_bytes,
             hugetlb: v.hugetlb,
             resident_bytes: v.resident_bytes,
+            region_allocated_bytes: region.allocated_bytes(),
             holders: holders_list,
             nattch,
             pid: std::process::id(),

@@ -230,6 +230,13 @@ impl Region {
         self.object.fd()
     }
 
+    /// Bytes the kernel has allocated to the region, whichever process
+    /// faulted them (its file's `st_blocks`; a SysV segment's needs
+    /// CAP_SYS_ADMIN). `None` where that cannot be read (anon regions).
+    pub fn allocated_bytes(&self) -> Option<u64> {
+        self.object.allocated_bytes(&self.mem)
+    }
+
     /// Device and inode of a file or memfd region (as in `/proc/PID/maps`).
     pub(crate) fn dev_ino(&self) -> Option<((u32, u32), u64)> {
         self.object.dev_ino()

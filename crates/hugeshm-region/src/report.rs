@@ -148,9 +148,13 @@ pub struct AttachReport {
     pub verified_page_size_bytes: u64,
     /// Whether the mapping is hugetlb (`VmFlags` `ht`).
     pub hugetlb: bool,
-    /// Bytes of the region resident in memory, as this process's smaps
-    /// counts them right after attaching (hugetlb: the pages that exist).
+    /// Bytes of the region resident in *this process*, as its smaps counts
+    /// them right after attaching: only pages this process has mapped
+    /// (0 for a fresh attach that touched nothing).
     pub resident_bytes: u64,
+    /// Bytes the kernel has allocated to the region, whichever process
+    /// faulted them (`None` where that cannot be read).
+    pub region_allocated_bytes: Option<u64>,
     /// Pids that have the region mapped now (this one included), ascending.
     pub holders: Vec<u32>,
     /// SysV attachment count (this process included).

@@ -145,6 +145,12 @@ fn unrelated_processes_attach_by_name() {
             created.verified_page_size_bytes
         );
         assert_eq!(seen.size_bytes, created.size_bytes);
+        // The region's own allocation, not what the attacher touched.
+        assert_eq!(
+            seen.region_allocated_bytes,
+            Some(created.size_bytes),
+            "{backend}"
+        );
         assert!(seen.holders.contains(&creator.pid), "{backend}: {seen:?}");
         assert!(seen.holders.contains(&attacher.pid), "{backend}: {seen:?}");
         if backend == Backend::Sysv {

@@ -161,7 +161,17 @@ fn print_attach(r: &AttachReport, out: &mut Out) -> anyhow::Result<()> {
             out.good(&format_bytes(r.verified_page_size_bytes), ok)
         ),
     ]);
-    t.row(vec!["resident".into(), format_bytes(r.resident_bytes)]);
+    t.row(vec![
+        "allocated".into(),
+        match r.region_allocated_bytes {
+            Some(b) => format!("{} (the whole region, whoever faulted it)", format_bytes(b)),
+            None => "unknown (needs CAP_SYS_ADMIN for a SysV segment)".into(),
+        },
+    ]);
+    t.row(vec![
+        "resident".into(),
+        format!("{} in this process", format_bytes(r.resident_bytes)),
+    ]);
     t.row(vec![
         "attached".into(),
         format!(

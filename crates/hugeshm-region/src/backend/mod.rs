@@ -179,6 +179,26 @@ impl Object {
         }
     }
 
+    /// Bytes the kernel has allocated to the object, whoever faulted them
+    /// (`st_blocks` of its file: a file or memfd's own, a SysV segment's
+    /// through `/proc/self/map_files`, which needs CAP_SYS_ADMIN); `None`
+    /// where that cannot be read.
+    pub(crate) fn allocated_bytes(&self, mem: &Mapping) -> Option<u64> {
+        let st = match self {
+            Object::Sysv(_) => {
+                let link = format!(
+                    "/proc/self/map_files/{:x}-{:x}",
+                    mem.addr(),
+                    mem.addr() + mem.len()
+                );
+                rustix::fs::stat(link.as_str()).ok()?
+            }
+            other => rustix::fs::fstat(other.fd()?).ok()?,
+        };
+        #[allow(clippy::unnecessary_cast)]
+        Some(st.st_blocks as u64 * 512)
+    }
+
     /// Device and inode of a file or memfd region.
     pub(crate) fn dev_ino(&self) -> Option<((u32, u32), u64)> {
         self.fd().and_then(|fd| fd::dev_ino(fd, "region").ok())
