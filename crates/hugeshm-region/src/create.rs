@@ -23,6 +23,7 @@ use crate::naming::validate_name;
 use crate::pool::{self, Backing, HostExtra, Plan, Request};
 use crate::prefault::{self, available_cpus, Progress};
 use crate::report::{AllocationReport, Reclaimed};
+use crate::testhook::checkpoint;
 use crate::verify::{self, Verification};
 use hugeshm_sys::PMD_SHARE_ALIGN;
 
@@ -542,9 +543,11 @@ impl RegionBuilder {
             Err(e) => return Err(e),
         };
         let mut guard = CreateGuard::new(region);
+        checkpoint("mapped");
         // State `initializing` before the pre-fault: a crash from here on
         // leaves a region that says so.
         guard.region_mut().write_header()?;
+        checkpoint("header-written");
         let setup_seconds = t0.elapsed().as_secs_f64();
 
         let r = guard.region();
@@ -619,8 +622,10 @@ impl RegionBuilder {
         if self.mlock {
             r.mlock()?;
         }
+        checkpoint("verified");
         // Verified (and locked): ready, in one aligned atomic store.
         guard.region_mut().set_state(HeaderState::Ready)?;
+        checkpoint("ready");
         let region = guard.disarm();
         let report = self.report(
             &region,

@@ -162,6 +162,7 @@ pub mod naming;
 pub mod pool;
 mod prefault;
 mod report;
+pub mod testhook;
 mod verify;
 
 pub use attach::{remove, Locator};

@@ -122,6 +122,7 @@ pub(crate) fn prefault(
                 return;
             }
             off += n;
+            crate::testhook::checkpoint("prefaulting");
             let mut d = done.lock().unwrap_or_else(|p| p.into_inner());
             *d += n as u64;
             if let Some(cb) = progress {

@@ -192,6 +192,7 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
         out.flush()?;
     }
     if a.hold {
+        let hold = Hold::catch()?;
         eprintln!(
             "holding region {} (pid {}); SIGINT (Ctrl-C), SIGTERM or SIGHUP releases it{}",
             a.name,
@@ -202,7 +203,7 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
                 ""
             }
         );
-        let sig = hold_until_signal()?;
+        let sig = hold.wait();
         eprintln!("{sig}: releasing region {}", a.name);
     }
     // Unmaps; a memfd region's last holder removes its record.
@@ -210,19 +211,31 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
     Ok(ExitCode::SUCCESS)
 }
 
-/// Blocks until SIGINT, SIGTERM or SIGHUP arrives (also when the shell
+/// SIGINT, SIGTERM and SIGHUP caught from now on (also when the shell
 /// started this process with SIGINT ignored, as it does for background
-/// jobs), and names it. The handler only records the signal; the caller
-/// releases what it holds on the normal path.
-pub(crate) fn hold_until_signal() -> anyhow::Result<&'static str> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
-    let sig = signals.forever().next().unwrap_or(SIGTERM);
-    Ok(match sig {
-        SIGINT => "SIGINT",
-        SIGHUP => "SIGHUP",
-        _ => "SIGTERM",
-    })
+/// jobs). The handler only records the signal; the holder releases what it
+/// holds on the normal path after [`Hold::wait`].
+pub(crate) struct Hold(signal_hook::iterator::Signals);
+
+impl Hold {
+    /// Catches the signals. Call before saying that the region is held, so
+    /// that a signal sent right after cannot kill the process outright.
+    pub(crate) fn catch() -> anyhow::Result<Hold> {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        Ok(Hold(signal_hook::iterator::Signals::new([
+            SIGINT, SIGTERM, SIGHUP,
+        ])?))
+    }
+
+    /// Blocks until one of the signals arrives, and names it.
+    pub(crate) fn wait(mut self) -> &'static str {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        match self.0.forever().next().unwrap_or(SIGTERM) {
+            SIGINT => "SIGINT",
+            SIGHUP => "SIGHUP",
+            _ => "SIGTERM",
+        }
+    }
 }
 
 /// Prints an allocation report.

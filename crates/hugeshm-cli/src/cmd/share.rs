@@ -1,6 +1,6 @@
 //! `hugeshm attach` and `hugeshm ls`: regions shared between processes.
 
-use crate::cmd::region::{hold_until_signal, looked_text, region_error, TrustArgs, SEARCH_ORDER};
+use crate::cmd::region::{looked_text, region_error, Hold, TrustArgs, SEARCH_ORDER};
 use crate::output::{Out, Table};
 use anyhow::bail;
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -83,12 +83,13 @@ pub fn attach(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Result<Ex
         out.flush()?;
     }
     if a.hold {
+        let hold = Hold::catch()?;
         eprintln!(
             "holding region {} (pid {}); SIGINT (Ctrl-C), SIGTERM or SIGHUP detaches",
             a.name,
             std::process::id()
         );
-        let sig = hold_until_signal()?;
+        let sig = hold.wait();
         eprintln!("{sig}: detaching from region {}", a.name);
     }
     region.close().map_err(region_error)?;

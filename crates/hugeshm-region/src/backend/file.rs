@@ -467,6 +467,7 @@ impl Room for File {
             }
             undo = UndoUnlink(Some(p.clone()));
         }
+        crate::testhook::checkpoint("name-claimed");
         let mem = if fstype == "hugetlbfs" {
             sys::mmap_fd_placed(fd.as_fd(), len, 0, spec.align)
                 .map_err(|e| pool::map_refused(spec.probe, e, huge, size))?

@@ -351,6 +351,7 @@ impl Room for Memfd {
                     });
                 }
                 undo = UndoUnlink(Some(path.clone()));
+                crate::testhook::checkpoint("name-claimed");
                 Some(RecordRef {
                     path,
                     generation: spec.header.generation,

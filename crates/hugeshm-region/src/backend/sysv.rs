@@ -214,6 +214,7 @@ impl Room for Sysv {
             _ => RegionError::Sys(e),
         })?;
         let undo = UndoShm(Some(shmid));
+        crate::testhook::checkpoint("name-claimed");
         let mem = sys::shm_attach_placed(shmid, spec.align)?;
         let anonymous = spec.name.is_none();
         if anonymous {
@@ -292,13 +293,17 @@ impl Room for Sysv {
         };
         let me = rustix::process::geteuid().as_raw();
         for seg in segments {
-            // Named regions only; a region's header page is always resident.
-            if seg.key == 0 || seg.rss_bytes == Some(0) || seg.size_bytes < USED_BYTES as u64 {
+            // Named regions only.
+            if seg.key == 0 || seg.size_bytes < USED_BYTES as u64 {
                 continue;
             }
             let mut buf = [0u8; USED_BYTES];
-            // Never fault in memory of another user's segment just to look.
-            if !matches!(sys::shm_peek(seg.shmid, &mut buf, seg.uid == me), Ok(true)) {
+            if seg.rss_bytes == Some(0) {
+                // Never touched: no header yet (whose creator may have
+                // died right after shmget). Nothing to read.
+            } else if !matches!(sys::shm_peek(seg.shmid, &mut buf, seg.uid == me), Ok(true)) {
+                // Never fault in memory of another user's segment just to
+                // look.
                 continue;
             }
             let name = match header::decode(&buf) {
@@ -307,6 +312,13 @@ impl Room for Sysv {
                     None => continue,
                 },
                 Decoded::Newer { .. } | Decoded::Damaged(_) => {
+                    format!("key-{:08x}", seg.key as u32)
+                }
+                // A header never written: a creator that died between
+                // shmget and the header (its name is not known yet, only
+                // its key). Shown for this user's idle segments only: an
+                // empty segment of another program looks the same.
+                Decoded::Unwritten if seg.uid == me && seg.nattch == 0 => {
                     format!("key-{:08x}", seg.key as u32)
                 }
                 Decoded::Unwritten | Decoded::Foreign { .. } => continue,

@@ -1,0 +1,224 @@
+//! Kill at every step: `hugeshm create` stopped by the test hook
+//! (`HUGESHM_TEST_STOP_AT`, see `hugeshm_region::testhook`) at each named
+//! step of creation, then SIGKILLed, for the sysv, posix (the file room,
+//! shared with hugetlbfs) and memfd backends. Each time, what is left must
+//! read right in `ls`, `attach` must refuse what is not complete, `create`
+//! must refuse it by default and recreate it when told (reuse only a
+//! *ready* one), and `rm` must leave no segment, file, record or reserved
+//! page behind.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{cmd, hugeshm as run, json};
+use hugeshm_region::testhook::STOP_AT_ENV;
+use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
+use serde_json::Value;
+
+const M2: u64 = 2 << 20;
+const STEPS: [&str; 6] = [
+    "name-claimed",
+    "mapped",
+    "header-written",
+    "prefaulting",
+    "verified",
+    "ready",
+];
+
+fn args<'a>(name: &'a str, backend: &'a str) -> Vec<&'a str> {
+    // 130 MiB: three pre-fault chunks, so "prefaulting" is part-way.
+    let page = if backend == "posix" { "4k" } else { "2m" };
+    let mut a = vec![
+        "create",
+        name,
+        "--size",
+        "130M",
+        "--backend",
+        backend,
+        "--page-size",
+        page,
+        "--policy",
+        "only",
+        "--prefault-threads",
+        "1",
+    ];
+    if backend == "memfd" {
+        a.push("--hold");
+    }
+    a
+}
+
+/// Starts a create that stops at `step`, waits until it is there, kills it.
+fn kill_at(name: &str, backend: &str, step: &str) {
+    let flag = std::env::temp_dir().join(format!("hugeshm-stop-{}-{step}", std::process::id()));
+    let _ = std::fs::remove_file(&flag);
+    let mut child: Child = cmd(&args(name, backend))
+        .env(STOP_AT_ENV, format!("{step}:{}", flag.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !flag.exists() {
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("{backend} {step}: create ended ({st}) before the step");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{backend} {step}: never reached"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let _ = std::fs::remove_file(&flag);
+}
+
+/// The `ls` entry of region `name`: by name, or, for a SysV segment whose
+/// header (and so its name) was never written, by its key.
+fn ls_entry(name: &str) -> Option<Value> {
+    let ls = json(run(&["ls", "--json"]));
+    let regions = ls.get("regions").cloned().unwrap_or(ls);
+    let key = hugeshm_region::sysv_key(name);
+    regions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["name"] == name
+                || (r["backend"] == "sysv" && r["object"]["key"].as_i64() == Some(key as i64))
+        })
+        .cloned()
+}
+
+fn fails(out: std::process::Output, what: &str) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(3), "{what} should fail: {err}");
+    err
+}
+
+fn succeeds(out: std::process::Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A memfd create --hold, released with SIGTERM once it holds the region.
+fn create_and_release_memfd(a: &[&str], what: &str) {
+    let mut child = cmd(a)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut said = Vec::new();
+    loop {
+        match lines.next() {
+            Some(Ok(l)) if l.contains("holding region") => break,
+            Some(Ok(l)) => said.push(l),
+            _ => panic!(
+                "{what}: create --hold failed ({:?}): {}",
+                child.wait(),
+                said.join("\n")
+            ),
+        }
+    }
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    for _ in lines {}
+    assert!(child.wait().unwrap().success(), "{what}");
+}
+
+/// Removes the region on drop, so a failed case leaves nothing behind.
+struct Cleanup(String, &'static str);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = run(&["rm", &self.0, "--backend", self.1]);
+    }
+}
+
+#[test]
+fn creator_killed_at_every_step_leaves_a_clear_and_removable_state() {
+    const T: &str = "creator_killed_at_every_step_leaves_a_clear_and_removable_state";
+    if skip_unless_root(T) {
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool lock");
+    pool.ensure_free(M2, 70).expect("70 free 2 MiB pages");
+    let before = HostState::capture().unwrap();
+    for backend in ["sysv", "posix", "memfd"] {
+        for step in STEPS {
+            let name = format!("fault-{backend}-{step}-{}", std::process::id());
+            let what = format!("{backend} killed at {step}");
+            let _cleanup = Cleanup(name.clone(), backend);
+            kill_at(&name, backend, step);
+
+            // What ls says.
+            let entry = ls_entry(&name).unwrap_or_else(|| panic!("{what}: ls lost it"));
+            let want = match (backend, step) {
+                ("memfd", _) => "stale",
+                (_, "ready") => "ready",
+                _ => "crashed",
+            };
+            assert_eq!(entry["state"], want, "{what}: {entry:#}");
+            assert_eq!(entry["held"], false, "{what}: {entry:#}");
+            println!("{what}: ls says {want}");
+
+            // attach: only a complete region.
+            let out = run(&["attach", &name, "--backend", backend]);
+            if want == "ready" {
+                succeeds(out, &format!("{what}: attach"));
+            } else {
+                let err = fails(out, &format!("{what}: attach"));
+                assert!(
+                    err.contains("incomplete") || err.contains("is gone"),
+                    "{what}: attach: {err}"
+                );
+            }
+
+            let mut a = args(&name, backend);
+            if backend == "memfd" {
+                // Nothing is left to reclaim: create replaces the record.
+                create_and_release_memfd(&a, &format!("{what}: create"));
+            } else {
+                // Default: refused, with how to reclaim.
+                let err = fails(run(&a), &format!("{what}: create"));
+                assert!(err.contains("--reclaim recreate"), "{what}: {err}");
+                // Reuse: only a ready region.
+                a.extend(["--reclaim", "reuse"]);
+                let out = run(&a);
+                if want == "ready" {
+                    succeeds(out, &format!("{what}: reuse"));
+                } else {
+                    fails(out, &format!("{what}: reuse"));
+                }
+                // Recreate: always.
+                *a.last_mut().unwrap() = "recreate";
+                succeeds(run(&a), &format!("{what}: recreate"));
+                succeeds(
+                    run(&["rm", &name, "--backend", backend]),
+                    &format!("{what}: rm"),
+                );
+            }
+            assert!(ls_entry(&name).is_none(), "{what}: still listed");
+            assert_eq!(
+                HostState::capture().unwrap(),
+                before,
+                "{what}: something was left behind"
+            );
+        }
+    }
+    let record_dir = PathBuf::from("/dev/shm");
+    assert!(record_dir.exists());
+    pool.restore().unwrap();
+}

@@ -1,0 +1,34 @@
+//! A test hook that stops `create` at a named step, so a test can SIGKILL
+//! the creator there and check what is left (the fault-injection suite,
+//! `crates/hugeshm-cli/tests/faults.rs`).
+//!
+//! With `HUGESHM_TEST_STOP_AT=STEP:FILE` in the environment, a `create`
+//! that reaches STEP writes STEP to FILE and waits there for its end. The
+//! steps, in order: `name-claimed` (the name is taken: segment, linked
+//! file or memfd record), `mapped` (memory reserved and mapped),
+//! `header-written` (state *initializing*), `prefaulting` (after the first
+//! pre-fault chunk), `verified`, `ready`. Without the variable this costs
+//! one environment lookup per step.
+
+/// The environment variable: `STEP:FILE`.
+pub const STOP_AT_ENV: &str = "HUGESHM_TEST_STOP_AT";
+
+/// Stops here (forever) when the test hook names `step`.
+pub(crate) fn checkpoint(step: &str) {
+    let Some(spec) = std::env::var_os(STOP_AT_ENV) else {
+        return;
+    };
+    let spec = spec.to_string_lossy();
+    let Some((at, file)) = spec.split_once(':') else {
+        return;
+    };
+    if at != step {
+        return;
+    }
+    if std::fs::write(file, step).is_err() {
+        return;
+    }
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+    }
+}
