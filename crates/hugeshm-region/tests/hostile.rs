@@ -1,0 +1,305 @@
+//! Hostile headers and racing processes.
+//!
+//! * Random and bit-flipped bytes written into a live region's header (a
+//!   posix file and a SysV segment) while threads keep attaching: every
+//!   attach either succeeds on an intact header or is refused with a
+//!   typed error; nothing panics, nothing is left mapped.
+//! * Four processes looping create / attach / remove / list over the same
+//!   few names: no panic, no attach to a half-made region, and no segment,
+//!   file or reserved page left afterwards.
+//!
+//! Children are this test binary re-executed with `HUGESHM_RACE_CHILD`.
+
+mod common;
+
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::*;
+use hugeshm_region::{
+    list_regions, Backend, HeaderState, Locator, PageSize, Policy, Region, RegionBuilder,
+    RegionError, HEADER_BYTES,
+};
+use hugeshm_testkit::HostState;
+
+/// xorshift64*: deterministic, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// An attach result as hostile bytes may leave it: a ready region whose
+/// header still says who it is, or one of the refusals.
+fn acceptable(r: Result<Region, RegionError>, name: &str) -> Result<bool, String> {
+    match r {
+        Ok(region) => {
+            let h = region.header().clone();
+            region.close().map_err(|e| e.to_string())?;
+            if h.state == HeaderState::Ready && h.name.as_deref() == Some(name) {
+                Ok(true)
+            } else {
+                Err(format!("attached a region whose header is {h:?}"))
+            }
+        }
+        Err(
+            RegionError::NotOurs { .. }
+            | RegionError::NewerLayout { .. }
+            | RegionError::HeaderMismatch { .. }
+            | RegionError::Incomplete { .. },
+        ) => Ok(false),
+        Err(e) => Err(format!("unexpected error: {e}")),
+    }
+}
+
+/// Writes hostile bytes into the header with `poke(offset, bytes)` while
+/// two threads attach in a loop; restores the header at the end.
+fn hammer(name: &str, backend: Backend, poke: impl Fn(u64, &[u8]), original: &[u8]) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let attached = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, attached, refused) = (stop.clone(), attached.clone(), refused.clone());
+            let name = name.to_owned();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match acceptable(Locator::new(&name, backend).attach(), &name) {
+                        Ok(true) => attached.fetch_add(1, Ordering::Relaxed),
+                        Ok(false) => refused.fetch_add(1, Ordering::Relaxed),
+                        Err(e) => panic!("{backend}: {e}"),
+                    };
+                }
+            })
+        })
+        .collect();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ std::process::id() as u64);
+    for round in 0..400 {
+        match round % 3 {
+            // Flip one bit of the used header.
+            0 => {
+                let off = rng.below(original.len() as u64);
+                let mut b = [original[off as usize]];
+                b[0] ^= 1 << rng.below(8);
+                poke(off, &b);
+            }
+            // Random bytes over a random stretch.
+            1 => {
+                let off = rng.below(original.len() as u64);
+                let n = 1 + rng.below(32);
+                let bytes: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+                poke(off, &bytes);
+            }
+            // Back to the real header.
+            _ => poke(0, original),
+        }
+        std::thread::yield_now();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("an attacher panicked");
+    }
+    poke(0, original);
+    println!(
+        "{backend}: {} attaches on an intact header, {} refused",
+        attached.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed)
+    );
+    assert!(
+        refused.load(Ordering::Relaxed) > 0,
+        "{backend}: nothing was refused"
+    );
+    // Whole again: attaches as before.
+    Locator::new(name, backend)
+        .attach()
+        .unwrap()
+        .close()
+        .unwrap();
+}
+
+#[test]
+fn hostile_header_bytes_are_refused_never_crash() {
+    let Some(pool) = pool_guard("hostile_header_bytes_are_refused_never_crash") else {
+        return;
+    };
+    let before = HostState::capture().unwrap();
+    for backend in [Backend::Posix, Backend::Sysv] {
+        let name = unique("hostile");
+        let _cleanup = RemoveOnDrop::new(&name, backend, None);
+        let (region, _) = RegionBuilder::new(1 << 20)
+            .name(&name)
+            .backend(backend)
+            .page_size(PageSize::Base)
+            .policy(Policy::Only)
+            .create()
+            .unwrap();
+        // The used part of the header, as written.
+        let mut original = vec![0u8; 352];
+        let raw = region.as_ptr();
+        for (i, b) in original.iter_mut().enumerate() {
+            // SAFETY: the first 352 bytes of this process's live mapping of
+            // the region (its header page); read only.
+            *b = unsafe { std::ptr::read_volatile(raw.add(i)) };
+        }
+        assert_eq!(&original[..8], b"HUGESHM\0");
+        match backend {
+            Backend::Posix => {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(region.path().unwrap())
+                    .unwrap();
+                hammer(
+                    &name,
+                    backend,
+                    |off, b| file.write_all_at(b, off).unwrap(),
+                    &original,
+                );
+            }
+            _ => {
+                let addr = raw as usize;
+                hammer(
+                    &name,
+                    backend,
+                    |off, b| {
+                        for (i, v) in b.iter().enumerate() {
+                            // SAFETY: inside the first 4 KiB (the header
+                            // page, off + i < 352 + 32 < HEADER_BYTES) of
+                            // the live mapping this test owns.
+                            unsafe {
+                                std::ptr::write_volatile(
+                                    (addr as *mut u8).add(off as usize + i),
+                                    *v,
+                                )
+                            };
+                        }
+                    },
+                    &original,
+                );
+            }
+        }
+        assert!(352 + 32 < HEADER_BYTES);
+        region.destroy().unwrap();
+        assert_no_leak(&before, &format!("hostile {backend}"));
+    }
+    pool.restore().unwrap();
+}
+
+const CHILD_ENV: &str = "HUGESHM_RACE_CHILD";
+const NAMES: [&str; 3] = ["race-a", "race-b", "race-c"];
+
+/// A racing child: `ITERATIONS:SEED:TAG`.
+#[test]
+fn race_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let mut f = spec.split(':');
+    let iterations: u64 = f.next().unwrap().parse().unwrap();
+    let mut rng = Rng(f.next().unwrap().parse().unwrap());
+    let tag = f.next().unwrap();
+    let mut held: Vec<Region> = Vec::new();
+    let mut counts = [0u64; 4];
+    for _ in 0..iterations {
+        let name = format!("{tag}-{}", NAMES[rng.below(3) as usize]);
+        match rng.below(4) {
+            0 => match RegionBuilder::new(64 << 10)
+                .name(&name)
+                .backend(Backend::Posix)
+                .page_size(PageSize::Base)
+                .policy(Policy::Only)
+                .prefault_threads(1)
+                .create()
+            {
+                Ok((r, _)) => {
+                    counts[0] += 1;
+                    held.push(r);
+                }
+                Err(
+                    RegionError::AlreadyExists { .. }
+                    | RegionError::Orphaned { .. }
+                    | RegionError::Incomplete { .. },
+                ) => {}
+                Err(e) => panic!("create {name}: {e}"),
+            },
+            1 => match Locator::new(&name, Backend::Posix).attach() {
+                Ok(r) => {
+                    assert_eq!(r.header().state, HeaderState::Ready, "{name}");
+                    assert_eq!(r.header().name.as_deref(), Some(name.as_str()));
+                    counts[1] += 1;
+                    held.push(r);
+                }
+                Err(
+                    RegionError::NotFound { .. }
+                    | RegionError::Incomplete { .. }
+                    | RegionError::Unsupported(_),
+                ) => {}
+                Err(e) => panic!("attach {name}: {e}"),
+            },
+            2 => {
+                // Let go of what this process holds, then try to remove
+                // the name (others may still hold it).
+                for r in held.drain(..) {
+                    r.close().unwrap();
+                }
+                match Locator::new(&name, Backend::Posix).remove() {
+                    Ok(_) => counts[2] += 1,
+                    Err(
+                        RegionError::NotFound { .. }
+                        | RegionError::InUse { .. }
+                        | RegionError::AlreadyExists { .. },
+                    ) => {}
+                    Err(e) => panic!("remove {name}: {e}"),
+                }
+            }
+            _ => {
+                list_regions().unwrap();
+                counts[3] += 1;
+            }
+        }
+    }
+    for r in held {
+        r.close().unwrap();
+    }
+    println!("\nRACE-DONE {counts:?}");
+}
+
+#[test]
+fn four_processes_race_create_attach_remove_list() {
+    let Some(pool) = pool_guard("four_processes_race_create_attach_remove_list") else {
+        return;
+    };
+    let before = HostState::capture().unwrap();
+    let tag = unique("race");
+    let kids: Vec<_> = (0..4u64)
+        .map(|i| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "race_child", "--nocapture", "--test-threads=1"])
+                .env(CHILD_ENV, format!("250:{}:{tag}", 0x1234_5678 + i * 7919))
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for k in kids {
+        let out = k.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "a racer failed: {text}");
+        let line = text.lines().find(|l| l.contains("RACE-DONE")).unwrap_or("");
+        println!("{line}");
+    }
+    // Whatever is left nobody holds: remove it, then nothing may remain.
+    for n in NAMES {
+        let _ = Locator::new(&format!("{tag}-{n}"), Backend::Posix).remove();
+    }
+    assert_no_leak(&before, "race");
+    pool.restore().unwrap();
+}
