@@ -115,6 +115,10 @@
 // beyond the mode asked for: hugeshm never uses or removes it.
 #define HUGESHM_ERROR_UNTRUSTED 23
 
+// A system-wide kernel limit is reached (`kernel.shmmni`,
+// `kernel.shmall`); the fix names the setting.
+#define HUGESHM_ERROR_KERNEL_LIMIT 24
+
 // An error this version of the C API has no code for yet (the message
 // says what it is).
 #define HUGESHM_ERROR_OTHER 98

@@ -74,6 +74,9 @@ pub const HUGESHM_ERROR_HEADER_MISMATCH: c_int = 22;
 /// The region belongs to another user, or group/others may write it
 /// beyond the mode asked for: hugeshm never uses or removes it.
 pub const HUGESHM_ERROR_UNTRUSTED: c_int = 23;
+/// A system-wide kernel limit is reached (`kernel.shmmni`,
+/// `kernel.shmall`); the fix names the setting.
+pub const HUGESHM_ERROR_KERNEL_LIMIT: c_int = 24;
 /// An error this version of the C API has no code for yet (the message
 /// says what it is).
 pub const HUGESHM_ERROR_OTHER: c_int = 98;
@@ -242,6 +245,7 @@ fn code_of(e: &RegionError, errno: c_int) -> c_int {
         RegionError::NewerLayout { .. } => HUGESHM_ERROR_NEWER_LAYOUT,
         RegionError::HeaderMismatch { .. } => HUGESHM_ERROR_HEADER_MISMATCH,
         RegionError::Untrusted { .. } => HUGESHM_ERROR_UNTRUSTED,
+        RegionError::KernelLimit { .. } => HUGESHM_ERROR_KERNEL_LIMIT,
         RegionError::Sys(_) | RegionError::Io { .. } | RegionError::Read(_) => match errno {
             libc::EACCES | libc::EPERM => HUGESHM_ERROR_PERMISSION,
             libc::ENOENT => HUGESHM_ERROR_NOT_FOUND,

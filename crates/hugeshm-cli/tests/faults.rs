@@ -222,3 +222,116 @@ fn creator_killed_at_every_step_leaves_a_clear_and_removable_state() {
     assert!(record_dir.exists());
     pool.restore().unwrap();
 }
+
+/// Puts a `/proc/sys` value back on drop.
+struct Sysctl(&'static str, String);
+
+impl Sysctl {
+    fn set(path: &'static str, value: &str) -> Sysctl {
+        let old = std::fs::read_to_string(path).unwrap();
+        std::fs::write(path, value).unwrap();
+        Sysctl(path, old)
+    }
+}
+
+impl Drop for Sysctl {
+    fn drop(&mut self) {
+        std::fs::write(self.0, self.1.trim()).unwrap();
+    }
+}
+
+/// Resources that run out: every SysV id taken (`kernel.shmmni`), and the
+/// pool shrunk by the admin between the name claim and the reservation.
+/// Each is a clear error with the numbers and the fix, and leaves nothing.
+#[test]
+fn exhausted_resources_are_clear_errors_and_leave_nothing() {
+    const T: &str = "exhausted_resources_are_clear_errors_and_leave_nothing";
+    if skip_unless_root(T) {
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool lock");
+    let before = HostState::capture().unwrap();
+
+    // shmmni: no segment id left.
+    let in_use = before.sysv.len();
+    {
+        let _mni = Sysctl::set("/proc/sys/kernel/shmmni", &in_use.max(1).to_string());
+        let n = format!("fault-mni-{}", std::process::id());
+        let _cleanup = Cleanup(n.clone(), "sysv");
+        // Fill up to the limit with throwaway segments when there are none.
+        let filler = (in_use == 0).then(|| {
+            hugeshm_sys::shm_get(0, 4096, hugeshm_sys::ShmFlags::create_new(None)).unwrap()
+        });
+        let err = fails(
+            run(&[
+                "create",
+                &n,
+                "--size",
+                "4M",
+                "--page-size",
+                "4k",
+                "--policy",
+                "off",
+            ]),
+            "create past shmmni",
+        );
+        if let Some(id) = filler {
+            hugeshm_sys::shm_remove(id).unwrap();
+        }
+        println!("shmmni: {err}");
+        assert!(err.contains("kernel.shmmni = "), "{err}");
+        assert!(err.contains("to fix: sysctl -w kernel.shmmni="), "{err}");
+    }
+    assert_eq!(HostState::capture().unwrap(), before, "shmmni: left behind");
+
+    // The pool shrunk under a create: stopped after the memfd record is
+    // published (name claimed, nothing reserved yet), the free pages taken
+    // away, then let go on.
+    pool.ensure_free(M2, 40).unwrap();
+    let n = format!("fault-shrink-{}", std::process::id());
+    let _cleanup = Cleanup(n.clone(), "memfd");
+    let flag = std::env::temp_dir().join(format!("hugeshm-stop-{}-shrink", std::process::id()));
+    let child = cmd(&[
+        "create",
+        &n,
+        "--size",
+        "64M",
+        "--backend",
+        "memfd",
+        "--page-size",
+        "2m",
+        "--policy",
+        "only",
+        "--hold",
+    ])
+    .env(STOP_AT_ENV, format!("name-claimed:{}", flag.display()))
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let t0 = Instant::now();
+    while !flag.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "never reached");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let nr = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
+    let total: u64 = std::fs::read_to_string(nr).unwrap().trim().parse().unwrap();
+    std::fs::write(nr, "0").unwrap();
+    std::fs::remove_file(&flag).unwrap();
+    let out = child.wait_with_output().unwrap();
+    std::fs::write(nr, total.to_string()).unwrap();
+    let err = fails(out, "create with the pool taken away");
+    println!("pool shrunk: {err}");
+    assert!(
+        err.contains("2 MiB pages: required 32, available 0"),
+        "{err}"
+    );
+    assert!(err.contains("the kernel refused"), "{err}");
+    assert!(err.contains("to fix: sysctl -w vm.nr_hugepages="), "{err}");
+    assert!(
+        !std::path::Path::new(&format!("/dev/shm/hugeshm-memfd.{n}")).exists(),
+        "the record is taken back"
+    );
+    pool.restore().unwrap();
+    assert_eq!(HostState::capture().unwrap(), before, "shrink: left behind");
+}

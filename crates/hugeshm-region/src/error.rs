@@ -109,6 +109,19 @@ pub enum RegionError {
         /// What to change.
         fix: Box<Fix>,
     },
+    /// A system-wide kernel limit is reached (SysV `kernel.shmmni`
+    /// segments, `kernel.shmall` pages).
+    #[error("{what}: the kernel's limit {limit} is reached ({in_use} in use)")]
+    KernelLimit {
+        /// What could not be had.
+        what: String,
+        /// The limit, e.g. `kernel.shmmni = 4096`.
+        limit: String,
+        /// How much of it is in use.
+        in_use: u64,
+        /// The setting that would do.
+        fix: Box<Fix>,
+    },
     /// The kernel refused for lack of privilege (SysV `SHM_HUGETLB` without
     /// `vm.hugetlb_shm_group` / `CAP_IPC_LOCK`, hugetlbfs mount permissions).
     #[error("{what}: permission denied")]
@@ -370,6 +383,7 @@ impl RegionError {
             RegionError::NoHugetlbfsMount { fix, .. }
             | RegionError::ThpUnavailable { fix, .. }
             | RegionError::NoSpace { fix, .. }
+            | RegionError::KernelLimit { fix, .. }
             | RegionError::Permission { fix, .. } => Some((**fix).clone()),
             RegionError::MemlockLimit {
                 needed_bytes,

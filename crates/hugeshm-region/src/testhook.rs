@@ -3,7 +3,9 @@
 //! `crates/hugeshm-cli/tests/faults.rs`).
 //!
 //! With `HUGESHM_TEST_STOP_AT=STEP:FILE` in the environment, a `create`
-//! that reaches STEP writes STEP to FILE and waits there for its end. The
+//! that reaches STEP writes STEP to FILE and waits there until the test
+//! kills it, or removes FILE to let it go on (e.g. after shrinking the
+//! pool under it). The
 //! steps, in order: `name-claimed` (the name is taken: segment, linked
 //! file or memfd record), `mapped` (memory reserved and mapped),
 //! `header-written` (state *initializing*), `prefaulting` (after the first
@@ -13,7 +15,7 @@
 /// The environment variable: `STEP:FILE`.
 pub const STOP_AT_ENV: &str = "HUGESHM_TEST_STOP_AT";
 
-/// Stops here (forever) when the test hook names `step`.
+/// Stops here when the test hook names `step`, until FILE is removed.
 pub(crate) fn checkpoint(step: &str) {
     let Some(spec) = std::env::var_os(STOP_AT_ENV) else {
         return;
@@ -28,7 +30,7 @@ pub(crate) fn checkpoint(step: &str) {
     if std::fs::write(file, step).is_err() {
         return;
     }
-    loop {
-        std::thread::sleep(std::time::Duration::from_secs(3600));
+    while std::path::Path::new(file).exists() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }

@@ -2,6 +2,7 @@
 //! ([`sysv_key`]), `SHM_HUGETLB` for huge pages, reserved at `shmget`.
 //! Holders: `shm_nattch`, and the `/SYSV<key>` lines of `/proc/PID/maps`.
 
+use hugeshm_fix::Fix;
 use hugeshm_probe::Probe;
 use hugeshm_sys::{self as sys, ShmFlags, SysError, PMD_SHARE_ALIGN};
 
@@ -51,6 +52,39 @@ impl Segment {
 
     pub(crate) fn describe(&self) -> String {
         describe(self.key, self.shmid)
+    }
+}
+
+/// `shmget`'s `ENOSPC`: every segment id is taken (`kernel.shmmni`), or
+/// the segment would take the system past `kernel.shmall` pages.
+fn kernel_limit(spec: &Spec<'_>, size: u64, e: SysError) -> RegionError {
+    let segments = spec.probe.sysv_segments().unwrap_or_default();
+    let sysctl = &spec.host.sysctl;
+    let count = segments.len() as u64;
+    match (sysctl.shmmni, sysctl.shmall) {
+        (Some(mni), _) if count >= mni => RegionError::KernelLimit {
+            what: "a new SysV segment".to_owned(),
+            limit: format!("kernel.shmmni = {mni}"),
+            in_use: count,
+            fix: Box::new(Fix::Sysctl {
+                key: "kernel.shmmni".to_owned(),
+                value: (mni.max(1) * 2).max(4096).to_string(),
+            }),
+        },
+        (_, Some(all)) => {
+            let page = sys::base_page_size() as u64;
+            let used: u64 = segments.iter().map(|s| s.size_bytes.div_ceil(page)).sum();
+            RegionError::KernelLimit {
+                what: format!("a SysV segment of {size} bytes"),
+                limit: format!("kernel.shmall = {all} pages"),
+                in_use: used,
+                fix: Box::new(Fix::Sysctl {
+                    key: "kernel.shmall".to_owned(),
+                    value: (used + size.div_ceil(page)).max(all).to_string(),
+                }),
+            }
+        }
+        _ => RegionError::Sys(e),
     }
 }
 
@@ -198,6 +232,7 @@ impl Room for Sysv {
                 fix: Box::new(crate::memlock::shm_hugetlb_fix(size)),
                 source: Some(e),
             },
+            Some(libc::ENOSPC) => kernel_limit(spec, size, e),
             Some(libc::EINVAL) if spec.host.sysctl.shmmax.is_some_and(|max| size > max) => {
                 RegionError::InvalidSize {
                     requested_bytes: size,
