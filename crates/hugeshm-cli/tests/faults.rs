@@ -173,6 +173,25 @@ fn creator_killed_at_every_step_leaves_a_clear_and_removable_state() {
             assert_eq!(entry["state"], want, "{what}: {entry:#}");
             assert_eq!(entry["held"], false, "{what}: {entry:#}");
             println!("{what}: ls says {want}");
+            // The fix ls prints: reuse only what is complete.
+            let text = String::from_utf8_lossy(&run(&["ls"]).stdout).into_owned();
+            let line = text
+                .lines()
+                .find(|l| l.contains("WARN") && l.contains(entry["name"].as_str().unwrap()))
+                .unwrap_or_else(|| panic!("{what}: no ls warning: {text}"));
+            match want {
+                "ready" => assert!(line.contains("--reclaim reuse"), "{what}: {line}"),
+                _ if entry["header"].is_null() && backend == "sysv" => {
+                    assert!(line.contains("ipcrm -m "), "{what}: {line}")
+                }
+                _ => {
+                    assert!(!line.contains("reuse"), "{what}: {line}");
+                    assert!(
+                        line.contains("--reclaim recreate") && line.contains("hugeshm rm "),
+                        "{what}: {line}"
+                    );
+                }
+            }
 
             // attach: only a complete region.
             let out = run(&["attach", &name, "--backend", backend]);

@@ -475,3 +475,85 @@ fn hold_releases_on_signals_and_a_stale_record_is_replaced() {
     assert!(!record(&n).exists(), "replaced, then released on exit");
     assert_eq!(HostState::capture().unwrap(), before, "nothing left behind");
 }
+
+/// Finding a name without `--backend`: `attach` finds a posix region (not
+/// "backend mismatch: expected hugetlbfs"), `rm` of a missing name lists
+/// each place once, `rm` finds a memfd region's stale record, and `ls`
+/// tells a crashed region's owner to recreate or remove it, not reuse it.
+#[test]
+fn names_are_found_in_every_backend() {
+    const T: &str = "names_are_found_in_every_backend";
+    if skip_unless_root(T) {
+        return;
+    }
+    let before = HostState::capture().unwrap();
+    let n = name("find");
+    let mk = |backend: &str| {
+        let out = run(&[
+            "create",
+            &n,
+            "--size",
+            "4M",
+            "--backend",
+            backend,
+            "--page-size",
+            "4k",
+            "--policy",
+            "off",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    mk("posix");
+    let a = json(run(&["attach", &n, "--json"]));
+    let a = a.get("report").cloned().unwrap_or(a);
+    assert_eq!(a["backend"], "posix", "{a:#}");
+    let out = run(&["rm", &n]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("removed posix"));
+
+    // Missing: every place once.
+    let out = run(&["rm", &n]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let shm = format!("/dev/shm/hugeshm.{n}");
+    assert_eq!(err.matches(&shm).count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("/dev/shm/hugeshm-memfd.{n}")),
+        "{err}"
+    );
+
+    // A stale memfd record: rm without --backend finds it.
+    let mut child = cmd(&[
+        "create",
+        &n,
+        "--size",
+        "4M",
+        "--backend",
+        "memfd",
+        "--page-size",
+        "4k",
+        "--policy",
+        "off",
+        "--hold",
+    ])
+    .stderr(Stdio::piped())
+    .stdout(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    assert!(lines.any(|l| l.unwrap().contains("holding region")));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let out = run(&["rm", &n]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("removed memfd"));
+    assert_eq!(HostState::capture().unwrap(), before);
+}

@@ -163,6 +163,12 @@ pub enum Fix {
         /// The object's mode.
         mode: u32,
     },
+    /// Remove a SysV segment by its id (one whose name is not known: its
+    /// creator died before writing the header).
+    IpcRm {
+        /// The shmid.
+        shmid: i32,
+    },
     /// The region is still being created: retry once it is ready.
     WaitUntilReady,
     /// The region was made by a newer hugeshm: use that one.
@@ -351,6 +357,7 @@ impl Fix {
                     remove_text(who, name, backend)
                 )
             }
+            Fix::IpcRm { shmid } => format!("ipcrm -m {shmid}"),
             Fix::WaitUntilReady => "retry once it is ready".to_owned(),
             Fix::NewerHugeshm => "use the hugeshm that created it".to_owned(),
         }
