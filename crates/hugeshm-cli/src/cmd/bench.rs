@@ -3,6 +3,7 @@
 use crate::output::{Out, Table};
 use anyhow::Context;
 use hugeshm_apply::{PoolFiles, SysfsPools};
+use hugeshm_doctor::segments::SegmentKind;
 use hugeshm_parse::size::{format_bytes, page_size_short, parse_size};
 use hugeshm_probe::{HostSnapshot, Probe, Roots};
 use hugeshm_region::sys;
@@ -290,7 +291,7 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
     let seg = r
         .segments
         .iter()
-        .find(|s| s.kind == "sysv" && s.id == Some(shmid as u64));
+        .find(|s| s.kind == SegmentKind::Sysv && s.id == Some(shmid as u64));
     let mut sorted = runs.clone();
     sorted.sort_by(|x, y| x.total_cmp(y));
     let res = ScanResult {

@@ -2,7 +2,7 @@
 
 use crate::output::{self, Out, Table};
 use hugeshm_doctor::finding::any_actionable;
-use hugeshm_doctor::segments::{self, Segment, SegmentsReport};
+use hugeshm_doctor::segments::{self, Segment, SegmentKind, SegmentsReport};
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{Probe, Roots};
 use std::process::ExitCode;
@@ -27,7 +27,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
     let mut report = segments::build(&probe);
     if !args.all {
         report.segments.retain(|s| {
-            !(s.kind == "posix" && s.attached_pids.is_empty() && s.size_bytes < 2 << 20)
+            !(s.kind == SegmentKind::Posix && s.attached_pids.is_empty() && s.size_bytes < 2 << 20)
         });
     }
     let actionable = any_actionable(&report.findings)
@@ -55,7 +55,9 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
 
 fn page_cell(s: &Segment, out: &Out) -> String {
     match s.page_size_bytes {
-        Some(4096) if s.size_bytes >= 2 << 20 && s.kind != "posix" => out.good("4k", false),
+        Some(4096) if s.size_bytes >= 2 << 20 && s.kind != SegmentKind::Posix => {
+            out.good("4k", false)
+        }
         Some(p) if p > 4096 => out.good(&page_size_short(p), true),
         Some(p) => page_size_short(p),
         None => "?".to_string(),
@@ -97,9 +99,11 @@ pub fn print(r: &SegmentsReport, out: &mut Out) -> anyhow::Result<()> {
             "attached",
         ]);
         for s in &r.segments {
-            let id = match (s.kind.as_str(), s.id, &s.key, &s.path) {
-                ("sysv", Some(id), Some(k), _) => format!("{id} key {k}"),
-                ("private-hugetlb", _, _, _) => format!("pid {}", s.creator_pid.unwrap_or(0)),
+            let id = match (s.kind, s.id, &s.key, &s.path) {
+                (SegmentKind::Sysv, Some(id), Some(k), _) => format!("{id} key {k}"),
+                (SegmentKind::PrivateHugetlb, _, _, _) => {
+                    format!("pid {}", s.creator_pid.unwrap_or(0))
+                }
                 (_, _, _, Some(p)) => p.clone(),
                 (_, Some(id), _, _) => id.to_string(),
                 _ => "-".into(),
@@ -114,7 +118,7 @@ pub fn print(r: &SegmentsReport, out: &mut Out) -> anyhow::Result<()> {
                     .join(" ")
             };
             t.row(vec![
-                s.kind.clone(),
+                s.kind.to_string(),
                 id,
                 format_bytes(s.size_bytes),
                 page_cell(s, out),
