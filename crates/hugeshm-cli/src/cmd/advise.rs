@@ -1,6 +1,6 @@
 //! `hugeshm advise`: pages per size per node, and the configuration.
 
-use crate::cmd::bench::parse_size_arg;
+use crate::cmd::bench_common::parse_size_arg;
 use crate::output::{Out, Table};
 use anyhow::{bail, Context};
 use hugeshm_doctor::advise::{self, Demand, Placement, Plan, Skipped, DEFAULT_SPARE_PAGES};

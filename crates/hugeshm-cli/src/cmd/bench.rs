@@ -1,11 +1,12 @@
 //! `hugeshm bench ...`: benchmarks that reproduce the field reports.
 
+use crate::cmd::bench_common::reap;
+// Also the path `create --size` names it by (cmd/region.rs).
+pub use crate::cmd::bench_common::parse_size_arg;
 use crate::output::{Out, Table};
-use anyhow::Context;
-use hugeshm_apply::{PoolFiles, SysfsPools};
 use hugeshm_doctor::segments::SegmentKind;
-use hugeshm_parse::size::{format_bytes, page_size_short, parse_size};
-use hugeshm_probe::{HostSnapshot, Probe, Roots};
+use hugeshm_parse::size::{format_bytes, page_size_short};
+use hugeshm_probe::{Probe, Roots};
 use hugeshm_region::sys;
 use std::io::Read;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -57,15 +58,6 @@ pub struct ScanArgs {
     pub json: bool,
 }
 
-/// Parses a size argument (`64M`, `2m`, `1G`, `4096`).
-pub fn parse_size_arg(s: &str) -> Result<u64, String> {
-    match parse_size(s) {
-        Some(0) => Err("must be more than 0".into()),
-        Some(v) => Ok(v),
-        None => Err(format!("{s:?} is not a size (examples: 4096, 4k, 2M, 1G)")),
-    }
-}
-
 /// What `bench scan --json` prints.
 #[derive(Debug, serde::Serialize)]
 struct ScanResult {
@@ -114,87 +106,6 @@ impl Drop for Fleet {
     fn drop(&mut self) {
         self.writer.take();
         reap(&mut self.children, Duration::from_secs(20));
-    }
-}
-
-/// Waits for children whose stdin the caller has closed, killing those still
-/// running after `grace`.
-pub(crate) fn reap<'a>(children: impl IntoIterator<Item = &'a mut Child>, grace: Duration) {
-    let deadline = Instant::now() + grace;
-    for c in children {
-        loop {
-            match c.try_wait() {
-                Ok(Some(_)) | Err(_) => break,
-                Ok(None) if Instant::now() > deadline => {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    break;
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(2)),
-            }
-        }
-    }
-}
-
-/// Huge pages a bench adds to the host-wide pools for its run, given back
-/// when it is dropped (whatever happened in between).
-pub(crate) struct PoolTopUp<'a> {
-    pools: SysfsPools<'a>,
-    restore: Vec<(u64, u64)>,
-}
-
-impl<'a> PoolTopUp<'a> {
-    /// Nothing added yet.
-    pub(crate) fn new(probe: &'a Probe) -> Self {
-        PoolTopUp {
-            pools: SysfsPools::new(probe),
-            restore: Vec::new(),
-        }
-    }
-
-    /// Makes `pages` pages of `page_size` available (free − reserved),
-    /// raising the pool when it holds fewer (root only).
-    pub(crate) fn ensure(
-        &mut self,
-        host: &HostSnapshot,
-        page_size: u64,
-        pages: u64,
-    ) -> anyhow::Result<()> {
-        let Some(p) = host.pool(page_size) else {
-            return Ok(());
-        };
-        if p.available() >= pages {
-            return Ok(());
-        }
-        let target = p.nr + (pages - p.available());
-        self.pools.set_nr(page_size, None, target).with_context(|| {
-            format!(
-                "reserving {pages} {} pages for the bench (run as root, or --no-reserve with a pool that holds them)",
-                format_bytes(page_size)
-            )
-        })?;
-        self.restore.push((page_size, p.nr));
-        let got = self.pools.nr(page_size, None)?;
-        if got < target {
-            anyhow::bail!(
-                "the kernel granted {got} of {target} {} pages: not enough memory for the bench",
-                format_bytes(page_size)
-            );
-        }
-        Ok(())
-    }
-}
-
-impl Drop for PoolTopUp<'_> {
-    fn drop(&mut self) {
-        for (size, nr) in &self.restore {
-            if let Err(e) = self.pools.set_nr(*size, None, *nr) {
-                eprintln!(
-                    "hugeshm: warning: could not restore the {} pool to {nr}: {e}",
-                    format_bytes(*size)
-                );
-            }
-        }
     }
 }
 

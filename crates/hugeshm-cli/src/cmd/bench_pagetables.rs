@@ -7,7 +7,7 @@
 //! in page tables for this region alone (the children's own page tables are in
 //! both readings).
 
-use crate::cmd::bench::{parse_size_arg, reap, PoolTopUp};
+use crate::cmd::bench_common::{parse_size_arg, reap, PoolTopUp};
 use crate::output::{Out, Table};
 use anyhow::{bail, Context};
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB};
