@@ -134,7 +134,9 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
     parent.touch();
 
     let exe = std::env::current_exe()?;
-    let (reader, writer) = rustix::pipe::pipe()?;
+    // Close-on-exec: a child holding the write end never sees the end of its
+    // stdin, and would only go when killed after the grace period.
+    let (reader, writer) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     let mut fleet = Fleet {
         children: Vec::new(),
         writer: Some(writer),
