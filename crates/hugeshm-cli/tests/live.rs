@@ -68,9 +68,18 @@ fn run_hugeshm_wrapped(wrapper: &[&str], args: &[&str]) -> Vec<u8> {
     out.stdout
 }
 
+/// A `--json` document: one object with `"schema": 1`.
+fn document(what: &str, out: &[u8]) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_slice(out)
+        .unwrap_or_else(|e| panic!("{what} is not JSON: {e}\n{}", String::from_utf8_lossy(out)));
+    assert_eq!(v["schema"].as_u64(), Some(1), "{what}: schema of {v:#}");
+    v
+}
+
 fn status_json() -> StatusReport {
     let out = run_hugeshm_wrapped(&[], &["status", "--json"]);
-    serde_json::from_slice(&out).unwrap_or_else(|e| {
+    let v = document("status --json", &out);
+    serde_json::from_value(v).unwrap_or_else(|e| {
         panic!(
             "status --json is not a StatusReport: {e}\n{}",
             String::from_utf8_lossy(&out)
@@ -80,9 +89,13 @@ fn status_json() -> StatusReport {
 
 fn segments_json() -> Vec<Segment> {
     let out = run_hugeshm_wrapped(&[], &["segments", "--json"]);
-    serde_json::from_slice(&out).unwrap_or_else(|e| {
+    let v = document("segments --json", &out);
+    for key in ["findings", "problems"] {
+        assert!(v[key].is_array(), "segments --json: {key}: {v:#}");
+    }
+    serde_json::from_value(v["segments"].clone()).unwrap_or_else(|e| {
         panic!(
-            "segments --json is not a JSON array of segments: {e}\n{}",
+            "segments --json holds no array of segments: {e}\n{}",
             String::from_utf8_lossy(&out)
         )
     })
@@ -594,7 +607,8 @@ fn status_matches_kernel() {
     }
     for (limit, want) in cases {
         let out = run_hugeshm_wrapped(&["prlimit", limit, "--"], &["status", "--json"]);
-        let r: StatusReport = serde_json::from_slice(&out).expect("status --json");
+        let r: StatusReport =
+            serde_json::from_value(document("status --json", &out)).expect("status --json");
         assert_eq!(r.memlock_bytes, want, "hugeshm run under prlimit {limit}");
     }
 

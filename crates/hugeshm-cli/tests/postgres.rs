@@ -89,7 +89,10 @@ fn advise_apply_and_see_postgres_on_huge_pages() {
         // segments: the main area on 2 MiB pages, postmaster and backend attached.
         let out = hugeshm(&["segments", "--json"]);
         assert!(out.status.success());
-        let segs: Vec<Segment> = serde_json::from_slice(&out.stdout).expect("segments JSON");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("segments JSON");
+        assert_eq!(doc["schema"], 1, "{doc:#}");
+        let segs: Vec<Segment> =
+            serde_json::from_value(doc["segments"].clone()).expect("segments JSON");
         let main = segs
             .iter()
             .find(|s| s.kind == SegmentKind::Anon && s.attached_pids.contains(&postmaster))

@@ -201,7 +201,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
     let host = probe.host();
     let plan = build_plan(&probe, &host, &args.source)?;
     if args.json {
-        out.json(&plan)?;
+        out.json_doc(&plan)?;
     } else {
         print(&plan, out)?;
         out.flush()?;

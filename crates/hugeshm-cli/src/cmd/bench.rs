@@ -222,7 +222,7 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
     drop(fleet);
     parent.detach()?;
     if a.json {
-        out.json(&res)?;
+        out.json_doc(&res)?;
     } else {
         let mut t = Table::new(&[
             ">procs",

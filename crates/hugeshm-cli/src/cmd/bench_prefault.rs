@@ -203,7 +203,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         results: rows,
     };
     if a.json {
-        out.json(&report)?;
+        out.json_doc(&report)?;
         return Ok(ExitCode::SUCCESS);
     }
     out.line(format!(

@@ -110,7 +110,7 @@ pub fn create(a: &CreateArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     bar.finish();
     let (region, report) = result.map_err(region_error)?;
     if a.json {
-        out.json(&report)?;
+        out.json_doc(&report)?;
     } else {
         print_report(&report, out)?;
         out.flush()?;
@@ -225,7 +225,7 @@ pub fn rm(a: &RmArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
         }
     }
     if a.json {
-        out.json(&removed)?;
+        out.json_doc(&crate::output::Keyed("removed", &removed))?;
     } else if removed.is_empty() {
         bail!(
             "no region named {:?} (looked for {})",

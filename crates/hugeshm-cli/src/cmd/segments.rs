@@ -3,14 +3,16 @@
 use crate::output::{self, Out, Table};
 use hugeshm_doctor::finding::any_actionable;
 use hugeshm_doctor::segments::{self, Segment, SegmentKind, SegmentsReport};
+use hugeshm_doctor::Finding;
 use hugeshm_parse::size::{format_bytes, page_size_short};
-use hugeshm_probe::{Probe, Roots};
+use hugeshm_probe::{Probe, Problem, Roots};
 use std::process::ExitCode;
 
 /// `hugeshm segments` options.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Print the segments as a JSON array (the schema in the README).
+    /// Print the segments and the scan's findings and problems as one JSON
+    /// object (the schema in the README).
     #[arg(long)]
     pub json: bool,
     /// Exit 1 when any segment has a warning or error (silent fallback, orphan, ...).
@@ -19,6 +21,14 @@ pub struct Args {
     /// Also list small tmpfs files (under one huge page) that nothing maps.
     #[arg(long)]
     pub all: bool,
+}
+
+/// What `segments --json` prints (in the envelope).
+#[derive(serde::Serialize)]
+struct Doc<'a> {
+    segments: &'a [Segment],
+    findings: &'a [Finding],
+    problems: &'a [Problem],
 }
 
 /// Runs the command.
@@ -33,15 +43,13 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
     let actionable = any_actionable(&report.findings)
         || report.segments.iter().any(|s| any_actionable(&s.findings));
     if args.json {
-        out.json(&report.segments)?;
-        if !report.unreadable.is_empty() || report.processes_vanished > 0 {
-            eprintln!(
-                "hugeshm: scanned {} processes: {} could not be read, {} exited during the scan",
-                report.processes_scanned,
-                report.unreadable.len(),
-                report.processes_vanished
-            );
-        }
+        // Processes that could not be read are in the findings
+        // (processes-unreadable), host files in the problems.
+        out.json_doc(&Doc {
+            segments: &report.segments,
+            findings: &report.findings,
+            problems: &report.problems,
+        })?;
     } else {
         print(&report, out)?;
         out.flush()?;

@@ -69,7 +69,7 @@ pub fn attach(a: &AttachArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
         );
     };
     if a.json {
-        out.json(&report)?;
+        out.json_doc(&report)?;
     } else {
         print_attach(&report, out)?;
         out.flush()?;
@@ -193,7 +193,7 @@ pub fn ls(a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     let bad =
         |r: &RegionInfo| r.is_orphaned() || !matches!(r.state.as_str(), "ready" | "initializing");
     if a.json {
-        out.json(&regions)?;
+        out.json_doc(&crate::output::Keyed("regions", &regions))?;
     } else if regions.is_empty() {
         out.line("No hugeshm regions on this host.")?;
     } else {
