@@ -1,9 +1,51 @@
-//! Terminal-aware output: colour only on a tty, simple aligned tables, and a
+//! Terminal-aware output: colour only on a tty, simple aligned tables, the
+//! `--json` envelope every command prints its report in, and a
 //! broken pipe that is not an error.
 
 use crate::ColorChoice;
 use hugeshm_doctor::Severity;
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
 use std::io::{IsTerminal, Write};
+
+/// The version of the shape of every `--json` document (the `"schema"` key).
+/// Raised when a key is removed or renamed or changes type or meaning in any
+/// command's document; adding a key does not raise it.
+pub const JSON_SCHEMA: u32 = 1;
+
+/// What every `--json` output is: one object, `"schema"` first, then the
+/// keys of the command's own report (flattened, so they stay where they were
+/// before the envelope).
+#[derive(Debug, Serialize)]
+pub struct Envelope<'a, T: ?Sized> {
+    /// [`JSON_SCHEMA`].
+    pub schema: u32,
+    /// The command's report.
+    #[serde(flatten)]
+    pub body: &'a T,
+}
+
+impl<'a, T: ?Sized> Envelope<'a, T> {
+    /// `body` under the current schema.
+    pub fn new(body: &'a T) -> Self {
+        Envelope {
+            schema: JSON_SCHEMA,
+            body,
+        }
+    }
+}
+
+/// A value under one key: `{"regions": [...]}`, for a command whose report
+/// is a list.
+pub struct Keyed<'a, T: ?Sized>(pub &'static str, pub &'a T);
+
+impl<T: Serialize + ?Sized> Serialize for Keyed<'_, T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(1))?;
+        m.serialize_entry(self.0, self.1)?;
+        m.end()
+    }
+}
 
 /// Where a command writes.
 pub struct Out {
@@ -35,9 +77,12 @@ impl Out {
         Ok(())
     }
 
-    /// Writes JSON (pretty) and a newline.
-    pub fn json<T: serde::Serialize>(&mut self, v: &T) -> anyhow::Result<()> {
-        serde_json::to_writer_pretty(&mut self.buf, v)?;
+    /// Writes the `--json` document of a command: `body`'s keys in one object
+    /// after `"schema": JSON_SCHEMA` (pretty), and a newline. `body` must
+    /// serialize as an object (a struct or a map); a list goes under a key
+    /// ([`Keyed`]).
+    pub fn json_doc<T: Serialize + ?Sized>(&mut self, body: &T) -> anyhow::Result<()> {
+        serde_json::to_writer_pretty(&mut self.buf, &Envelope::new(body))?;
         writeln!(self.buf)?;
         self.flush()
     }
@@ -236,5 +281,45 @@ impl ProgressBar {
         if self.enabled {
             eprint!("\r{}\r", " ".repeat(self.label.len() + 60));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Serialize)]
+    struct Report {
+        name: &'static str,
+        pages: Vec<u64>,
+        node: Option<u32>,
+    }
+
+    #[test]
+    fn envelope_puts_schema_first_and_keeps_the_keys() {
+        let r = Report {
+            name: "sga",
+            pages: vec![1, 2],
+            node: None,
+        };
+        let text = serde_json::to_string(&Envelope::new(&r)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"schema":1,"name":"sga","pages":[1,2],"node":null}"#
+        );
+    }
+
+    #[test]
+    fn a_list_goes_under_its_key() {
+        let text = serde_json::to_string(&Envelope::new(&Keyed("regions", &[1, 2][..]))).unwrap();
+        assert_eq!(text, r#"{"schema":1,"regions":[1,2]}"#);
+        let empty: Vec<u8> = Vec::new();
+        let text = serde_json::to_string(&Envelope::new(&Keyed("removed", &empty))).unwrap();
+        assert_eq!(text, r#"{"schema":1,"removed":[]}"#);
+    }
+
+    #[test]
+    fn a_bare_list_is_refused() {
+        assert!(serde_json::to_string(&Envelope::new(&[1, 2][..])).is_err());
     }
 }

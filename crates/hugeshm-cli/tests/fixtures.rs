@@ -39,8 +39,8 @@ const FIXTURES: &[&str] = &[
 
 /// Keys removed (at any depth) before comparing with a golden file: values
 /// that change from run to run. Neither `status --json` nor `segments --json`
-/// prints one today (`scan_seconds` is not part of the segments array); the
-/// list guards the golden files should one appear.
+/// prints one today (`scan_seconds` is not part of the segments document);
+/// the list guards the golden files should one appear.
 const VOLATILE_KEYS: &[&str] = &["scan_seconds"];
 
 /// What the absolute fixture directory is replaced with in golden files.
@@ -114,26 +114,53 @@ fn run_env(name: &str, args: &[&str]) -> Run {
     finish(&format!("{name}: (env) hugeshm {}", args.join(" ")), out)
 }
 
-/// `hugeshm CMD --json` on a fixture, parsed; it must exit 0.
+/// The `--json` schema these tests read.
+const SCHEMA: u64 = 1;
+
+/// The document a `--json` run printed: one object with `"schema": 1`.
+fn doc(what: &str, r: &Run) -> Value {
+    assert_eq!(r.code, 0, "{what} exited {}:\n{}", r.code, r.stderr);
+    let v: Value = serde_json::from_str(&r.stdout)
+        .unwrap_or_else(|e| panic!("{what} is not JSON: {e}\n{}", r.stdout));
+    assert!(v.is_object(), "{what} is not one object: {v:#}");
+    assert_eq!(v["schema"].as_u64(), Some(SCHEMA), "{what}: schema");
+    v
+}
+
+/// `hugeshm CMD --json` on a fixture, parsed; it must exit 0 and print a
+/// document of this schema.
 fn json(name: &str, cmd: &str) -> Value {
     let r = run(name, &[cmd, "--json"]);
-    assert_eq!(
-        r.code, 0,
-        "{name}: hugeshm {cmd} --json exited {}:\n{}",
-        r.code, r.stderr
-    );
-    serde_json::from_str(&r.stdout)
-        .unwrap_or_else(|e| panic!("{name}: {cmd} --json is not JSON: {e}\n{}", r.stdout))
+    doc(&format!("{name}: hugeshm {cmd} --json"), &r)
 }
 
 fn status(name: &str) -> Value {
     json(name, "status")
 }
 
+/// Asserts the shape of a `segments --json` document: the schema, the
+/// segments, the scan's findings and the host files it could not read.
+fn assert_segments_doc(name: &str, v: &Value) {
+    let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        ["findings", "problems", "schema", "segments"],
+        "{name}: segments --json keys"
+    );
+    for k in ["segments", "findings", "problems"] {
+        assert!(
+            v[k].is_array(),
+            "{name}: segments --json: {k} is not an array"
+        );
+    }
+}
+
+/// The segments of `segments --json` (the array under `segments`).
 fn segments(name: &str) -> Value {
     let v = json(name, "segments");
-    assert!(v.is_array(), "{name}: segments --json is not an array");
-    v
+    assert_segments_doc(name, &v);
+    v["segments"].clone()
 }
 
 // ---------------------------------------------------------------- helpers
@@ -928,17 +955,34 @@ fn unreadable_malformed_status() {
 #[test]
 fn unreadable_malformed_segments() {
     let name = "unreadable-malformed";
+    let dir = fixture_dir(name).display().to_string();
     let r = run(name, &["segments", "--json"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("1 could not be read"),
-        "stderr: {}",
-        r.stderr
+    let v = doc("segments --json", &r);
+    assert_segments_doc(name, &v);
+    // The scan's findings and problems are in the document, not on stderr.
+    assert!(r.stderr.is_empty(), "stderr: {}", r.stderr);
+    assert_codes(&v, &["processes-unreadable"], &[]);
+    assert!(finding(&v, "processes-unreadable")["message"]
+        .as_str()
+        .unwrap()
+        .contains("(pids 4242)"));
+    let problems: Vec<String> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["path"].as_str().unwrap().replace(&dir, ""))
+        .collect();
+    assert_eq!(
+        problems,
+        [
+            "/proc/meminfo",
+            "/sys/kernel/mm/transparent_hugepage/enabled"
+        ]
     );
-    let segs: Value = serde_json::from_str(&r.stdout).unwrap();
-    assert_eq!(kinds(&segs), ["sysv", "memfd"]);
+    let segs = &v["segments"];
+    assert_eq!(kinds(segs), ["sysv", "memfd"]);
     // Its only process has a malformed smaps: page size unknown, no panic.
-    let bad = seg(&segs, "sysv", 32768);
+    let bad = seg(segs, "sysv", 32768);
     assert_eq!(pids(bad), [4242]);
     assert_eq!(bad["page_size_bytes"], Value::Null);
     assert_eq!(bad["resident_bytes"], Value::Null);
@@ -949,7 +993,7 @@ fn unreadable_malformed_segments() {
         "{src}"
     );
     // The scan goes on after the broken process.
-    let ok = seg(&segs, "memfd", 91422);
+    let ok = seg(segs, "memfd", 91422);
     assert_eq!(ok["path"], "memfd:cache");
     assert_eq!(u(&ok["page_size_bytes"]), M2);
     assert_eq!(u(&ok["resident_bytes"]), 4 * MIB);
@@ -1146,4 +1190,193 @@ fn fixture_trees_are_self_contained() {
     }
     // The capture holds the test process only (plus proc/self).
     assert_eq!(fixture_pids("host-capture").len(), 1);
+}
+
+// ------------------------------------------------------------ JSON documents
+
+/// The subcommands `hugeshm ARGS --help` lists (hidden ones and `help` aside).
+fn subcommands(args: &[&str]) -> Vec<String> {
+    let out = hugeshm()
+        .args(args)
+        .arg("--help")
+        .output()
+        .expect("run hugeshm");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every command line (`status`, `bench scan`, ...) whose help offers `--json`.
+fn commands_with_json() -> Vec<String> {
+    let mut found = Vec::new();
+    let mut todo: Vec<Vec<String>> = subcommands(&[]).into_iter().map(|c| vec![c]).collect();
+    while let Some(path) = todo.pop() {
+        let args: Vec<&str> = path.iter().map(String::as_str).collect();
+        let subs = subcommands(&args);
+        if !subs.is_empty() {
+            todo.extend(subs.into_iter().map(|s| {
+                let mut p = path.clone();
+                p.push(s);
+                p
+            }));
+            continue;
+        }
+        let help = hugeshm().args(&args).arg("--help").output().unwrap();
+        if String::from_utf8_lossy(&help.stdout).contains("--json") {
+            found.push(path.join(" "));
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn every_json_output_is_a_document_of_this_schema() {
+    // status, segments, advise and apply read the fixture; the region commands
+    // and the benches work on the live host whatever the roots: tiny objects
+    // on 4 KiB pages (no huge page pool involved), under the test kit's lock
+    // so that no test comparing host snapshots sees them, and nothing left.
+    let name = "two-nodes-uneven";
+    let region = format!("fixture-json-{}", std::process::id());
+    let mut covered = Vec::new();
+    let mut check = |args: &[&str]| -> Value {
+        let v = doc(
+            &format!("{name}: hugeshm {}", args.join(" ")),
+            &run(name, args),
+        );
+        let words = if args[0] == "bench" { 2 } else { 1 };
+        covered.push(args[..words].join(" "));
+        v
+    };
+    let st = check(&["status", "--json"]);
+    assert!(st["pools"].is_array(), "{st:#}");
+    let segs = check(&["segments", "--json"]);
+    assert_segments_doc(name, &segs);
+    let plan = check(&["advise", "--json"]);
+    assert!(plan["pools"].is_array(), "{plan:#}");
+    let applied = check(&["apply", "--dry-run", "--json"]);
+    assert_eq!(applied["result"]["dry_run"], true, "{applied:#}");
+
+    let lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
+    let before = hugeshm_testkit::HostState::capture().unwrap();
+    let created = check(&[
+        "create",
+        &region,
+        "--size",
+        "1M",
+        "--page-size",
+        "4k",
+        "--backend",
+        "posix",
+        "--json",
+    ]);
+    assert_eq!(created["name"], region.as_str(), "{created:#}");
+    let attached = check(&["attach", &region, "--backend", "posix", "--json"]);
+    assert_eq!(attached["name"], region.as_str(), "{attached:#}");
+    let listed = check(&["ls", "--json"]);
+    assert!(
+        listed["regions"]
+            .as_array()
+            .expect("regions")
+            .iter()
+            .any(|r| r["name"] == region.as_str()),
+        "{listed:#}"
+    );
+    let removed = check(&["rm", &region, "--backend", "posix", "--json"]);
+    assert_eq!(removed["removed"].as_array().expect("removed").len(), 1);
+    let removed = check(&["rm", &region, "--json"]);
+    assert_eq!(removed["removed"], Value::Array(vec![]), "nothing left");
+    let scan = check(&[
+        "bench", "scan", "--procs", "2", "--size", "1M", "--runs", "1", "--json",
+    ]);
+    assert_eq!(scan["procs"], 2, "{scan:#}");
+    let prefault = check(&[
+        "bench",
+        "prefault",
+        "--size",
+        "1M",
+        "--page-size",
+        "4k",
+        "--threads",
+        "1",
+        "--runs",
+        "1",
+        "--no-reserve",
+        "--json",
+    ]);
+    assert!(prefault["results"].is_array(), "{prefault:#}");
+    let pagetables = check(&[
+        "bench",
+        "pagetables",
+        "--size",
+        "1M",
+        "--procs",
+        "2",
+        "--page-size",
+        "4k",
+        "--no-reserve",
+        "--json",
+    ]);
+    assert_eq!(
+        pagetables["results"].as_array().expect("results").len(),
+        1,
+        "{pagetables:#}"
+    );
+    let leaks = before.diff(&hugeshm_testkit::HostState::capture().unwrap());
+    drop(lock);
+    assert!(leaks.is_empty(), "left behind: {leaks:#?}");
+
+    // Every command that offers --json is covered above.
+    covered.sort();
+    covered.dedup();
+    assert_eq!(covered, commands_with_json());
+}
+
+#[test]
+fn apply_reads_plans_of_this_schema() {
+    let name = "two-nodes-uneven";
+    let dir = std::env::temp_dir().join(format!("hugeshm-fixture-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut plan = json(name, "advise");
+    let apply = |plan: &Value| {
+        let file = dir.join("plan.json");
+        std::fs::write(&file, serde_json::to_string_pretty(plan).unwrap()).unwrap();
+        run(
+            name,
+            &[
+                "apply",
+                "--plan",
+                file.to_str().unwrap(),
+                "--dry-run",
+                "--json",
+            ],
+        )
+    };
+    // What advise --json wrote.
+    let r = apply(&plan);
+    let v = doc("apply --plan (schema 1)", &r);
+    assert_eq!(v["plan"]["pools"], plan["pools"]);
+    assert_eq!(v["result"]["dry_run"], true);
+    // A plan from before the envelope (no schema).
+    plan.as_object_mut().unwrap().remove("schema");
+    let r = apply(&plan);
+    let v = doc("apply --plan (no schema)", &r);
+    assert_eq!(v["plan"]["pools"], plan["pools"]);
+    // A later schema is refused.
+    plan["schema"] = Value::from(SCHEMA + 1);
+    let r = apply(&plan);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    assert!(
+        r.stderr.contains("schema 2") && r.stderr.contains("reads schema 1"),
+        "{}",
+        r.stderr
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

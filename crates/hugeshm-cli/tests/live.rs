@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use hugeshm_doctor::segments::Segment;
+use hugeshm_doctor::segments::{Segment, SegmentKind};
 use hugeshm_doctor::status::{PoolRow, StatusReport};
 use hugeshm_probe::{FS_ROOT_ENV, PROC_ROOT_ENV, SYS_ROOT_ENV};
 use hugeshm_sys as sys;
@@ -68,9 +68,18 @@ fn run_hugeshm_wrapped(wrapper: &[&str], args: &[&str]) -> Vec<u8> {
     out.stdout
 }
 
+/// A `--json` document: one object with `"schema": 1`.
+fn document(what: &str, out: &[u8]) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_slice(out)
+        .unwrap_or_else(|e| panic!("{what} is not JSON: {e}\n{}", String::from_utf8_lossy(out)));
+    assert_eq!(v["schema"].as_u64(), Some(1), "{what}: schema of {v:#}");
+    v
+}
+
 fn status_json() -> StatusReport {
     let out = run_hugeshm_wrapped(&[], &["status", "--json"]);
-    serde_json::from_slice(&out).unwrap_or_else(|e| {
+    let v = document("status --json", &out);
+    serde_json::from_value(v).unwrap_or_else(|e| {
         panic!(
             "status --json is not a StatusReport: {e}\n{}",
             String::from_utf8_lossy(&out)
@@ -80,9 +89,13 @@ fn status_json() -> StatusReport {
 
 fn segments_json() -> Vec<Segment> {
     let out = run_hugeshm_wrapped(&[], &["segments", "--json"]);
-    serde_json::from_slice(&out).unwrap_or_else(|e| {
+    let v = document("segments --json", &out);
+    for key in ["findings", "problems"] {
+        assert!(v[key].is_array(), "segments --json: {key}: {v:#}");
+    }
+    serde_json::from_value(v["segments"].clone()).unwrap_or_else(|e| {
         panic!(
-            "segments --json is not a JSON array of segments: {e}\n{}",
+            "segments --json holds no array of segments: {e}\n{}",
             String::from_utf8_lossy(&out)
         )
     })
@@ -479,7 +492,7 @@ fn object<'a>(tp: &'a TestProc, kind: &str) -> &'a TestObject {
 
 fn sysv_segment(segs: &[Segment], shmid: i32) -> &Segment {
     segs.iter()
-        .find(|s| s.kind == "sysv" && s.id == Some(shmid as u64))
+        .find(|s| s.kind == SegmentKind::Sysv && s.id == Some(shmid as u64))
         .unwrap_or_else(|| panic!("segments --json lists no sysv {shmid}: {segs:#?}"))
 }
 
@@ -594,7 +607,8 @@ fn status_matches_kernel() {
     }
     for (limit, want) in cases {
         let out = run_hugeshm_wrapped(&["prlimit", limit, "--"], &["status", "--json"]);
-        let r: StatusReport = serde_json::from_slice(&out).expect("status --json");
+        let r: StatusReport =
+            serde_json::from_value(document("status --json", &out)).expect("status --json");
         assert_eq!(r.memlock_bytes, want, "hugeshm run under prlimit {limit}");
     }
 
@@ -737,7 +751,7 @@ fn segments_tells_page_sizes() {
     let s = segs
         .iter()
         .find(|s| {
-            s.kind == "memfd"
+            s.kind == SegmentKind::Memfd
                 && s.attached_pids.contains(&pid)
                 && s.path
                     .as_deref()
@@ -756,7 +770,7 @@ fn segments_tells_page_sizes() {
     // The process's own MAP_PRIVATE|MAP_HUGETLB memory.
     let s = segs
         .iter()
-        .find(|s| s.kind == "private-hugetlb" && s.creator_pid == Some(pid))
+        .find(|s| s.kind == SegmentKind::PrivateHugetlb && s.creator_pid == Some(pid))
         .unwrap_or_else(|| panic!("no private-hugetlb of pid {pid}: {}", dump()));
     assert_eq!(s.page_size_bytes, Some(HUGE_2M), "{s:#?}");
     assert_eq!(s.size_bytes, 4 * MIB, "{s:#?}");
@@ -765,7 +779,7 @@ fn segments_tells_page_sizes() {
     // MAP_SHARED|MAP_ANONYMOUS|MAP_HUGETLB.
     let s = segs
         .iter()
-        .find(|s| s.kind == "anon" && s.attached_pids.contains(&pid))
+        .find(|s| s.kind == SegmentKind::Anon && s.attached_pids.contains(&pid))
         .unwrap_or_else(|| panic!("no anon segment of pid {pid}: {}", dump()));
     assert_eq!(s.page_size_bytes, Some(HUGE_2M), "{s:#?}");
     assert_eq!(s.size_bytes, 4 * MIB, "{s:#?}");
@@ -774,7 +788,7 @@ fn segments_tells_page_sizes() {
     let path = format!("/dev/shm/{shm_name}");
     let s = segs
         .iter()
-        .find(|s| s.kind == "posix" && s.path.as_deref() == Some(path.as_str()))
+        .find(|s| s.kind == SegmentKind::Posix && s.path.as_deref() == Some(path.as_str()))
         .unwrap_or_else(|| panic!("no posix segment {path}: {}", dump()));
     assert_eq!(s.page_size_bytes, Some(base), "{s:#?}");
     assert_eq!(s.size_bytes, 4 * MIB, "{s:#?}");
@@ -874,7 +888,7 @@ fn orphan_flagged() {
     assert!(
         !segs
             .iter()
-            .any(|s| s.kind == "sysv" && s.id == Some(shmid as u64)),
+            .any(|s| s.kind == SegmentKind::Sysv && s.id == Some(shmid as u64)),
         "segments still lists {shmid}"
     );
 
@@ -946,7 +960,7 @@ fn hugetlbfs_file_and_orphan_file() {
         let p = path.display().to_string();
         let s = segs
             .iter()
-            .find(|s| s.kind == "hugetlbfs" && s.path.as_deref() == Some(p.as_str()))
+            .find(|s| s.kind == SegmentKind::Hugetlbfs && s.path.as_deref() == Some(p.as_str()))
             .unwrap_or_else(|| panic!("no hugetlbfs segment {p} in {segs:#?}"));
         assert_eq!(s.page_size_bytes, Some(HUGE_2M), "{s:#?}");
         assert!(s.page_size_source.starts_with("smaps of pid"), "{s:#?}");
@@ -960,7 +974,7 @@ fn hugetlbfs_file_and_orphan_file() {
         let segs = segments_json();
         let s = segs
             .iter()
-            .find(|s| s.kind == "hugetlbfs" && s.path.as_deref() == Some(p.as_str()))
+            .find(|s| s.kind == SegmentKind::Hugetlbfs && s.path.as_deref() == Some(p.as_str()))
             .unwrap_or_else(|| panic!("the file vanished from segments: {segs:#?}"));
         assert!(s.attached_pids.is_empty(), "{s:#?}");
         assert_eq!(s.page_size_bytes, Some(HUGE_2M), "from the mount: {s:#?}");

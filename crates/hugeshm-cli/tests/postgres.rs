@@ -7,7 +7,7 @@ mod common;
 
 use common::{hugeshm, json};
 
-use hugeshm_doctor::segments::Segment;
+use hugeshm_doctor::segments::{Segment, SegmentKind};
 use hugeshm_testkit::postgres::{skip_unless_postgres, PgCluster};
 use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
 
@@ -93,10 +93,13 @@ fn advise_apply_and_see_postgres_on_huge_pages() {
         // segments: the main area on 2 MiB pages, postmaster and backend attached.
         let out = hugeshm(&["segments", "--json"]);
         assert!(out.status.success());
-        let segs: Vec<Segment> = serde_json::from_slice(&out.stdout).expect("segments JSON");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("segments JSON");
+        assert_eq!(doc["schema"], 1, "{doc:#}");
+        let segs: Vec<Segment> =
+            serde_json::from_value(doc["segments"].clone()).expect("segments JSON");
         let main = segs
             .iter()
-            .find(|s| s.kind == "anon" && s.attached_pids.contains(&postmaster))
+            .find(|s| s.kind == SegmentKind::Anon && s.attached_pids.contains(&postmaster))
             .unwrap_or_else(|| {
                 panic!("no anonymous shared segment of postmaster {postmaster}: {segs:#?}")
             });
@@ -113,7 +116,7 @@ fn advise_apply_and_see_postgres_on_huge_pages() {
         // The interlock: a tiny SysV segment created by the postmaster.
         assert!(
             segs.iter()
-                .any(|s| s.kind == "sysv" && s.creator_pid == Some(postmaster)),
+                .any(|s| s.kind == SegmentKind::Sysv && s.creator_pid == Some(postmaster)),
             "no SysV interlock segment: {segs:#?}"
         );
         // status: the pool is fully used by PostgreSQL (reserved or faulted).

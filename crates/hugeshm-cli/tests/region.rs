@@ -158,6 +158,7 @@ fn rm_refuses_while_held_and_hold_keeps_memfd() {
         }
     }
     let report: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(report["schema"], 1, "{report:#}");
     assert_eq!(report["verified_page_size_bytes"].as_u64(), Some(M2));
     let pid = holder.id();
     let out = run(&["rm", &n]);
@@ -247,7 +248,7 @@ fn bench_pagetables_measures_per_process_cost() {
         "4k,2m",
         "--json",
     ]));
-    let rows = r.as_array().unwrap();
+    let rows = r["results"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "{r:#}");
     for row in rows {
         for key in [
@@ -303,7 +304,7 @@ fn attach_and_ls_show_orphans() {
     assert_eq!(a["creator"], "dead");
     // ls: listed, held by nobody: an orphan, and --check says so.
     let l = json(run(&["ls", "--json"]));
-    let me = l
+    let me = l["regions"]
         .as_array()
         .unwrap()
         .iter()
@@ -330,7 +331,7 @@ fn attach_and_ls_show_orphans() {
     .success());
     assert!(run(&["rm", &n]).status.success());
     let l = json(run(&["ls", "--json"]));
-    assert!(!l
+    assert!(!l["regions"]
         .as_array()
         .unwrap()
         .iter()

@@ -9,7 +9,7 @@
 //! host-wide pool, which the kernel spreads itself.
 
 use crate::finding::plural;
-use crate::segments::SegmentsReport;
+use crate::segments::{SegmentKind, SegmentsReport};
 use hugeshm_fix::pool_command;
 use hugeshm_parse::size::{format_bytes, page_size_short, BASE_PAGE, GIB, MIB};
 use hugeshm_probe::HostSnapshot;
@@ -223,7 +223,7 @@ pub fn demands_from_segments(
     let mut skipped = Vec::new();
     for s in &segs.segments {
         let label = s.label();
-        let gid = if s.kind == "sysv" {
+        let gid = if s.kind == SegmentKind::Sysv {
             host.shm
                 .iter()
                 .find(|x| Some(x.shmid as u64) == s.id)
@@ -234,7 +234,7 @@ pub fn demands_from_segments(
         };
         let demand = match s.page_size_bytes {
             Some(ps) if ps > BASE_PAGE => Demand::new(label, s.size_bytes, ps),
-            _ if s.kind == "posix" => {
+            _ if s.kind == SegmentKind::Posix => {
                 skipped.push(Skipped {
                     label,
                     reason: "a tmpfs file: it cannot use the hugetlb pool".into(),

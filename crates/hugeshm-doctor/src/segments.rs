@@ -33,14 +33,80 @@ pub struct AttachedProcess {
     pub vm_pte_bytes: Option<u64>,
 }
 
+/// What kind of object a [`Segment`] is. Serialized (and printed) as the
+/// strings in the variant docs, which scripts match on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum SegmentKind {
+    /// `sysv`: a SysV segment (`shmget`; `ipcs -m`).
+    #[serde(rename = "sysv")]
+    Sysv,
+    /// `memfd`: a `memfd_create` file.
+    #[serde(rename = "memfd")]
+    Memfd,
+    /// `hugetlbfs`: a file on a hugetlbfs mount.
+    #[serde(rename = "hugetlbfs")]
+    Hugetlbfs,
+    /// `anon`: shared anonymous memory (MAP_SHARED|MAP_ANONYMOUS, inherited
+    /// over fork).
+    #[serde(rename = "anon")]
+    Anon,
+    /// `posix`: a file on /dev/shm or another tmpfs.
+    #[serde(rename = "posix")]
+    Posix,
+    /// `private-hugetlb`: a process's own MAP_HUGETLB memory (e.g. a JVM heap).
+    #[serde(rename = "private-hugetlb")]
+    PrivateHugetlb,
+}
+
+impl SegmentKind {
+    /// Every kind.
+    pub const ALL: [SegmentKind; 6] = [
+        SegmentKind::Sysv,
+        SegmentKind::Memfd,
+        SegmentKind::Hugetlbfs,
+        SegmentKind::Anon,
+        SegmentKind::Posix,
+        SegmentKind::PrivateHugetlb,
+    ];
+
+    /// The name it is serialized and printed as: `sysv`, `memfd`, `hugetlbfs`,
+    /// `anon`, `posix`, `private-hugetlb`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SegmentKind::Sysv => "sysv",
+            SegmentKind::Memfd => "memfd",
+            SegmentKind::Hugetlbfs => "hugetlbfs",
+            SegmentKind::Anon => "anon",
+            SegmentKind::Posix => "posix",
+            SegmentKind::PrivateHugetlb => "private-hugetlb",
+        }
+    }
+
+    /// Whether a shared object of this kind gets huge pages only when its
+    /// creator asks (SHM_HUGETLB, MAP_HUGETLB, MFD_HUGETLB), so that one on
+    /// 4 KiB pages may have fallen back silently: `sysv`, `anon`, `memfd`.
+    pub fn huge_on_request(self) -> bool {
+        matches!(
+            self,
+            SegmentKind::Sysv | SegmentKind::Anon | SegmentKind::Memfd
+        )
+    }
+}
+
+impl std::fmt::Display for SegmentKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One shared memory object or huge page mapping.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Segment {
-    /// `sysv`, `memfd`, `hugetlbfs`, `anon` (MAP_SHARED|MAP_ANONYMOUS, inherited
-    /// over fork), `posix` (a file on /dev/shm or another tmpfs) or
-    /// `private-hugetlb` (a process's own MAP_HUGETLB memory, e.g. a JVM heap).
-    pub kind: String,
+    /// What it is (serialized as `sysv`, `memfd`, `hugetlbfs`, `anon`,
+    /// `posix` or `private-hugetlb`).
+    pub kind: SegmentKind,
     /// shmid for `sysv`; inode for the others.
     pub id: Option<u64>,
     /// SysV key as `ipcs` prints it (`0x0000abcd`).
@@ -83,9 +149,9 @@ pub struct Segment {
 impl Segment {
     /// A short human label: `sysv 32769`, `memfd:pool`, `/dev/shm/x`.
     pub fn label(&self) -> String {
-        match (self.kind.as_str(), &self.id, &self.path) {
-            ("sysv", Some(id), _) => format!("sysv {id}"),
-            ("private-hugetlb", _, _) => {
+        match (self.kind, &self.id, &self.path) {
+            (SegmentKind::Sysv, Some(id), _) => format!("sysv {id}"),
+            (SegmentKind::PrivateHugetlb, _, _) => {
                 format!("private-hugetlb of pid {}", self.creator_pid.unwrap_or(0))
             }
             (_, _, Some(p)) => p.clone(),
@@ -136,7 +202,7 @@ enum Key {
 }
 
 struct Obj {
-    kind: &'static str,
+    kind: SegmentKind,
     path: Option<String>,
     size: u64,
     /// pid → start addresses of its mappings of the object.
@@ -175,38 +241,38 @@ impl Mounts {
 }
 
 /// Which object a mapping belongs to, if it is one hugeshm reports.
-fn classify(pid: u32, m: &MapsEntry, mounts: &Mounts) -> Option<(Key, &'static str)> {
+fn classify(pid: u32, m: &MapsEntry, mounts: &Mounts) -> Option<(Key, SegmentKind)> {
     let path = m.pathname.as_deref()?;
     let file_key = Key::File(m.dev_major, m.dev_minor, m.inode);
     if let Some(hex) = path.strip_prefix("/SYSV") {
         if hex.len() == 8 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Some((Key::Sysv(m.inode), "sysv"));
+            return Some((Key::Sysv(m.inode), SegmentKind::Sysv));
         }
     }
     if path == "/anon_hugepage" {
         return Some(if m.perms.shared {
-            (file_key, "anon")
+            (file_key, SegmentKind::Anon)
         } else {
-            (Key::Private(pid, m.start), "private-hugetlb")
+            (Key::Private(pid, m.start), SegmentKind::PrivateHugetlb)
         });
     }
     if !m.perms.shared {
         if mounts.hugetlbfs_of(path).is_some() {
-            return Some((Key::Private(pid, m.start), "private-hugetlb"));
+            return Some((Key::Private(pid, m.start), SegmentKind::PrivateHugetlb));
         }
         return None;
     }
     if path.starts_with("/memfd:") {
-        return Some((file_key, "memfd"));
+        return Some((file_key, SegmentKind::Memfd));
     }
     if path == "/dev/zero" && m.deleted {
-        return Some((file_key, "anon"));
+        return Some((file_key, SegmentKind::Anon));
     }
     if mounts.hugetlbfs_of(path).is_some() {
-        return Some((file_key, "hugetlbfs"));
+        return Some((file_key, SegmentKind::Hugetlbfs));
     }
     if mounts.tmpfs_of(path).is_some() {
-        return Some((file_key, "posix"));
+        return Some((file_key, SegmentKind::Posix));
     }
     None
 }
@@ -325,9 +391,9 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
             let key = Key::File(f.dev.0, f.dev.1, f.inode);
             let o = objs.entry(key).or_insert_with(|| Obj {
                 kind: if mnt.is_hugetlbfs() {
-                    "hugetlbfs"
+                    SegmentKind::Hugetlbfs
                 } else {
-                    "posix"
+                    SegmentKind::Posix
                 },
                 path: Some(f.path.clone()),
                 size: 0,
@@ -346,7 +412,7 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
     for s in &host.shm {
         objs.entry(Key::Sysv(s.shmid as u64))
             .or_insert_with(|| Obj {
-                kind: "sysv",
+                kind: SegmentKind::Sysv,
                 path: None,
                 size: 0,
                 maps: BTreeMap::new(),
@@ -419,7 +485,7 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
         // A SysV mapping missing from /proc/sysvipc/shm (removed after the list
         // was read) is kept, with what its mappings tell.
         let mut seg = Segment {
-            kind: o.kind.to_string(),
+            kind: o.kind,
             id: match &key {
                 Key::Sysv(id) => Some(*id),
                 Key::File(_, _, ino) => Some(*ino),
@@ -428,8 +494,8 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
             key: sysv.map(|s| format!("0x{:08x}", s.key as u32)),
             // The /SYSVxxxxxxxx name of a SysV mapping says nothing the key does not.
             path: match o.kind {
-                "sysv" => None,
-                "memfd" => o
+                SegmentKind::Sysv => None,
+                SegmentKind::Memfd => o
                     .path
                     .as_deref()
                     .map(|p| p.trim_start_matches('/').to_string()),
@@ -565,12 +631,12 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
             .findings
             .push(unreadable_finding(&report.unreadable, host.self_uid));
     }
-    report.segments.sort_by(|a, b| {
-        (a.kind != "sysv", std::cmp::Reverse(a.size_bytes), a.id).cmp(&(
-            b.kind != "sysv",
-            std::cmp::Reverse(b.size_bytes),
-            b.id,
-        ))
+    report.segments.sort_by_key(|s| {
+        (
+            s.kind != SegmentKind::Sysv,
+            std::cmp::Reverse(s.size_bytes),
+            s.id,
+        )
     });
     report.scan_seconds = t0.elapsed().as_secs_f64();
     report
@@ -635,7 +701,7 @@ fn segment_findings(
         let avail = host.pool(huge).map(|p| p.available()).unwrap_or(0);
         if !host.hugetlb_supported() {
             // Nothing to fall back from: the kernel finding (no-hugetlb) says what to do.
-        } else if matches!(seg.kind.as_str(), "sysv" | "anon" | "memfd") {
+        } else if seg.kind.huge_on_request() {
             let total = host.pool(huge).map(|p| p.total()).unwrap_or(0);
             let (short, fix) = if avail < pages {
                 (
@@ -662,7 +728,7 @@ fn segment_findings(
                     "{fix}restart its owner with huge pages required (PostgreSQL huge_pages=on, Oracle use_large_pages=ONLY)"
                 )),
             ));
-        } else if seg.kind == "posix" && seg.thp_bytes.unwrap_or(0) == 0 {
+        } else if seg.kind == SegmentKind::Posix && seg.thp_bytes.unwrap_or(0) == 0 {
             out.push(Finding::new(
                 Severity::Info,
                 "shm-file-4k",
@@ -717,7 +783,7 @@ fn segment_findings(
     }
 
     // Orphans.
-    if seg.kind == "sysv" && seg.nattch == Some(0) {
+    if seg.kind == SegmentKind::Sysv && seg.nattch == Some(0) {
         let id = seg.id.unwrap_or(0);
         out.push(Finding::new(
             Severity::Warning,
@@ -730,7 +796,10 @@ fn segment_findings(
             Some(format!("ipcrm -m {id}   # only if no server will attach it again")),
         ));
     }
-    if seg.kind == "hugetlbfs" && seg.attached.is_empty() && seg.resident_bytes.unwrap_or(0) > 0 {
+    if seg.kind == SegmentKind::Hugetlbfs
+        && seg.attached.is_empty()
+        && seg.resident_bytes.unwrap_or(0) > 0
+    {
         out.push(Finding::new(
             Severity::Warning,
             "orphan-file",
@@ -768,4 +837,31 @@ fn segment_findings(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SegmentKind;
+
+    #[test]
+    fn kinds_serialize_as_their_names() {
+        let names: Vec<&str> = SegmentKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "sysv",
+                "memfd",
+                "hugetlbfs",
+                "anon",
+                "posix",
+                "private-hugetlb"
+            ]
+        );
+        for k in SegmentKind::ALL {
+            let json = serde_json::to_string(&k).unwrap();
+            assert_eq!(json, format!("\"{k}\""));
+            assert_eq!(serde_json::from_str::<SegmentKind>(&json).unwrap(), k);
+        }
+        assert!(serde_json::from_str::<SegmentKind>("\"dax\"").is_err());
+    }
 }

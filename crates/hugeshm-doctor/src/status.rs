@@ -436,7 +436,7 @@ fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>
             let Some(ps) = seg.page_size_bytes else {
                 continue;
             };
-            let is_shared_db_kind = matches!(seg.kind.as_str(), "sysv" | "anon" | "memfd");
+            let is_shared_db_kind = seg.kind.huge_on_request();
             let target = if ps > BASE_PAGE {
                 Some(ps)
             } else if is_shared_db_kind {

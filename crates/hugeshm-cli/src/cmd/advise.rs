@@ -1,6 +1,6 @@
 //! `hugeshm advise`: pages per size per node, and the configuration.
 
-use crate::cmd::bench::parse_size_arg;
+use crate::cmd::bench_common::parse_size_arg;
 use crate::output::{Out, Table};
 use anyhow::{bail, Context};
 use hugeshm_doctor::advise::{self, Demand, Placement, Plan, Skipped, DEFAULT_SPARE_PAGES};
@@ -201,7 +201,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
     let host = probe.host();
     let plan = build_plan(&probe, &host, &args.source)?;
     if args.json {
-        out.json(&plan)?;
+        out.json_doc(&plan)?;
     } else {
         print(&plan, out)?;
         out.flush()?;

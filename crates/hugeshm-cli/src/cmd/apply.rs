@@ -2,7 +2,7 @@
 //! optionally persist it.
 
 use crate::cmd::advise::{build_plan, SourceArgs};
-use crate::output::{Out, Table};
+use crate::output::{Out, Table, JSON_SCHEMA};
 use anyhow::{bail, Context};
 use hugeshm_apply::{persist, ApplyOptions, ApplyReport, PersistAction, PersistedFile};
 use hugeshm_doctor::advise::Plan;
@@ -52,6 +52,18 @@ struct ApplyOutput<'a> {
     persisted: &'a [PersistedFile],
 }
 
+/// A plan written by `advise --json`: the document of this schema, or a bare
+/// plan (before the envelope).
+fn read_plan(text: &str) -> anyhow::Result<Plan> {
+    let v: serde_json::Value = serde_json::from_str(text)?;
+    match v.get("schema") {
+        None => {}
+        Some(n) if n.as_u64() == Some(u64::from(JSON_SCHEMA)) => {}
+        Some(n) => bail!("it has JSON schema {n}; this hugeshm reads schema {JSON_SCHEMA}"),
+    }
+    Ok(serde_json::from_value(v)?)
+}
+
 /// Runs the command.
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let probe = Probe::new(roots.clone());
@@ -60,7 +72,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
         Some(f) => {
             let text =
                 std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-            serde_json::from_str(&text).with_context(|| {
+            read_plan(&text).with_context(|| {
                 format!("{} is not a plan from hugeshm advise --json", f.display())
             })?
         }
@@ -92,7 +104,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
         Vec::new()
     };
     if args.json {
-        out.json(&ApplyOutput {
+        out.json_doc(&ApplyOutput {
             plan: &plan,
             result: result.as_ref(),
             persisted: &persisted,

@@ -1,10 +1,12 @@
 //! `hugeshm bench ...`: benchmarks that reproduce the field reports.
 
+use crate::cmd::bench_common::reap;
+// Also the path `create --size` names it by (cmd/region.rs).
+pub use crate::cmd::bench_common::parse_size_arg;
 use crate::output::{Out, Table};
-use anyhow::Context;
-use hugeshm_apply::{PoolFiles, SysfsPools};
-use hugeshm_parse::size::{format_bytes, page_size_short, parse_size};
-use hugeshm_probe::{HostSnapshot, Probe, Roots};
+use hugeshm_doctor::segments::SegmentKind;
+use hugeshm_parse::size::{format_bytes, page_size_short};
+use hugeshm_probe::{Probe, Roots};
 use hugeshm_sys as sys;
 use std::io::Read;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -54,15 +56,6 @@ pub struct ScanArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Parses a size argument (`64M`, `2m`, `1G`, `4096`).
-pub fn parse_size_arg(s: &str) -> Result<u64, String> {
-    match parse_size(s) {
-        Some(0) => Err("must be more than 0".into()),
-        Some(v) => Ok(v),
-        None => Err(format!("{s:?} is not a size (examples: 4096, 4k, 2M, 1G)")),
-    }
 }
 
 /// What `bench scan --json` prints.
@@ -116,87 +109,6 @@ impl Drop for Fleet {
     }
 }
 
-/// Waits for children whose stdin the caller has closed, killing those still
-/// running after `grace`.
-pub(crate) fn reap<'a>(children: impl IntoIterator<Item = &'a mut Child>, grace: Duration) {
-    let deadline = Instant::now() + grace;
-    for c in children {
-        loop {
-            match c.try_wait() {
-                Ok(Some(_)) | Err(_) => break,
-                Ok(None) if Instant::now() > deadline => {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    break;
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(2)),
-            }
-        }
-    }
-}
-
-/// Huge pages a bench adds to the host-wide pools for its run, given back
-/// when it is dropped (whatever happened in between).
-pub(crate) struct PoolTopUp<'a> {
-    pools: SysfsPools<'a>,
-    restore: Vec<(u64, u64)>,
-}
-
-impl<'a> PoolTopUp<'a> {
-    /// Nothing added yet.
-    pub(crate) fn new(probe: &'a Probe) -> Self {
-        PoolTopUp {
-            pools: SysfsPools::new(probe),
-            restore: Vec::new(),
-        }
-    }
-
-    /// Makes `pages` pages of `page_size` available (free − reserved),
-    /// raising the pool when it holds fewer (root only).
-    pub(crate) fn ensure(
-        &mut self,
-        host: &HostSnapshot,
-        page_size: u64,
-        pages: u64,
-    ) -> anyhow::Result<()> {
-        let Some(p) = host.pool(page_size) else {
-            return Ok(());
-        };
-        if p.available() >= pages {
-            return Ok(());
-        }
-        let target = p.nr + (pages - p.available());
-        self.pools.set_nr(page_size, None, target).with_context(|| {
-            format!(
-                "reserving {pages} {} pages for the bench (run as root, or --no-reserve with a pool that holds them)",
-                format_bytes(page_size)
-            )
-        })?;
-        self.restore.push((page_size, p.nr));
-        let got = self.pools.nr(page_size, None)?;
-        if got < target {
-            anyhow::bail!(
-                "the kernel granted {got} of {target} {} pages: not enough memory for the bench",
-                format_bytes(page_size)
-            );
-        }
-        Ok(())
-    }
-}
-
-impl Drop for PoolTopUp<'_> {
-    fn drop(&mut self) {
-        for (size, nr) in &self.restore {
-            if let Err(e) = self.pools.set_nr(*size, None, *nr) {
-                eprintln!(
-                    "hugeshm: warning: could not restore the {} pool to {nr}: {e}",
-                    format_bytes(*size)
-                );
-            }
-        }
-    }
-}
-
 fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     let huge = (a.page_size > 4096).then_some(a.page_size);
     let shmid = sys::shm_get(0, a.size, sys::ShmFlags::create_new(huge)).map_err(|e| {
@@ -222,7 +134,9 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
     parent.touch();
 
     let exe = std::env::current_exe()?;
-    let (reader, writer) = rustix::pipe::pipe()?;
+    // Close-on-exec: a child holding the write end never sees the end of its
+    // stdin, and would only go when killed after the grace period.
+    let (reader, writer) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     let mut fleet = Fleet {
         children: Vec::new(),
         writer: Some(writer),
@@ -290,7 +204,7 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
     let seg = r
         .segments
         .iter()
-        .find(|s| s.kind == "sysv" && s.id == Some(shmid as u64));
+        .find(|s| s.kind == SegmentKind::Sysv && s.id == Some(shmid as u64));
     let mut sorted = runs.clone();
     sorted.sort_by(|x, y| x.total_cmp(y));
     let res = ScanResult {
@@ -308,7 +222,7 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
     drop(fleet);
     parent.release()?;
     if a.json {
-        out.json(&res)?;
+        out.json_doc(&res)?;
     } else {
         let mut t = Table::new(&[
             ">procs",

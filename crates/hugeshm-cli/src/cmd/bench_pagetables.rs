@@ -7,8 +7,8 @@
 //! in page tables for this region alone (the children's own page tables are in
 //! both readings).
 
-use crate::cmd::bench::{parse_size_arg, reap, PoolTopUp};
-use crate::output::{Out, Table};
+use crate::cmd::bench_common::{parse_size_arg, reap, PoolTopUp};
+use crate::output::{Keyed, Out, Table};
 use anyhow::{bail, Context};
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB};
 use hugeshm_probe::{Probe, Roots};
@@ -221,7 +221,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         rows.push(result?);
     }
     if a.json {
-        out.json(&rows)?;
+        out.json_doc(&Keyed("results", &rows))?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut t = Table::new(&[

@@ -1,7 +1,7 @@
 //! `hugeshm bench prefault`: how fast a region is ready, per page size and
 //! thread count, against the machine's write bandwidth.
 
-use crate::cmd::bench::{parse_size_arg, PoolTopUp};
+use crate::cmd::bench_common::{parse_size_arg, PoolTopUp};
 use crate::output::{Out, Table};
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{Probe, Roots};
@@ -203,7 +203,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         results: rows,
     };
     if a.json {
-        out.json(&report)?;
+        out.json_doc(&report)?;
         return Ok(ExitCode::SUCCESS);
     }
     out.line(format!(

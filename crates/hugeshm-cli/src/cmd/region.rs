@@ -186,7 +186,7 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
     bar.finish();
     let (region, report) = result.map_err(region_error)?;
     if a.json {
-        out.json(&report)?;
+        out.json_doc(&report)?;
     } else {
         print_report(&report, out)?;
         out.flush()?;
@@ -347,7 +347,7 @@ pub fn rm(roots: &Roots, a: &RmArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
         }
     }
     if a.json {
-        out.json(&removed)?;
+        out.json_doc(&crate::output::Keyed("removed", &removed))?;
     } else if removed.is_empty() {
         bail!(
             "no region named {:?} (looked for {})",

@@ -2,15 +2,17 @@
 
 use crate::output::{self, Out, Table};
 use hugeshm_doctor::finding::any_actionable;
-use hugeshm_doctor::segments::{self, Segment, SegmentsReport};
+use hugeshm_doctor::segments::{self, Segment, SegmentKind, SegmentsReport};
+use hugeshm_doctor::Finding;
 use hugeshm_parse::size::{format_bytes, page_size_short};
-use hugeshm_probe::{Probe, Roots};
+use hugeshm_probe::{Probe, Problem, Roots};
 use std::process::ExitCode;
 
 /// `hugeshm segments` options.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Print the segments as a JSON array (the schema in the README).
+    /// Print the segments and the scan's findings and problems as one JSON
+    /// object (the schema in the README).
     #[arg(long)]
     pub json: bool,
     /// Exit 1 when any segment has a warning or error (silent fallback, orphan, ...).
@@ -21,27 +23,33 @@ pub struct Args {
     pub all: bool,
 }
 
+/// What `segments --json` prints (in the envelope).
+#[derive(serde::Serialize)]
+struct Doc<'a> {
+    segments: &'a [Segment],
+    findings: &'a [Finding],
+    problems: &'a [Problem],
+}
+
 /// Runs the command.
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let probe = Probe::new(roots.clone());
     let mut report = segments::build(&probe);
     if !args.all {
         report.segments.retain(|s| {
-            !(s.kind == "posix" && s.attached_pids.is_empty() && s.size_bytes < 2 << 20)
+            !(s.kind == SegmentKind::Posix && s.attached_pids.is_empty() && s.size_bytes < 2 << 20)
         });
     }
     let actionable = any_actionable(&report.findings)
         || report.segments.iter().any(|s| any_actionable(&s.findings));
     if args.json {
-        out.json(&report.segments)?;
-        if !report.unreadable.is_empty() || report.processes_vanished > 0 {
-            eprintln!(
-                "hugeshm: scanned {} processes: {} could not be read, {} exited during the scan",
-                report.processes_scanned,
-                report.unreadable.len(),
-                report.processes_vanished
-            );
-        }
+        // Processes that could not be read are in the findings
+        // (processes-unreadable), host files in the problems.
+        out.json_doc(&Doc {
+            segments: &report.segments,
+            findings: &report.findings,
+            problems: &report.problems,
+        })?;
     } else {
         print(&report, out)?;
         out.flush()?;
@@ -55,7 +63,9 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
 
 fn page_cell(s: &Segment, out: &Out) -> String {
     match s.page_size_bytes {
-        Some(4096) if s.size_bytes >= 2 << 20 && s.kind != "posix" => out.good("4k", false),
+        Some(4096) if s.size_bytes >= 2 << 20 && s.kind != SegmentKind::Posix => {
+            out.good("4k", false)
+        }
         Some(p) if p > 4096 => out.good(&page_size_short(p), true),
         Some(p) => page_size_short(p),
         None => "?".to_string(),
@@ -97,9 +107,11 @@ pub fn print(r: &SegmentsReport, out: &mut Out) -> anyhow::Result<()> {
             "attached",
         ]);
         for s in &r.segments {
-            let id = match (s.kind.as_str(), s.id, &s.key, &s.path) {
-                ("sysv", Some(id), Some(k), _) => format!("{id} key {k}"),
-                ("private-hugetlb", _, _, _) => format!("pid {}", s.creator_pid.unwrap_or(0)),
+            let id = match (s.kind, s.id, &s.key, &s.path) {
+                (SegmentKind::Sysv, Some(id), Some(k), _) => format!("{id} key {k}"),
+                (SegmentKind::PrivateHugetlb, _, _, _) => {
+                    format!("pid {}", s.creator_pid.unwrap_or(0))
+                }
                 (_, _, _, Some(p)) => p.clone(),
                 (_, Some(id), _, _) => id.to_string(),
                 _ => "-".into(),
@@ -114,7 +126,7 @@ pub fn print(r: &SegmentsReport, out: &mut Out) -> anyhow::Result<()> {
                     .join(" ")
             };
             t.row(vec![
-                s.kind.clone(),
+                s.kind.to_string(),
                 id,
                 format_bytes(s.size_bytes),
                 page_cell(s, out),

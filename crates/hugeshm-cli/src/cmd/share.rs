@@ -77,7 +77,7 @@ pub fn attach(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Result<Ex
         );
     };
     if a.json {
-        out.json(&report)?;
+        out.json_doc(&report)?;
     } else {
         print_attach(&report, out)?;
         out.flush()?;
@@ -211,7 +211,7 @@ pub fn ls(roots: &Roots, a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
     let bad =
         |r: &RegionInfo| r.is_orphaned() || !matches!(r.state.as_str(), "ready" | "initializing");
     if a.json {
-        out.json(&regions)?;
+        out.json_doc(&crate::output::Keyed("regions", &regions))?;
     } else if regions.is_empty() {
         out.line("No hugeshm regions on this host.")?;
     } else {

@@ -23,7 +23,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
     let probe = Probe::new(roots.clone());
     let report = status::build(&probe);
     if args.json {
-        out.json(&report)?;
+        out.json_doc(&report)?;
     } else {
         print(&report, out)?;
         out.flush()?;

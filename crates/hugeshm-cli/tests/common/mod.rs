@@ -21,7 +21,8 @@ pub fn hugeshm(args: &[&str]) -> Output {
     cmd(args).output().expect("run hugeshm")
 }
 
-/// The JSON on stdout of a successful run (panics with stderr otherwise).
+/// The `--json` document on stdout of a successful run: one object with
+/// `"schema": 1` (panics with stderr otherwise).
 pub fn json(out: Output) -> Value {
     assert!(
         out.status.success(),
@@ -29,5 +30,8 @@ pub fn json(out: Output) -> Value {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert!(v.is_object(), "not one JSON object: {v:#}");
+    assert_eq!(v["schema"].as_u64(), Some(1), "schema of {v:#}");
+    v
 }

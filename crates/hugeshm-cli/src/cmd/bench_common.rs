@@ -1,0 +1,99 @@
+//! What the benches share: size arguments, reaping children, topping up the
+//! huge page pools for a run. A leaf: it imports no other bench module.
+
+use anyhow::Context;
+use hugeshm_apply::{PoolFiles, SysfsPools};
+use hugeshm_parse::size::{format_bytes, parse_size};
+use hugeshm_probe::{HostSnapshot, Probe};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// Parses a size argument (`64M`, `2m`, `1G`, `4096`).
+pub fn parse_size_arg(s: &str) -> Result<u64, String> {
+    match parse_size(s) {
+        Some(0) => Err("must be more than 0".into()),
+        Some(v) => Ok(v),
+        None => Err(format!("{s:?} is not a size (examples: 4096, 4k, 2M, 1G)")),
+    }
+}
+
+/// Waits for children whose stdin the caller has closed, killing those still
+/// running after `grace`.
+pub(crate) fn reap<'a>(children: impl IntoIterator<Item = &'a mut Child>, grace: Duration) {
+    let deadline = Instant::now() + grace;
+    for c in children {
+        loop {
+            match c.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if Instant::now() > deadline => {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+            }
+        }
+    }
+}
+
+/// Huge pages a bench adds to the host-wide pools for its run, given back
+/// when it is dropped (whatever happened in between).
+pub(crate) struct PoolTopUp<'a> {
+    pools: SysfsPools<'a>,
+    restore: Vec<(u64, u64)>,
+}
+
+impl<'a> PoolTopUp<'a> {
+    /// Nothing added yet.
+    pub(crate) fn new(probe: &'a Probe) -> Self {
+        PoolTopUp {
+            pools: SysfsPools::new(probe),
+            restore: Vec::new(),
+        }
+    }
+
+    /// Makes `pages` pages of `page_size` available (free − reserved),
+    /// raising the pool when it holds fewer (root only).
+    pub(crate) fn ensure(
+        &mut self,
+        host: &HostSnapshot,
+        page_size: u64,
+        pages: u64,
+    ) -> anyhow::Result<()> {
+        let Some(p) = host.pool(page_size) else {
+            return Ok(());
+        };
+        if p.available() >= pages {
+            return Ok(());
+        }
+        let target = p.nr + (pages - p.available());
+        self.pools.set_nr(page_size, None, target).with_context(|| {
+            format!(
+                "reserving {pages} {} pages for the bench (run as root, or --no-reserve with a pool that holds them)",
+                format_bytes(page_size)
+            )
+        })?;
+        self.restore.push((page_size, p.nr));
+        let got = self.pools.nr(page_size, None)?;
+        if got < target {
+            anyhow::bail!(
+                "the kernel granted {got} of {target} {} pages: not enough memory for the bench",
+                format_bytes(page_size)
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PoolTopUp<'_> {
+    fn drop(&mut self) {
+        for (size, nr) in &self.restore {
+            if let Err(e) = self.pools.set_nr(*size, None, *nr) {
+                eprintln!(
+                    "hugeshm: warning: could not restore the {} pool to {nr}: {e}",
+                    format_bytes(*size)
+                );
+            }
+        }
+    }
+}
