@@ -349,10 +349,10 @@ fn attach_and_ls_show_orphans() {
 fn create_plans_from_the_fixture_roots() {
     let tree = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../hugeshm-region/tests/fixtures/short-2m-pool");
-    let before = std::fs::read_to_string("/proc/sysvipc/shm").unwrap();
+    let n = name("fixture");
     let out = cmd(&[
         "create",
-        &name("fixture"),
+        &n,
         "--size",
         "64M",
         "--backend",
@@ -376,12 +376,13 @@ fn create_plans_from_the_fixture_roots() {
         err.contains("to fix: sysctl -w vm.nr_hugepages=122"),
         "{err}"
     );
-    assert_eq!(
-        std::fs::read_to_string("/proc/sysvipc/shm")
+    let key = hugeshm_region::sysv_key(&n);
+    assert!(
+        hugeshm_testkit::HostState::capture()
             .unwrap()
-            .lines()
-            .count(),
-        before.lines().count(),
+            .sysv
+            .values()
+            .all(|s| s.key != key),
         "no segment made"
     );
 }
@@ -435,6 +436,8 @@ fn hold_releases_on_signals_and_a_stale_record_is_replaced() {
     if skip_unless_root(T) {
         return;
     }
+    // The pool lock serializes tests that compare the whole host's state.
+    let _pool = PoolGuard::new().expect("pool lock");
     let before = HostState::capture().unwrap();
     let record = |n: &str| std::path::PathBuf::from(format!("/dev/shm/hugeshm-memfd.{n}"));
     for (sig, ignore_int) in [
@@ -487,6 +490,7 @@ fn names_are_found_in_every_backend() {
     if skip_unless_root(T) {
         return;
     }
+    let _pool = PoolGuard::new().expect("pool lock");
     let before = HostState::capture().unwrap();
     let n = name("find");
     let mk = |backend: &str| {

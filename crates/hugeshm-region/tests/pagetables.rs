@@ -72,8 +72,12 @@ fn measure(backend: Backend, page: PageSize, size: u64, pmd_sharing: bool) -> Fi
         .pmd_sharing(pmd_sharing)
         .create()
         .unwrap();
-    if page != PageSize::Base && page != PageSize::HUGE_1G {
-        assert_eq!(report.aligned_for_pmd_sharing, pmd_sharing, "{report:#?}");
+    if page != PageSize::Base && page != PageSize::HUGE_1G && pmd_sharing {
+        assert!(report.aligned_for_pmd_sharing, "{report:#?}");
+    } else if report.aligned_for_pmd_sharing {
+        // Without asking, the kernel may still pick a 1 GiB-aligned hole
+        // (one a previous aligned mapping left): sharing happens anyway.
+        println!("{backend}: the kernel chose a 1 GiB-aligned address by itself");
     }
     let spec = format!("{backend}:{name}:{}", if pmd_sharing { 1 } else { 0 });
     let mut kids: Vec<Kid> = (0..N)
