@@ -129,6 +129,25 @@ fn advise_apply_and_see_postgres_on_huge_pages() {
             .unwrap();
         assert_eq!(row["total"].as_u64(), Some(own));
         assert_eq!(row["available"].as_u64(), Some(0), "{row}");
+        // The servers on huge pages, with their memlock limits: PostgreSQL
+        // maps its area with mmap and locks nothing, so whatever its limit,
+        // no memlock-small.
+        let server = st["servers"]
+            .as_array()
+            .expect("servers")
+            .iter()
+            .find(|s| s["pid"].as_u64() == Some(postmaster as u64))
+            .unwrap_or_else(|| panic!("postmaster not among the servers: {st:#}"));
+        assert_eq!(server["huge_bytes"].as_u64(), Some(own * M2), "{server}");
+        assert_eq!(server["sysv_created_bytes"].as_u64(), Some(0), "{server}");
+        assert!(
+            !st["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["code"] == "memlock-small"),
+            "{st:#}"
+        );
 
         backend.release().expect("close the backend");
         pg.stop().expect("stop PostgreSQL");

@@ -143,6 +143,10 @@ pub struct StatusReport {
     /// The caller's memlock limit (soft), `None` = unlimited (or unreadable:
     /// see `problems`).
     pub memlock_bytes: Option<u64>,
+    /// The processes that map huge page shared memory, with their memlock
+    /// limits (the `memlock-small` finding compares these).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub servers: Vec<ServerLimit>,
     /// `PageTables` of `/proc/meminfo`.
     pub page_tables_bytes: Option<u64>,
     /// `Hugetlb` of `/proc/meminfo`: memory in huge page pools of every size.
@@ -165,12 +169,164 @@ pub struct StatusReport {
     pub problems: Vec<Problem>,
 }
 
+/// A process that maps huge page shared memory, and its memlock limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ServerLimit {
+    /// Pid.
+    pub pid: u32,
+    /// Process name.
+    pub name: Option<String>,
+    /// The systemd unit that runs it (from `/proc/PID/cgroup`).
+    pub unit: Option<String>,
+    /// Bytes of huge page shared memory it maps.
+    pub huge_bytes: u64,
+    /// Bytes of SysV huge page segments it created: the kernel charges
+    /// those to its memlock limit unless it has `CAP_IPC_LOCK` or is in
+    /// `vm.hugetlb_shm_group`.
+    pub sysv_created_bytes: u64,
+    /// Bytes it has locked (`VmLck`).
+    pub locked_bytes: u64,
+    /// Its soft `RLIMIT_MEMLOCK` (`None`: unlimited).
+    pub memlock_bytes: Option<u64>,
+    /// Whether it has `CAP_IPC_LOCK`, or is in `vm.hugetlb_shm_group`: the
+    /// memlock limit does not apply to its SysV huge page segments.
+    pub exempt: bool,
+}
+
 /// Builds the report: reads the host and scans the processes (for what the
-/// live segments need).
+/// live segments need, and the memlock limits of the servers that map
+/// them).
 pub fn build(probe: &Probe) -> StatusReport {
     let host = probe.host();
     let segs = segments::build_with(probe, &host);
-    build_from(&host, Some(&segs))
+    let mut report = build_from(&host, Some(&segs));
+    report.servers = servers(probe, &segs, host.sysctl.hugetlb_shm_group);
+    report.findings.extend(server_findings(&report));
+    report
+        .findings
+        .sort_by_key(|f| std::cmp::Reverse(f.severity));
+    report
+}
+
+/// The systemd unit of a process, from its `/proc/PID/cgroup` text: the
+/// innermost `*.service` (or `*.scope`) in its cgroup path.
+fn unit_of(cgroup: &str) -> Option<String> {
+    cgroup.lines().find_map(|l| {
+        let path = l.splitn(3, ':').nth(2)?;
+        path.rsplit('/')
+            .find(|c| c.ends_with(".service") || c.ends_with(".scope"))
+            .map(str::to_owned)
+    })
+}
+
+/// The processes attached to huge page segments, with the huge page bytes
+/// each maps and its memlock limit (processes whose limits cannot be read
+/// are left out).
+fn servers(probe: &Probe, segs: &SegmentsReport, shm_group: Option<u64>) -> Vec<ServerLimit> {
+    let mut by_pid: std::collections::BTreeMap<u32, ServerLimit> = Default::default();
+    for s in &segs.segments {
+        if !s.page_size_bytes.is_some_and(|p| p > BASE_PAGE) {
+            continue;
+        }
+        for &pid in &s.attached_pids {
+            let name = s
+                .attached
+                .iter()
+                .find(|a| a.pid == pid)
+                .and_then(|a| a.name.clone());
+            let e = by_pid.entry(pid).or_insert_with(|| ServerLimit {
+                pid,
+                name,
+                unit: None,
+                huge_bytes: 0,
+                sysv_created_bytes: 0,
+                locked_bytes: 0,
+                memlock_bytes: None,
+                exempt: false,
+            });
+            e.huge_bytes = e.huge_bytes.saturating_add(s.size_bytes);
+            if s.kind == segments::SegmentKind::Sysv && s.creator_pid == Some(pid) {
+                e.sysv_created_bytes = e.sysv_created_bytes.saturating_add(s.size_bytes);
+            }
+        }
+    }
+    by_pid
+        .into_values()
+        .filter_map(|mut e| {
+            let limits = probe.pid(e.pid).limits().ok()?;
+            e.memlock_bytes = limits.memlock_soft_bytes;
+            if let Ok(st) = probe.pid(e.pid).status() {
+                e.locked_bytes = st.vm_lck_bytes.unwrap_or(0);
+                e.exempt = st.has_cap_ipc_lock()
+                    || shm_group.is_some_and(|g| u32::try_from(g).is_ok_and(|g| st.in_group(g)));
+            }
+            e.unit = std::fs::read_to_string(probe.proc_path(&format!("{}/cgroup", e.pid)))
+                .ok()
+                .and_then(|t| unit_of(&t));
+            Some(e)
+        })
+        .collect()
+}
+
+/// What a server needs its memlock limit to cover: the SysV huge page
+/// segments it creates (unless exempt), and what it locks.
+fn memlock_needed(s: &ServerLimit) -> u64 {
+    let sysv = if s.exempt { 0 } else { s.sysv_created_bytes };
+    sysv.max(s.locked_bytes)
+}
+
+/// `memlock-small`: a server whose memlock limit is below what it needs:
+/// the SysV huge page segments it creates (without CAP_IPC_LOCK or
+/// vm.hugetlb_shm_group), or what it locks. A server that maps huge pages
+/// through mmap and locks nothing needs none.
+fn server_findings(r: &StatusReport) -> Vec<Finding> {
+    r.servers
+        .iter()
+        .filter(|s| {
+            let need = memlock_needed(s);
+            need > 0 && s.memlock_bytes.is_some_and(|ml| ml < need)
+        })
+        .map(|s| {
+            let ml = s.memlock_bytes.unwrap_or(0);
+            let need = memlock_needed(s);
+            let kib = need.div_ceil(1024);
+            let who = format!(
+                "pid {} ({}){}",
+                s.pid,
+                s.name.as_deref().unwrap_or("?"),
+                s.unit
+                    .as_deref()
+                    .map(|u| format!(" of {u}"))
+                    .unwrap_or_default()
+            );
+            Finding::new(
+                Severity::Warning,
+                "memlock-small",
+                format!(
+                    "{who} needs {} of locked memory ({}) with a memlock limit of {}: its next \
+                     start fails",
+                    format_bytes(need),
+                    if s.locked_bytes >= need {
+                        "it locks its memory"
+                    } else {
+                        "its SysV huge page segments, without CAP_IPC_LOCK or vm.hugetlb_shm_group"
+                    },
+                    format_bytes(ml)
+                ),
+                Some(match &s.unit {
+                    Some(u) if u.ends_with(".service") => format!(
+                        "systemctl edit {u}: add LimitMEMLOCK={} under [Service], then restart it",
+                        kib * 1024
+                    ),
+                    _ => format!(
+                        "/etc/security/limits.d/99-hugeshm.conf: '<user> soft memlock {kib}' and \
+                         '<user> hard memlock {kib}' for the user that starts it, then restart it"
+                    ),
+                }),
+            )
+        })
+        .collect()
 }
 
 fn thp_verdict(enabled: Option<&str>, shmem: Option<&str>) -> String {
@@ -317,6 +473,7 @@ pub fn build_from(host: &HostSnapshot, segs: Option<&SegmentsReport>) -> StatusR
         nodes,
         thp,
         memlock_bytes: host.self_limits.as_ref().and_then(|l| l.memlock_soft_bytes),
+        servers: Vec::new(),
         page_tables_bytes: host.meminfo.as_ref().and_then(|m| m.page_tables_bytes),
         hugetlb_bytes: host.meminfo.as_ref().and_then(|m| m.hugetlb_bytes),
         mem_total_bytes: host.meminfo.as_ref().and_then(|m| m.mem_total_bytes),
@@ -547,21 +704,6 @@ fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>
                 Some("echo madvise > /sys/kernel/mm/transparent_hugepage/enabled   # and transparent_hugepage=madvise on the kernel command line".to_string()),
             ));
         }
-        if let Some(ml) = r.memlock_bytes {
-            if ml < pool_total_bytes {
-                let kib = pool_total_bytes.div_ceil(1024);
-                out.push(Finding::new(
-                    Severity::Warning,
-                    "memlock-small",
-                    format!(
-                        "the memlock limit of this process ({}) is smaller than the huge page pool ({}): a server that locks its shared memory, or uses SysV SHM_HUGETLB without vm.hugetlb_shm_group, fails",
-                        format_bytes(ml),
-                        format_bytes(pool_total_bytes)
-                    ),
-                    Some(format!("/etc/security/limits.d/99-hugeshm.conf: '* soft memlock {kib}' and '* hard memlock {kib}'; systemd units: LimitMEMLOCK={pool_total_bytes}")),
-                ));
-            }
-        }
         if let Some(mx) = r.sysv.shmmax_bytes {
             if mx < pool_total_bytes {
                 out.push(Finding::new(
@@ -745,29 +887,72 @@ mod tests {
             Some(hugeshm_parse::thp::parse_selector("e", "[always] madvise never").unwrap());
         let r = build_from(&h, None);
         let c = codes(&r);
-        for code in [
-            "memlock-small",
-            "shmmax-small",
-            "shmall-small",
-            "thp-always",
-        ] {
+        for code in ["shmmax-small", "shmall-small", "thp-always"] {
             assert!(c.contains(&code), "{code} missing from {c:?}");
         }
-        let ml = r
-            .findings
-            .iter()
-            .find(|f| f.code == "memlock-small")
-            .unwrap();
-        assert!(
-            ml.fix.as_deref().unwrap().contains("memlock 1048576"),
-            "{:?}",
-            ml.fix
-        );
+        // hugeshm's own memlock limit is not the servers': no finding.
+        assert!(!c.contains(&"memlock-small"), "{c:?}");
         assert_eq!(r.memlock_bytes, Some(64 * 1024));
         // Without a pool none of these matter.
         let mut h0 = h.clone();
         h0.pools = vec![PoolCounters::new(M2, 0, 0, Some(0), 0, Some(0))];
         assert!(build_from(&h0, None).findings.is_empty());
+    }
+
+    #[test]
+    fn servers_below_their_huge_memory_get_memlock_small() {
+        assert_eq!(
+            unit_of("0::/system.slice/system-postgresql.slice/postgresql@15-main.service\n")
+                .as_deref(),
+            Some("postgresql@15-main.service")
+        );
+        assert_eq!(
+            unit_of("0::/user.slice/user-0.slice/session-3.scope\n").as_deref(),
+            Some("session-3.scope")
+        );
+        assert_eq!(unit_of("0::/\n"), None);
+        let mut r = build_from(&host(0, 0, 0), None);
+        r.servers = vec![
+            ServerLimit {
+                pid: 10,
+                name: Some("postgres".into()),
+                unit: Some("postgresql@15-main.service".into()),
+                huge_bytes: GIB,
+                memlock_bytes: Some(64 << 10),
+            },
+            ServerLimit {
+                pid: 11,
+                name: Some("oracle".into()),
+                unit: None,
+                huge_bytes: GIB,
+                memlock_bytes: None,
+            },
+            ServerLimit {
+                pid: 12,
+                name: Some("java".into()),
+                unit: None,
+                huge_bytes: 2 * GIB,
+                memlock_bytes: Some(GIB),
+            },
+        ];
+        let f = server_findings(&r);
+        assert_eq!(f.len(), 2, "{f:#?}");
+        assert!(
+            f[0].message
+                .starts_with("pid 10 (postgres) of postgresql@15-main.service maps 1 GiB"),
+            "{}",
+            f[0].message
+        );
+        assert_eq!(
+            f[0].fix.as_deref(),
+            Some("systemctl edit oracle-db.service: add LimitMEMLOCK=1073741824 under [Service], then restart it")
+        );
+        assert!(
+            f[1].message.starts_with("pid 12 (java) maps 2 GiB"),
+            "{}",
+            f[1].message
+        );
+        assert!(f[1].fix.as_deref().unwrap().contains("memlock 2097152"));
     }
 
     #[test]

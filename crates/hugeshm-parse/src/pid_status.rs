@@ -30,6 +30,33 @@ pub struct PidStatus {
     pub hugetlb_pages_bytes: Option<u64>,
     /// `VmLck`: memory locked with `mlock`.
     pub vm_lck_bytes: Option<u64>,
+    /// The file-system gid: the fourth number of `Gid:` (what the kernel
+    /// checks against `vm.hugetlb_shm_group`, with `groups`).
+    #[serde(default)]
+    pub fs_gid: Option<u32>,
+    /// `Groups`: supplementary groups.
+    #[serde(default)]
+    pub groups: Vec<u32>,
+    /// `CapEff`: effective capabilities, as a bit mask.
+    #[serde(default)]
+    pub cap_eff: Option<u64>,
+}
+
+/// `CAP_IPC_LOCK`: lock memory without the memlock limit, SysV
+/// `SHM_HUGETLB` without `vm.hugetlb_shm_group`.
+pub const CAP_IPC_LOCK: u32 = 14;
+
+impl PidStatus {
+    /// Whether the process has `CAP_IPC_LOCK` in its effective set.
+    pub fn has_cap_ipc_lock(&self) -> bool {
+        self.cap_eff.is_some_and(|c| c & (1 << CAP_IPC_LOCK) != 0)
+    }
+
+    /// Whether the process is in group `gid` (file-system or
+    /// supplementary).
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.fs_gid == Some(gid) || self.groups.contains(&gid)
+    }
 }
 
 /// Parses a decimal `u32`, naming file, line and text on failure.
@@ -79,6 +106,28 @@ pub fn parse(text: &str) -> Result<PidStatus, ParseError> {
             "VmPTE" => s.vm_pte_bytes = Some(parse_kb(n, key, value)?),
             "HugetlbPages" => s.hugetlb_pages_bytes = Some(parse_kb(n, key, value)?),
             "VmLck" => s.vm_lck_bytes = Some(parse_kb(n, key, value)?),
+            "Gid" => {
+                let fs = value
+                    .split_whitespace()
+                    .nth(3)
+                    .ok_or_else(|| ParseError::at(PATH, n, "Gid: expected four numbers"))?;
+                s.fs_gid = Some(parse_u32(n, key, fs)?);
+            }
+            "Groups" => {
+                s.groups = value
+                    .split_whitespace()
+                    .map(|g| parse_u32(n, key, g))
+                    .collect::<Result<_, _>>()?;
+            }
+            "CapEff" => {
+                s.cap_eff = Some(u64::from_str_radix(value.trim(), 16).map_err(|_| {
+                    ParseError::at(
+                        PATH,
+                        n,
+                        format!("CapEff: not a hex mask: {:?}", value.trim()),
+                    )
+                })?);
+            }
             _ => {}
         }
     }
@@ -175,6 +224,19 @@ Threads:\t1
 ";
 
     #[test]
+    fn groups_and_capabilities() {
+        let s =
+            parse("Name:\tdb\nGid:\t5\t5\t5\t6\nGroups:\t27 1001 \nCapEff:\t0000000000000000\n")
+                .unwrap();
+        assert_eq!(s.fs_gid, Some(6));
+        assert_eq!(s.groups, vec![27, 1001]);
+        assert!(s.in_group(1001) && s.in_group(6) && !s.in_group(5));
+        assert!(!s.has_cap_ipc_lock());
+        assert!(parse("Name:\tx\nCapEff:\tzz\n").is_err());
+        assert!(parse("Name:\tx\nGid:\t1\n").is_err());
+    }
+
+    #[test]
     fn real_text() {
         let s = parse(REAL).unwrap();
         assert_eq!(s.name, "cat");
@@ -185,6 +247,8 @@ Threads:\t1
         assert_eq!(s.vm_pte_bytes, Some(40 * 1024));
         assert_eq!(s.hugetlb_pages_bytes, Some(8192 * 1024));
         assert_eq!(s.vm_lck_bytes, Some(16 * 1024));
+        assert_eq!((s.fs_gid, s.groups.len()), (Some(0), 0));
+        assert!(s.has_cap_ipc_lock() && s.in_group(0) && !s.in_group(7));
     }
 
     #[test]
