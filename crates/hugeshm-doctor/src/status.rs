@@ -226,7 +226,7 @@ fn unit_of(cgroup: &str) -> Option<String> {
 fn servers(probe: &Probe, segs: &SegmentsReport, shm_group: Option<u64>) -> Vec<ServerLimit> {
     let mut by_pid: std::collections::BTreeMap<u32, ServerLimit> = Default::default();
     for s in &segs.segments {
-        if !s.page_size_bytes.is_some_and(|p| p > BASE_PAGE) {
+        if s.page_size_bytes.is_none_or(|p| p <= BASE_PAGE) {
             continue;
         }
         for &pid in &s.attached_pids {
