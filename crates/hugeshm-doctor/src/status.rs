@@ -912,34 +912,46 @@ mod tests {
         );
         assert_eq!(unit_of("0::/\n"), None);
         let mut r = build_from(&host(0, 0, 0), None);
+        let server = |pid: u32,
+                      name: &str,
+                      unit: Option<&str>,
+                      sysv: u64,
+                      locked: u64,
+                      limit: u64,
+                      exempt: bool| ServerLimit {
+            pid,
+            name: Some(name.into()),
+            unit: unit.map(str::to_owned),
+            huge_bytes: GIB.max(locked),
+            sysv_created_bytes: sysv,
+            locked_bytes: locked,
+            memlock_bytes: Some(limit),
+            exempt,
+        };
         r.servers = vec![
-            ServerLimit {
-                pid: 10,
-                name: Some("postgres".into()),
-                unit: Some("postgresql@15-main.service".into()),
-                huge_bytes: GIB,
-                memlock_bytes: Some(64 << 10),
-            },
-            ServerLimit {
-                pid: 11,
-                name: Some("oracle".into()),
-                unit: None,
-                huge_bytes: GIB,
-                memlock_bytes: None,
-            },
-            ServerLimit {
-                pid: 12,
-                name: Some("java".into()),
-                unit: None,
-                huge_bytes: 2 * GIB,
-                memlock_bytes: Some(GIB),
-            },
+            // Creates a 1 GiB SysV huge page segment under a 64 KiB limit.
+            server(
+                10,
+                "oracle",
+                Some("oracle-db.service"),
+                GIB,
+                0,
+                64 << 10,
+                false,
+            ),
+            // The same in vm.hugetlb_shm_group (or with CAP_IPC_LOCK): fine.
+            server(11, "oracle", None, GIB, 0, 64 << 10, true),
+            // mmap'd huge pages, nothing locked (PostgreSQL): fine.
+            server(13, "postgres", None, 0, 0, 64 << 10, false),
+            // Locks 2 GiB under a 1 GiB limit.
+            server(12, "java", None, 0, 2 * GIB, GIB, false),
         ];
         let f = server_findings(&r);
         assert_eq!(f.len(), 2, "{f:#?}");
         assert!(
-            f[0].message
-                .starts_with("pid 10 (postgres) of postgresql@15-main.service maps 1 GiB"),
+            f[0].message.starts_with(
+                "pid 10 (oracle) of oracle-db.service needs 1 GiB of locked memory (its SysV"
+            ),
             "{}",
             f[0].message
         );
@@ -948,7 +960,8 @@ mod tests {
             Some("systemctl edit oracle-db.service: add LimitMEMLOCK=1073741824 under [Service], then restart it")
         );
         assert!(
-            f[1].message.starts_with("pid 12 (java) maps 2 GiB"),
+            f[1].message
+                .starts_with("pid 12 (java) needs 2 GiB of locked memory (it locks"),
             "{}",
             f[1].message
         );
