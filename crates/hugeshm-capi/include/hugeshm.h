@@ -119,6 +119,10 @@
 // `kernel.shmall`); the fix names the setting.
 #define HUGESHM_ERROR_KERNEL_LIMIT 24
 
+// The pool had the pages but the kernel refused to fault them in (a
+// hugetlb cgroup limit): the message has the numbers, the fix the limit.
+#define HUGESHM_ERROR_FAULT_REFUSED 25
+
 // An error this version of the C API has no code for yet (the message
 // says what it is).
 #define HUGESHM_ERROR_OTHER 98

@@ -77,6 +77,9 @@ pub const HUGESHM_ERROR_UNTRUSTED: c_int = 23;
 /// A system-wide kernel limit is reached (`kernel.shmmni`,
 /// `kernel.shmall`); the fix names the setting.
 pub const HUGESHM_ERROR_KERNEL_LIMIT: c_int = 24;
+/// The pool had the pages but the kernel refused to fault them in (a
+/// hugetlb cgroup limit): the message has the numbers, the fix the limit.
+pub const HUGESHM_ERROR_FAULT_REFUSED: c_int = 25;
 /// An error this version of the C API has no code for yet (the message
 /// says what it is).
 pub const HUGESHM_ERROR_OTHER: c_int = 98;
@@ -246,6 +249,7 @@ fn code_of(e: &RegionError, errno: c_int) -> c_int {
         RegionError::HeaderMismatch { .. } => HUGESHM_ERROR_HEADER_MISMATCH,
         RegionError::Untrusted { .. } => HUGESHM_ERROR_UNTRUSTED,
         RegionError::KernelLimit { .. } => HUGESHM_ERROR_KERNEL_LIMIT,
+        RegionError::FaultRefused { .. } => HUGESHM_ERROR_FAULT_REFUSED,
         RegionError::Sys(_) | RegionError::Io { .. } | RegionError::Read(_) => match errno {
             libc::EACCES | libc::EPERM => HUGESHM_ERROR_PERMISSION,
             libc::ENOENT => HUGESHM_ERROR_NOT_FOUND,

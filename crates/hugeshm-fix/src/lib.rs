@@ -53,6 +53,17 @@ pub enum Fix {
         /// Pages the pool has available now.
         available: u64,
     },
+    /// A hugetlb cgroup limit refuses the pages: raise it (and set the
+    /// reservation limit with it, so that a refusal comes at `mmap`, not as
+    /// SIGBUS at fault time).
+    RaiseCgroupLimit {
+        /// The page size.
+        page_size_bytes: u64,
+        /// The limit file (`.../hugetlb.2MB.max`), when known.
+        file: Option<String>,
+        /// The bytes the limit must allow at least.
+        bytes: u64,
+    },
     /// The kernel has no pool of this size: boot with it.
     BootPageSize {
         /// The page size.
@@ -217,6 +228,19 @@ pub fn nr_hugepages_path(page_size_bytes: u64, node: Option<u32>) -> String {
     }
 }
 
+/// A Kubernetes quantity: `64Mi`, `2Gi`, else bytes.
+pub fn k8s_quantity(bytes: u64) -> String {
+    const GI: u64 = 1 << 30;
+    const MI: u64 = 1 << 20;
+    if bytes > 0 && bytes % GI == 0 {
+        format!("{}Gi", bytes / GI)
+    } else if bytes > 0 && bytes % MI == 0 {
+        format!("{}Mi", bytes / MI)
+    } else {
+        bytes.to_string()
+    }
+}
+
 fn pids(list: &[u32]) -> String {
     list.iter()
         .map(u32::to_string)
@@ -244,6 +268,34 @@ impl Fix {
                 short_size(*page_size_bytes),
                 short_size(*page_size_bytes)
             ),
+            Fix::RaiseCgroupLimit {
+                page_size_bytes,
+                file,
+                bytes,
+            } => {
+                let size = format!("{}B", short_size(*page_size_bytes));
+                match file {
+                    Some(f) => {
+                        let rsvd = f
+                            .strip_suffix(".max")
+                            .map(|p| format!("{p}.rsvd.max"))
+                            .unwrap_or_else(|| f.clone());
+                        format!(
+                            "echo {bytes} > {f} && echo {bytes} > {rsvd} (Kubernetes: \
+                             resources.limits.hugepages-{}i: {})",
+                            size.trim_end_matches('B'),
+                            k8s_quantity(*bytes)
+                        )
+                    }
+                    None => format!(
+                        "raise the hugetlb cgroup limit of this process (hugetlb.{size}.max, and \
+                         hugetlb.{size}.rsvd.max with it) to at least {bytes} bytes, or have the \
+                         container get hugepages-{}i: {}",
+                        size.trim_end_matches('B'),
+                        k8s_quantity(*bytes)
+                    ),
+                }
+            }
             Fix::BootPageSize { page_size_bytes } => format!(
                 "pick an offered size, or boot with hugepagesz={} hugepages=N",
                 short_size(*page_size_bytes)
@@ -452,6 +504,23 @@ mod tests {
             rust.contains("Reclaim::Reuse") && !rust.contains("hugeshm rm"),
             "{rust}"
         );
+    }
+
+    #[test]
+    fn cgroup_limits_name_both_files_and_the_pod_resource() {
+        let f = Fix::RaiseCgroupLimit {
+            page_size_bytes: 2 << 20,
+            file: Some("/sys/fs/cgroup/pod/hugetlb.2MB.max".into()),
+            bytes: 64 << 20,
+        };
+        assert_eq!(
+            f.to_string(),
+            "echo 67108864 > /sys/fs/cgroup/pod/hugetlb.2MB.max && echo 67108864 > \
+             /sys/fs/cgroup/pod/hugetlb.2MB.rsvd.max (Kubernetes: \
+             resources.limits.hugepages-2Mi: 64Mi)"
+        );
+        assert_eq!(k8s_quantity(3 << 30), "3Gi");
+        assert_eq!(k8s_quantity(4097), "4097");
     }
 
     #[test]

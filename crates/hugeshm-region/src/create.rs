@@ -532,33 +532,20 @@ impl RegionBuilder {
         };
         let generation = header::new_generation();
 
-        let region = match self.materialize(&plan, method, &host, generation) {
-            Ok(r) => r,
-            Err(e @ RegionError::PoolShortfall { .. })
-                if self.policy == Policy::Try && plan.is_huge() =>
-            {
-                plan = pool::fallback_plan(&req, &extra, &e)?;
-                self.materialize(&plan, method, &host, generation)?
-            }
-            Err(e) => return Err(e),
-        };
-        let mut guard = CreateGuard::new(region);
-        checkpoint("mapped");
-        // State `initializing` before the pre-fault: a crash from here on
-        // leaves a region that says so.
-        guard.region_mut().write_header()?;
-        checkpoint("header-written");
-        let setup_seconds = t0.elapsed().as_secs_f64();
-
+        // Huge pages the kernel refuses, at the reservation (ENOMEM: a
+        // pool that changed since the plan) or at fault time (a hugetlb
+        // cgroup limit), fail `only` with the numbers and make `try` start
+        // over, whole, on base pages.
+        let (mut guard, outcome, setup_seconds) =
+            match self.make_and_fault(&plan, method, &host, generation, threads, t0) {
+                Ok(done) => done,
+                Err(e) if self.policy == Policy::Try && plan.is_huge() && refused(&e) => {
+                    plan = pool::fallback_plan(&req, &extra, &e)?;
+                    self.make_and_fault(&plan, method, &host, generation, threads, t0)?
+                }
+                Err(e) => return Err(e),
+            };
         let r = guard.region();
-        // Other processes cannot attach it before it is ready.
-        let outcome = prefault::prefault(
-            r.mapping(),
-            plan.page_size as usize,
-            threads,
-            method,
-            self.progress.as_ref(),
-        )?;
 
         let mut warnings = plan.warnings.clone();
         let mut fallback = plan.fallback.clone();
@@ -642,6 +629,55 @@ impl RegionBuilder {
             },
         );
         Ok((region, report))
+    }
+
+    /// Claims the name, reserves and maps (the backend's room), writes the
+    /// header (state `initializing`) and pre-faults: the region, guarded
+    /// (destroyed on drop), the pre-fault's outcome and the setup time. A
+    /// fault the kernel refuses on hugetlb pages is
+    /// [`RegionError::FaultRefused`]; nothing is left behind.
+    fn make_and_fault(
+        &self,
+        plan: &Plan,
+        method: PrefaultMethod,
+        host: &hugeshm_probe::HostSnapshot,
+        generation: u64,
+        threads: usize,
+        t0: Instant,
+    ) -> Result<(CreateGuard, prefault::Outcome, f64), RegionError> {
+        let region = self.materialize(plan, method, host, generation)?;
+        let mut guard = CreateGuard::new(region);
+        checkpoint("mapped");
+        let hugetlb = plan.backing == Backing::Hugetlb;
+        // What the kernel faulted before it refused: the region's resident
+        // bytes (MADV_POPULATE_WRITE does not say how far it got).
+        let refused = |region: &Region, e: RegionError| {
+            if !hugetlb {
+                return e;
+            }
+            let resident = region
+                .verify_with(None)
+                .map(|v| v.resident_bytes)
+                .unwrap_or(0);
+            pool::fault_refused(&self.probe, plan, resident, e)
+        };
+        // State `initializing` before the pre-fault: a crash from here on
+        // leaves a region that says so.
+        if let Err(e) = guard.region_mut().write_header() {
+            return Err(refused(guard.region(), e));
+        }
+        checkpoint("header-written");
+        let setup_seconds = t0.elapsed().as_secs_f64();
+        // Other processes cannot attach it before it is ready.
+        let outcome = prefault::prefault(
+            guard.region().mapping(),
+            plan.page_size as usize,
+            threads,
+            method,
+            self.progress.as_ref(),
+        )
+        .map_err(|e| refused(guard.region(), e))?;
+        Ok((guard, outcome, setup_seconds))
     }
 
     fn report(&self, region: &Region, v: &Verification, p: ReportParts) -> AllocationReport {
@@ -738,6 +774,15 @@ struct ReportParts {
     setup_seconds: f64,
     prefault_seconds: f64,
     reclaimed: Option<Reclaimed>,
+}
+
+/// Whether the kernel refused huge pages: at the reservation (a pool
+/// shortfall the system call found) or at fault time.
+fn refused(e: &RegionError) -> bool {
+    matches!(
+        e,
+        RegionError::PoolShortfall { .. } | RegionError::FaultRefused { .. }
+    )
 }
 
 fn age_text(t: std::time::SystemTime) -> String {

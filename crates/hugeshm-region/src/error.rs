@@ -166,6 +166,31 @@ pub enum RegionError {
         #[source]
         source: SysError,
     },
+    /// The pool had the pages, but the kernel refused to fault them in: a
+    /// hugetlb cgroup limit (charged at fault time unless a reservation
+    /// limit is set), or the pool taken by others between the reservation
+    /// and the fault. Found by `MADV_POPULATE_WRITE`, never SIGBUS.
+    #[error(
+        "{} pages: the kernel refused to fault them in after {faulted_pages} of {required_pages} ({source}){}",
+        format_bytes(*page_size_bytes),
+        limit.as_ref().map(|l| format!("; {l}")).unwrap_or_default()
+    )]
+    FaultRefused {
+        /// The page size.
+        page_size_bytes: u64,
+        /// Pages the region needs.
+        required_pages: u64,
+        /// Pages faulted before the refusal.
+        faulted_pages: u64,
+        /// The limit that refused them, when known (e.g. the cgroup file
+        /// and what it allows).
+        limit: Option<String>,
+        /// The refused call.
+        #[source]
+        source: SysError,
+        /// What to change.
+        fix: Box<Fix>,
+    },
     /// The kernel used other pages than asked (policy `only`).
     #[error(
         "verification failed: asked for {} pages, /proc/self/smaps shows {} pages \
@@ -384,6 +409,7 @@ impl RegionError {
             | RegionError::ThpUnavailable { fix, .. }
             | RegionError::NoSpace { fix, .. }
             | RegionError::KernelLimit { fix, .. }
+            | RegionError::FaultRefused { fix, .. }
             | RegionError::Permission { fix, .. } => Some((**fix).clone()),
             RegionError::MemlockLimit {
                 needed_bytes,
@@ -461,7 +487,9 @@ impl RegionError {
     /// The `errno` behind the error, when a system call failed.
     pub fn errno(&self) -> Option<i32> {
         match self {
-            RegionError::Sys(e) | RegionError::Prefault { source: e, .. } => e.errno(),
+            RegionError::Sys(e)
+            | RegionError::Prefault { source: e, .. }
+            | RegionError::FaultRefused { source: e, .. } => e.errno(),
             RegionError::Permission {
                 source: Some(e), ..
             } => e.errno(),

@@ -74,6 +74,46 @@ pub(crate) fn refused(probe: &Probe, page: u64, required: u64, err: SysError) ->
     }
 }
 
+/// A pre-fault of hugetlb pages that the kernel refused (`EFAULT`: the
+/// fault would have been SIGBUS; `ENOMEM`) becomes
+/// [`RegionError::FaultRefused`] with the pages faulted before
+/// (`resident_bytes` of the region); other errors pass through.
+pub(crate) fn fault_refused(
+    _probe: &Probe,
+    plan: &Plan,
+    resident_bytes: u64,
+    e: RegionError,
+) -> RegionError {
+    let RegionError::Prefault {
+        offset,
+        source,
+        method,
+    } = e
+    else {
+        return e;
+    };
+    if !matches!(source.errno(), Some(libc::EFAULT) | Some(libc::ENOMEM)) {
+        return RegionError::Prefault {
+            method,
+            offset,
+            source,
+        };
+    }
+    let page = plan.page_size.max(1);
+    RegionError::FaultRefused {
+        page_size_bytes: plan.page_size,
+        required_pages: plan.size_bytes / page,
+        faulted_pages: resident_bytes / page,
+        limit: None,
+        source,
+        fix: Box::new(Fix::RaiseCgroupLimit {
+            page_size_bytes: plan.page_size,
+            file: None,
+            bytes: plan.size_bytes,
+        }),
+    }
+}
+
 /// A failed `mmap` of `size` bytes: the kernel's `ENOMEM` on hugetlb
 /// pages becomes the shortfall ([`refused`]).
 pub(crate) fn map_refused(probe: &Probe, e: SysError, huge: Option<u64>, size: u64) -> RegionError {

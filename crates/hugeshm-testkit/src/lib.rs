@@ -39,11 +39,13 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cgroup;
 mod host;
 mod pool;
 pub mod postgres;
 mod testproc;
 
+pub use cgroup::TestCgroup;
 pub use host::{HostState, PoolCounts, SysvSegment};
 pub use pool::{PoolGuard, PoolLock, HUGEPAGES_SYSFS, NODE_SYSFS, POOL_LOCK_PATH};
 pub use testproc::{testproc_path, TestObject, TestProc, TestProcReport, TESTPROC_ENV};
