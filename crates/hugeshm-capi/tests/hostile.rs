@@ -8,8 +8,8 @@ use std::ffi::{CStr, CString};
 use std::os::unix::fs::FileExt;
 use std::ptr;
 
-use hugeshm::*;
 use ::hugeshm_region::{Backend, PageSize, Policy, RegionBuilder};
+use hugeshm::*;
 
 #[test]
 fn c_attach_refuses_hostile_headers() {

@@ -202,6 +202,81 @@ pub struct Plan {
     pub warnings: Vec<String>,
     /// The configuration that realises it.
     pub config: PlanConfig,
+    /// What a container (a Kubernetes pod) running it needs, when asked
+    /// for (`advise --container`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerAdvice>,
+}
+
+/// One extended resource of a pod: `hugepages-2Mi: 64Mi`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PodResource {
+    /// The resource name, `hugepages-2Mi`, `hugepages-1Gi`.
+    pub name: String,
+    /// Its quantity, `64Mi`.
+    pub quantity: String,
+    /// The same in bytes.
+    pub bytes: u64,
+}
+
+/// What the pod spec of a container running the counted regions needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ContainerAdvice {
+    /// Huge page resources (requests must equal limits).
+    pub resources: Vec<PodResource>,
+    /// The `resources:` block to paste.
+    pub yaml: String,
+    /// What else to know.
+    pub notes: Vec<String>,
+}
+
+/// What a pod needs for the counted regions: per page size the pages they
+/// need (no pool spare: a pod's hugetlb limit covers its own memory), as
+/// `resources.limits` and equal `requests`.
+pub fn container_advice(plan: &Plan) -> ContainerAdvice {
+    let mut by_size: std::collections::BTreeMap<u64, u64> = Default::default();
+    for c in &plan.counted {
+        *by_size.entry(c.page_size_bytes).or_default() += c.pages * c.page_size_bytes;
+    }
+    let resources: Vec<PodResource> = by_size
+        .into_iter()
+        .map(|(page, bytes)| PodResource {
+            name: format!("hugepages-{}i", page_size_short(page)),
+            quantity: hugeshm_fix::k8s_quantity(bytes),
+            bytes,
+        })
+        .collect();
+    let lines: Vec<String> = resources
+        .iter()
+        .map(|r| format!("      {}: {}", r.name, r.quantity))
+        .collect();
+    let yaml = format!(
+        "resources:\n  limits:\n{}\n      memory: <what the server needs besides huge pages>\n  requests:\n{}\n",
+        lines.join("\n"),
+        lines.join("\n")
+    )
+    .replace("\n      ", "\n    ");
+    let notes = vec![
+        "huge pages are not part of the memory limit: the memory request and limit cover \
+         everything else the server uses"
+            .to_owned(),
+        "Kubernetes needs hugepages requests equal to limits, and the kubelet reads the \
+         node's pools when it starts: reserve the host plan above, then restart the kubelet \
+         so the node advertises the pages"
+            .to_owned(),
+        "container runtimes set hugetlb.<size>.max (charged when a page is first touched), \
+         often without hugetlb.<size>.rsvd.max: a server that touches past the limit gets \
+         SIGBUS; pre-fault at start (hugeshm create does, and turns a refusal into an error \
+         with these numbers)"
+            .to_owned(),
+    ];
+    ContainerAdvice {
+        resources,
+        yaml,
+        notes,
+    }
 }
 
 /// The least memory a plan should leave to the OS: 10 % of the machine, at
@@ -434,6 +509,7 @@ pub fn plan(
         left_bytes: left,
         warnings,
         config,
+        container: None,
     }
 }
 
@@ -610,6 +686,44 @@ mod tests {
             .iter()
             .find(|x| x.page_size_bytes == size && x.node == node)
             .unwrap_or_else(|| panic!("no pool {size} {node:?} in {:?}", p.pools))
+    }
+
+    #[test]
+    fn container_needs_the_regions_not_the_spares() {
+        let h = host(1);
+        let p = plan(
+            &h,
+            &[
+                Demand::new("sga", 1536 * MIB, M2),
+                Demand::new("pg", 140 * MIB, M2).with_pages(71),
+                Demand::new("big", 3 * GIB, GIB),
+            ],
+            vec![],
+            2,
+        );
+        let c = container_advice(&p);
+        let r: Vec<(&str, &str)> = c
+            .resources
+            .iter()
+            .map(|r| (r.name.as_str(), r.quantity.as_str()))
+            .collect();
+        // 768 + 71 pages of 2 MiB, no spare; 3 pages of 1 GiB.
+        assert_eq!(
+            r,
+            vec![("hugepages-2Mi", "1678Mi"), ("hugepages-1Gi", "3Gi")]
+        );
+        assert!(
+            c.yaml
+                .contains("  limits:\n    hugepages-2Mi: 1678Mi\n    hugepages-1Gi: 3Gi\n"),
+            "{}",
+            c.yaml
+        );
+        assert!(
+            c.yaml.contains("  requests:\n    hugepages-2Mi: 1678Mi"),
+            "{}",
+            c.yaml
+        );
+        assert!(c.notes.iter().any(|n| n.contains("restart the kubelet")));
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub struct SourceArgs {
 /// `hugeshm advise` options.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Also print what a container (Kubernetes pod) running it needs:
+    /// `resources.limits` of `hugepages-2Mi`/`hugepages-1Gi`, and notes.
+    #[arg(long)]
+    pub container: bool,
     #[command(flatten)]
     pub source: SourceArgs,
     /// Print the plan as JSON (`hugeshm apply --plan` reads it).
@@ -199,7 +203,10 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let probe = Probe::new(roots.clone());
     let host = probe.host();
-    let plan = build_plan(&probe, &host, &args.source)?;
+    let mut plan = build_plan(&probe, &host, &args.source)?;
+    if args.container {
+        plan.container = Some(advise::container_advice(&plan));
+    }
     if args.json {
         out.json_doc(&plan)?;
     } else {
@@ -303,6 +310,16 @@ pub fn print(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
         out.line(format!("  {}", out.dim(&format!("{}:", f.path))))?;
         for l in f.content.lines() {
             out.line(format!("      {l}"))?;
+        }
+    }
+    if let Some(c) = &plan.container {
+        out.line("")?;
+        out.line(out.bold("Container (Kubernetes pod spec)"))?;
+        for l in c.yaml.lines() {
+            out.line(format!("  {l}"))?;
+        }
+        for n in &c.notes {
+            out.line(format!("  {} {n}", out.dim("note:")))?;
         }
     }
     out.line("")?;
