@@ -634,12 +634,7 @@ fn another_user_cannot_attach_a_0600_region() {
     let Some(pool) = pool_guard("another_user_cannot_attach_a_0600_region") else {
         return;
     };
-    if std::process::Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        println!("SKIP another_user_cannot_attach_a_0600_region: no setpriv");
+    if skip_without_setpriv("another_user_cannot_attach_a_0600_region") {
         return;
     }
     pool.ensure_free(MIB2, 8).unwrap();
@@ -699,12 +694,7 @@ fn another_users_region_is_never_used_or_removed() {
     let Some(pool) = pool_guard("another_users_region_is_never_used_or_removed") else {
         return;
     };
-    if std::process::Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        println!("SKIP another_users_region_is_never_used_or_removed: no setpriv");
+    if skip_without_setpriv("another_users_region_is_never_used_or_removed") {
         return;
     }
     pool.ensure_free(MIB2, 4).unwrap();

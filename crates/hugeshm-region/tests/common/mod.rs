@@ -35,6 +35,16 @@ pub fn try_gigantic(pool: &PoolGuard, test: &str, pages: u64) -> bool {
     }
 }
 
+/// Whether `setpriv` (util-linux) is missing, which [`Kid::spawn_as_nobody`]
+/// needs; prints the SKIP line for `test` then.
+pub fn skip_without_setpriv(test: &str) -> bool {
+    let missing = Command::new("setpriv").arg("--version").output().is_err();
+    if missing {
+        println!("SKIP {test}: no setpriv");
+    }
+    missing
+}
+
 /// A unique region name for this test process.
 pub fn unique(tag: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
