@@ -562,3 +562,55 @@ fn names_are_found_in_every_backend() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("removed memfd"));
     assert_eq!(HostState::capture().unwrap(), before);
 }
+
+/// `bench prefault` with a page size it cannot have (no pages reserved
+/// for it, and `--no-reserve`) reports that size as skipped with the
+/// reason and goes on with the others.
+#[test]
+fn bench_prefault_goes_on_without_a_page_size() {
+    const T: &str = "bench_prefault_goes_on_without_a_page_size";
+    if skip_unless_root(T) {
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool lock");
+    let free = std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+        .unwrap()
+        .trim()
+        .parse::<u64>()
+        .unwrap();
+    if free >= 4 {
+        println!("SKIP {T}: the 2 MiB pool has free pages");
+        return;
+    }
+    let r = json(run(&[
+        "bench",
+        "prefault",
+        "--size",
+        "8M",
+        "--page-size",
+        "4k,2m",
+        "--threads",
+        "1",
+        "--runs",
+        "1",
+        "--no-reserve",
+        "--json",
+    ]));
+    let results = r["results"].as_array().unwrap();
+    assert!(
+        results.iter().any(|x| x["page_size_bytes"] == 4096),
+        "{r:#}"
+    );
+    assert!(!results.iter().any(|x| x["page_size_bytes"] == M2), "{r:#}");
+    let skipped = &r["skipped"][0];
+    assert_eq!(skipped["page_size_bytes"].as_u64(), Some(M2), "{r:#}");
+    assert!(
+        skipped["reason"].as_str().unwrap().contains("2 MiB pages"),
+        "{r:#}"
+    );
+    assert!(
+        skipped["fix"].as_str().unwrap().contains("nr_hugepages"),
+        "{r:#}"
+    );
+    pool.restore().unwrap();
+}

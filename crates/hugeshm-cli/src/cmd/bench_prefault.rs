@@ -58,12 +58,90 @@ struct Baseline {
     gbps: f64,
 }
 
+/// A page size the bench could not measure, and why.
+#[derive(Debug, serde::Serialize)]
+struct Skipped {
+    page_size_bytes: u64,
+    reason: String,
+    fix: Option<String>,
+}
+
 #[derive(Debug, serde::Serialize)]
 struct Report {
     size_bytes: u64,
     runs: usize,
     memset: Vec<Baseline>,
     results: Vec<Row>,
+    /// Page sizes that could not be had (the others still ran).
+    skipped: Vec<Skipped>,
+}
+
+/// How to get pages of `page_size` that the running host cannot give.
+fn pages_fix(page_size: u64, pages: u64) -> String {
+    if page_size >= 1 << 30 {
+        format!(
+            "1 GiB pages are rarely free at run time on a used host: reserve them at boot with \
+             hugepagesz=1G hugepages={pages} on the kernel command line (or hugetlb_cma=)"
+        )
+    } else {
+        format!(
+            "free memory, then: echo {pages} > /sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages",
+            page_size / 1024
+        )
+    }
+}
+
+/// The rows of one page size: a cold warm-up, then the best of `a.runs`
+/// per thread count.
+fn measure_size(
+    a: &Args,
+    ps: u64,
+    threads: &[usize],
+    note: &dyn Fn(&str),
+) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let (backend, page) = if ps == 4096 {
+        (Backend::Posix, PageSize::Base)
+    } else {
+        (a.huge_backend, PageSize::Huge(ps))
+    };
+    // Warm-up: the first touch of guest memory in a VM is slow; reported as cold.
+    note(&format!("{} warm-up", page_size_short(ps)));
+    let cold = bench_prefault(a.size, backend, page, *threads.last().unwrap_or(&1))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for &t in threads {
+        let mut best: Option<hugeshm_region::PrefaultSample> = None;
+        for r in 0..a.runs.max(1) {
+            note(&format!(
+                "{} pages, {t} threads, run {}",
+                page_size_short(ps),
+                r + 1
+            ));
+            let s = bench_prefault(a.size, backend, page, t).map_err(|e| anyhow::anyhow!("{e}"))?;
+            if best
+                .as_ref()
+                .is_none_or(|b| s.ready_seconds < b.ready_seconds)
+            {
+                best = Some(s);
+            }
+        }
+        let s = best.expect("at least one run");
+        rows.push(Row {
+            page_size_bytes: ps,
+            backend,
+            threads: t,
+            cold_seconds: (t == *threads.last().unwrap_or(&1)).then_some(cold.ready_seconds),
+            seconds: s.prefault_seconds,
+            gbps: s.prefault_gbps,
+            ready_seconds: s.ready_seconds,
+            ready_gbps: s.ready_gbps,
+            method: s.method.as_str().to_string(),
+            vs_4k: None,
+            vs_one_thread: None,
+            vs_memset: None,
+        });
+    }
+    Ok(rows)
 }
 
 /// Runs the bench.
@@ -71,6 +149,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let probe = Probe::new(roots.clone());
     let host = probe.host();
     let mut sizes = Vec::new();
+    let mut skipped = Vec::new();
     for p in &a.page_size {
         let ps: PageSize = p.parse().map_err(|e: String| anyhow::anyhow!(e))?;
         let bytes = match ps {
@@ -78,10 +157,14 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             other => other.bytes().unwrap_or(4096),
         };
         if bytes > 4096 && host.pool(bytes).is_none() {
-            eprintln!(
-                "hugeshm: skipping {}: this kernel offers no such pages",
-                page_size_short(bytes)
-            );
+            skipped.push(Skipped {
+                page_size_bytes: bytes,
+                reason: "this kernel offers no such pages".to_owned(),
+                fix: Some(format!(
+                    "boot with hugepagesz={} hugepages=N",
+                    page_size_short(bytes)
+                )),
+            });
             continue;
         }
         sizes.push(bytes);
@@ -95,12 +178,26 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         "--threads needs at least one count above 0"
     );
 
-    // Pools: add what the bench needs (root only), restore afterwards.
+    // Pools: add what the bench needs (root only), restore afterwards. A
+    // size whose pages cannot be had is reported as such; the others run.
     let mut reservation = PoolTopUp::new(&probe);
     if !a.no_reserve {
-        for &ps in sizes.iter().filter(|s| **s > 4096) {
-            reservation.ensure(&host, ps, a.size.div_ceil(ps))?;
+        let mut kept = Vec::new();
+        for ps in sizes {
+            let pages = a.size.div_ceil(ps);
+            match (ps > 4096)
+                .then(|| reservation.ensure(&host, ps, pages))
+                .transpose()
+            {
+                Ok(_) => kept.push(ps),
+                Err(e) => skipped.push(Skipped {
+                    page_size_bytes: ps,
+                    reason: format!("{e:#}"),
+                    fix: Some(pages_fix(ps, pages)),
+                }),
+            }
         }
+        sizes = kept;
     }
 
     let tty = out.tty && !a.json;
@@ -120,47 +217,15 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     }
     let mut rows: Vec<Row> = Vec::new();
     for &ps in &sizes {
-        let (backend, page) = if ps == 4096 {
-            (Backend::Posix, PageSize::Base)
-        } else {
-            (a.huge_backend, PageSize::Huge(ps))
-        };
-        // Warm-up: the first touch of guest memory in a VM is slow; reported as cold.
-        note(&format!("{} warm-up", page_size_short(ps)));
-        let cold = bench_prefault(a.size, backend, page, *threads.last().unwrap_or(&1))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        for &t in &threads {
-            let mut best: Option<hugeshm_region::PrefaultSample> = None;
-            for r in 0..a.runs.max(1) {
-                note(&format!(
-                    "{} pages, {t} threads, run {}",
-                    page_size_short(ps),
-                    r + 1
-                ));
-                let s =
-                    bench_prefault(a.size, backend, page, t).map_err(|e| anyhow::anyhow!("{e}"))?;
-                if best
-                    .as_ref()
-                    .is_none_or(|b| s.ready_seconds < b.ready_seconds)
-                {
-                    best = Some(s);
-                }
-            }
-            let s = best.expect("at least one run");
-            rows.push(Row {
+        match measure_size(a, ps, &threads, &note) {
+            Ok(mut r) => rows.append(&mut r),
+            // One page size failing (e.g. pages taken meanwhile) does not
+            // end the bench: its rows say why.
+            Err(e) => skipped.push(Skipped {
                 page_size_bytes: ps,
-                backend,
-                threads: t,
-                cold_seconds: (t == *threads.last().unwrap_or(&1)).then_some(cold.ready_seconds),
-                seconds: s.prefault_seconds,
-                gbps: s.prefault_gbps,
-                ready_seconds: s.ready_seconds,
-                ready_gbps: s.ready_gbps,
-                method: s.method.as_str().to_string(),
-                vs_4k: None,
-                vs_one_thread: None,
-                vs_memset: None,
-            });
+                reason: format!("{e:#}"),
+                fix: Some(pages_fix(ps, a.size.div_ceil(ps))),
+            }),
         }
     }
     if tty {
@@ -201,6 +266,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         runs: a.runs,
         memset,
         results: rows,
+        skipped,
     };
     if a.json {
         out.json_doc(&report)?;
@@ -245,6 +311,16 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         ]);
     }
     t.render(out, "")?;
+    for sk in &report.skipped {
+        out.line(format!(
+            "{} pages not measured: {}",
+            page_size_short(sk.page_size_bytes),
+            sk.reason
+        ))?;
+        if let Some(f) = &sk.fix {
+            out.line(format!("  to fix: {f}"))?;
+        }
+    }
     let ms: Vec<String> = report
         .memset
         .iter()
