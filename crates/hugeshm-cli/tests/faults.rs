@@ -354,3 +354,82 @@ fn exhausted_resources_are_clear_errors_and_leave_nothing() {
     pool.restore().unwrap();
     assert_eq!(HostState::capture().unwrap(), before, "shrink: left behind");
 }
+
+/// A tmpfs mounted on a fresh directory, unmounted and removed on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn new(size: &str) -> Tmpfs {
+        let dir = std::env::temp_dir().join(format!("hugeshm-tiny-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let st = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount tmpfs");
+        Tmpfs(dir)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// A tmpfs that fills up after the space check and before the pre-fault
+/// (someone else wrote a file meanwhile): the pre-fault's refusal is
+/// NoSpace with the numbers, never SIGBUS, and the region's file is gone.
+#[test]
+fn tmpfs_filled_during_create_is_no_space_not_sigbus() {
+    const T: &str = "tmpfs_filled_during_create_is_no_space_not_sigbus";
+    if skip_unless_root(T) {
+        return;
+    }
+    let _pool = PoolGuard::new().expect("pool lock");
+    let tiny = Tmpfs::new("4m");
+    let flag = std::env::temp_dir().join(format!("hugeshm-stop-{}-fill", std::process::id()));
+    let name = format!("fault-fill-{}", std::process::id());
+    let dir = tiny.0.display().to_string();
+    let child = cmd(&[
+        "create",
+        &name,
+        "--backend",
+        "posix",
+        "--dir",
+        &dir,
+        "--size",
+        "3M",
+        "--page-size",
+        "4k",
+        "--policy",
+        "only",
+    ])
+    .env(STOP_AT_ENV, format!("name-claimed:{}", flag.display()))
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let t0 = Instant::now();
+    while !flag.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "never reached");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::fs::write(tiny.0.join("filler"), vec![7u8; 2 << 20]).unwrap();
+    std::fs::remove_file(&flag).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = fails(out, "create on a tmpfs filled meanwhile");
+    println!("{err}");
+    assert!(err.contains("not enough space on tmpfs"), "{err}");
+    assert!(err.contains("remount,size="), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&tiny.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("filler")], "{left:?}");
+}

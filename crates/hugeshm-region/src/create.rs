@@ -650,10 +650,21 @@ impl RegionBuilder {
         checkpoint("mapped");
         let hugetlb = plan.backing == Backing::Hugetlb;
         // What the kernel faulted before it refused: the region's resident
-        // bytes (MADV_POPULATE_WRITE does not say how far it got).
+        // bytes (MADV_POPULATE_WRITE does not say how far it got). A tmpfs
+        // file that ran out of space is NoSpace with the numbers.
         let refused = |region: &Region, e: RegionError| {
             if !hugetlb {
-                return e;
+                return match (&plan.dir, e) {
+                    (Some(dir), RegionError::Prefault { source, .. })
+                        if matches!(
+                            source.errno(),
+                            Some(libc::EFAULT) | Some(libc::ENOSPC) | Some(libc::ENOMEM)
+                        ) =>
+                    {
+                        backend::file::out_of_space(&host.mounts, dir, plan.size_bytes)
+                    }
+                    (_, e) => e,
+                };
             }
             let resident = region
                 .verify_with(None)

@@ -27,7 +27,7 @@ use crate::holders::Holders;
 use crate::inspect::{classify, info_from, read_head, RegionInfo};
 use crate::model::{Backend, Expect, NamedObject, Owner, PrefaultMethod};
 use crate::naming::{object_file_name, DEFAULT_POSIX_DIR, OBJECT_PREFIX};
-use crate::pool::{self, mount_of, Backing, ThpMode};
+use crate::pool::{self, mount_of, Backing};
 
 /// `statfs.f_type` of tmpfs.
 const TMPFS_MAGIC: u64 = 0x0102_1994;
@@ -153,6 +153,13 @@ fn fs_free_bytes(dir: &Path) -> Result<Option<u64>, RegionError> {
         st.f_bsize
     };
     Ok(Some(st.f_bavail.saturating_mul(unit)))
+}
+
+/// A tmpfs region whose pre-fault ran out of space: the file system as it
+/// is now, with the numbers and the fix.
+pub(crate) fn out_of_space(mounts: &[Mount], dir: &Path, needed: u64) -> RegionError {
+    let free = fs_free_bytes(dir).ok().flatten().unwrap_or(0);
+    no_space(mounts, dir, "tmpfs", needed, free)
 }
 
 fn no_space(mounts: &[Mount], path: &Path, fstype: &str, needed: u64, free: u64) -> RegionError {
@@ -472,15 +479,16 @@ impl Room for File {
             sys::mmap_fd_placed(fd.as_fd(), len, 0, spec.align)
                 .map_err(|e| pool::map_refused(spec.probe, e, huge, size))?
         } else {
-            let advise_only = plan.backing == Backing::Thp(ThpMode::Advise)
-                && spec.method != PrefaultMethod::None;
+            // Where the pre-fault is MADV_POPULATE_WRITE, a full tmpfs is
+            // an error there (turned into NoSpace by create), never SIGBUS,
+            // and the pages are allocated in parallel. Otherwise (no
+            // pre-fault, or one that touches) blocks are allocated now,
+            // serially, so a full tmpfs is ENOSPC here, not SIGBUS on first
+            // touch. (With huge=advise fallocate would allocate base pages
+            // anyway.)
+            let fault_allocates = spec.method == PrefaultMethod::PopulateWrite;
             let target = path.clone().unwrap_or_else(|| dir.clone());
-            if !advise_only {
-                // Blocks now, so a full tmpfs is ENOSPC here, not SIGBUS on
-                // first touch. (With huge=advise fallocate would allocate
-                // base pages; those regions are filled by
-                // MADV_POPULATE_WRITE after MADV_HUGEPAGE, which fails with
-                // an error rather than SIGBUS.)
+            if !fault_allocates {
                 sys::fallocate(fd.as_fd(), size).map_err(|e| match e.errno() {
                     Some(libc::ENOSPC) => {
                         let free = fs_free_bytes(&dir).ok().flatten().unwrap_or(0);
