@@ -1,7 +1,7 @@
 //! Kill at every step: `hugeshm create` stopped by the test hook
 //! (`HUGESHM_TEST_STOP_AT`, see `hugeshm_region::testhook`) at each named
-//! step of creation, then SIGKILLed, for the sysv, posix (the file room,
-//! shared with hugetlbfs) and memfd backends. Each time, what is left must
+//! step of creation, then SIGKILLed, for the sysv, posix, hugetlbfs (on a
+//! mount of its own) and memfd backends. Each time, what is left must
 //! read right in `ls`, `attach` must refuse what is not complete, `create`
 //! must refuse it by default and recreate it when told (reuse only a
 //! *ready* one), and `rm` must leave no segment, file, record or reserved
@@ -28,7 +28,7 @@ const STEPS: [&str; 6] = [
     "ready",
 ];
 
-fn args<'a>(name: &'a str, backend: &'a str) -> Vec<&'a str> {
+fn args<'a>(name: &'a str, backend: &'a str, dir: Option<&'a str>) -> Vec<&'a str> {
     // 130 MiB: three pre-fault chunks, so "prefaulting" is part-way.
     let page = if backend == "posix" { "4k" } else { "2m" };
     let mut a = vec![
@@ -48,14 +48,17 @@ fn args<'a>(name: &'a str, backend: &'a str) -> Vec<&'a str> {
     if backend == "memfd" {
         a.push("--hold");
     }
+    if let Some(d) = dir {
+        a.extend(["--dir", d]);
+    }
     a
 }
 
 /// Starts a create that stops at `step`, waits until it is there, kills it.
-fn kill_at(name: &str, backend: &str, step: &str) {
+fn kill_at(name: &str, backend: &str, dir: Option<&str>, step: &str) {
     let flag = std::env::temp_dir().join(format!("hugeshm-stop-{}-{step}", std::process::id()));
     let _ = std::fs::remove_file(&flag);
-    let mut child: Child = cmd(&args(name, backend))
+    let mut child: Child = cmd(&args(name, backend, dir))
         .env(STOP_AT_ENV, format!("{step}:{}", flag.display()))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -155,13 +158,16 @@ fn creator_killed_at_every_step_leaves_a_clear_and_removable_state() {
     }
     let pool = PoolGuard::new().expect("pool lock");
     pool.ensure_free(M2, 70).expect("70 free 2 MiB pages");
+    let hugetlbfs = TempMount::new("hugetlbfs", "pagesize=2M");
+    let hugetlbfs_dir = hugetlbfs.0.display().to_string();
     let before = HostState::capture().unwrap();
-    for backend in ["sysv", "posix", "memfd"] {
+    for backend in ["sysv", "posix", "hugetlbfs", "memfd"] {
+        let dir = (backend == "hugetlbfs").then_some(hugetlbfs_dir.as_str());
         for step in STEPS {
             let name = format!("fault-{backend}-{step}-{}", std::process::id());
             let what = format!("{backend} killed at {step}");
             let _cleanup = Cleanup(name.clone(), backend);
-            kill_at(&name, backend, step);
+            kill_at(&name, backend, dir, step);
 
             // What ls says.
             let entry = ls_entry(&name).unwrap_or_else(|| panic!("{what}: ls lost it"));
@@ -205,7 +211,7 @@ fn creator_killed_at_every_step_leaves_a_clear_and_removable_state() {
                 );
             }
 
-            let mut a = args(&name, backend);
+            let mut a = args(&name, backend, dir);
             if backend == "memfd" {
                 // Nothing is left to reclaim: create replaces the record.
                 create_and_release_memfd(&a, &format!("{what}: create"));
@@ -224,6 +230,7 @@ fn creator_killed_at_every_step_leaves_a_clear_and_removable_state() {
                 // Recreate: always.
                 *a.last_mut().unwrap() = "recreate";
                 succeeds(run(&a), &format!("{what}: recreate"));
+                // (rm finds hugetlbfs files on every hugetlbfs mount.)
                 succeeds(
                     run(&["rm", &name, "--backend", backend]),
                     &format!("{what}: rm"),
@@ -355,24 +362,29 @@ fn exhausted_resources_are_clear_errors_and_leave_nothing() {
     assert_eq!(HostState::capture().unwrap(), before, "shrink: left behind");
 }
 
-/// A tmpfs mounted on a fresh directory, unmounted and removed on drop.
-struct Tmpfs(PathBuf);
+/// A file system mounted on a fresh directory, unmounted and removed on
+/// drop.
+struct TempMount(PathBuf);
 
-impl Tmpfs {
-    fn new(size: &str) -> Tmpfs {
-        let dir = std::env::temp_dir().join(format!("hugeshm-tiny-{}", std::process::id()));
+impl TempMount {
+    fn new(fstype: &str, options: &str) -> TempMount {
+        let dir = std::env::temp_dir().join(format!(
+            "hugeshm-{fstype}-{}-{}",
+            std::process::id(),
+            options.len()
+        ));
         std::fs::create_dir_all(&dir).unwrap();
         let st = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .args(["-t", fstype, "-o", options, fstype])
             .arg(&dir)
             .status()
             .unwrap();
-        assert!(st.success(), "mount tmpfs");
-        Tmpfs(dir)
+        assert!(st.success(), "mount {fstype}");
+        TempMount(dir)
     }
 }
 
-impl Drop for Tmpfs {
+impl Drop for TempMount {
     fn drop(&mut self) {
         let _ = std::process::Command::new("umount")
             .arg("-l")
@@ -392,7 +404,7 @@ fn tmpfs_filled_during_create_is_no_space_not_sigbus() {
         return;
     }
     let _pool = PoolGuard::new().expect("pool lock");
-    let tiny = Tmpfs::new("4m");
+    let tiny = TempMount::new("tmpfs", "size=4m");
     let flag = std::env::temp_dir().join(format!("hugeshm-stop-{}-fill", std::process::id()));
     let name = format!("fault-fill-{}", std::process::id());
     let dir = tiny.0.display().to_string();
