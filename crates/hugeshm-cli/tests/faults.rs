@@ -421,6 +421,9 @@ fn tmpfs_filled_during_create_is_no_space_not_sigbus() {
         "4k",
         "--policy",
         "only",
+        // From 4 threads the pre-fault allocates the pages (no fallocate).
+        "--prefault-threads",
+        "4",
     ])
     .env(STOP_AT_ENV, format!("name-claimed:{}", flag.display()))
     .stdout(Stdio::null())

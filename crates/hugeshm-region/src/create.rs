@@ -645,7 +645,7 @@ impl RegionBuilder {
         threads: usize,
         t0: Instant,
     ) -> Result<(CreateGuard, prefault::Outcome, f64), RegionError> {
-        let region = self.materialize(plan, method, host, generation)?;
+        let region = self.materialize(plan, method, threads, host, generation)?;
         let mut guard = CreateGuard::new(region);
         checkpoint("mapped");
         let hugetlb = plan.backing == Backing::Hugetlb;
@@ -745,6 +745,7 @@ impl RegionBuilder {
         &self,
         plan: &Plan,
         method: PrefaultMethod,
+        threads: usize,
         host: &hugeshm_probe::HostSnapshot,
         generation: u64,
     ) -> Result<Region, RegionError> {
@@ -766,6 +767,7 @@ impl RegionBuilder {
             mode: self.mode,
             align: self.align_for(plan),
             method,
+            threads,
             header: &hdr,
             host,
             probe: &self.probe,

@@ -49,6 +49,8 @@ pub(crate) struct Spec<'a> {
     pub align: Option<usize>,
     /// How the region will be pre-faulted.
     pub method: PrefaultMethod,
+    /// With how many threads.
+    pub threads: usize,
     /// The header that will be written (creator, generation).
     pub header: &'a RegionHeader,
     /// The host the plan was made from.
