@@ -234,11 +234,11 @@ fn read_level(
 
 /// The least `limit - usage` over the levels that have a limit, and the
 /// level it is at (the deepest on a tie).
-fn least_room<'a>(
-    levels: &'a [HugetlbCgroupLevel],
+fn least_room(
+    levels: &[HugetlbCgroupLevel],
     limit: impl Fn(&HugetlbCgroupLevel) -> Option<u64>,
     usage: impl Fn(&HugetlbCgroupLevel) -> u64,
-) -> Option<(u64, &'a HugetlbCgroupLevel)> {
+) -> Option<(u64, &HugetlbCgroupLevel)> {
     let mut best: Option<(u64, &HugetlbCgroupLevel)> = None;
     for l in levels {
         if let Some(lim) = limit(l) {
