@@ -150,9 +150,14 @@ fn limit_short(
                 Severity::Warning,
                 "cgroup-limit-short",
                 format!(
-                    "cgroup {} {} {} {size} pages ({}, {limit_name}) but the shared memory of \
+                    "{} {} {} {} {size} pages ({}, {limit_name}) but the shared memory of \
                      {} processes needs {need}: {}: faults past the limit are refused (SIGBUS), \
                      and a server asking for huge pages with a fall-back starts on 4 KiB pages",
+                    if levels.len() == 1 {
+                        "cgroup"
+                    } else {
+                        "cgroups"
+                    },
                     paths.join(" and "),
                     if levels.len() == 1 { "allows" } else { "allow" },
                     pages_of(limit, page),
