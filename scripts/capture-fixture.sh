@@ -15,9 +15,12 @@
 #   DEST/proc/sys/vm/{nr_hugepages,nr_overcommit_hugepages,hugetlb_shm_group,
 #                     min_free_kbytes,overcommit_memory}
 #   DEST/proc/sys/kernel/{shmmax,shmall,shmmni}
-#   DEST/proc/self/{limits,status}     (of the `cat` reading them, as hugeshm
+#   DEST/proc/self/{limits,status,cgroup,mountinfo}
+#                                       (of the `cat` reading them, as hugeshm
 #                                        reads its own)
-#   DEST/proc/PID/{status,limits,maps,smaps,numa_maps}
+#   DEST/proc/PID/{status,limits,maps,smaps,numa_maps,cgroup}
+#   DEST/fs/<hugetlb cgroup mount>/cgroup.controllers and, for the cgroup of
+#       the reader and of each PID and every ancestor, its hugetlb.* files
 #   DEST/sys/kernel/mm/hugepages/hugepages-*/{nr,free,resv,surplus,
 #                                             nr_overcommit}_hugepages
 #   DEST/sys/kernel/mm/transparent_hugepage/{enabled,defrag,shmem_enabled,
@@ -32,7 +35,8 @@
 # /proc/mounts is rewritten so that it only lists the mounts hugeshm cares
 # about (hugetlbfs, tmpfs on /dev/shm or with huge=/mpol=, and /, /proc,
 # /sys, /dev) without duplicate lines: sandbox, container and cgroup mounts of
-# the capturing machine do not leak into the fixture. DEST/fs is created
+# the capturing machine do not leak into the fixture. /proc/self/mountinfo
+# keeps the same mounts and the cgroup hierarchies (cgroup, cgroup2). DEST/fs is created
 # empty: hugeshm skips a mount whose directory is absent under the fs root,
 # so files on /dev/shm or hugetlbfs mounts of the host are not captured.
 # --no-mount-rewrite keeps /proc/mounts as it is.
@@ -53,7 +57,7 @@ while [ $# -gt 0 ]; do
         shift
         ;;
     -h | --help)
-        sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     --)
@@ -109,6 +113,7 @@ done
 mkdir -p "$P/self"
 cat "$PROC/self/limits" >"$P/self/limits"
 cat "$PROC/self/status" >"$P/self/status"
+copy "$PROC/self/cgroup" "$P/self/cgroup"
 
 if [ $rewrite_mounts = 1 ]; then
     mkdir -p "$P"
@@ -119,8 +124,19 @@ if [ $rewrite_mounts = 1 ]; then
         keep && !seen[$0]++ { print }
         { keep = 0 }
     ' "$PROC/mounts" >"$P/mounts"
+    if [ -e "$PROC/self/mountinfo" ]; then
+        awk '
+            { for (i = 7; i <= NF; i++) if ($i == "-") break; fs = $(i + 1) }
+            fs == "hugetlbfs" || fs == "cgroup" || fs == "cgroup2" { keep = 1 }
+            fs == "tmpfs" && ($5 == "/dev/shm" || $(i + 3) ~ /(^|,)(huge|mpol)=/) { keep = 1 }
+            $5 == "/" || $5 == "/proc" || $5 == "/sys" || $5 == "/dev" { keep = 1 }
+            keep && !seen[$0]++ { print }
+            { keep = 0 }
+        ' "$PROC/self/mountinfo" >"$P/self/mountinfo"
+    fi
 else
     copy "$PROC/mounts" "$P/mounts"
+    copy "$PROC/self/mountinfo" "$P/self/mountinfo"
 fi
 
 # Host-wide pools.
@@ -184,7 +200,7 @@ for pid in "$@"; do
         [ "$auto" = 1 ] || echo "capture-fixture: no process $pid" >&2
         continue
     fi
-    for f in status limits maps smaps numa_maps; do
+    for f in status limits maps smaps numa_maps cgroup; do
         copy "$PROC/$pid/$f" "$P/$pid/$f"
     done
     # A process that exited while it was read leaves a partial directory.
@@ -195,5 +211,53 @@ for pid in "$@"; do
     fi
     captured="$captured $pid"
 done
+
+# The hugetlb cgroup files: the hierarchy (a v1 mount with the hugetlb
+# option, else a cgroup2 mount whose cgroup.controllers lists hugetlb), and
+# for the cgroup of the reader and of each captured process, that cgroup and
+# every ancestor up to the mount's root. Read under CAPTURE_FS (default /).
+FSR=${CAPTURE_FS:-}
+hmount='' hroot='' hv=''
+if [ -e "$PROC/self/mountinfo" ]; then
+    # "VERSION MOUNT-POINT ROOT" of each cgroup hierarchy that may hold
+    # hugetlb, v1 first (mount points and roots keep their \040 escapes:
+    # no spaces).
+    while read -r v m r; do
+        if [ "$v" = 1 ] || grep -qw hugetlb "$FSR$m/cgroup.controllers" 2>/dev/null; then
+            hv=$v hmount=$m hroot=$r
+            break
+        fi
+    done <<EOF
+$(awk '
+    { for (i = 7; i <= NF; i++) if ($i == "-") break }
+    $(i + 1) == "cgroup" && ("," $(i + 3) ",") ~ /,hugetlb,/ { print 1, $5, $4 }
+    $(i + 1) == "cgroup2" { print 2, $5, $4 }
+' "$PROC/self/mountinfo" | sort -k1,1 -s)
+EOF
+fi
+if [ -n "$hv" ]; then
+    copy "$FSR$hmount/cgroup.controllers" "$dest/fs$hmount/cgroup.controllers"
+    for cg in "$P"/self/cgroup "$P"/[0-9]*/cgroup; do
+        [ -e "$cg" ] || continue
+        if [ "$hv" = 1 ]; then
+            path=$(awk -F: '("," $2 ",") ~ /,hugetlb,/ { print $3; exit }' "$cg")
+        else
+            path=$(awk -F: '$1 == "0" && $2 == "" { print $3; exit }' "$cg")
+        fi
+        [ -n "$path" ] || continue
+        case $hroot in
+        /) rel=$path ;;
+        *) rel=${path#"$hroot"} ;;
+        esac
+        while :; do
+            for f in "$FSR$hmount$rel"/hugetlb.*; do
+                [ -e "$f" ] || continue
+                copy "$f" "$dest/fs$hmount$rel/${f##*/}"
+            done
+            [ -z "$rel" ] || [ "$rel" = / ] && break
+            rel=${rel%/*}
+        done
+    done
+fi
 
 echo "capture-fixture: captured into $dest (pids:${captured:- none})" >&2

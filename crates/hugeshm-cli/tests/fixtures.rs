@@ -16,6 +16,9 @@
 //! * `unreadable-malformed`: a malformed meminfo line, an unreadable THP file
 //!   and a process whose smaps is malformed.
 //! * `clean`: a well-tuned host with nothing to report.
+//! * `cgroup-v2`, `cgroup-v1`: a Kubernetes node whose PostgreSQL pod's
+//!   hugetlb limit (512 MiB) is below its 1 GiB segment, in the unified
+//!   hierarchy and in a v1 `hugetlb` hierarchy: the same numbers from both.
 //!
 //! Assertions marked `// Regression:` pin bugs these fixtures once found.
 
@@ -35,6 +38,8 @@ const FIXTURES: &[&str] = &[
     "no-hugetlb",
     "unreadable-malformed",
     "clean",
+    "cgroup-v2",
+    "cgroup-v1",
 ];
 
 /// Keys removed (at any depth) before comparing with a golden file: values
@@ -388,6 +393,8 @@ golden_tests! {
     golden_no_hugetlb => "no-hugetlb",
     golden_unreadable_malformed => "unreadable-malformed",
     golden_clean => "clean",
+    golden_cgroup_v2 => "cgroup-v2",
+    golden_cgroup_v1 => "cgroup-v1",
 }
 
 #[test]
@@ -1089,6 +1096,327 @@ fn clean_segments() {
     assert_eq!(codes(pg), Vec::<String>::new());
 }
 
+// ------------------------------------------------------- cgroup-v2, cgroup-v1
+
+/// The fixture's host path of a cgroup directory of the hugetlb hierarchy.
+fn cgroup_dir(name: &str, rel: &str) -> String {
+    let mount = if name == "cgroup-v1" {
+        "/sys/fs/cgroup/hugetlb"
+    } else {
+        "/sys/fs/cgroup"
+    };
+    format!("{mount}{rel}")
+}
+
+/// Limit file names of a layout: faulted pages, reservations, refusals.
+fn cgroup_files(name: &str) -> [&'static str; 3] {
+    if name == "cgroup-v1" {
+        [
+            "hugetlb.2MB.limit_in_bytes",
+            "hugetlb.2MB.rsvd.limit_in_bytes",
+            "hugetlb.2MB.failcnt 3",
+        ]
+    } else {
+        [
+            "hugetlb.2MB.max",
+            "hugetlb.2MB.rsvd.max",
+            "hugetlb.2MB.events max 3",
+        ]
+    }
+}
+
+/// What both layouts say: PostgreSQL (pids 1501, 1533) in the container
+/// cgroup /kubepods/pod-db/postgres, whose pod and container allow 512 MiB
+/// of 2 MiB pages (256) with no reservation limit; its 1 GiB SysV segment
+/// reserved all 512 pages, faulted 256, and 3 faults were refused. The
+/// pool has 88 pages available, of which the cgroup leaves 0.
+fn assert_cgroup_status(name: &str) {
+    let st = status(name);
+    let version = if name == "cgroup-v1" { 1 } else { 2 };
+    let [limit_file, rsvd_file, events] = cgroup_files(name);
+    assert_eq!(st["problems"], Value::Array(vec![]), "{name}");
+    assert_pool(&st, M2, None, [600, 344, 256, 0, 88]);
+    assert_pool(&st, M2, Some(0), [600, 344, 0, 0, 344]);
+    assert_eq!(u(&pool(&st, M2, None)["can_get_pages"]), 0, "{name}");
+    assert_eq!(u(&pool(&st, M2, Some(0))["can_get_pages"]), 0, "{name}");
+    assert_eq!(u(&pool(&st, GIB, None)["can_get_pages"]), 0, "{name}");
+    assert!(
+        st.get("cgroup_pid").is_none(),
+        "{name}: hugeshm's own cgroup"
+    );
+
+    let cg = &st["cgroup"];
+    assert_eq!(u(&cg["version"]), version, "{name}");
+    assert_eq!(cg["mount_point"], cgroup_dir(name, ""), "{name}");
+    assert_eq!(cg["path"], "/kubepods/pod-db/postgres", "{name}");
+    assert_eq!(cg["dir"], cgroup_dir(name, "/kubepods/pod-db/postgres"));
+    let sizes: Vec<u64> = cg["sizes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| u(&s["page_size_bytes"]))
+        .collect();
+    assert_eq!(sizes, [M2, GIB], "{name}");
+    let m2 = &cg["sizes"][0];
+    assert_eq!(u(&m2["limit_bytes"]), 512 * MIB, "{name}");
+    assert_eq!(u(&m2["usage_bytes"]), 512 * MIB, "{name}");
+    assert_eq!(m2["rsvd_limit_bytes"], Value::Null, "{name}");
+    assert_eq!(u(&m2["rsvd_usage_bytes"]), GIB, "{name}");
+    assert_eq!(u(&m2["max_events"]), 3, "{name}");
+    assert_eq!(u(&m2["effective_limit_bytes"]), 512 * MIB, "{name}");
+    assert_eq!(m2["effective_rsvd_limit_bytes"], Value::Null, "{name}");
+    assert_eq!(u(&m2["room_bytes"]), 0, "{name}");
+    assert_eq!(m2["rsvd_room_bytes"], Value::Null, "{name}");
+    // The pod and the container have the same room: the container binds.
+    assert_eq!(
+        m2["binding_file"],
+        format!(
+            "{}/{limit_file}",
+            cgroup_dir(name, "/kubepods/pod-db/postgres")
+        ),
+        "{name}"
+    );
+    // The v2 root has no hugetlb files; the v1 root has them, unlimited.
+    let levels: Vec<(&str, Option<u64>)> = m2["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["path"].as_str().unwrap(), l["limit_bytes"].as_u64()))
+        .collect();
+    let mut want = vec![
+        ("/kubepods/pod-db/postgres", Some(512 * MIB)),
+        ("/kubepods/pod-db", Some(512 * MIB)),
+        ("/kubepods", Some(600 * M2)),
+    ];
+    if version == 1 {
+        want.push(("/", None));
+    }
+    assert_eq!(levels, want, "{name}");
+    // Kubernetes gives 1 GiB pages, which the pod did not ask for, a limit of 0.
+    let g1 = &cg["sizes"][1];
+    assert_eq!(u(&g1["effective_limit_bytes"]), 0, "{name}");
+    assert_eq!(u(&g1["room_bytes"]), 0, "{name}");
+
+    // The findings: the limit below the segment, no reservation limit (not
+    // said of the empty 1 GiB pool), the refused faults.
+    assert_codes(
+        &st,
+        &[
+            "cgroup-limit-short",
+            "cgroup-rsvd-unset",
+            "cgroup-faults-refused",
+            "pool-unused",
+        ],
+        &[
+            "pool-short",
+            "unreadable-file",
+            "memlock-small",
+            "pool-not-persisted",
+        ],
+    );
+    for code in [
+        "cgroup-limit-short",
+        "cgroup-rsvd-unset",
+        "cgroup-faults-refused",
+    ] {
+        assert_eq!(severity(&st, code), "warning", "{name}: {code}");
+        assert_eq!(
+            codes(&st).iter().filter(|c| *c == code).count(),
+            1,
+            "{name}: one {code} (2 MiB pages only)"
+        );
+    }
+    let short = finding(&st, "cgroup-limit-short");
+    assert_eq!(
+        short["message"],
+        format!(
+            "cgroups /kubepods/pod-db/postgres and /kubepods/pod-db allow 256 2 MiB pages (512 MiB, \
+             {limit_file}) but the shared memory of their processes needs 512: sysv 1 (pids 1501, \
+             1533): faults past the limit are refused (SIGBUS), and a server asking for huge pages \
+             with a fall-back starts on 4 KiB pages"
+        ),
+        "{name}"
+    );
+    assert_eq!(
+        short["fix"],
+        format!(
+            "echo 1073741824 > {}/{limit_file}; echo 1073741824 > {}/{limit_file}   # Kubernetes: \
+             resources.limits.hugepages-2Mi: 1Gi (and the same in requests)",
+            cgroup_dir(name, "/kubepods/pod-db/postgres"),
+            cgroup_dir(name, "/kubepods/pod-db"),
+        ),
+        "{name}"
+    );
+    let rsvd = finding(&st, "cgroup-rsvd-unset");
+    assert!(
+        rsvd["message"].as_str().unwrap().starts_with(&format!(
+            "cgroup /kubepods/pod-db/postgres allows 256 2 MiB pages (512 MiB, {limit_file}) but \
+             limits reservations not at all ({rsvd_file})"
+        )),
+        "{name}: {rsvd}"
+    );
+    assert_eq!(
+        rsvd["fix"],
+        format!(
+            "echo 536870912 > {}/{rsvd_file}   # the reservation limit equal to the limit",
+            cgroup_dir(name, "/kubepods/pod-db/postgres")
+        )
+    );
+    let refused = finding(&st, "cgroup-faults-refused");
+    assert!(
+        refused["message"].as_str().unwrap().starts_with(&format!(
+            "3 charges of 2 MiB pages refused in cgroup /kubepods/pod-db/postgres ({events})"
+        )),
+        "{name}: {refused}"
+    );
+    // The segment: 256 of its 512 pages faulted, the rest reserved.
+    let segs = segments(name);
+    let pg = seg(&segs, "sysv", 1);
+    assert_eq!(u(&pg["resident_bytes"]), 512 * MIB, "{name}");
+    assert_eq!(codes(pg), ["reserved-untouched"], "{name}");
+}
+
+#[test]
+fn cgroup_v2_status() {
+    assert_cgroup_status("cgroup-v2");
+}
+
+#[test]
+fn cgroup_v1_status() {
+    assert_cgroup_status("cgroup-v1");
+}
+
+/// Strips what differs between the layouts (versions, mount points, file
+/// names, the v1 root's level and the v2 ancestors' hierarchical event
+/// counts) from a status document.
+fn layout_free(mut st: Value) -> Value {
+    let o = st.as_object_mut().unwrap();
+    let cg = o.remove("cgroup").unwrap();
+    let mut sizes = Vec::new();
+    for s in cg["sizes"].as_array().unwrap() {
+        let mut s = s.clone();
+        let m = s.as_object_mut().unwrap();
+        m.remove("binding_file");
+        let levels: Vec<Value> = m
+            .remove("levels")
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["path"] != "/")
+            .map(|l| {
+                serde_json::json!([
+                    l["path"],
+                    l["limit_bytes"],
+                    l["usage_bytes"],
+                    l["rsvd_limit_bytes"],
+                    l["rsvd_usage_bytes"]
+                ])
+            })
+            .collect();
+        m.insert("levels".into(), Value::Array(levels));
+        sizes.push(s);
+    }
+    o.insert("cgroup_sizes".into(), Value::Array(sizes));
+    o.insert("cgroup_path".into(), cg["path"].clone());
+    // Findings: codes, severities and the numbers in the messages.
+    let findings: Vec<Value> = o["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let digits: Vec<String> = f["message"]
+                .as_str()
+                .unwrap()
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|d| !d.is_empty() && *d != "1" && *d != "2")
+                .map(str::to_string)
+                .collect();
+            serde_json::json!([f["code"], f["severity"], digits])
+        })
+        .collect();
+    o.insert("findings".into(), Value::Array(findings));
+    st
+}
+
+#[test]
+fn cgroup_v1_and_v2_give_the_same_results() {
+    let v1 = layout_free(status("cgroup-v1"));
+    let v2 = layout_free(status("cgroup-v2"));
+    let mut d = Vec::new();
+    diff(&v2, &v1, "$", &mut d, 25);
+    assert!(
+        d.is_empty(),
+        "v1 (now) differs from v2 (golden):\n  {}",
+        d.join("\n  ")
+    );
+}
+
+#[test]
+fn cgroup_of_another_process() {
+    for name in ["cgroup-v2", "cgroup-v1"] {
+        // The postmaster shares hugeshm's cgroup: the same section.
+        let own = status(name);
+        let r = run(name, &["status", "--pid", "1501", "--json"]);
+        let pg = doc(&format!("{name}: status --pid 1501"), &r);
+        assert_eq!(u(&pg["cgroup_pid"]), 1501);
+        assert_eq!(pg["cgroup"], own["cgroup"], "{name}");
+        assert_eq!(codes(&pg), codes(&own), "{name}");
+        // init is in no limited cgroup: a new mapping can get the pool.
+        let r = run(name, &["status", "--pid", "1", "--json"]);
+        let init = doc(&format!("{name}: status --pid 1"), &r);
+        let path = if name == "cgroup-v1" {
+            "/"
+        } else {
+            "/init.scope"
+        };
+        assert_eq!(init["cgroup"]["path"], path, "{name}");
+        assert_eq!(u(&pool(&init, M2, None)["can_get_pages"]), 88, "{name}");
+        for s in init["cgroup"]["sizes"].as_array().unwrap() {
+            assert_eq!(s["effective_limit_bytes"], Value::Null, "{name}: {s}");
+            assert_eq!(s["room_bytes"], Value::Null, "{name}: {s}");
+        }
+        assert_codes(
+            &init,
+            &["pool-unused"],
+            &[
+                "cgroup-limit-short",
+                "cgroup-rsvd-unset",
+                "cgroup-faults-refused",
+            ],
+        );
+        // The human form says whose cgroup it is.
+        let text = run(name, &["status", "--pid", "1501"]).stdout;
+        assert!(text.contains("Hugetlb cgroup (pid 1501)"), "{text}");
+        assert!(
+            text.contains("cgroup v")
+                && text.contains(" /kubepods/pod-db/postgres (hierarchy mounted at "),
+            "{text}"
+        );
+        // A process that does not exist is an error, not an empty section.
+        let r = run(name, &["status", "--pid", "999999"]);
+        assert_eq!(r.code, 3, "{name}: {}", r.stderr);
+        assert!(r.stderr.contains("no process 999999"), "{}", r.stderr);
+        assert!(r.stdout.is_empty());
+    }
+}
+
+#[test]
+fn fixtures_without_mountinfo_have_no_cgroup_section() {
+    for name in ["clean", "two-nodes-uneven", "host-capture"] {
+        let st = status(name);
+        assert_eq!(st["cgroup"], Value::Null, "{name}");
+        for p in st["pools"].as_array().unwrap() {
+            assert_eq!(p["can_get_pages"], p["available"], "{name}: {p}");
+        }
+        let text = run(name, &["status"]).stdout;
+        assert!(
+            text.contains("no hugetlb cgroup controller found"),
+            "{name}: {text}"
+        );
+    }
+}
+
 // ------------------------------------------------------------ exit codes etc.
 
 #[test]
@@ -1100,6 +1428,8 @@ fn status_check_exit_codes() {
         ("one-gig-pool", 1),
         ("no-hugetlb", 1),
         ("unreadable-malformed", 1),
+        ("cgroup-v2", 1),
+        ("cgroup-v1", 1),
     ] {
         let r = run(name, &["status", "--check"]);
         assert_eq!(r.code, want, "{name}: status --check\n{}", r.stderr);
@@ -1182,7 +1512,8 @@ fn env_roots_match_flags() {
 fn fixture_trees_are_self_contained() {
     // Every fixture has the host files hugeshm needs and no mount contents:
     // mounts listed in proc/mounts are absent under fs/ and skipped; fs/
-    // holds only boot-time configuration (fs/etc).
+    // holds only boot-time configuration (fs/etc) and the cgroup files
+    // (fs/sys/fs/cgroup).
     for name in FIXTURES {
         let dir = fixture_dir(name);
         for f in [
@@ -1197,7 +1528,23 @@ fn fixture_trees_are_self_contained() {
         if fs.exists() {
             for e in std::fs::read_dir(&fs).unwrap() {
                 let e = e.unwrap();
-                assert_eq!(e.file_name(), "etc", "{name}: fs/ holds only etc/");
+                let what = e.file_name();
+                assert!(
+                    what == "etc" || what == "sys",
+                    "{name}: fs/ holds only etc/ and sys/fs/cgroup/"
+                );
+                if what == "sys" {
+                    let below: Vec<_> = std::fs::read_dir(e.path())
+                        .unwrap()
+                        .map(|e| e.unwrap().file_name())
+                        .collect();
+                    assert_eq!(below, ["fs"], "{name}: fs/sys/ holds only fs/cgroup/");
+                    let below: Vec<_> = std::fs::read_dir(e.path().join("fs"))
+                        .unwrap()
+                        .map(|e| e.unwrap().file_name())
+                        .collect();
+                    assert_eq!(below, ["cgroup"], "{name}: fs/sys/fs/ holds only cgroup/");
+                }
             }
         }
     }

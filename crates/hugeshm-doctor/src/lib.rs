@@ -21,6 +21,7 @@
 #![deny(missing_docs)]
 
 pub mod advise;
+pub mod cgroup;
 pub mod finding;
 pub mod segments;
 pub mod status;

@@ -4,7 +4,7 @@
 use crate::finding::{pool_fix, Finding, Severity};
 use crate::segments::{self, SegmentsReport};
 use hugeshm_parse::size::{format_bytes, BASE_PAGE, GIB};
-use hugeshm_probe::{HostSnapshot, Probe, Problem};
+use hugeshm_probe::{HostSnapshot, HugetlbCgroup, Probe, Problem};
 use serde::{Deserialize, Serialize};
 
 /// One pool: one page size on the whole host (`node` = `None`) or on one node.
@@ -34,6 +34,12 @@ pub struct PoolRow {
     pub default: bool,
     /// Pages asked for on the kernel command line (host rows only).
     pub boot_pages: Option<u64>,
+    /// What a new mapping of this size can really get, in pages: the
+    /// least of `available` and the room the hugetlb cgroup of the process
+    /// looked at leaves (for its faults and for its reservation; see
+    /// [`StatusReport::cgroup`]). `available` when no cgroup limits it.
+    #[serde(default)]
+    pub can_get_pages: u64,
 }
 
 /// THP settings and what they mean for a database host.
@@ -167,6 +173,17 @@ pub struct StatusReport {
     pub findings: Vec<Finding>,
     /// Files that could not be read.
     pub problems: Vec<Problem>,
+    /// The hugetlb cgroup of the process looked at (hugeshm itself, or
+    /// `cgroup_pid`): per page size its limits, usage, reservations,
+    /// refusals, and the effective limit and room over its ancestors.
+    /// `None` when no hugetlb controller is mounted (or it could not be
+    /// read: see `problems`).
+    #[serde(default)]
+    pub cgroup: Option<HugetlbCgroup>,
+    /// The process whose cgroup `cgroup` is (`status --pid`); absent for
+    /// hugeshm itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_pid: Option<u32>,
 }
 
 /// A process that maps huge page shared memory, and its memlock limit.
@@ -196,17 +213,95 @@ pub struct ServerLimit {
 
 /// Builds the report: reads the host and scans the processes (for what the
 /// live segments need, and the memlock limits of the servers that map
-/// them).
+/// them); the cgroup section is hugeshm's own.
 pub fn build(probe: &Probe) -> StatusReport {
+    build_for(probe, None)
+}
+
+/// [`build`], with the cgroup section for process `pid` (`None`: hugeshm
+/// itself).
+pub fn build_for(probe: &Probe, pid: Option<u32>) -> StatusReport {
     let host = probe.host();
     let segs = segments::build_with(probe, &host);
     let mut report = build_from(&host, Some(&segs));
     report.servers = servers(probe, &segs, host.sysctl.hugetlb_shm_group);
     report.findings.extend(server_findings(&report));
+    report.cgroup_pid = pid;
+    match probe.hugetlb_cgroup(pid) {
+        Ok(cg) => add_cgroup(&mut report, cg, &segs, |p| probe.cgroups(Some(p)).ok()),
+        // A tree without mountinfo (a fixture from before cgroups were
+        // read) has no cgroup section; anything else is a problem.
+        Err(e) if e.is_not_found() && e.path().ends_with("/mountinfo") => {}
+        Err(e) => {
+            let p = e.to_problem();
+            report.findings.push(Finding::new(
+                Severity::Warning,
+                "unreadable-file",
+                p.reason.clone(),
+                Some(p.fix(host.self_uid)),
+            ));
+            report.problems.push(p);
+        }
+    }
     report
         .findings
         .sort_by_key(|f| std::cmp::Reverse(f.severity));
     report
+}
+
+/// Puts the cgroup into the report: what each pool row can get under it,
+/// and its findings (`cgroup_of` reads a pid's `/proc/PID/cgroup`).
+pub fn add_cgroup(
+    report: &mut StatusReport,
+    cg: Option<HugetlbCgroup>,
+    segs: &SegmentsReport,
+    cgroup_of: impl Fn(u32) -> Option<Vec<hugeshm_parse::cgroup::CgroupEntry>>,
+) {
+    let Some(cg) = cg else {
+        report.cgroup = None;
+        return;
+    };
+    for row in &mut report.pools {
+        if let Some(room) = cg
+            .size(row.page_size_bytes)
+            .and_then(|s| s.new_mapping_pages())
+        {
+            row.can_get_pages = row.available.min(room);
+        }
+    }
+    let mut pid_paths = std::collections::BTreeMap::new();
+    for seg in &segs.segments {
+        for &pid in &seg.attached_pids {
+            if pid_paths.contains_key(&pid) {
+                continue;
+            }
+            if let Some(entries) = cgroup_of(pid) {
+                if let Some(path) = cg.path_of(&entries) {
+                    pid_paths.insert(pid, path.to_string());
+                }
+            }
+        }
+    }
+    let default = report.default_page_size_bytes;
+    let empty_pools: Vec<u64> = report
+        .pools
+        .iter()
+        .filter(|p| {
+            p.node.is_none()
+                && p.total == 0
+                && !(Some(p.page_size_bytes) == default
+                    && report.nr_overcommit_hugepages.is_some_and(|n| n > 0))
+        })
+        .map(|p| p.page_size_bytes)
+        .collect();
+    report.findings.extend(crate::cgroup::findings(
+        &cg,
+        &segs.segments,
+        &pid_paths,
+        default,
+        &empty_pools,
+    ));
+    report.cgroup = Some(cg);
 }
 
 /// The systemd unit of a process, from its `/proc/PID/cgroup` text: the
@@ -365,6 +460,7 @@ pub fn build_from(host: &HostSnapshot, segs: Option<&SegmentsReport>) -> StatusR
             available_bytes: p.available().saturating_mul(p.page_size_bytes),
             default: Some(p.page_size_bytes) == default,
             boot_pages: boot,
+            can_get_pages: p.available(),
         });
     }
     for np in &host.node_pools {
@@ -381,6 +477,7 @@ pub fn build_from(host: &HostSnapshot, segs: Option<&SegmentsReport>) -> StatusR
             available_bytes: c.available().saturating_mul(c.page_size_bytes),
             default: Some(c.page_size_bytes) == default,
             boot_pages: None,
+            can_get_pages: c.available(),
         });
     }
 
@@ -484,6 +581,8 @@ pub fn build_from(host: &HostSnapshot, segs: Option<&SegmentsReport>) -> StatusR
         mounts,
         findings: Vec::new(),
         problems: host.problems.clone(),
+        cgroup: None,
+        cgroup_pid: None,
     };
     report.findings = findings(host, &report, segs);
     report
@@ -590,18 +689,7 @@ fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>
     let mut need_by_size: std::collections::BTreeMap<u64, (u64, Vec<String>)> = Default::default();
     if let Some(s) = segs {
         for seg in &s.segments {
-            let Some(ps) = seg.page_size_bytes else {
-                continue;
-            };
-            let is_shared_db_kind = seg.kind.huge_on_request();
-            let target = if ps > BASE_PAGE {
-                Some(ps)
-            } else if is_shared_db_kind {
-                default.filter(|d| seg.size_bytes >= *d)
-            } else {
-                None
-            };
-            if let Some(t) = target {
+            if let Some(t) = crate::cgroup::needed_page_size(seg, default) {
                 let e = need_by_size.entry(t).or_default();
                 e.0 = e.0.saturating_add(seg.size_bytes.div_ceil(t));
                 e.1.push(seg.label());

@@ -21,11 +21,14 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod cgroup;
 pub mod cmdline;
 pub mod error;
 pub mod hugepages;
+pub mod hugetlb_cgroup;
 pub mod maps;
 pub mod meminfo;
+pub mod mountinfo;
 pub mod mounts;
 pub mod node;
 pub mod numa_maps;

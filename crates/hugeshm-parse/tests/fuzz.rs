@@ -21,6 +21,33 @@ macro_rules! capture {
     };
 }
 
+/// A file of one of the CLI's hand-made fixture trees (real kernel formats).
+macro_rules! fixture {
+    ($rel:literal) => {
+        include_str!(concat!("../../hugeshm-cli/tests/fixtures/", $rel))
+    };
+}
+
+/// `/proc/self/mountinfo` and `/proc/self/cgroup` of a Linux 6.18 VM with
+/// cgroup v1 controllers and the unified hierarchy (hybrid), as read.
+const LIVE_MOUNTINFO: &str = "22 27 0:21 / /proc rw,relatime - proc proc rw
+23 27 0:22 / /sys rw,relatime - sysfs sysfs rw
+24 27 0:6 / /dev rw,relatime - devtmpfs devtmpfs rw,size=12334492k,nr_inodes=3083623,mode=755
+25 24 0:23 / /dev/shm rw,relatime - tmpfs tmpfs rw,size=24684092k
+27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard,resv_strict,resuid=65534,resgid=65534
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+const LIVE_CGROUP: &str = "9:name=systemd:/
+8:pids:/
+4:memory:/process_api/b8e3d68eff8cd74b7ce4f76be4109499
+1:cpu:/
+0::/
+";
+
 /// One parser: its name, a real sample of its file, and the parser.
 type Parser = (
     &'static str,
@@ -124,6 +151,51 @@ fn parsers() -> Vec<Parser> {
                 Ok(())
             },
         ),
+        ("mountinfo", LIVE_MOUNTINFO, |t| ok(mountinfo::parse(t))),
+        (
+            "mountinfo v1",
+            fixture!("cgroup-v1/proc/self/mountinfo"),
+            |t| ok(mountinfo::parse(t)),
+        ),
+        ("cgroup", LIVE_CGROUP, |t| ok(cgroup::parse(t))),
+        ("cgroup v1", fixture!("cgroup-v1/proc/1501/cgroup"), |t| {
+            ok(cgroup::parse(t))
+        }),
+        (
+            "hugetlb max",
+            fixture!("cgroup-v2/fs/sys/fs/cgroup/kubepods/pod-db/hugetlb.2MB.max"),
+            |t| ok(hugetlb_cgroup::parse_limit("hugetlb.2MB.max", t)),
+        ),
+        (
+            "hugetlb limit_in_bytes",
+            fixture!("cgroup-v1/fs/sys/fs/cgroup/hugetlb/hugetlb.2MB.limit_in_bytes"),
+            |t| ok(hugetlb_cgroup::parse_limit("hugetlb.2MB.limit_in_bytes", t)),
+        ),
+        (
+            "hugetlb current",
+            fixture!("cgroup-v2/fs/sys/fs/cgroup/kubepods/pod-db/hugetlb.2MB.current"),
+            |t| ok(hugetlb_cgroup::parse_counter("hugetlb.2MB.current", t)),
+        ),
+        (
+            "hugetlb events",
+            fixture!("cgroup-v2/fs/sys/fs/cgroup/kubepods/pod-db/postgres/hugetlb.2MB.events"),
+            |t| ok(hugetlb_cgroup::parse_events("hugetlb.2MB.events", t)),
+        ),
+        (
+            "hugetlb numa_stat v2",
+            fixture!("cgroup-v2/fs/sys/fs/cgroup/kubepods/pod-db/hugetlb.2MB.numa_stat"),
+            |t| ok(hugetlb_cgroup::parse_numa_stat("hugetlb.2MB.numa_stat", t)),
+        ),
+        (
+            "hugetlb numa_stat v1",
+            fixture!("cgroup-v1/fs/sys/fs/cgroup/hugetlb/kubepods/pod-db/hugetlb.2MB.numa_stat"),
+            |t| ok(hugetlb_cgroup::parse_numa_stat("hugetlb.2MB.numa_stat", t)),
+        ),
+        ("hugetlb size name", "hugetlb.2MB.rsvd.max", |t| {
+            hugetlb_cgroup::split_file_name(t);
+            hugetlb_cgroup::hugetlb_size_from_name(t);
+            Ok(())
+        }),
         ("size", "2M", |t| {
             size::parse_size(t);
             Ok(())

@@ -159,7 +159,7 @@ impl Collector<'_> {
 }
 
 /// Sorted `(page size, dir)` of `hugepages-*kB` entries in a directory.
-fn size_dirs(dir: &Path) -> Result<Vec<(u64, std::path::PathBuf)>, ReadError> {
+pub(crate) fn size_dirs(dir: &Path) -> Result<Vec<(u64, std::path::PathBuf)>, ReadError> {
     let rd =
         std::fs::read_dir(dir).map_err(|e| crate::read::io_error(dir.display().to_string(), e))?;
     let mut out: Vec<_> = rd

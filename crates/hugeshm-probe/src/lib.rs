@@ -18,12 +18,14 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod cgroup;
 mod host;
 mod persisted;
 pub mod postgres;
 mod process;
 mod read;
 
+pub use cgroup::{HugetlbCgroup, HugetlbCgroupLevel, HugetlbCgroupSize};
 pub use host::{HostSnapshot, NodeInfo, NodePool, Sysctls, ThpState};
 pub use persisted::{Persisted, PersistedValue};
 pub use process::{dev_major, dev_minor, MountFile, PidFiles, ProcessList};

@@ -16,12 +16,24 @@ pub struct Args {
     /// Exit 1 when any warning or error is found (for scripts and config management).
     #[arg(long)]
     pub check: bool,
+    /// Show the hugetlb cgroup of this process instead of hugeshm's own
+    /// (e.g. the database server's, from the host or a debug container).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
 }
 
 /// Runs the command.
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let probe = Probe::new(roots.clone());
-    let report = status::build(&probe);
+    if let Some(pid) = args.pid {
+        if !probe.proc_path(&pid.to_string()).is_dir() {
+            anyhow::bail!(
+                "no process {pid} (no {})",
+                probe.proc_path(&pid.to_string()).display()
+            );
+        }
+    }
+    let report = status::build_for(&probe, args.pid);
     if args.json {
         out.json_doc(&report)?;
     } else {
@@ -186,6 +198,8 @@ pub fn print(r: &StatusReport, out: &mut Out) -> anyhow::Result<()> {
         out.line(format!("  {:<18} {} ({what})", "mount", m.target))?;
     }
     out.line("")?;
+    print_cgroup(r, out)?;
+    out.line("")?;
     if r.findings.is_empty() {
         out.line(format!(
             "{} {}",
@@ -230,5 +244,101 @@ fn boot_line(r: &StatusReport) -> String {
         "no huge page settings on the kernel command line: pools are set at runtime".to_string()
     } else {
         parts.join(", ")
+    }
+}
+
+/// A cgroup limit: `max` for none.
+fn limit(v: Option<u64>) -> String {
+    v.map(format_bytes).unwrap_or_else(|| "max".into())
+}
+
+/// The hugetlb cgroup section: per page size the cgroup's own limits and
+/// usage, the effective limit over its ancestors, the room left and what a
+/// new mapping can get.
+fn print_cgroup(r: &StatusReport, out: &mut Out) -> anyhow::Result<()> {
+    let whose = match r.cgroup_pid {
+        Some(pid) => format!("pid {pid}"),
+        None => "this process".to_string(),
+    };
+    out.line(out.bold(&format!("Hugetlb cgroup ({whose})")))?;
+    let Some(cg) = &r.cgroup else {
+        out.line("  no hugetlb cgroup controller found: only the pools limit huge pages")?;
+        return Ok(());
+    };
+    out.line(format!(
+        "  cgroup v{} {} (hierarchy mounted at {})",
+        cg.version, cg.path, cg.mount_point
+    ))?;
+    let mut t = Table::new(&[
+        "size",
+        ">limit",
+        ">usage",
+        ">rsvd limit",
+        ">rsvd usage",
+        ">refused",
+        ">effective",
+        ">room",
+        ">avail",
+        ">can get",
+    ]);
+    for s in &cg.sizes {
+        let pool = r
+            .pools
+            .iter()
+            .find(|p| p.node.is_none() && p.page_size_bytes == s.page_size_bytes);
+        let room = match s.new_mapping_pages() {
+            Some(p) => p.to_string(),
+            None => "-".into(),
+        };
+        // The cgroup's own files (absent in the v2 root, or where the
+        // controller is not enabled): "-" rather than numbers it lacks.
+        let own = s.levels.first().is_some_and(|l| l.path == cg.path);
+        let mine = |v: String| if own { v } else { "-".to_string() };
+        t.row(vec![
+            page_size_short(s.page_size_bytes),
+            mine(limit(s.limit_bytes)),
+            mine(format_bytes(s.usage_bytes)),
+            mine(limit(s.rsvd_limit_bytes)),
+            s.rsvd_usage_bytes
+                .map(format_bytes)
+                .unwrap_or_else(|| "-".into()),
+            s.max_events
+                .map(|n| out.good(&n.to_string(), n == 0))
+                .unwrap_or_else(|| "-".into()),
+            limit_with_rsvd(s.effective_limit_bytes, s.effective_rsvd_limit_bytes),
+            room,
+            pool.map(|p| p.available.to_string())
+                .unwrap_or_else(|| "-".into()),
+            pool.map(|p| out.good(&p.can_get_pages.to_string(), p.can_get_pages == p.available))
+                .unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    t.render(out, "  ")?;
+    if cg.sizes.iter().all(|s| s.levels.is_empty()) {
+        out.line(out.dim(
+            "  no hugetlb limit files in this cgroup or above it (the root cgroup is never limited)",
+        ))?;
+    }
+    out.line(out.dim(
+        "  limit, usage: this cgroup's (faulted pages); rsvd: reservations (mmap, shmget); refused: charges over a limit (events max, v1 failcnt)",
+    ))?;
+    out.line(out.dim(
+        "  effective = the smallest limit of the cgroup and its ancestors (rsvd after /); room = pages still chargeable; can get = min(avail, room) pages",
+    ))?;
+    for s in cg.sizes.iter().filter(|s| s.binding_file.is_some()) {
+        out.line(out.dim(&format!(
+            "  {} binding limit: {}",
+            page_size_short(s.page_size_bytes),
+            s.binding_file.as_deref().unwrap_or_default()
+        )))?;
+    }
+    Ok(())
+}
+
+/// `512 MiB`, `512 MiB / 1 GiB` (limit / reservation limit), `max`.
+fn limit_with_rsvd(l: Option<u64>, r: Option<u64>) -> String {
+    match r {
+        None => limit(l),
+        Some(r) => format!("{} / {}", limit(l), format_bytes(r)),
     }
 }
