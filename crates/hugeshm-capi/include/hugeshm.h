@@ -123,6 +123,10 @@
 // hugetlb cgroup limit): the message has the numbers, the fix the limit.
 #define HUGESHM_ERROR_FAULT_REFUSED 25
 
+// The hugetlb cgroup of this process allows fewer pages than the region
+// needs (found before anything was created): the fix names the file.
+#define HUGESHM_ERROR_CGROUP_LIMIT 26
+
 // An error this version of the C API has no code for yet (the message
 // says what it is).
 #define HUGESHM_ERROR_OTHER 98

@@ -80,6 +80,9 @@ pub const HUGESHM_ERROR_KERNEL_LIMIT: c_int = 24;
 /// The pool had the pages but the kernel refused to fault them in (a
 /// hugetlb cgroup limit): the message has the numbers, the fix the limit.
 pub const HUGESHM_ERROR_FAULT_REFUSED: c_int = 25;
+/// The hugetlb cgroup of this process allows fewer pages than the region
+/// needs (found before anything was created): the fix names the file.
+pub const HUGESHM_ERROR_CGROUP_LIMIT: c_int = 26;
 /// An error this version of the C API has no code for yet (the message
 /// says what it is).
 pub const HUGESHM_ERROR_OTHER: c_int = 98;
@@ -250,6 +253,7 @@ fn code_of(e: &RegionError, errno: c_int) -> c_int {
         RegionError::Untrusted { .. } => HUGESHM_ERROR_UNTRUSTED,
         RegionError::KernelLimit { .. } => HUGESHM_ERROR_KERNEL_LIMIT,
         RegionError::FaultRefused { .. } => HUGESHM_ERROR_FAULT_REFUSED,
+        RegionError::CgroupLimit { .. } => HUGESHM_ERROR_CGROUP_LIMIT,
         RegionError::Sys(_) | RegionError::Io { .. } | RegionError::Read(_) => match errno {
             libc::EACCES | libc::EPERM => HUGESHM_ERROR_PERMISSION,
             libc::ENOENT => HUGESHM_ERROR_NOT_FOUND,

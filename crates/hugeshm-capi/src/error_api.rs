@@ -146,6 +146,7 @@ fn code_name(code: c_int) -> &'static CStr {
         HUGESHM_ERROR_UNTRUSTED => c"untrusted",
         HUGESHM_ERROR_KERNEL_LIMIT => c"kernel_limit",
         HUGESHM_ERROR_FAULT_REFUSED => c"fault_refused",
+        HUGESHM_ERROR_CGROUP_LIMIT => c"cgroup_limit",
         HUGESHM_ERROR_OTHER => c"other",
         HUGESHM_ERROR_INTERNAL => c"internal",
         _ => c"unknown",

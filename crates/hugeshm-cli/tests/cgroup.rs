@@ -1,25 +1,35 @@
 //! Huge pages inside a hugetlb cgroup, for real: a cgroup v2 child with
 //! `hugetlb.2MB.max` = 8 MiB (4 pages) and a host pool with 32 free pages.
-//! The kernel charges the limit at fault time, so a region of 16 pages
-//! gets its reservation and is then refused when faulted: `try` must fall
-//! back whole to 4 KiB pages and say why, `only` must fail with the
-//! numbers and the cgroup fix; never SIGBUS, never a bare errno, nothing
-//! left behind.
+//! * `status` run inside the cgroup says what a new mapping can get.
+//! * `create --policy only` of 16 pages fails before creating anything,
+//!   naming the cgroup file and the numbers; `try` falls back whole to
+//!   4 KiB pages and says why.
+//! * If the limit drops after the check (here: while `create` is stopped
+//!   by the test hook after the name claim), the kernel's refusal at fault
+//!   time is still an error with the numbers and the file: never SIGBUS,
+//!   never a bare errno, nothing left behind.
 
 mod common;
 
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use hugeshm_region::testhook::STOP_AT_ENV;
 use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard, TestCgroup};
 use serde_json::Value;
 
 const M2: u64 = 2 << 20;
 
-fn in_cgroup(cg: &TestCgroup, args: &[&str]) -> std::process::Output {
-    cg.command(env!("CARGO_BIN_EXE_hugeshm"), args)
-        .env("NO_COLOR", "1")
+fn argv(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn in_cgroup(cg: &TestCgroup, args: &[&str]) -> std::process::Command {
+    let mut c = cg.command(env!("CARGO_BIN_EXE_hugeshm"), args);
+    c.env("NO_COLOR", "1")
         .env_remove(hugeshm_probe::PROC_ROOT_ENV)
-        .env_remove(hugeshm_probe::SYS_ROOT_ENV)
-        .output()
-        .unwrap()
+        .env_remove(hugeshm_probe::SYS_ROOT_ENV);
+    c
 }
 
 #[test]
@@ -35,8 +45,8 @@ fn a_cgroup_limit_below_the_region_is_a_clean_fallback_or_error() {
         return;
     };
     let name = format!("cg-{}", std::process::id());
-    let create = |policy: &str, json: bool| {
-        let mut a = vec![
+    let create = |policy: &str| -> Vec<String> {
+        [
             "create",
             &name,
             "--size",
@@ -47,31 +57,45 @@ fn a_cgroup_limit_below_the_region_is_a_clean_fallback_or_error() {
             policy,
             "--backend",
             "sysv",
-        ];
-        if json {
-            a.push("--json");
-        }
-        in_cgroup(&cg, &a)
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
     };
 
-    // only: the numbers and the fix, nothing left.
-    let out = create("only", false);
-    let err = String::from_utf8_lossy(&out.stderr);
+    // status inside the cgroup: 32 free in the pool, 4 for a new mapping.
+    let out = in_cgroup(&cg, &["status", "--json"]).output().unwrap();
+    assert!(out.status.success());
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = st["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["page_size_bytes"].as_u64() == Some(M2) && p["node"].is_null())
+        .unwrap()
+        .clone();
+    assert!(row["available"].as_u64().unwrap() >= 32, "{row}");
+    assert_eq!(row["can_get_pages"].as_u64(), Some(4), "{row}");
+    assert_eq!(st["cgroup"]["version"], 2, "{st:#}");
+
+    // only: refused before anything is created, with the file and numbers.
+    let out = in_cgroup(&cg, &argv(&create("only"))).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
     println!("only: {err}");
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(
-        !err.contains("Bad address (os error 14)") || err.contains("refused"),
+        err.contains("hugetlb.2MB.max allows 4 more 2 MiB pages, required 16"),
         "{err}"
     );
-    assert!(err.contains("2 MiB pages"), "{err}");
-    // The cgroup allows 4 pages: the kernel gave those, then refused.
-    assert!(err.contains("after 4 of 16"), "{err}");
-    assert!(err.contains("hugetlb.2MB.max"), "{err}");
+    assert!(err.contains("to fix: echo 33554432 > "), "{err}");
+    assert!(err.contains("hugepages-2Mi: 32Mi"), "{err}");
+    assert_eq!(cg.max_events(M2), 0, "decided before any fault");
     assert_eq!(HostState::capture().unwrap(), before, "only: left behind");
-    assert!(cg.max_events(M2) > 0, "the cgroup counted the refusals");
 
     // try: the whole region on 4 KiB pages, with the reason.
-    let out = create("try", true);
+    let mut a = create("try");
+    a.push("--json".into());
+    let out = in_cgroup(&cg, &argv(&a)).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -79,18 +103,52 @@ fn a_cgroup_limit_below_the_region_is_a_clean_fallback_or_error() {
     );
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["fell_back"], true, "{r:#}");
-    assert_eq!(r["page_size_bytes"].as_u64(), Some(4096));
     assert_eq!(r["verified_page_size_bytes"].as_u64(), Some(4096));
     let reason = r["reason"].as_str().unwrap();
     println!("try: {reason}");
-    assert!(reason.contains("2 MiB pages"), "{reason}");
+    assert!(reason.contains("hugetlb.2MB.max allows 4 more"), "{reason}");
     assert!(
         reason.ends_with("the whole region uses 4 KiB pages instead"),
         "{reason}"
     );
-    let rm = common::hugeshm(&["rm", &name, "--backend", "sysv"]);
-    assert!(rm.status.success());
-    drop(cg);
+    assert!(common::hugeshm(&["rm", &name, "--backend", "sysv"])
+        .status
+        .success());
     assert_eq!(HostState::capture().unwrap(), before, "try: left behind");
+
+    // The limit lowered after the check: refused at fault time, still an
+    // error with the numbers and the file.
+    cg.set_limit(M2, 64 << 20);
+    let flag = std::env::temp_dir().join(format!("hugeshm-stop-{}-cg", std::process::id()));
+    let child = in_cgroup(&cg, &argv(&create("only")))
+        .env(STOP_AT_ENV, format!("name-claimed:{}", flag.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !flag.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "never reached");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    cg.set_limit(M2, 8 << 20);
+    std::fs::remove_file(&flag).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    println!("lowered meanwhile: {err}");
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("the kernel refused to fault them in after 4 of 16"),
+        "{err}"
+    );
+    assert!(err.contains("hugetlb.2MB.max allows 4 pages"), "{err}");
+    assert!(err.contains("to fix: echo 33554432 > "), "{err}");
+    assert!(cg.max_events(M2) > 0, "the cgroup counted the refusals");
+    drop(cg);
+    assert_eq!(
+        HostState::capture().unwrap(),
+        before,
+        "fault time: left behind"
+    );
     pool.restore().unwrap();
 }

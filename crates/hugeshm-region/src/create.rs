@@ -514,6 +514,14 @@ impl RegionBuilder {
             directory,
         };
         let mut plan = pool::plan(&req, &host, &extra)?;
+        // The hugetlb cgroup's room, before anything is created: `only`
+        // fails with the cgroup file and the numbers, `try` falls back.
+        if let Some(e) = pool::cgroup_check(&self.probe, &plan) {
+            if self.policy != Policy::Try {
+                return Err(e);
+            }
+            plan = pool::fallback_plan(&req, &extra, &e)?;
+        }
         if usize::try_from(plan.size_bytes).is_err() {
             return Err(RegionError::InvalidSize {
                 requested_bytes: self.size,

@@ -166,6 +166,25 @@ pub enum RegionError {
         #[source]
         source: SysError,
     },
+    /// The hugetlb cgroup of this process allows fewer pages than the
+    /// region needs (found before the system call, from the cgroup files:
+    /// the kernel would refuse the faults, or the reservation).
+    #[error(
+        "{file} allows {allowed_pages} more {} pages, required {required_pages}",
+        format_bytes(*page_size_bytes)
+    )]
+    CgroupLimit {
+        /// The page size.
+        page_size_bytes: u64,
+        /// Pages the region needs.
+        required_pages: u64,
+        /// Pages the cgroup (and its ancestors) still allow.
+        allowed_pages: u64,
+        /// The limit file that binds.
+        file: String,
+        /// What to change.
+        fix: Box<Fix>,
+    },
     /// The pool had the pages, but the kernel refused to fault them in: a
     /// hugetlb cgroup limit (charged at fault time unless a reservation
     /// limit is set), or the pool taken by others between the reservation
@@ -410,6 +429,7 @@ impl RegionError {
             | RegionError::NoSpace { fix, .. }
             | RegionError::KernelLimit { fix, .. }
             | RegionError::FaultRefused { fix, .. }
+            | RegionError::CgroupLimit { fix, .. }
             | RegionError::Permission { fix, .. } => Some((**fix).clone()),
             RegionError::MemlockLimit {
                 needed_bytes,

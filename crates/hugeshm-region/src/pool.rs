@@ -79,7 +79,7 @@ pub(crate) fn refused(probe: &Probe, page: u64, required: u64, err: SysError) ->
 /// [`RegionError::FaultRefused`] with the pages faulted before
 /// (`resident_bytes` of the region); other errors pass through.
 pub(crate) fn fault_refused(
-    _probe: &Probe,
+    probe: &Probe,
     plan: &Plan,
     resident_bytes: u64,
     e: RegionError,
@@ -100,18 +100,66 @@ pub(crate) fn fault_refused(
         };
     }
     let page = plan.page_size.max(1);
+    // The cgroup limit that refused them, as it reads now.
+    let cg = probe.hugetlb_cgroup(None).ok().flatten();
+    let size = cg.as_ref().and_then(|c| c.size(plan.page_size));
+    let file = size.and_then(|s| s.binding_file.clone());
+    let limit = size.and_then(|s| {
+        Some(format!(
+            "{} allows {} pages",
+            s.binding_file.as_ref()?,
+            s.effective_limit_bytes? / page
+        ))
+    });
     RegionError::FaultRefused {
         page_size_bytes: plan.page_size,
         required_pages: plan.size_bytes / page,
         faulted_pages: resident_bytes / page,
-        limit: None,
+        limit,
         source,
         fix: Box::new(Fix::RaiseCgroupLimit {
             page_size_bytes: plan.page_size,
-            file: None,
-            bytes: plan.size_bytes,
+            // What others use, plus the whole region (its own pages
+            // faulted so far are in the usage now, and go with it).
+            bytes: size
+                .map(|s| s.usage_bytes.saturating_sub(resident_bytes))
+                .unwrap_or(0)
+                .saturating_add(plan.size_bytes),
+            file,
         }),
     }
+}
+
+/// The hugetlb cgroup check before the system call: an error when the
+/// cgroup of this process (read through `probe`) leaves fewer pages than
+/// `plan` needs, `None` when it allows them or sets no limit (or cannot be
+/// read: the fault-time check, [`fault_refused`], still catches it).
+pub(crate) fn cgroup_check(probe: &Probe, plan: &Plan) -> Option<RegionError> {
+    if plan.backing != Backing::Hugetlb {
+        return None;
+    }
+    let cg = probe.hugetlb_cgroup(None).ok()??;
+    let size = cg.size(plan.page_size)?;
+    let allowed = size.new_mapping_pages()?;
+    let required = plan.size_bytes / plan.page_size.max(1);
+    if allowed >= required {
+        return None;
+    }
+    let file = size
+        .binding_file
+        .clone()
+        .unwrap_or_else(|| cg.limit_file_name(plan.page_size, false));
+    Some(RegionError::CgroupLimit {
+        page_size_bytes: plan.page_size,
+        required_pages: required,
+        allowed_pages: allowed,
+        fix: Box::new(Fix::RaiseCgroupLimit {
+            page_size_bytes: plan.page_size,
+            file: Some(file.clone()),
+            bytes: size.usage_bytes.saturating_add(plan.size_bytes),
+        }),
+        file,
+    })
 }
 
 /// A failed `mmap` of `size` bytes: the kernel's `ENOMEM` on hugetlb

@@ -97,6 +97,16 @@ impl TestCgroup {
         c
     }
 
+    /// Sets `hugetlb.<size>.max` to `bytes`.
+    pub fn set_limit(&self, page_size_bytes: u64, bytes: u64) {
+        std::fs::write(
+            self.dir
+                .join(format!("hugetlb.{}.max", size_name(page_size_bytes))),
+            bytes.to_string(),
+        )
+        .expect("set the hugetlb limit");
+    }
+
     /// `hugetlb.<size>.events`' `max` count: faults refused by the limit.
     pub fn max_events(&self, page_size_bytes: u64) -> u64 {
         std::fs::read_to_string(
