@@ -17,6 +17,9 @@
 //! * [`TestProc`]: runs the `hugeshm-testproc` binary of this crate, which
 //!   creates shared-memory objects of the kinds asked for on its command
 //!   line, reports them as JSON and holds them until its stdin closes.
+//! * [`guest`]: a 2-node NUMA QEMU guest (with an optional NVDIMM) that
+//!   boots the test binaries and runs a scenario script
+//!   (`scripts/guest/`), for what this host's kernel cannot show.
 //!
 //! A typical test:
 //!
@@ -40,6 +43,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cgroup;
+pub mod guest;
 mod host;
 mod pool;
 pub mod postgres;
