@@ -144,6 +144,64 @@ fn a_cgroup_limit_below_the_region_is_a_clean_fallback_or_error() {
     assert!(err.contains("hugetlb.2MB.max allows 4 pages"), "{err}");
     assert!(err.contains("to fix: echo 33554432 > "), "{err}");
     assert!(cg.max_events(M2) > 0, "the cgroup counted the refusals");
+    // segments: a holder inside the cgroup is shown with its cgroup.
+    let mut holder = in_cgroup(
+        &cg,
+        &[
+            "create",
+            "cg-hold",
+            "--size",
+            "6M",
+            "--page-size",
+            "2m",
+            "--policy",
+            "only",
+            "--backend",
+            "anon",
+            "--hold",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    {
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(holder.stderr.take().unwrap()).lines();
+        assert!(lines.any(|l| l.unwrap().contains("holding region")));
+        // Keep reading, so the holder's last words do not hit a closed pipe.
+        std::thread::spawn(move || for _ in lines {});
+    }
+    let segs = common::json(common::hugeshm(&["segments", "--json"]));
+    let cg_path = format!("/{}", cg.dir().file_name().unwrap().to_string_lossy());
+    let mine = segs["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| {
+            s["attached"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a["pid"].as_u64() == Some(holder.id() as u64))
+        })
+        .unwrap_or_else(|| panic!("the holder's region: {segs:#}"))
+        .clone();
+    assert_eq!(mine["attached"][0]["cgroup"], cg_path.as_str(), "{mine:#}");
+    assert!(
+        !mine["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["code"] == "segment-cgroup-short"),
+        "6 MiB fits the 8 MiB limit: {mine:#}"
+    );
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(holder.id() as i32).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    assert!(holder.wait().unwrap().success());
     drop(cg);
     assert_eq!(
         HostState::capture().unwrap(),

@@ -1273,7 +1273,34 @@ fn assert_cgroup_status(name: &str) {
     let segs = segments(name);
     let pg = seg(&segs, "sysv", 1);
     assert_eq!(u(&pg["resident_bytes"]), 512 * MIB, "{name}");
-    assert_eq!(codes(pg), ["reserved-untouched"], "{name}");
+    assert_eq!(
+        codes(pg),
+        ["reserved-untouched", "segment-cgroup-short"],
+        "{name}"
+    );
+    // Each process mapping it, with its hugetlb cgroup; the segment is
+    // larger than that cgroup allows.
+    for a in pg["attached"].as_array().unwrap() {
+        assert_eq!(a["cgroup"], "/kubepods/pod-db/postgres", "{name}: {a}");
+    }
+    let short = pg["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["code"] == "segment-cgroup-short")
+        .unwrap();
+    let msg = short["message"].as_str().unwrap();
+    assert!(
+        msg.contains("in cgroup /kubepods/pod-db/postgres, whose hugetlb limit allows 512 MiB"),
+        "{name}: {msg}"
+    );
+    assert!(
+        short["fix"]
+            .as_str()
+            .unwrap()
+            .contains("hugepages-2Mi: 1Gi"),
+        "{name}: {short}"
+    );
 }
 
 #[test]

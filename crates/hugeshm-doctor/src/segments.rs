@@ -31,6 +31,10 @@ pub struct AttachedProcess {
     pub uid: Option<u32>,
     /// Its page-table bytes (`VmPTE`), for all of its mappings.
     pub vm_pte_bytes: Option<u64>,
+    /// Its hugetlb cgroup (path in the hierarchy), for processes mapping
+    /// hugetlb memory, where it can be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
 }
 
 /// What kind of object a [`Segment`] is. Serialized (and printed) as the
@@ -526,6 +530,7 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
                         name: st.map(|s| s.name.clone()),
                         uid: st.and_then(|s| s.uid),
                         vm_pte_bytes: st.and_then(|s| s.vm_pte_bytes),
+                        cgroup: None,
                     }
                 })
                 .collect(),
@@ -624,6 +629,7 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
         report.segments.push(seg);
     }
 
+    cgroup_pass(probe, &mut report.segments);
     report.processes_vanished = vanished;
     report.unreadable = unreadable;
     if !report.unreadable.is_empty() {
@@ -640,6 +646,73 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
     });
     report.scan_seconds = t0.elapsed().as_secs_f64();
     report
+}
+
+/// For the processes that map hugetlb memory: their hugetlb cgroup, and a
+/// `segment-cgroup-short` finding on a segment larger than what the cgroup
+/// of a process mapping it allows (its faults past the limit are refused).
+/// One cgroup read per distinct cgroup.
+fn cgroup_pass(probe: &Probe, segments: &mut [Segment]) {
+    let mut by_path: BTreeMap<String, Option<hugeshm_probe::HugetlbCgroup>> = BTreeMap::new();
+    for seg in segments.iter_mut() {
+        let Some(page) = seg.page_size_bytes.filter(|p| *p > BASE_PAGE) else {
+            continue;
+        };
+        if seg.kind == SegmentKind::Posix {
+            continue; // tmpfs THP: not charged to the hugetlb controller
+        }
+        let mut short: Option<(u32, String, u64, String)> = None;
+        for a in seg.attached.iter_mut() {
+            let Ok(entries) = probe.cgroups(Some(a.pid)) else {
+                continue;
+            };
+            let Some(path) = hugeshm_parse::cgroup::find(&entries, "hugetlb", false)
+                .or_else(|| hugeshm_parse::cgroup::find(&entries, "hugetlb", true))
+                .map(|e| e.path.clone())
+            else {
+                continue;
+            };
+            a.cgroup = Some(path.clone());
+            let cg = by_path
+                .entry(path.clone())
+                .or_insert_with(|| probe.hugetlb_cgroup(Some(a.pid)).ok().flatten());
+            let Some(size) = cg.as_ref().and_then(|c| c.size(page)) else {
+                continue;
+            };
+            if let (Some(limit), None) = (size.effective_limit_bytes, &short) {
+                if limit < seg.size_bytes {
+                    let file = size
+                        .binding_file
+                        .clone()
+                        .unwrap_or_else(|| format!("hugetlb limit of {path}"));
+                    short = Some((a.pid, path.clone(), limit, file));
+                }
+            }
+        }
+        if let Some((pid, path, limit, file)) = short {
+            seg.findings.push(Finding::new(
+                Severity::Warning,
+                "segment-cgroup-short",
+                format!(
+                    "{} ({} on {} pages) is mapped by pid {pid} in cgroup {path}, whose hugetlb \
+                     limit allows {} ({file}): its faults past the limit are refused (SIGBUS, or \
+                     an error where they are pre-faulted)",
+                    seg.label(),
+                    format_bytes(seg.size_bytes),
+                    format_bytes(page),
+                    format_bytes(limit)
+                ),
+                Some(
+                    hugeshm_fix::Fix::RaiseCgroupLimit {
+                        page_size_bytes: page,
+                        file: Some(file),
+                        bytes: seg.size_bytes,
+                    }
+                    .to_string(),
+                ),
+            ));
+        }
+    }
 }
 
 /// One finding for the processes the scan could not read, with a fix per cause.

@@ -276,12 +276,20 @@ impl Fix {
                 let size = format!("{}B", short_size(*page_size_bytes));
                 match file {
                     Some(f) => {
+                        // The reservation limit beside it (v2 `.rsvd.max`,
+                        // v1 `.rsvd.limit_in_bytes`).
                         let rsvd = f
                             .strip_suffix(".max")
                             .map(|p| format!("{p}.rsvd.max"))
-                            .unwrap_or_else(|| f.clone());
+                            .or_else(|| {
+                                f.strip_suffix(".limit_in_bytes")
+                                    .map(|p| format!("{p}.rsvd.limit_in_bytes"))
+                            })
+                            .filter(|_| !f.contains(".rsvd."))
+                            .map(|r| format!(" && echo {bytes} > {r}"))
+                            .unwrap_or_default();
                         format!(
-                            "echo {bytes} > {f} && echo {bytes} > {rsvd} (Kubernetes: \
+                            "echo {bytes} > {f}{rsvd} (Kubernetes: \
                              resources.limits.hugepages-{}i: {})",
                             size.trim_end_matches('B'),
                             k8s_quantity(*bytes)
@@ -518,6 +526,17 @@ mod tests {
             "echo 67108864 > /sys/fs/cgroup/pod/hugetlb.2MB.max && echo 67108864 > \
              /sys/fs/cgroup/pod/hugetlb.2MB.rsvd.max (Kubernetes: \
              resources.limits.hugepages-2Mi: 64Mi)"
+        );
+        let v1 = Fix::RaiseCgroupLimit {
+            page_size_bytes: 2 << 20,
+            file: Some("/sys/fs/cgroup/hugetlb/pod/hugetlb.2MB.limit_in_bytes".into()),
+            bytes: 2 << 20,
+        };
+        assert!(
+            v1.to_string().contains(
+                "&& echo 2097152 > /sys/fs/cgroup/hugetlb/pod/hugetlb.2MB.rsvd.limit_in_bytes"
+            ),
+            "{v1}"
         );
         assert_eq!(k8s_quantity(3 << 30), "3Gi");
         assert_eq!(k8s_quantity(4097), "4097");
