@@ -210,3 +210,136 @@ fn a_cgroup_limit_below_the_region_is_a_clean_fallback_or_error() {
     );
     pool.restore().unwrap();
 }
+
+/// PostgreSQL with `huge_pages = try` started inside a cgroup that allows
+/// 4 of the ~40 2 MiB pages its shared memory needs, as a pod with a too
+/// small `hugepages-2Mi` limit does:
+/// * without a reservation limit its `mmap` succeeds and the faults past
+///   the limit are refused (SIGBUS): whether it survives start-up or not,
+///   hugeshm shows why (the segment larger than the cgroup allows, or the
+///   refused charges);
+/// * with `hugetlb.2MB.rsvd.max` set as well, its `mmap` is refused and it
+///   starts on 4 KiB pages: `segments` shows the area on 4 KiB pages and
+///   `status` in the cgroup says what a mapping can get.
+#[test]
+fn postgres_in_a_limited_cgroup_is_explained() {
+    use hugeshm_testkit::postgres::{skip_unless_postgres, PgCluster};
+    const T: &str = "postgres_in_a_limited_cgroup_is_explained";
+    if skip_unless_root(T) || skip_unless_postgres(T) {
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool lock");
+    pool.ensure_free(M2, 64).expect("64 free 2 MiB pages");
+    let before = HostState::capture().unwrap();
+    let Some(cg) = TestCgroup::new("pg", &[(M2, 8 << 20)]) else {
+        return;
+    };
+    {
+        let mut pg = PgCluster::init("64MB").expect("initdb");
+        pg.in_cgroup(cg.dir());
+
+        // No reservation limit: faults refused.
+        let started = pg.start("try");
+        let log = pg.log();
+        println!(
+            "without rsvd.max: {}",
+            match &started {
+                Ok(()) => "started".to_owned(),
+                Err(e) => format!("failed: {}", e.lines().last().unwrap_or("")),
+            }
+        );
+        match &started {
+            Ok(()) => {
+                let post = pg.postmaster_pid().expect("postmaster");
+                let segs = common::json(common::hugeshm(&["segments", "--json"]));
+                let area = segs["segments"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|s| {
+                        s["kind"] == "anon"
+                            && s["attached"]
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .any(|a| a["pid"].as_u64() == Some(post as u64))
+                    })
+                    .unwrap_or_else(|| panic!("PostgreSQL's area: {segs:#}"))
+                    .clone();
+                let codes: Vec<&str> = area["findings"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|f| f["code"].as_str())
+                    .collect();
+                assert!(codes.contains(&"segment-cgroup-short"), "{area:#}");
+                pg.stop().expect("stop");
+            }
+            Err(_) => {
+                // It died on a refused fault: the cgroup counted it, and
+                // status in the cgroup says so.
+                assert!(cg.max_events(M2) > 0, "no refused charge: {log}");
+                let out = in_cgroup(&cg, &["status", "--json"]).output().unwrap();
+                let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+                assert!(
+                    st["findings"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|f| f["code"] == "cgroup-faults-refused"),
+                    "{st:#}"
+                );
+            }
+        }
+
+        // With the reservation limit: mmap refused, 4 KiB pages.
+        if !cg.set_rsvd_limit(M2, 8 << 20) {
+            println!("SKIP part of {T}: no hugetlb.2MB.rsvd.max on this kernel");
+        } else {
+            pg.start("try").expect("PostgreSQL starts on 4 KiB pages");
+            let post = pg.postmaster_pid().expect("postmaster");
+            let segs = common::json(common::hugeshm(&["segments", "--json"]));
+            let area = segs["segments"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| {
+                    s["kind"] == "anon"
+                        && s["attached"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .any(|a| a["pid"].as_u64() == Some(post as u64))
+                })
+                .unwrap_or_else(|| panic!("PostgreSQL's area: {segs:#}"))
+                .clone();
+            println!(
+                "with rsvd.max: started, area {} bytes on {} pages",
+                area["size_bytes"], area["page_size_bytes"]
+            );
+            assert_eq!(area["page_size_bytes"].as_u64(), Some(4096), "{area:#}");
+            assert!(
+                area["findings"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|f| f["code"] == "silent-fallback"),
+                "{area:#}"
+            );
+            let out = in_cgroup(&cg, &["status", "--json"]).output().unwrap();
+            let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let row = st["pools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["page_size_bytes"].as_u64() == Some(M2) && p["node"].is_null())
+                .unwrap()
+                .clone();
+            assert_eq!(row["can_get_pages"].as_u64(), Some(4), "{row}");
+            pg.stop().expect("stop");
+        }
+    }
+    drop(cg);
+    assert_eq!(HostState::capture().unwrap(), before, "left behind");
+    pool.restore().unwrap();
+}

@@ -107,6 +107,17 @@ impl TestCgroup {
         .expect("set the hugetlb limit");
     }
 
+    /// Sets `hugetlb.<size>.rsvd.max` (the reservation limit) to `bytes`;
+    /// false where the kernel has no such file.
+    pub fn set_rsvd_limit(&self, page_size_bytes: u64, bytes: u64) -> bool {
+        std::fs::write(
+            self.dir
+                .join(format!("hugetlb.{}.rsvd.max", size_name(page_size_bytes))),
+            bytes.to_string(),
+        )
+        .is_ok()
+    }
+
     /// `hugetlb.<size>.events`' `max` count: faults refused by the limit.
     pub fn max_events(&self, page_size_bytes: u64) -> u64 {
         std::fs::read_to_string(

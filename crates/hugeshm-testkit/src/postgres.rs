@@ -225,18 +225,47 @@ fn run_as() -> Result<RunAs, String> {
 /// Builds the command line for `program args...` run as `who`, with a clean
 /// environment, in `cwd`.
 fn pg_command(who: RunAs, program: &Path, cwd: &Path) -> Result<Command, String> {
-    let mut cmd = match who {
-        RunAs::Current => Command::new(program),
-        RunAs::User { uid, gid } => {
-            let mut c = Command::new(find_tool("setpriv")?);
-            c.arg(format!("--reuid={uid}"))
+    pg_command_in(who, program, cwd, None)
+}
+
+/// [`pg_command`], started inside the cgroup whose `cgroup.procs` is
+/// `cgroup_procs` (through `sh`, which moves itself in, then execs).
+fn pg_command_in(
+    who: RunAs,
+    program: &Path,
+    cwd: &Path,
+    cgroup_procs: Option<&Path>,
+) -> Result<Command, String> {
+    let mut cmd = match cgroup_procs {
+        Some(procs) => {
+            let mut c = Command::new(find_tool("sh")?);
+            c.arg("-c")
+                .arg("echo $$ > \"$0\" && shift && exec \"$@\"")
+                .arg(procs)
+                .arg("--");
+            c
+        }
+        None => match who {
+            RunAs::Current => Command::new(program),
+            RunAs::User { .. } => Command::new(find_tool("setpriv")?),
+        },
+    };
+    match (who, cgroup_procs) {
+        (RunAs::Current, None) => {}
+        (RunAs::Current, Some(_)) => {
+            cmd.arg(program);
+        }
+        (RunAs::User { uid, gid }, procs) => {
+            if procs.is_some() {
+                cmd.arg(find_tool("setpriv")?);
+            }
+            cmd.arg(format!("--reuid={uid}"))
                 .arg(format!("--regid={gid}"))
                 .arg("--init-groups")
                 .arg("--")
                 .arg(program);
-            c
         }
-    };
+    }
     cmd.env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("LC_ALL", "C")
@@ -338,6 +367,8 @@ pub struct PgCluster {
     base_conf: String,
     settings: Vec<(String, String)>,
     running: bool,
+    /// `cgroup.procs` of the cgroup the server is started in, if any.
+    cgroup_procs: Option<PathBuf>,
 }
 
 impl PgCluster {
@@ -374,6 +405,7 @@ impl PgCluster {
             base_conf: String::new(),
             settings: Vec::new(),
             running: false,
+            cgroup_procs: None,
         };
         cluster.prepare_dirs()?;
         let mut cmd = cluster.command("initdb")?;
@@ -429,7 +461,18 @@ impl PgCluster {
 
     /// A command running `bin/<program>` as the cluster's user.
     fn command(&self, program: &str) -> Result<Command, String> {
-        pg_command(self.who, &self.bin.join(program), &self.root)
+        pg_command_in(
+            self.who,
+            &self.bin.join(program),
+            &self.root,
+            self.cgroup_procs.as_deref(),
+        )
+    }
+
+    /// Starts the server (and runs its tools) inside the cgroup whose
+    /// directory is `dir` from now on.
+    pub fn in_cgroup(&mut self, dir: &Path) {
+        self.cgroup_procs = Some(dir.join("cgroup.procs"));
     }
 
     fn write_conf(&self) -> Result<(), String> {
