@@ -231,7 +231,9 @@ fn code_of(e: &RegionError, errno: c_int) -> c_int {
             HUGESHM_ERROR_INVALID_ARGUMENT
         }
         RegionError::UnsupportedPageSize { .. } => HUGESHM_ERROR_UNSUPPORTED_PAGE_SIZE,
-        RegionError::PoolShortfall { .. } => HUGESHM_ERROR_POOL_SHORTFALL,
+        RegionError::PoolShortfall { .. } | RegionError::NodeShortfall { .. } => {
+            HUGESHM_ERROR_POOL_SHORTFALL
+        }
         RegionError::NoHugetlbfsMount { .. } => HUGESHM_ERROR_NO_HUGETLBFS_MOUNT,
         RegionError::UnsuitableDirectory { .. } => HUGESHM_ERROR_UNSUITABLE_DIRECTORY,
         RegionError::ThpUnavailable { .. } => HUGESHM_ERROR_THP_UNAVAILABLE,
@@ -239,7 +241,9 @@ fn code_of(e: &RegionError, errno: c_int) -> c_int {
         RegionError::Permission { .. } => HUGESHM_ERROR_PERMISSION,
         RegionError::MemlockLimit { .. } => HUGESHM_ERROR_MEMLOCK_LIMIT,
         RegionError::Prefault { .. } => HUGESHM_ERROR_PREFAULT,
-        RegionError::Verification { .. } => HUGESHM_ERROR_VERIFICATION,
+        RegionError::Verification { .. } | RegionError::Misplaced { .. } => {
+            HUGESHM_ERROR_VERIFICATION
+        }
         RegionError::AlreadyExists { .. } => HUGESHM_ERROR_EXISTS,
         RegionError::NotFound { .. } => HUGESHM_ERROR_NOT_FOUND,
         RegionError::InUse { .. } => HUGESHM_ERROR_IN_USE,

@@ -45,6 +45,13 @@ pub enum Fix {
         /// Whether the page size is the kernel's default (then `vm.nr_hugepages`).
         default_size: bool,
     },
+    /// Set the pools of several NUMA nodes (one sysfs write each).
+    SetNodePools {
+        /// The page size.
+        page_size_bytes: u64,
+        /// (node, pages) to set.
+        pools: Vec<(u32, u64)>,
+    },
     /// The kernel refused although the pool looked big enough: retry, and
     /// look at the limits that can refuse huge pages besides the pool.
     RetryOrCheckLimits {
@@ -258,6 +265,14 @@ impl Fix {
                 pages,
                 default_size,
             } => pool_command(*page_size_bytes, *pages, *default_size, *node),
+            Fix::SetNodePools {
+                page_size_bytes,
+                pools,
+            } => pools
+                .iter()
+                .map(|&(n, pages)| pool_command(*page_size_bytes, pages, false, Some(n)))
+                .collect::<Vec<_>>()
+                .join("; "),
             Fix::RetryOrCheckLimits {
                 page_size_bytes,
                 available,

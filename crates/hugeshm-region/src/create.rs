@@ -17,7 +17,8 @@ use crate::handle::{CreateGuard, Region};
 use crate::header::{self, HeaderState, HEADER_BYTES};
 use crate::memlock;
 use crate::model::{
-    Backend, Fallback, NamedObject, PageSize, Policy, PrefaultMethod, Reclaim, RegionState,
+    Backend, Fallback, NamedObject, PageSize, Placement, Policy, PrefaultMethod, Reclaim,
+    RegionState,
 };
 use crate::naming::validate_name;
 use crate::pool::{self, Backing, HostExtra, Plan, Request};
@@ -25,7 +26,7 @@ use crate::prefault::{self, available_cpus, Progress};
 use crate::report::{AllocationReport, Reclaimed};
 use crate::testhook::checkpoint;
 use crate::verify::{self, Verification};
-use hugeshm_sys::PMD_SHARE_ALIGN;
+use hugeshm_sys::{MemPolicy, PMD_SHARE_ALIGN};
 
 /// Builds a [`Region`]: size, backend, page size, policy, pre-fault
 /// threads, mlock, mode, name, progress, what to do with an orphan of the
@@ -68,6 +69,7 @@ pub struct RegionBuilder {
     pmd_sharing: bool,
     probe: Probe,
     owner: Option<u32>,
+    numa: Placement,
 }
 
 impl std::fmt::Debug for RegionBuilder {
@@ -87,6 +89,7 @@ impl std::fmt::Debug for RegionBuilder {
             .field("pmd_sharing", &self.pmd_sharing)
             .field("probe", &self.probe.roots)
             .field("owner", &self.owner)
+            .field("numa", &self.numa)
             .finish()
     }
 }
@@ -122,6 +125,51 @@ impl RegionBuilder {
             pmd_sharing: true,
             probe: Probe::default(),
             owner: None,
+            numa: Placement::Default,
+        }
+    }
+
+    /// Where the pages come from on a host with several NUMA nodes (see
+    /// [`Placement`]): `mbind` before any page is touched (`bind` strict,
+    /// so a page elsewhere is an error). The pool check counts the pages
+    /// free on those nodes, node by node. With [`Placement::Default`] the
+    /// caller's own policy (`numactl --membind`) is honoured and checked
+    /// the same way.
+    pub fn numa(mut self, placement: Placement) -> Self {
+        self.numa = placement;
+        self
+    }
+
+    /// The policy to `mbind` the mapping with: the placement asked for (the
+    /// caller's own policy applies by itself).
+    fn mbind_policy(&self, host: &hugeshm_probe::HostSnapshot) -> Option<MemPolicy> {
+        match self.numa {
+            Placement::Default => None,
+            _ => self.effective_policy(host).map(|(p, _)| p),
+        }
+    }
+
+    /// The memory policy to check the plan against, and how to name it:
+    /// the placement asked for, else the caller's own bind or interleave.
+    fn effective_policy(&self, host: &hugeshm_probe::HostSnapshot) -> Option<(MemPolicy, String)> {
+        let all = || host.nodes.iter().map(|n| n.node).collect::<Vec<u32>>();
+        let or_all = |n: &Vec<u32>| if n.is_empty() { all() } else { n.clone() };
+        let asked = match &self.numa {
+            Placement::Default => None,
+            Placement::Bind(n) => Some(MemPolicy::Bind(n.clone())),
+            Placement::Interleave(n) => Some(MemPolicy::Interleave(or_all(n))),
+            Placement::Preferred(n) => Some(MemPolicy::Preferred(*n)),
+            Placement::WeightedInterleave(n) => Some(MemPolicy::WeightedInterleave(or_all(n))),
+        };
+        match asked {
+            Some(p) => Some((p, format!("--numa {}", self.numa))),
+            None => match hugeshm_sys::thread_mempolicy() {
+                Ok(p @ (MemPolicy::Bind(_) | MemPolicy::Interleave(_))) => {
+                    let d = format!("the caller's memory policy {p} (numactl)");
+                    Some((p, d))
+                }
+                _ => None,
+            },
         }
     }
 
@@ -469,6 +517,7 @@ impl RegionBuilder {
                     reason: "reused an existing region that is on base pages".to_owned(),
                     shortfall: None,
                 }),
+                node_bytes: verify::node_bytes(region.addr() as u64),
                 warnings: vec![format!(
                     "reused the existing region: created by pid {} {} ago, contents kept",
                     h.creator_pid,
@@ -517,6 +566,17 @@ impl RegionBuilder {
         // The hugetlb cgroup's room, before anything is created: `only`
         // fails with the cgroup file and the numbers, `try` falls back.
         if let Some(e) = pool::cgroup_check(&self.probe, &plan) {
+            if self.policy != Policy::Try {
+                return Err(e);
+            }
+            plan = pool::fallback_plan(&req, &extra, &e)?;
+        }
+        // The nodes' pools, node by node, for a placed region.
+        let numa = self.effective_policy(&host);
+        if let Some(e) = numa
+            .as_ref()
+            .and_then(|(p, d)| pool::numa_check(&host, &plan, p, d))
+        {
             if self.policy != Policy::Try {
                 return Err(e);
             }
@@ -614,6 +674,28 @@ impl RegionBuilder {
             );
         }
 
+        // Where the pages went; a bound region with pages elsewhere fails
+        // `only`.
+        let node_bytes = verify::node_bytes(r.addr() as u64);
+        if let Some(MemPolicy::Bind(nodes)) = self.mbind_policy(&host) {
+            let misplaced: u64 = node_bytes
+                .iter()
+                .filter(|(n, _)| !nodes.contains(n))
+                .map(|(_, b)| *b)
+                .sum();
+            if misplaced > 0 {
+                let err = RegionError::Misplaced {
+                    object: r.object_text(),
+                    placement: self.numa.to_string(),
+                    misplaced_bytes: misplaced,
+                    nodes: node_bytes.iter().map(|(n, b)| (*n, *b)).collect(),
+                };
+                if self.policy == Policy::Only {
+                    return Err(err);
+                }
+                warnings.push(err.to_string());
+            }
+        }
         if self.mlock {
             r.mlock()?;
         }
@@ -629,6 +711,7 @@ impl RegionBuilder {
                 page_size_bytes: plan.page_size,
                 fallback,
                 warnings,
+                node_bytes,
                 threads: outcome.threads,
                 method: outcome.method,
                 setup_seconds,
@@ -656,6 +739,13 @@ impl RegionBuilder {
         let region = self.materialize(plan, method, threads, host, generation)?;
         let mut guard = CreateGuard::new(region);
         checkpoint("mapped");
+        // Placed before any page is touched (the header's included).
+        if let Some(p) = self.mbind_policy(host) {
+            guard
+                .region()
+                .mapping()
+                .mbind(&p, matches!(p, MemPolicy::Bind(_)))?;
+        }
         let hugetlb = plan.backing == Backing::Hugetlb;
         // What the kernel faulted before it refused: the region's resident
         // bytes (MADV_POPULATE_WRITE does not say how far it got). A tmpfs
@@ -711,6 +801,12 @@ impl RegionBuilder {
             policy: self.policy,
             fallback: p.fallback,
             warnings: p.warnings,
+            placement: self.numa.clone(),
+            node_bytes: p
+                .node_bytes
+                .into_iter()
+                .map(|(n, b)| (n.to_string(), b))
+                .collect(),
             prefault_threads: p.threads,
             prefault_method: p.method,
             setup_seconds: p.setup_seconds,
@@ -790,6 +886,7 @@ struct ReportParts {
     page_size_bytes: u64,
     fallback: Option<Fallback>,
     warnings: Vec<String>,
+    node_bytes: std::collections::BTreeMap<u32, u64>,
     threads: usize,
     method: PrefaultMethod,
     setup_seconds: f64,

@@ -6,7 +6,7 @@ use hugeshm_fix::Fix;
 use hugeshm_parse::size::format_bytes;
 use hugeshm_sys::SysError;
 
-use crate::model::{Backend, Owner, PrefaultMethod, RegionState, Shortfall, Trust};
+use crate::model::{Backend, NodeNeed, Owner, PrefaultMethod, RegionState, Shortfall, Trust};
 
 /// Why a region could not be created, attached or removed.
 ///
@@ -165,6 +165,40 @@ pub enum RegionError {
         /// The failed call.
         #[source]
         source: SysError,
+    },
+    /// The nodes a region is placed on cannot hold it: per node the pages
+    /// required and free (the pool check for NUMA placement, made before
+    /// the system call, as Oracle's alert log lists it per node).
+    #[error(
+        "{} pages on {policy}: {}",
+        format_bytes(*page_size_bytes),
+        nodes.iter().map(|n| format!("node {} required {}, available {}", n.node, n.required, n.available)).collect::<Vec<_>>().join("; ")
+    )]
+    NodeShortfall {
+        /// The page size.
+        page_size_bytes: u64,
+        /// The placement, and where it came from (`bind=1`, `the caller's
+        /// memory policy MPOL_BIND 1 (numactl --membind)`).
+        policy: String,
+        /// The nodes, each with what it needs and has.
+        nodes: Vec<NodeNeed>,
+        /// The per-node pool sizes that would do.
+        fix: Box<Fix>,
+    },
+    /// After the pre-fault, pages of a region bound to some nodes sit on
+    /// others (policy `only`).
+    #[error("{object}: bound to {placement}, but {} bytes sit on other nodes ({})",
+        misplaced_bytes,
+        nodes.iter().map(|(n, b)| format!("node {n}: {}", format_bytes(*b))).collect::<Vec<_>>().join(", "))]
+    Misplaced {
+        /// The object.
+        object: String,
+        /// The placement asked for.
+        placement: String,
+        /// Bytes outside it.
+        misplaced_bytes: u64,
+        /// Bytes per node, as `/proc/self/numa_maps` shows them.
+        nodes: Vec<(u32, u64)>,
     },
     /// The hugetlb cgroup of this process allows fewer pages than the
     /// region needs (found before the system call, from the cgroup files:
@@ -430,6 +464,7 @@ impl RegionError {
             | RegionError::KernelLimit { fix, .. }
             | RegionError::FaultRefused { fix, .. }
             | RegionError::CgroupLimit { fix, .. }
+            | RegionError::NodeShortfall { fix, .. }
             | RegionError::Permission { fix, .. } => Some((**fix).clone()),
             RegionError::MemlockLimit {
                 needed_bytes,

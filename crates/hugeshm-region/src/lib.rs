@@ -177,8 +177,8 @@ pub use hugeshm_sys::SysError;
 pub use inspect::RegionInfo;
 pub use interlock::{list_regions, list_regions_on};
 pub use model::{
-    Backend, Fallback, NamedObject, PageSize, Policy, PrefaultMethod, Reclaim, RegionState,
-    Shortfall,
+    Backend, Fallback, NamedObject, NodeNeed, PageSize, Placement, Policy, PrefaultMethod, Reclaim,
+    RegionState, Shortfall,
 };
 pub use naming::sysv_key;
 pub use prefault::{available_cpus, memset_baseline, MemsetBaseline, Progress, SUB_CHUNK_BYTES};

@@ -296,63 +296,6 @@ impl fmt::Display for PrefaultMethod {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn words_roundtrip() {
-        for b in Backend::ALL {
-            assert_eq!(b.as_str().parse::<Backend>().unwrap(), b);
-            assert_eq!(
-                serde_json::to_string(&b).unwrap(),
-                format!("\"{}\"", b.as_str())
-            );
-        }
-        assert!("shm".parse::<Backend>().is_err());
-        for p in [Policy::Off, Policy::Try, Policy::Only] {
-            assert_eq!(p.to_string().parse::<Policy>().unwrap(), p);
-        }
-        assert_eq!("on".parse::<Policy>().unwrap(), Policy::Only);
-        assert_eq!(
-            serde_json::to_string(&PrefaultMethod::PopulateWrite).unwrap(),
-            "\"populate_write\""
-        );
-    }
-
-    #[test]
-    fn reclaim_words() {
-        for r in [Reclaim::Refuse, Reclaim::Reuse, Reclaim::Recreate] {
-            assert_eq!(r.as_str().parse::<Reclaim>().unwrap(), r);
-        }
-        assert_eq!(Reclaim::default(), Reclaim::Refuse);
-        assert!("delete".parse::<Reclaim>().is_err());
-        assert!(Backend::Memfd.attachable_by_name());
-        assert!(!Backend::Anon.attachable_by_name());
-    }
-
-    #[test]
-    fn page_sizes() {
-        assert_eq!("4k".parse::<PageSize>().unwrap(), PageSize::Base);
-        assert_eq!("base".parse::<PageSize>().unwrap(), PageSize::Base);
-        assert_eq!("2m".parse::<PageSize>().unwrap(), PageSize::HUGE_2M);
-        assert_eq!("1G".parse::<PageSize>().unwrap(), PageSize::HUGE_1G);
-        assert_eq!("largest".parse::<PageSize>().unwrap(), PageSize::Largest);
-        assert!("3m".parse::<PageSize>().is_err());
-        assert!("1k".parse::<PageSize>().is_err());
-        assert!("huge".parse::<PageSize>().is_err());
-        assert_eq!(PageSize::HUGE_2M.to_string(), "2 MiB");
-        assert_eq!(PageSize::Base.to_string(), "4 KiB");
-        assert_eq!(PageSize::Largest.bytes(), None);
-        let j = serde_json::to_string(&PageSize::HUGE_2M).unwrap();
-        assert_eq!(j, "{\"huge\":2097152}");
-        assert_eq!(
-            serde_json::from_str::<PageSize>(&j).unwrap(),
-            PageSize::HUGE_2M
-        );
-    }
-}
-
 /// What is behind a region's name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -629,5 +572,208 @@ pub(crate) mod fallback_fields {
             reason: f.reason.unwrap_or_default(),
             shortfall: f.shortfall,
         }))
+    }
+}
+
+/// Where a region's pages come from, on a host with several NUMA nodes
+/// (`create --numa`). Parses from and prints as `bind=1`, `bind=0,1`,
+/// `interleave`, `interleave=0,1`, `preferred=1`,
+/// `weighted-interleave=0,1`, `default`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Placement {
+    /// The caller's own memory policy (`numactl --membind` and the like:
+    /// honoured and reported; no `mbind`).
+    #[default]
+    Default,
+    /// Only these nodes; a page that cannot be had there is an error.
+    Bind(Vec<u32>),
+    /// Page by page round-robin over these nodes (empty: every node).
+    Interleave(Vec<u32>),
+    /// This node first, others when it has no free page.
+    Preferred(u32),
+    /// Interleave weighted by `/sys/kernel/mm/mempolicy/weighted_interleave`
+    /// (Linux 6.9+; empty: every node).
+    WeightedInterleave(Vec<u32>),
+}
+
+impl fmt::Display for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |n: &[u32]| n.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        match self {
+            Placement::Default => f.write_str("default"),
+            Placement::Bind(n) => write!(f, "bind={}", list(n)),
+            Placement::Interleave(n) if n.is_empty() => f.write_str("interleave"),
+            Placement::Interleave(n) => write!(f, "interleave={}", list(n)),
+            Placement::Preferred(n) => write!(f, "preferred={n}"),
+            Placement::WeightedInterleave(n) if n.is_empty() => f.write_str("weighted-interleave"),
+            Placement::WeightedInterleave(n) => write!(f, "weighted-interleave={}", list(n)),
+        }
+    }
+}
+
+impl FromStr for Placement {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (kind, nodes) = match s.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (s, None),
+        };
+        let list = |v: Option<&str>| -> Result<Vec<u32>, String> {
+            let Some(v) = v else { return Ok(Vec::new()) };
+            let mut out = Vec::new();
+            for part in v.split(',') {
+                match part.split_once('-') {
+                    Some((a, b)) => {
+                        let (a, b): (u32, u32) = (
+                            a.parse()
+                                .map_err(|_| format!("{part:?} is not a node range"))?,
+                            b.parse()
+                                .map_err(|_| format!("{part:?} is not a node range"))?,
+                        );
+                        if b < a || b - a > 1023 {
+                            return Err(format!("{part:?} is not a node range"));
+                        }
+                        out.extend(a..=b);
+                    }
+                    None => out.push(
+                        part.parse()
+                            .map_err(|_| format!("{part:?} is not a node number"))?,
+                    ),
+                }
+            }
+            out.sort_unstable();
+            out.dedup();
+            Ok(out)
+        };
+        match kind {
+            "default" if nodes.is_none() => Ok(Placement::Default),
+            "bind" => {
+                let n = list(nodes)?;
+                if n.is_empty() {
+                    return Err("bind needs nodes: bind=1 or bind=0,1".to_owned());
+                }
+                Ok(Placement::Bind(n))
+            }
+            "interleave" => Ok(Placement::Interleave(list(nodes)?)),
+            "weighted-interleave" => Ok(Placement::WeightedInterleave(list(nodes)?)),
+            "preferred" => match list(nodes)?.as_slice() {
+                [n] => Ok(Placement::Preferred(*n)),
+                _ => Err("preferred takes one node: preferred=1".to_owned()),
+            },
+            _ => Err(format!(
+                "{s:?}: expected default, bind=NODES, interleave[=NODES], preferred=NODE or \
+                 weighted-interleave[=NODES]"
+            )),
+        }
+    }
+}
+
+impl Serialize for Placement {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Placement {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let t = String::deserialize(d)?;
+        t.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// One node's side of a NUMA shortfall.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct NodeNeed {
+    /// The node.
+    pub node: u32,
+    /// Pages the region needs from it.
+    pub required: u64,
+    /// Free pages of its pool.
+    pub available: u64,
+    /// Its pool size (`nr_hugepages` of the node).
+    pub nr_hugepages: u64,
+}
+
+#[cfg(test)]
+mod placement_tests {
+    use super::*;
+
+    #[test]
+    fn placements_parse_and_print() {
+        for (text, p) in [
+            ("default", Placement::Default),
+            ("bind=1", Placement::Bind(vec![1])),
+            ("bind=0-2,5", Placement::Bind(vec![0, 1, 2, 5])),
+            ("interleave", Placement::Interleave(vec![])),
+            ("interleave=1,0", Placement::Interleave(vec![0, 1])),
+            ("preferred=1", Placement::Preferred(1)),
+            ("weighted-interleave", Placement::WeightedInterleave(vec![])),
+        ] {
+            assert_eq!(text.parse::<Placement>().unwrap(), p, "{text}");
+        }
+        assert_eq!(Placement::Bind(vec![0, 1]).to_string(), "bind=0,1");
+        for bad in ["bind", "bind=x", "preferred=0,1", "spread", "bind=3-1"] {
+            assert!(bad.parse::<Placement>().is_err(), "{bad}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_roundtrip() {
+        for b in Backend::ALL {
+            assert_eq!(b.as_str().parse::<Backend>().unwrap(), b);
+            assert_eq!(
+                serde_json::to_string(&b).unwrap(),
+                format!("\"{}\"", b.as_str())
+            );
+        }
+        assert!("shm".parse::<Backend>().is_err());
+        for p in [Policy::Off, Policy::Try, Policy::Only] {
+            assert_eq!(p.to_string().parse::<Policy>().unwrap(), p);
+        }
+        assert_eq!("on".parse::<Policy>().unwrap(), Policy::Only);
+        assert_eq!(
+            serde_json::to_string(&PrefaultMethod::PopulateWrite).unwrap(),
+            "\"populate_write\""
+        );
+    }
+
+    #[test]
+    fn reclaim_words() {
+        for r in [Reclaim::Refuse, Reclaim::Reuse, Reclaim::Recreate] {
+            assert_eq!(r.as_str().parse::<Reclaim>().unwrap(), r);
+        }
+        assert_eq!(Reclaim::default(), Reclaim::Refuse);
+        assert!("delete".parse::<Reclaim>().is_err());
+        assert!(Backend::Memfd.attachable_by_name());
+        assert!(!Backend::Anon.attachable_by_name());
+    }
+
+    #[test]
+    fn page_sizes() {
+        assert_eq!("4k".parse::<PageSize>().unwrap(), PageSize::Base);
+        assert_eq!("base".parse::<PageSize>().unwrap(), PageSize::Base);
+        assert_eq!("2m".parse::<PageSize>().unwrap(), PageSize::HUGE_2M);
+        assert_eq!("1G".parse::<PageSize>().unwrap(), PageSize::HUGE_1G);
+        assert_eq!("largest".parse::<PageSize>().unwrap(), PageSize::Largest);
+        assert!("3m".parse::<PageSize>().is_err());
+        assert!("1k".parse::<PageSize>().is_err());
+        assert!("huge".parse::<PageSize>().is_err());
+        assert_eq!(PageSize::HUGE_2M.to_string(), "2 MiB");
+        assert_eq!(PageSize::Base.to_string(), "4 KiB");
+        assert_eq!(PageSize::Largest.bytes(), None);
+        let j = serde_json::to_string(&PageSize::HUGE_2M).unwrap();
+        assert_eq!(j, "{\"huge\":2097152}");
+        assert_eq!(
+            serde_json::from_str::<PageSize>(&j).unwrap(),
+            PageSize::HUGE_2M
+        );
     }
 }

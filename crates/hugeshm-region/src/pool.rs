@@ -16,7 +16,7 @@ use hugeshm_probe::{HostSnapshot, Probe};
 use hugeshm_sys::SysError;
 
 use crate::error::RegionError;
-use crate::model::{Backend, Fallback, PageSize, Policy, Shortfall};
+use crate::model::{Backend, Fallback, NodeNeed, PageSize, Policy, Shortfall};
 use crate::naming::DEFAULT_POSIX_DIR;
 
 /// Checks that `required` pages are available (free − reserved) in a
@@ -566,6 +566,100 @@ pub(crate) fn plan(
     }
 }
 
+/// The NUMA side of the pool check, before the system call: for a hugetlb
+/// plan placed on some nodes (by `--numa`, or the caller's own policy),
+/// whether those nodes' pools hold it. `bind`: their free pages together;
+/// `interleave`: each node its share. `None` when it fits or no node
+/// constraint applies (preferred falls back to other nodes by itself).
+pub(crate) fn numa_check(
+    host: &HostSnapshot,
+    plan: &Plan,
+    policy: &hugeshm_sys::MemPolicy,
+    described: &str,
+) -> Option<RegionError> {
+    use hugeshm_sys::MemPolicy;
+    if plan.backing != Backing::Hugetlb || host.node_pools.is_empty() {
+        return None;
+    }
+    let page = plan.page_size.max(1);
+    let required = plan.size_bytes / page;
+    let pool = |n: u32| {
+        host.node_pools
+            .iter()
+            .find(|p| p.node == n && p.counters.page_size_bytes == plan.page_size)
+            .map(|p| (p.counters.free, p.counters.nr))
+            .unwrap_or((0, 0))
+    };
+    let needs: Vec<NodeNeed> = match policy {
+        MemPolicy::Bind(nodes) => {
+            let free: u64 = nodes.iter().map(|&n| pool(n).0).sum();
+            if free >= required {
+                return None;
+            }
+            // What is missing goes to the first node that can take it: the
+            // one with the most free pages.
+            let mut left = required;
+            let mut sorted = nodes.clone();
+            sorted.sort_by_key(|&n| std::cmp::Reverse(pool(n).0));
+            sorted
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| {
+                    let (free, nr) = pool(n);
+                    let share = if i + 1 == sorted.len() {
+                        left
+                    } else {
+                        left.min(free)
+                    };
+                    left -= share;
+                    NodeNeed {
+                        node: n,
+                        required: share,
+                        available: free,
+                        nr_hugepages: nr,
+                    }
+                })
+                .collect()
+        }
+        MemPolicy::Interleave(nodes) | MemPolicy::WeightedInterleave(nodes) => {
+            let count = nodes.len().max(1) as u64;
+            let needs: Vec<NodeNeed> = nodes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| {
+                    let (free, nr) = pool(n);
+                    NodeNeed {
+                        node: n,
+                        // Page i goes to node i mod count.
+                        required: required / count + u64::from((i as u64) < required % count),
+                        available: free,
+                        nr_hugepages: nr,
+                    }
+                })
+                .collect();
+            if needs.iter().all(|n| n.available >= n.required) {
+                return None;
+            }
+            needs
+        }
+        MemPolicy::Default | MemPolicy::Preferred(_) => return None,
+    };
+    let short: Vec<(u32, u64)> = needs
+        .iter()
+        .filter(|n| n.available < n.required)
+        .map(|n| (n.node, n.nr_hugepages + (n.required - n.available)))
+        .collect();
+    Some(RegionError::NodeShortfall {
+        page_size_bytes: plan.page_size,
+        policy: described.to_owned(),
+        nodes: needs,
+        fix: Box::new(Fix::SetNodePools {
+            page_size_bytes: plan.page_size,
+            pools: short,
+        }),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -612,6 +706,52 @@ mod tests {
                           none /mnt/h1g hugetlbfs rw,pagesize=1024M 0 0\n\
                           tmpfs /mnt/thp tmpfs rw,huge=within_size 0 0\n\
                           tmpfs /mnt/adv tmpfs rw,huge=advise 0 0\n";
+
+    #[test]
+    fn numa_placement_is_checked_node_by_node() {
+        use hugeshm_sys::MemPolicy;
+        let mut h = host(&[(MIB2, 110, 110, 0)], MOUNTS, "[never]");
+        for (node, nr, free) in [(0u32, 100u64, 100u64), (1, 10, 10)] {
+            let counters = PoolCounters::new(MIB2, nr, free, None, 0, None);
+            h.node_pools.push(
+                serde_json::from_value(serde_json::json!({"node": node, "counters": counters}))
+                    .unwrap(),
+            );
+        }
+        let p = plan(
+            &req(Backend::Anon, PageSize::HUGE_2M, Policy::Only, 64 << 20),
+            &h,
+            &extra(),
+        )
+        .unwrap();
+        assert_eq!(p.size_bytes / MIB2, 32);
+        let e = numa_check(&h, &p, &MemPolicy::Bind(vec![1]), "--numa bind=1").unwrap();
+        assert_eq!(
+            e.to_string(),
+            "2 MiB pages on --numa bind=1: node 1 required 32, available 10"
+        );
+        assert_eq!(
+            e.fix().unwrap().to_string(),
+            "echo 32 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages"
+        );
+        assert!(numa_check(&h, &p, &MemPolicy::Bind(vec![0]), "b").is_none());
+        assert!(numa_check(&h, &p, &MemPolicy::Bind(vec![0, 1]), "b").is_none());
+        assert!(numa_check(&h, &p, &MemPolicy::Preferred(1), "p").is_none());
+        // Interleave: each node its half; only node 1 is short.
+        let e = numa_check(&h, &p, &MemPolicy::Interleave(vec![0, 1]), "interleave").unwrap();
+        assert_eq!(
+            e.to_string(),
+            "2 MiB pages on interleave: node 0 required 16, available 100; node 1 required 16, available 10"
+        );
+        assert_eq!(
+            e.fix().unwrap().to_string(),
+            "echo 16 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages"
+        );
+        // Base pages and hosts without node pools: nothing to check.
+        let mut flat = h.clone();
+        flat.node_pools.clear();
+        assert!(numa_check(&flat, &p, &MemPolicy::Bind(vec![1]), "b").is_none());
+    }
 
     #[test]
     fn shortfall_message_is_exact() {

@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::header::{Liveness, RegionHeader};
 use crate::model::{
-    fallback_fields, Backend, Fallback, PageSize, Policy, PrefaultMethod, Reclaim, RegionState,
+    fallback_fields, Backend, Fallback, PageSize, Placement, Policy, PrefaultMethod, Reclaim,
+    RegionState,
 };
 
 /// The report of [`RegionBuilder::create`](crate::RegionBuilder::create).
@@ -38,6 +39,13 @@ pub struct AllocationReport {
     pub fallback: Option<Fallback>,
     /// Things worth knowing that did not change the outcome.
     pub warnings: Vec<String>,
+    /// The NUMA placement asked for.
+    #[serde(default)]
+    pub placement: Placement,
+    /// Bytes of the region on each NUMA node after the pre-fault, as
+    /// `/proc/self/numa_maps` shows them (node id as a string).
+    #[serde(default)]
+    pub node_bytes: std::collections::BTreeMap<String, u64>,
     /// Pre-fault threads used (0: not pre-faulted).
     pub prefault_threads: usize,
     /// Pre-fault method.

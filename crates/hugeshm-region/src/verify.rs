@@ -99,6 +99,17 @@ pub(crate) fn verify_range(
     })
 }
 
+/// Bytes per NUMA node of this process's mapping at `addr`, from the
+/// running kernel's `/proc/self/numa_maps`; empty where it cannot be read.
+pub(crate) fn node_bytes(addr: u64) -> std::collections::BTreeMap<u32, u64> {
+    std::fs::read_to_string("/proc/self/numa_maps")
+        .ok()
+        .and_then(|t| hugeshm_parse::numa_maps::parse(&t).ok())
+        .and_then(|entries| entries.into_iter().find(|e| e.start == addr))
+        .map(|e| e.node_bytes())
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

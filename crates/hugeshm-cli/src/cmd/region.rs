@@ -4,7 +4,7 @@ use crate::output::{Out, ProgressBar, Table};
 use anyhow::bail;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_region::{
-    AllocationReport, Backend, Locator, PageSize, Policy, Probe, Reclaim, RegionBuilder,
+    AllocationReport, Backend, Locator, PageSize, Placement, Policy, Probe, Reclaim, RegionBuilder,
     RegionError, Renderer, Roots,
 };
 use std::path::PathBuf;
@@ -36,6 +36,11 @@ pub struct CreateArgs {
     /// Permission bits (octal).
     #[arg(long, default_value = "0600", value_parser = parse_mode)]
     pub mode: u32,
+    /// NUMA placement: bind=NODES, interleave[=NODES], preferred=NODE,
+    /// weighted-interleave[=NODES] (default: this process's own policy,
+    /// e.g. from numactl, which is honoured and checked).
+    #[arg(long, default_value = "default")]
+    pub numa: Placement,
     /// With --reclaim: accept an existing region owned by this user (uid or
     /// login name; default: the effective user).
     #[arg(long, value_parser = parse_owner)]
@@ -168,6 +173,7 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
         .mlock(a.mlock)
         .mode(a.mode)
         .reclaim(a.reclaim)
+        .numa(a.numa.clone())
         .name(a.name.clone());
     if let Some(t) = a.prefault_threads {
         b = b.prefault_threads(t);
@@ -292,6 +298,17 @@ pub fn print_report(r: &AllocationReport, out: &mut Out) -> anyhow::Result<()> {
         out.good(&format_bytes(r.verified_page_size_bytes), verified_ok),
     ]);
     t.row(vec!["resident".into(), format_bytes(r.resident_bytes)]);
+    if r.node_bytes.len() > 1 || r.placement != Placement::Default {
+        let nodes: Vec<String> = r
+            .node_bytes
+            .iter()
+            .map(|(n, b)| format!("{n}: {}", format_bytes(*b)))
+            .collect();
+        t.row(vec![
+            "nodes".into(),
+            format!("{} (placement {})", nodes.join(", "), r.placement),
+        ]);
+    }
     t.row(vec![
         "pre-fault".into(),
         format!(

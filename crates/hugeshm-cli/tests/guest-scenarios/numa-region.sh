@@ -1,0 +1,38 @@
+# NUMA placement of regions on a real 2-node kernel
+# (crates/hugeshm-cli/tests/guest_numa_region.rs checks what this prints).
+# Sourced by the guest's /init, which gives `mark`, `block` and `wait_for`.
+# shellcheck shell=sh
+
+node_pool() {
+    echo "/sys/devices/system/node/node$1/hugepages/hugepages-2048kB/nr_hugepages"
+}
+
+echo 20 >"$(node_pool 0)"
+echo 20 >"$(node_pool 1)"
+
+# bind: all of a 16 MiB SysV region on node 1, with two pre-fault threads
+# (which would otherwise spread it over both nodes).
+mark bind
+block bind.create hugeshm create nb --size 16M --page-size 2m --policy only \
+    --backend sysv --numa bind=1 --prefault-threads 2 --json
+block bind.rm hugeshm rm nb --json
+
+# interleave: half on each node.
+mark interleave
+block interleave.create hugeshm create ni --size 16M --page-size 2m --policy only \
+    --backend sysv --numa interleave --prefault-threads 2 --json
+block interleave.rm hugeshm rm ni --json
+
+# shortfall: node 1 holds 2 free pages; bind=1 of 8 pages fails before the
+# system call with node-exact numbers, and so does the caller's own
+# numactl --membind=1; try falls back whole.
+mark shortfall
+echo 2 >"$(node_pool 1)"
+block shortfall.bind hugeshm create ns --size 16M --page-size 2m --policy only \
+    --backend sysv --numa bind=1
+block shortfall.membind numactl --membind=1 hugeshm create ns --size 16M \
+    --page-size 2m --policy only --backend sysv
+block shortfall.try hugeshm create ns --size 16M --page-size 2m --policy try \
+    --backend sysv --numa bind=1 --json
+block shortfall.rm hugeshm rm ns --json
+block shortfall.ipcs cat /proc/sysvipc/shm

@@ -1,0 +1,144 @@
+//! NUMA placement of regions, on a real 2-node kernel (a QEMU guest, see
+//! `hugeshm_testkit::guest`): `create --numa bind=1` puts every page on
+//! node 1 even with two pre-fault threads, `interleave` puts half on each
+//! node, and a node that cannot hold the region is a shortfall with the
+//! node's own numbers and per-node fix before anything is created, for
+//! `--numa` and for the caller's own `numactl --membind`; `try` falls back
+//! whole. Skips only where QEMU or a guest kernel is missing.
+
+use hugeshm_testkit::guest::{Boot, Guest, GuestRun};
+use serde_json::Value;
+use std::path::Path;
+use std::sync::OnceLock;
+
+const M2: u64 = 2 << 20;
+
+enum Outcome {
+    Skip(String),
+    Ran(Box<GuestRun>),
+    Failed(String),
+}
+
+fn guest_run(test: &str) -> Option<&'static GuestRun> {
+    static RUN: OnceLock<Outcome> = OnceLock::new();
+    let outcome = RUN.get_or_init(|| {
+        let guest = match Guest::find() {
+            Ok(g) => g,
+            Err(why) => return Outcome::Skip(why),
+        };
+        let scenario =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scenarios/numa-region.sh");
+        if let Err(e) = guest.build(&scenario, &[Path::new(env!("CARGO_BIN_EXE_hugeshm"))]) {
+            return Outcome::Failed(e);
+        }
+        match guest.boot(&Boot::default()) {
+            Ok(run) => {
+                println!(
+                    "guest: boot {:.1} s, run {:.1} s",
+                    run.boot_seconds, run.run_seconds
+                );
+                Outcome::Ran(Box::new(run))
+            }
+            Err(e) => Outcome::Failed(e),
+        }
+    });
+    match outcome {
+        Outcome::Skip(why) => {
+            println!("SKIP {test}: {why}");
+            None
+        }
+        Outcome::Ran(run) => Some(run),
+        Outcome::Failed(why) => panic!("the guest did not run: {why}"),
+    }
+}
+
+fn json(run: &GuestRun, block: &str) -> Value {
+    run.console.json(block).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn node_bytes(report: &Value) -> Vec<(String, u64)> {
+    report["node_bytes"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no node_bytes: {report:#}"))
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn guest_bind_puts_every_page_on_the_node() {
+    let Some(run) = guest_run("guest_bind_puts_every_page_on_the_node") else {
+        return;
+    };
+    let r = json(run, "bind.create");
+    assert_eq!(r["placement"], "bind=1", "{r:#}");
+    assert_eq!(r["verified_page_size_bytes"].as_u64(), Some(M2));
+    assert_eq!(node_bytes(&r), vec![("1".to_owned(), 16 << 20)], "{r:#}");
+    run.console.ok("bind.rm").unwrap();
+}
+
+#[test]
+fn guest_interleave_splits_evenly() {
+    let Some(run) = guest_run("guest_interleave_splits_evenly") else {
+        return;
+    };
+    let r = json(run, "interleave.create");
+    assert_eq!(r["placement"], "interleave", "{r:#}");
+    assert_eq!(
+        node_bytes(&r),
+        vec![("0".to_owned(), 8 << 20), ("1".to_owned(), 8 << 20)],
+        "{r:#}"
+    );
+}
+
+#[test]
+fn guest_short_node_is_named_with_its_numbers() {
+    let Some(run) = guest_run("guest_short_node_is_named_with_its_numbers") else {
+        return;
+    };
+    for block in ["shortfall.bind", "shortfall.membind"] {
+        let b = run
+            .console
+            .block(block)
+            .unwrap_or_else(|| panic!("no {block}"));
+        assert_eq!(b.rc, 3, "{block}: rc {} {}", b.rc, b.text);
+        let err = run
+            .console
+            .block(&format!("{block}.stderr"))
+            .map(|b| b.text.clone())
+            .unwrap_or_default();
+        println!("{block}: {err}");
+        assert!(
+            err.contains("node 1 required 8, available 2"),
+            "{block}: {err}"
+        );
+        assert!(
+            err.contains(
+                "echo 8 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages"
+            ),
+            "{block}: {err}"
+        );
+    }
+    let membind = run
+        .console
+        .block("shortfall.membind.stderr")
+        .map(|b| b.text.clone())
+        .unwrap_or_default();
+    assert!(
+        membind.contains("the caller's memory policy MPOL_BIND 1"),
+        "{membind}"
+    );
+    let r = json(run, "shortfall.try");
+    assert_eq!(r["fell_back"], true, "{r:#}");
+    assert_eq!(r["page_size_bytes"].as_u64(), Some(4096));
+    assert!(
+        r["reason"]
+            .as_str()
+            .unwrap()
+            .contains("node 1 required 8, available 2"),
+        "{r:#}"
+    );
+    run.console.ok("shortfall.rm").unwrap();
+    let ipcs = run.console.ok("shortfall.ipcs").unwrap();
+    assert_eq!(ipcs.lines().count(), 1, "no segment left: {ipcs}");
+}
