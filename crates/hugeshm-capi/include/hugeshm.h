@@ -142,7 +142,8 @@
 typedef struct hugeshm_error hugeshm_error;
 
 // The request for a region: size, backend, page size, policy, pre-fault
-// threads, mlock, mode, name, directory, reclaim, page-table sharing. Made by `hugeshm_options_new`,
+// threads, mlock, mode, name, directory, reclaim, page-table sharing, NUMA
+// placement. Made by `hugeshm_options_new`,
 // changed by the `hugeshm_options_set_*` functions (each returns
 // `HUGESHM_OK`, or `HUGESHM_ERROR_INVALID_ARGUMENT` and changes nothing),
 // used by `hugeshm_create` (which does not keep it), freed by
@@ -549,6 +550,22 @@ int hugeshm_options_set_pmd_sharing(hugeshm_options *options, bool on);
 // `options` is NULL or live options not used by another thread meanwhile.
 int hugeshm_options_set_owner(hugeshm_options *options, uint32_t uid);
 
+// NUMA placement, as `hugeshm create --numa` takes it: "bind=1" (every
+// page on node 1; a page elsewhere is an error under
+// `HUGESHM_POLICY_ONLY`), "interleave" or "interleave=0,2", "preferred=1",
+// "weighted-interleave" (Linux 6.9+), or "default" (the caller's own
+// policy, e.g. from `numactl --membind`, which is honoured). The pool of
+// each node is checked before the system call: a short node is
+// `HUGESHM_ERROR_POOL_SHORTFALL` with that node's numbers
+// (`hugeshm_shortfall.node`) and its sysfs file in the fix. The string is
+// copied.
+//
+// # Safety
+//
+// `options` is NULL or live options not used by another thread meanwhile;
+// `placement` is NULL or a NUL-terminated string.
+int hugeshm_options_set_numa(hugeshm_options *options, const char *placement);
+
 // Creates, pre-faults, verifies (and, if asked, mlocks) a region as the
 // options say, and stores its handle in `*out`.
 //
@@ -713,6 +730,24 @@ int hugeshm_region_report(const hugeshm_region *region, hugeshm_report *out);
 //
 // `region` is NULL or a live handle.
 const char *hugeshm_region_reason(const hugeshm_region *region);
+
+// The NUMA placement the region was created with ("bind=1",
+// "interleave", "default" for the caller's own policy, ...); NULL for
+// attached regions. Valid while the region lives.
+//
+// # Safety
+//
+// `region` is NULL or a live handle.
+const char *hugeshm_region_placement(const hugeshm_region *region);
+
+// Bytes of the region on NUMA node `node` after the pre-fault of
+// `hugeshm_create` (from /proc/self/numa_maps); 0 for other nodes and for
+// attached regions.
+//
+// # Safety
+//
+// `region` is NULL or a live handle.
+uint64_t hugeshm_region_node_bytes(const hugeshm_region *region, uint32_t node);
 
 // How many warnings the creation had (things worth knowing that did not
 // change the outcome).

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int};
 use std::path::PathBuf;
 use std::ptr;
 
-use hugeshm_region::{naming, Backend, PageSize, Policy, Reclaim, RegionBuilder};
+use hugeshm_region::{naming, Backend, PageSize, Placement, Policy, Reclaim, RegionBuilder};
 
 use crate::error::{hugeshm_error, HUGESHM_ERROR_INTERNAL, HUGESHM_OK};
 use crate::ffi::{arg_mut, arg_str, into_handle, no_panic, take_box};
@@ -15,7 +15,8 @@ use crate::types::{
 };
 
 /// The request for a region: size, backend, page size, policy, pre-fault
-/// threads, mlock, mode, name, directory, reclaim, page-table sharing. Made by `hugeshm_options_new`,
+/// threads, mlock, mode, name, directory, reclaim, page-table sharing, NUMA
+/// placement. Made by `hugeshm_options_new`,
 /// changed by the `hugeshm_options_set_*` functions (each returns
 /// `HUGESHM_OK`, or `HUGESHM_ERROR_INVALID_ARGUMENT` and changes nothing),
 /// used by `hugeshm_create` (which does not keep it), freed by
@@ -34,6 +35,7 @@ pub struct hugeshm_options {
     reclaim: Reclaim,
     pmd_sharing: bool,
     owner: Option<u32>,
+    numa: Placement,
 }
 
 impl hugeshm_options {
@@ -46,7 +48,8 @@ impl hugeshm_options {
             .mlock(self.mlock)
             .mode(self.mode)
             .reclaim(self.reclaim)
-            .pmd_sharing(self.pmd_sharing);
+            .pmd_sharing(self.pmd_sharing)
+            .numa(self.numa.clone());
         if let Some(t) = self.prefault_threads {
             b = b.prefault_threads(t);
         }
@@ -78,6 +81,7 @@ impl Default for hugeshm_options {
             reclaim: Reclaim::Refuse,
             pmd_sharing: true,
             owner: None,
+            numa: Placement::Default,
         }
     }
 }
@@ -375,6 +379,37 @@ pub unsafe extern "C" fn hugeshm_options_set_owner(
 ) -> c_int {
     let apply = |o: &mut hugeshm_options| {
         o.owner = Some(uid);
+        Ok(())
+    };
+    // SAFETY: `options` is NULL or live and unshared (contract).
+    unsafe { set(options, apply) }
+}
+
+/// NUMA placement, as `hugeshm create --numa` takes it: "bind=1" (every
+/// page on node 1; a page elsewhere is an error under
+/// `HUGESHM_POLICY_ONLY`), "interleave" or "interleave=0,2", "preferred=1",
+/// "weighted-interleave" (Linux 6.9+), or "default" (the caller's own
+/// policy, e.g. from `numactl --membind`, which is honoured). The pool of
+/// each node is checked before the system call: a short node is
+/// `HUGESHM_ERROR_POOL_SHORTFALL` with that node's numbers
+/// (`hugeshm_shortfall.node`) and its sysfs file in the fix. The string is
+/// copied.
+///
+/// # Safety
+///
+/// `options` is NULL or live options not used by another thread meanwhile;
+/// `placement` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn hugeshm_options_set_numa(
+    options: *mut hugeshm_options,
+    placement: *const c_char,
+) -> c_int {
+    let apply = |o: &mut hugeshm_options| {
+        // SAFETY: `placement` is NULL or a NUL-terminated string (contract).
+        let text = unsafe { arg_str(placement, "placement") }?;
+        o.numa = text
+            .parse::<Placement>()
+            .map_err(hugeshm_error::invalid_argument)?;
         Ok(())
     };
     // SAFETY: `options` is NULL or live and unshared (contract).

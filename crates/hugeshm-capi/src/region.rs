@@ -26,6 +26,10 @@ pub struct hugeshm_region {
     warnings: Vec<CString>,
     name: Option<CString>,
     path: Option<CString>,
+    /// The placement of a created region ("bind=1", "default", ...).
+    placement: Option<CString>,
+    /// Bytes per NUMA node after the pre-fault (created regions).
+    node_bytes: Vec<(u32, u64)>,
 }
 
 impl hugeshm_region {
@@ -36,6 +40,8 @@ impl hugeshm_region {
             warnings: Vec::new(),
             name: region.name().map(c_string),
             path: region.path().map(|p| c_string(p.display().to_string())),
+            placement: None,
+            node_bytes: Vec::new(),
             region,
         }
     }
@@ -45,6 +51,12 @@ impl hugeshm_region {
         hugeshm_region {
             reason: r.reason().map(|t| c_string(t.to_owned())),
             warnings: r.warnings.iter().cloned().map(c_string).collect(),
+            placement: Some(c_string(r.placement.to_string())),
+            node_bytes: r
+                .node_bytes
+                .iter()
+                .filter_map(|(n, b)| Some((n.parse().ok()?, *b)))
+                .collect(),
             ..hugeshm_region::new(region, report)
         }
     }
@@ -386,6 +398,46 @@ pub unsafe extern "C" fn hugeshm_region_reason(region: *const hugeshm_region) ->
     unsafe {
         with_region(region, ptr::null(), |r| {
             r.reason.as_ref().map_or(ptr::null(), |s| s.as_ptr())
+        })
+    }
+}
+
+/// The NUMA placement the region was created with ("bind=1",
+/// "interleave", "default" for the caller's own policy, ...); NULL for
+/// attached regions. Valid while the region lives.
+///
+/// # Safety
+///
+/// `region` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn hugeshm_region_placement(region: *const hugeshm_region) -> *const c_char {
+    // SAFETY: `region` is NULL or a live handle (contract).
+    unsafe {
+        with_region(region, ptr::null(), |r| {
+            r.placement.as_ref().map_or(ptr::null(), |s| s.as_ptr())
+        })
+    }
+}
+
+/// Bytes of the region on NUMA node `node` after the pre-fault of
+/// `hugeshm_create` (from /proc/self/numa_maps); 0 for other nodes and for
+/// attached regions.
+///
+/// # Safety
+///
+/// `region` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn hugeshm_region_node_bytes(
+    region: *const hugeshm_region,
+    node: u32,
+) -> u64 {
+    // SAFETY: `region` is NULL or a live handle (contract).
+    unsafe {
+        with_region(region, 0, |r| {
+            r.node_bytes
+                .iter()
+                .find(|(n, _)| *n == node)
+                .map_or(0, |(_, b)| *b)
         })
     }
 }

@@ -263,6 +263,31 @@ fn c_two_processes_share_a_region_by_name() {
     pool.restore().unwrap();
 }
 
+/// `hugeshm_options_set_numa("bind=0")` on this host's node 0: every page
+/// there, as `hugeshm_region_node_bytes` says; bad strings are refused.
+/// (The 2-node cases run in the guest: hugeshm's guest_numa_region test.)
+#[test]
+fn c_numa_bind_places_and_reports() {
+    if !hugeshm_testkit::is_root() {
+        println!("SKIP c_numa_bind_places_and_reports: needs root for the 2 MiB pool");
+        return;
+    }
+    let pool = PoolGuard::new().unwrap();
+    if let Err(e) = pool.ensure_free(MIB2, 4) {
+        println!("SKIP c_numa_bind_places_and_reports: {e}");
+        return;
+    }
+    let before = HostState::capture().unwrap();
+    let out = run_ok(
+        c_command(&share_exe()).args(["numa", "0", "4"]),
+        "share numa",
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("OK numa"), "{text}");
+    assert_no_leak(&before, "numa");
+    pool.restore().unwrap();
+}
+
 #[test]
 fn c_pool_shortfall_is_an_error_with_numbers_and_fix() {
     let exe = share_exe();

@@ -411,6 +411,42 @@ static int do_reclaim(const char *name) {
     return failures != 0;
 }
 
+/* NUMA placement: a bad placement string is refused and changes nothing;
+ * "bind=NODE" puts every page of a 2 MiB-page region on that node, which
+ * the region reports (placement, bytes per node). */
+static int do_numa(uint32_t node, uint64_t pages) {
+    hugeshm_options *o = hugeshm_options_new();
+    CHECK(hugeshm_options_set_numa(o, "bind=x") == HUGESHM_ERROR_INVALID_ARGUMENT, "bind=x");
+    CHECK(hugeshm_options_set_numa(o, NULL) == HUGESHM_ERROR_INVALID_ARGUMENT, "NULL");
+    char placement[32];
+    snprintf(placement, sizeof placement, "bind=%u", node);
+    CHECK(hugeshm_options_set_numa(o, placement) == HUGESHM_OK, "%s", placement);
+    hugeshm_options_set_size(o, pages * MIB2);
+    hugeshm_options_set_page_size(o, MIB2);
+    hugeshm_options_set_policy(o, HUGESHM_POLICY_ONLY);
+    hugeshm_options_set_prefault_threads(o, 2);
+    hugeshm_region *r = NULL;
+    hugeshm_error *err = NULL;
+    int rc = hugeshm_create(o, &r, &err);
+    hugeshm_options_free(o);
+    if (rc != HUGESHM_OK) {
+        return report_error("create", rc, err);
+    }
+    const char *got = hugeshm_region_placement(r);
+    printf("placement %s, node %u: %" PRIu64 " bytes\n", got ? got : "(null)", node,
+           hugeshm_region_node_bytes(r, node));
+    CHECK(got != NULL && strcmp(got, placement) == 0, "placement %s", got ? got : "(null)");
+    CHECK(hugeshm_region_node_bytes(r, node) == pages * MIB2, "all pages on node %u", node);
+    CHECK(hugeshm_region_node_bytes(r, node + 1) == 0, "none on node %u", node + 1);
+    CHECK(hugeshm_region_node_bytes(NULL, node) == 0, "NULL region");
+    CHECK(hugeshm_region_placement(NULL) == NULL, "NULL region placement");
+    CHECK(hugeshm_destroy(r, NULL) == HUGESHM_OK, "destroy");
+    if (failures == 0) {
+        printf("OK numa\n");
+    }
+    return failures != 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 4 && strcmp(argv[1], "create") == 0) {
         return do_create(argv[2], strtoull(argv[3], NULL, 10));
@@ -427,9 +463,12 @@ int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "reclaim") == 0) {
         return do_reclaim(argv[2]);
     }
+    if (argc >= 4 && strcmp(argv[1], "numa") == 0) {
+        return do_numa((uint32_t)strtoul(argv[2], NULL, 10), strtoull(argv[3], NULL, 10));
+    }
     if (argc >= 2 && strcmp(argv[1], "nulls") == 0) {
         return do_nulls();
     }
-    fprintf(stderr, "usage: %s create|attach|remove|shortfall|reclaim|nulls ...\n", argv[0]);
+    fprintf(stderr, "usage: %s create|attach|remove|shortfall|reclaim|numa|nulls ...\n", argv[0]);
     return 2;
 }
