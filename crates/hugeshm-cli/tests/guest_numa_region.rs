@@ -74,6 +74,16 @@ fn guest_bind_puts_every_page_on_the_node() {
     assert_eq!(r["placement"], "bind=1", "{r:#}");
     assert_eq!(r["verified_page_size_bytes"].as_u64(), Some(M2));
     assert_eq!(node_bytes(&r), vec![("1".to_owned(), 16 << 20)], "{r:#}");
+    // Faulted from node 1's CPU (the guest has CPU 0 on node 0 and CPU 1 on
+    // node 1), by the two threads asked for.
+    assert_eq!(r["prefault_cpus"], serde_json::json!([1]), "{r:#}");
+    assert_eq!(r["prefault_threads"], 2, "{r:#}");
+    // Without --prefault-threads: one thread per CPU of the node.
+    let r = json(run, "bind.default-threads");
+    assert_eq!(r["prefault_cpus"], serde_json::json!([1]), "{r:#}");
+    assert_eq!(r["prefault_threads"], 1, "{r:#}");
+    assert_eq!(node_bytes(&r), vec![("1".to_owned(), 8 << 20)], "{r:#}");
+    run.console.ok("bind.default-threads.rm").unwrap();
     run.console.ok("bind.rm").unwrap();
 }
 
@@ -84,6 +94,7 @@ fn guest_interleave_splits_evenly() {
     };
     let r = json(run, "interleave.create");
     assert_eq!(r["placement"], "interleave", "{r:#}");
+    assert!(r.get("prefault_cpus").is_none(), "not pinned: {r:#}");
     assert_eq!(
         node_bytes(&r),
         vec![("0".to_owned(), 8 << 20), ("1".to_owned(), 8 << 20)],

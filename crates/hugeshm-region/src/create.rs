@@ -173,6 +173,29 @@ impl RegionBuilder {
         }
     }
 
+    /// The CPUs to pre-fault from: those of the nodes a bound or preferred
+    /// region lives on that this process may use (zeroing a page is then
+    /// local); empty (no pinning) otherwise, or when those nodes have no
+    /// CPU this process may use (a CPU-less CXL node).
+    fn fault_cpus(&self, host: &hugeshm_probe::HostSnapshot) -> Vec<usize> {
+        let nodes = match self.effective_policy(host) {
+            Some((MemPolicy::Bind(n), _)) => n,
+            Some((MemPolicy::Preferred(n), _)) => vec![n],
+            _ => return Vec::new(),
+        };
+        let allowed = hugeshm_sys::thread_cpus().unwrap_or_default();
+        let mut cpus: Vec<usize> = host
+            .nodes
+            .iter()
+            .filter(|n| nodes.contains(&n.node))
+            .flat_map(|n| n.cpus.iter().map(|&c| c as usize))
+            .filter(|c| allowed.contains(c))
+            .collect();
+        cpus.sort_unstable();
+        cpus.dedup();
+        cpus
+    }
+
     /// When a region of this name exists: accept (reuse, recreate) one
     /// owned by `uid` (default: this process's effective uid). One that
     /// another user owns, or that group or others may write beyond
@@ -498,6 +521,7 @@ impl RegionBuilder {
             region.mapping(),
             h.page_size_bytes as usize,
             threads,
+            &[],
             method,
             self.progress.as_ref(),
         )?;
@@ -518,6 +542,7 @@ impl RegionBuilder {
                     shortfall: None,
                 }),
                 node_bytes: verify::node_bytes(region.addr() as u64),
+                cpus: Vec::new(),
                 warnings: vec![format!(
                     "reused the existing region: created by pid {} {} ago, contents kept",
                     h.creator_pid,
@@ -592,24 +617,36 @@ impl RegionBuilder {
         if self.mlock {
             memlock::check_memlock(plan.size_bytes)?;
         }
-        let threads = self.prefault_threads.unwrap_or_else(available_cpus);
+        let cpus = self.fault_cpus(&host);
+        let threads = self.prefault_threads.unwrap_or_else(|| {
+            if cpus.is_empty() {
+                available_cpus()
+            } else {
+                cpus.len()
+            }
+        });
         let method = if threads == 0 {
             PrefaultMethod::None
         } else {
             prefault::method_for_kernel()
         };
         let generation = header::new_generation();
+        let fault = Fault {
+            method,
+            threads,
+            cpus: &cpus,
+        };
 
         // Huge pages the kernel refuses, at the reservation (ENOMEM: a
         // pool that changed since the plan) or at fault time (a hugetlb
         // cgroup limit), fail `only` with the numbers and make `try` start
         // over, whole, on base pages.
         let (mut guard, outcome, setup_seconds) =
-            match self.make_and_fault(&plan, method, &host, generation, threads, t0) {
+            match self.make_and_fault(&plan, &fault, &host, generation, t0) {
                 Ok(done) => done,
                 Err(e) if self.policy == Policy::Try && plan.is_huge() && refused(&e) => {
                     plan = pool::fallback_plan(&req, &extra, &e)?;
-                    self.make_and_fault(&plan, method, &host, generation, threads, t0)?
+                    self.make_and_fault(&plan, &fault, &host, generation, t0)?
                 }
                 Err(e) => return Err(e),
             };
@@ -712,6 +749,7 @@ impl RegionBuilder {
                 fallback,
                 warnings,
                 node_bytes,
+                cpus,
                 threads: outcome.threads,
                 method: outcome.method,
                 setup_seconds,
@@ -730,13 +768,12 @@ impl RegionBuilder {
     fn make_and_fault(
         &self,
         plan: &Plan,
-        method: PrefaultMethod,
+        fault: &Fault<'_>,
         host: &hugeshm_probe::HostSnapshot,
         generation: u64,
-        threads: usize,
         t0: Instant,
     ) -> Result<(CreateGuard, prefault::Outcome, f64), RegionError> {
-        let region = self.materialize(plan, method, threads, host, generation)?;
+        let region = self.materialize(plan, fault.method, fault.threads, host, generation)?;
         let mut guard = CreateGuard::new(region);
         checkpoint("mapped");
         // Placed before any page is touched (the header's included).
@@ -781,8 +818,9 @@ impl RegionBuilder {
         let outcome = prefault::prefault(
             guard.region().mapping(),
             plan.page_size as usize,
-            threads,
-            method,
+            fault.threads,
+            fault.cpus,
+            fault.method,
             self.progress.as_ref(),
         )
         .map_err(|e| refused(guard.region(), e))?;
@@ -808,6 +846,7 @@ impl RegionBuilder {
                 .map(|(n, b)| (n.to_string(), b))
                 .collect(),
             prefault_threads: p.threads,
+            prefault_cpus: p.cpus,
             prefault_method: p.method,
             setup_seconds: p.setup_seconds,
             prefault_seconds: p.prefault_seconds,
@@ -882,8 +921,17 @@ impl RegionBuilder {
 }
 /// The parts of an [`AllocationReport`] that differ between a new and a
 /// reused region.
+/// How to pre-fault: method, threads, and the CPUs they run on (empty:
+/// wherever the scheduler puts them).
+struct Fault<'a> {
+    method: PrefaultMethod,
+    threads: usize,
+    cpus: &'a [usize],
+}
+
 struct ReportParts {
     page_size_bytes: u64,
+    cpus: Vec<usize>,
     fallback: Option<Fallback>,
     warnings: Vec<String>,
     node_bytes: std::collections::BTreeMap<u32, u64>,

@@ -72,12 +72,44 @@ fn split(pages: usize, threads: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
+/// Runs the calling thread on `cpus` until dropped, then where it ran
+/// before. Empty `cpus`, or a kernel that refuses, leaves it as it is.
+struct Pinned(Option<Vec<usize>>);
+
+impl Pinned {
+    fn to(cpus: &[usize]) -> Pinned {
+        if cpus.is_empty() {
+            return Pinned(None);
+        }
+        let before = hugeshm_sys::thread_cpus().ok();
+        match hugeshm_sys::set_thread_cpus(cpus) {
+            Ok(()) => Pinned(before),
+            Err(e) => {
+                log::warn!("pre-fault not pinned to CPUs {cpus:?}: {e}");
+                Pinned(None)
+            }
+        }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Some(before) = self.0.take() {
+            if let Err(e) = hugeshm_sys::set_thread_cpus(&before) {
+                log::warn!("could not restore this thread's CPUs {before:?}: {e}");
+            }
+        }
+    }
+}
+
 /// Faults in all of `map` (whose length is a multiple of `page`) with up
-/// to `threads` threads. Contents are kept.
+/// to `threads` threads, each on `cpus` when not empty (the CPUs of the
+/// node the memory is bound to: zeroing is then local). Contents are kept.
 pub(crate) fn prefault(
     map: &Mapping,
     page: usize,
     threads: usize,
+    cpus: &[usize],
     method: PrefaultMethod,
     progress: Option<&Progress>,
 ) -> Result<Outcome, RegionError> {
@@ -147,6 +179,8 @@ pub(crate) fn prefault(
             let spawned = std::thread::Builder::new()
                 .name("hugeshm-prefault".to_owned())
                 .spawn_scoped(scope, move || {
+                    // Dropped with the thread; nothing to restore.
+                    std::mem::forget(Pinned::to(cpus));
                     gate.arrive_and_wait();
                     worker(first, count)
                 });
@@ -157,10 +191,12 @@ pub(crate) fn prefault(
             }
         }
         gate.open_when_arrived(used - 1);
+        // The calling thread takes the unspawned runs and the last one
+        // (on `cpus` meanwhile).
+        let _pinned = Pinned::to(cpus);
         for (first, count) in unspawned {
             worker(first, count);
         }
-        // The calling thread takes the last run.
         worker(last.0, last.1);
     });
 
@@ -307,6 +343,21 @@ mod tests {
     }
 
     #[test]
+    fn pinned_prefault_gives_the_caller_its_cpus_back() {
+        let before = hugeshm_sys::thread_cpus().unwrap();
+        let first = before[0];
+        let map = sys::mmap_anon(64 * 4096, true, None).unwrap();
+        let out = prefault(&map, 4096, 2, &[first], PrefaultMethod::Touch, None).unwrap();
+        assert_eq!(out.threads, 2);
+        assert_eq!(hugeshm_sys::thread_cpus().unwrap(), before);
+        // A CPU set the kernel refuses (none it has) pins nothing and
+        // fails nothing.
+        let out = prefault(&map, 4096, 1, &[4000], PrefaultMethod::Touch, None).unwrap();
+        assert_eq!(out.threads, 1);
+        assert_eq!(hugeshm_sys::thread_cpus().unwrap(), before);
+    }
+
+    #[test]
     fn prefault_base_pages_reports_progress() {
         let mut map = sys::mmap_anon(10 * 4096 * 300, true, None).unwrap();
         map.write_at(5, b"keep").unwrap();
@@ -321,7 +372,7 @@ mod tests {
         });
         for method in [PrefaultMethod::PopulateWrite, PrefaultMethod::Touch] {
             last.store(0, Ordering::Relaxed);
-            let out = prefault(&map, map.page_size(), 2, method, Some(&cb)).unwrap();
+            let out = prefault(&map, map.page_size(), 2, &[], method, Some(&cb)).unwrap();
             assert_eq!(out.method, method);
             assert_eq!(out.threads, 2);
             assert_eq!(last.load(Ordering::Relaxed), map.len() as u64);

@@ -48,6 +48,11 @@ pub struct AllocationReport {
     pub node_bytes: std::collections::BTreeMap<String, u64>,
     /// Pre-fault threads used (0: not pre-faulted).
     pub prefault_threads: usize,
+    /// The CPUs the pre-fault ran on: those of the node a bound (or
+    /// preferred) region lives on, so that zeroing is local and
+    /// `prefault_gbps` is that node's rate; empty when not pinned.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefault_cpus: Vec<usize>,
     /// Pre-fault method.
     pub prefault_method: PrefaultMethod,
     /// Seconds from the start of `create` to the mapped region: host

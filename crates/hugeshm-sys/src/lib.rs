@@ -1518,6 +1518,30 @@ fn peek_attached(
     Ok(false)
 }
 
+/// The CPUs the calling thread may run on (`sched_getaffinity(2)`).
+pub fn thread_cpus() -> Result<Vec<usize>, SysError> {
+    let set = rustix::thread::sched_getaffinity(None)
+        .map_err(|e| SysError::os("sched_getaffinity()".to_owned(), e))?;
+    Ok((0..rustix::thread::CpuSet::MAX_CPU)
+        .filter(|&c| set.is_set(c))
+        .collect())
+}
+
+/// Lets the calling thread run only on `cpus` (`sched_setaffinity(2)`):
+/// to fault a node's memory from that node's CPUs. CPUs beyond what the
+/// kernel's CPU set holds are ignored; none left is `EINVAL`.
+pub fn set_thread_cpus(cpus: &[usize]) -> Result<(), SysError> {
+    let mut set = rustix::thread::CpuSet::new();
+    for &c in cpus
+        .iter()
+        .filter(|&&c| c < rustix::thread::CpuSet::MAX_CPU)
+    {
+        set.set(c);
+    }
+    rustix::thread::sched_setaffinity(None, &set)
+        .map_err(|e| SysError::os(format!("sched_setaffinity({cpus:?})"), e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -312,12 +312,18 @@ pub fn print_report(r: &AllocationReport, out: &mut Out) -> anyhow::Result<()> {
     t.row(vec![
         "pre-fault".into(),
         format!(
-            "{:.3} s, {:.1} GB/s, {} thread{} ({})",
+            "{:.3} s, {:.1} GB/s, {} thread{} ({}){}",
             r.prefault_seconds,
             r.prefault_gbps,
             r.prefault_threads,
             if r.prefault_threads == 1 { "" } else { "s" },
-            r.prefault_method.as_str()
+            r.prefault_method.as_str(),
+            if r.prefault_cpus.is_empty() {
+                String::new()
+            } else {
+                let cpus: Vec<String> = r.prefault_cpus.iter().map(usize::to_string).collect();
+                format!(" on the node's CPUs {}", cpus.join(","))
+            }
         ),
     ]);
     t.row(vec!["ready in".into(), format!("{:.3} s", r.ready_seconds)]);

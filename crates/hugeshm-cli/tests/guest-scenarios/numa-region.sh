@@ -16,6 +16,9 @@ mark bind
 block bind.create hugeshm create nb --size 16M --page-size 2m --policy only \
     --backend sysv --numa bind=1 --prefault-threads 2 --json
 block bind.rm hugeshm rm nb --json
+block bind.default-threads hugeshm create nd --size 8M --page-size 2m \
+    --policy only --backend sysv --numa bind=1 --json
+block bind.default-threads.rm hugeshm rm nd --json
 
 # interleave: half on each node.
 mark interleave
