@@ -554,7 +554,8 @@ int hugeshm_options_set_owner(hugeshm_options *options, uint32_t uid);
 // page on node 1; a page elsewhere is an error under
 // `HUGESHM_POLICY_ONLY`), "interleave" or "interleave=0,2", "preferred=1",
 // "weighted-interleave" (Linux 6.9+), or "default" (the caller's own
-// policy, e.g. from `numactl --membind`, which is honoured). The pool of
+// policy, e.g. from `numactl --membind`, which is honoured). "per-node"
+// is refused: it makes several regions, one "bind=N" region per node. The pool of
 // each node is checked before the system call: a short node is
 // `HUGESHM_ERROR_POOL_SHORTFALL` with that node's numbers
 // (`hugeshm_shortfall.node`) and its sysfs file in the fix. The string is

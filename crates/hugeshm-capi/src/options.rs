@@ -389,7 +389,8 @@ pub unsafe extern "C" fn hugeshm_options_set_owner(
 /// page on node 1; a page elsewhere is an error under
 /// `HUGESHM_POLICY_ONLY`), "interleave" or "interleave=0,2", "preferred=1",
 /// "weighted-interleave" (Linux 6.9+), or "default" (the caller's own
-/// policy, e.g. from `numactl --membind`, which is honoured). The pool of
+/// policy, e.g. from `numactl --membind`, which is honoured). "per-node"
+/// is refused: it makes several regions, one "bind=N" region per node. The pool of
 /// each node is checked before the system call: a short node is
 /// `HUGESHM_ERROR_POOL_SHORTFALL` with that node's numbers
 /// (`hugeshm_shortfall.node`) and its sysfs file in the fix. The string is
@@ -407,9 +408,16 @@ pub unsafe extern "C" fn hugeshm_options_set_numa(
     let apply = |o: &mut hugeshm_options| {
         // SAFETY: `placement` is NULL or a NUL-terminated string (contract).
         let text = unsafe { arg_str(placement, "placement") }?;
-        o.numa = text
+        let numa = text
             .parse::<Placement>()
             .map_err(hugeshm_error::invalid_argument)?;
+        if numa == Placement::PerNode {
+            return Err(hugeshm_error::invalid_argument(
+                "per-node makes one region per node: create each with \"bind=N\" and the \
+                 name NAME.nodeN (what hugeshm create --numa per-node does)",
+            ));
+        }
+        o.numa = numa;
         Ok(())
     };
     // SAFETY: `options` is NULL or live and unshared (contract).

@@ -153,3 +153,94 @@ fn guest_short_node_is_named_with_its_numbers() {
     let ipcs = run.console.ok("shortfall.ipcs").unwrap();
     assert_eq!(ipcs.lines().count(), 1, "no segment left: {ipcs}");
 }
+
+#[test]
+fn guest_per_node_regions_each_on_their_node() {
+    let Some(run) = guest_run("guest_per_node_regions_each_on_their_node") else {
+        return;
+    };
+    let r = json(run, "pernode.create");
+    assert_eq!(r["placement"], "per-node", "{r:#}");
+    let parts = r["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 2, "{r:#}");
+    for (i, p) in parts.iter().enumerate() {
+        let n = i.to_string();
+        assert_eq!(p["node"], i, "{p:#}");
+        assert_eq!(p["name"], format!("sga.node{i}"), "{p:#}");
+        assert_eq!(p["placement"], format!("bind={i}"), "{p:#}");
+        assert_eq!(p["verified_page_size_bytes"].as_u64(), Some(M2), "{p:#}");
+        assert_eq!(node_bytes(p), vec![(n, 16 << 20)], "{p:#}");
+        assert_eq!(p["prefault_cpus"], serde_json::json!([i]), "{p:#}");
+    }
+    let ipcs = run.console.ok("pernode.ipcs").unwrap();
+    assert_eq!(ipcs.lines().count(), 3, "two segments: {ipcs}");
+    let removed = json(run, "pernode.rm");
+    assert_eq!(
+        removed["removed"].as_array().unwrap().len(),
+        2,
+        "{removed:#}"
+    );
+    let table = run.console.ok("pernode.table").unwrap();
+    println!("{table}");
+    assert!(table.contains("sga.node1"), "{table}");
+    run.console.ok("pernode.table.rm").unwrap();
+}
+
+#[test]
+fn guest_per_node_short_node_fails_or_falls_back_whole() {
+    let Some(run) = guest_run("guest_per_node_short_node_fails_or_falls_back_whole") else {
+        return;
+    };
+    let b = run.console.block("pernode.short").expect("pernode.short");
+    assert_eq!(b.rc, 3, "rc {} {}", b.rc, b.text);
+    let err = run
+        .console
+        .block("pernode.short.stderr")
+        .map(|b| b.text.clone())
+        .unwrap_or_default();
+    println!("{err}");
+    assert!(err.contains("--numa per-node"), "{err}");
+    assert!(err.contains("node 1 required 8, available 2"), "{err}");
+    assert!(
+        err.contains(
+            "echo 8 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages"
+        ),
+        "{err}"
+    );
+    let r = json(run, "pernode.try");
+    for p in r["parts"].as_array().unwrap() {
+        assert_eq!(p["fell_back"], true, "{p:#}");
+        assert_eq!(p["page_size_bytes"].as_u64(), Some(4096), "{p:#}");
+        assert!(
+            p["reason"]
+                .as_str()
+                .unwrap()
+                .contains("node 1 required 8, available 2"),
+            "{p:#}"
+        );
+    }
+    run.console.ok("pernode.try.rm").unwrap();
+}
+
+#[test]
+fn guest_per_node_failed_part_takes_the_set_with_it() {
+    let Some(run) = guest_run("guest_per_node_failed_part_takes_the_set_with_it") else {
+        return;
+    };
+    run.console.ok("pernode.taken").unwrap();
+    let b = run
+        .console
+        .block("pernode.partial")
+        .expect("pernode.partial");
+    assert_ne!(b.rc, 0, "sgb.node0 is taken: {}", b.text);
+    let ipcs = run.console.ok("pernode.partial.ipcs").unwrap();
+    // Only the segment that was there before: node 1's part is gone again.
+    assert_eq!(ipcs.lines().count(), 2, "{ipcs}");
+    run.console.ok("pernode.partial.rm").unwrap();
+    let pools = run.console.ok("pernode.pools").unwrap();
+    assert_eq!(
+        pools.split_whitespace().collect::<Vec<_>>(),
+        vec!["20", "20"],
+        "every page free again"
+    );
+}

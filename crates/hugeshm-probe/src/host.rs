@@ -27,7 +27,7 @@ pub struct NodePool {
 }
 
 /// A NUMA node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct NodeInfo {
     /// Node id.

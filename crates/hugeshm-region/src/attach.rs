@@ -178,7 +178,7 @@ impl Locator {
         }
     }
 
-    fn not_found(&self) -> RegionError {
+    pub(crate) fn not_found(&self) -> RegionError {
         RegionError::NotFound {
             name: self.name.clone(),
             backend: self.backend,
@@ -331,7 +331,27 @@ impl Locator {
         if found.is_empty() {
             return Err(self.not_found());
         }
-        for i in &found {
+        self.check_removable(&found)?;
+        let mut removed = Vec::new();
+        for i in found {
+            let obj = i.info.object.clone();
+            backend::remove_unheld(i)?;
+            removed.push(obj);
+        }
+        Ok(removed)
+    }
+
+    /// Whether the region exists and [`remove`](Locator::remove) would
+    /// remove it now; the error `remove` would give when it would not.
+    pub(crate) fn remove_check(&self) -> Result<bool, RegionError> {
+        let found = self.inspect_all(&self.holders())?;
+        self.check_removable(&found)?;
+        Ok(!found.is_empty())
+    }
+
+    /// Refuses foreign, damaged, untrusted and held objects.
+    fn check_removable(&self, found: &[Inspected]) -> Result<(), RegionError> {
+        for i in found {
             let info = &i.info;
             self.check_trust(info)?;
             match info.state {
@@ -353,13 +373,22 @@ impl Locator {
                 _ => {}
             }
         }
-        let mut removed = Vec::new();
-        for i in found {
-            let obj = i.info.object.clone();
-            backend::remove_unheld(i)?;
-            removed.push(obj);
+        Ok(())
+    }
+
+    /// This locator for another name (a per-node part).
+    pub(crate) fn renamed(&self, name: &str) -> Locator {
+        Locator {
+            name: name.to_owned(),
+            expect_size: None,
+            expect_page_size: None,
+            ..self.clone()
         }
-        Ok(removed)
+    }
+
+    /// The probe it reads the host with.
+    pub(crate) fn probe_ref(&self) -> &Probe {
+        &self.probe
     }
 }
 

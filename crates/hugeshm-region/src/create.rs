@@ -155,7 +155,8 @@ impl RegionBuilder {
         let all = || host.nodes.iter().map(|n| n.node).collect::<Vec<u32>>();
         let or_all = |n: &Vec<u32>| if n.is_empty() { all() } else { n.clone() };
         let asked = match &self.numa {
-            Placement::Default => None,
+            // create() refuses it; each part is bound to its node.
+            Placement::Default | Placement::PerNode => None,
             Placement::Bind(n) => Some(MemPolicy::Bind(n.clone())),
             Placement::Interleave(n) => Some(MemPolicy::Interleave(or_all(n))),
             Placement::Preferred(n) => Some(MemPolicy::Preferred(*n)),
@@ -194,6 +195,32 @@ impl RegionBuilder {
         cpus.sort_unstable();
         cpus.dedup();
         cpus
+    }
+
+    /// The probe it reads the host with.
+    pub(crate) fn probe_ref(&self) -> &Probe {
+        &self.probe
+    }
+
+    /// The size asked for.
+    pub(crate) fn size_bytes(&self) -> u64 {
+        self.size
+    }
+
+    /// This request for another size.
+    pub(crate) fn sized(mut self, size_bytes: u64) -> Self {
+        self.size = size_bytes;
+        self
+    }
+
+    /// The name, if any.
+    pub(crate) fn name_ref(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// The page size asked for.
+    pub(crate) fn page_size_ref(&self) -> PageSize {
+        self.page_size
     }
 
     /// When a region of this name exists: accept (reuse, recreate) one
@@ -331,6 +358,13 @@ impl RegionBuilder {
     /// record, mapping or huge page reservation.
     pub fn create(self) -> Result<(Region, AllocationReport), RegionError> {
         let t0 = Instant::now();
+        if self.numa == Placement::PerNode {
+            return Err(RegionError::Unsupported(
+                "--numa per-node makes one region per node: create them with \
+                 RegionBuilder::create_per_node (hugeshm create --numa per-node)"
+                    .to_owned(),
+            ));
+        }
         if let Some(n) = &self.name {
             validate_name(n)?;
         }
@@ -559,17 +593,16 @@ impl RegionBuilder {
     }
 
     /// Creates a region that does not exist yet.
-    fn create_new(
+    /// The plan for this request, checked before anything is created:
+    /// the pools, the hugetlb cgroup's room, and the pools of the nodes
+    /// `numa` places it on. `only` fails with the numbers; `try` falls back
+    /// whole to base pages.
+    pub(crate) fn checked_plan(
         &self,
-        t0: Instant,
-        reclaimed: Option<Reclaimed>,
-    ) -> Result<(Region, AllocationReport), RegionError> {
-        let base = hugeshm_sys::base_page_size() as u64;
-        let host = self.probe.host();
-        let extra = HostExtra {
-            base,
-            pmd_size: verify::pmd_size(&self.probe),
-        };
+        host: &hugeshm_probe::HostSnapshot,
+        extra: &HostExtra,
+        numa: Option<(MemPolicy, String)>,
+    ) -> Result<(Request, Plan), RegionError> {
         let directory = match &self.directory {
             Some(d) => Some((d.clone(), backend::file::dir_hugetlbfs_page_size(d)?)),
             None => None,
@@ -587,26 +620,40 @@ impl RegionBuilder {
             requested_bytes: requested,
             directory,
         };
-        let mut plan = pool::plan(&req, &host, &extra)?;
+        let mut plan = pool::plan(&req, host, extra)?;
         // The hugetlb cgroup's room, before anything is created: `only`
         // fails with the cgroup file and the numbers, `try` falls back.
         if let Some(e) = pool::cgroup_check(&self.probe, &plan) {
             if self.policy != Policy::Try {
                 return Err(e);
             }
-            plan = pool::fallback_plan(&req, &extra, &e)?;
+            plan = pool::fallback_plan(&req, extra, &e)?;
         }
         // The nodes' pools, node by node, for a placed region.
-        let numa = self.effective_policy(&host);
         if let Some(e) = numa
             .as_ref()
-            .and_then(|(p, d)| pool::numa_check(&host, &plan, p, d))
+            .and_then(|(p, d)| pool::numa_check(host, &plan, p, d))
         {
             if self.policy != Policy::Try {
                 return Err(e);
             }
-            plan = pool::fallback_plan(&req, &extra, &e)?;
+            plan = pool::fallback_plan(&req, extra, &e)?;
         }
+        Ok((req, plan))
+    }
+
+    fn create_new(
+        &self,
+        t0: Instant,
+        reclaimed: Option<Reclaimed>,
+    ) -> Result<(Region, AllocationReport), RegionError> {
+        let base = hugeshm_sys::base_page_size() as u64;
+        let host = self.probe.host();
+        let extra = HostExtra {
+            base,
+            pmd_size: verify::pmd_size(&self.probe),
+        };
+        let (req, mut plan) = self.checked_plan(&host, &extra, self.effective_policy(&host))?;
         if usize::try_from(plan.size_bytes).is_err() {
             return Err(RegionError::InvalidSize {
                 requested_bytes: self.size,

@@ -40,7 +40,7 @@
 //!    [`RegionBuilder::reclaim`] says [`Reclaim::Reuse`] (attach, keep the
 //!    contents) or [`Reclaim::Recreate`]. See [`interlock`].
 //! 2. **Plan** from one host snapshot (read through the builder's
-//!    [`Probe`](hugeshm_probe::Probe), the live host by default): the page size
+//!    [`Probe`], the live host by default): the page size
 //!    (`largest` = the largest size whose pool holds the region), the size
 //!    rounded up to a page multiple, and the pool check
 //!    (available = free − reserved). A short pool is a [`Shortfall`] with
@@ -107,7 +107,7 @@
 //! when the mapping is at a 1 GiB-aligned address with address ≡ file
 //! offset (mod 1 GiB), because the kernel then shares the PMD page among
 //! all such processes (`huge_pmd_share`). Creators and attachers place
-//! hugetlb regions that way ([`sys::PMD_SHARE_ALIGN`]); the reports say
+//! hugetlb regions that way ([`hugeshm_sys::PMD_SHARE_ALIGN`]); the reports say
 //! whether it took ([`AllocationReport::aligned_for_pmd_sharing`]).
 //! Measured here with 8 processes attaching and touching 1 GiB: 0 bytes
 //! of page tables per process on aligned 2 MiB pages, 2052 KiB on 4 KiB
@@ -159,6 +159,7 @@ pub mod memfd_record;
 pub mod memlock;
 mod model;
 pub mod naming;
+mod per_node;
 pub mod pool;
 mod prefault;
 mod report;
@@ -181,6 +182,7 @@ pub use model::{
     RegionState, Shortfall,
 };
 pub use naming::sysv_key;
+pub use per_node::{part_name, NodeRegion};
 pub use prefault::{available_cpus, memset_baseline, MemsetBaseline, Progress, SUB_CHUNK_BYTES};
 pub use report::{AllocationReport, AttachReport, Reclaimed};
 pub use verify::Verification;

@@ -595,6 +595,10 @@ pub enum Placement {
     /// Interleave weighted by `/sys/kernel/mm/mempolicy/weighted_interleave`
     /// (Linux 6.9+; empty: every node).
     WeightedInterleave(Vec<u32>),
+    /// One region per node with memory, each bound to its node
+    /// (`NAME.node0`, ...): Oracle's NUMA buffer pools. Made by
+    /// [`RegionBuilder::create_per_node`](crate::RegionBuilder::create_per_node).
+    PerNode,
 }
 
 impl fmt::Display for Placement {
@@ -608,6 +612,7 @@ impl fmt::Display for Placement {
             Placement::Preferred(n) => write!(f, "preferred={n}"),
             Placement::WeightedInterleave(n) if n.is_empty() => f.write_str("weighted-interleave"),
             Placement::WeightedInterleave(n) => write!(f, "weighted-interleave={}", list(n)),
+            Placement::PerNode => f.write_str("per-node"),
         }
     }
 }
@@ -658,13 +663,14 @@ impl FromStr for Placement {
             }
             "interleave" => Ok(Placement::Interleave(list(nodes)?)),
             "weighted-interleave" => Ok(Placement::WeightedInterleave(list(nodes)?)),
+            "per-node" if nodes.is_none() => Ok(Placement::PerNode),
             "preferred" => match list(nodes)?.as_slice() {
                 [n] => Ok(Placement::Preferred(*n)),
                 _ => Err("preferred takes one node: preferred=1".to_owned()),
             },
             _ => Err(format!(
-                "{s:?}: expected default, bind=NODES, interleave[=NODES], preferred=NODE or \
-                 weighted-interleave[=NODES]"
+                "{s:?}: expected default, bind=NODES, interleave[=NODES], preferred=NODE, \
+                 weighted-interleave[=NODES] or per-node"
             )),
         }
     }

@@ -418,6 +418,7 @@ static int do_numa(uint32_t node, uint64_t pages) {
     hugeshm_options *o = hugeshm_options_new();
     CHECK(hugeshm_options_set_numa(o, "bind=x") == HUGESHM_ERROR_INVALID_ARGUMENT, "bind=x");
     CHECK(hugeshm_options_set_numa(o, NULL) == HUGESHM_ERROR_INVALID_ARGUMENT, "NULL");
+    CHECK(hugeshm_options_set_numa(o, "per-node") == HUGESHM_ERROR_INVALID_ARGUMENT, "per-node");
     char placement[32];
     snprintf(placement, sizeof placement, "bind=%u", node);
     CHECK(hugeshm_options_set_numa(o, placement) == HUGESHM_OK, "%s", placement);

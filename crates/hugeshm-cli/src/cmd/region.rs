@@ -37,8 +37,10 @@ pub struct CreateArgs {
     #[arg(long, default_value = "0600", value_parser = parse_mode)]
     pub mode: u32,
     /// NUMA placement: bind=NODES, interleave[=NODES], preferred=NODE,
-    /// weighted-interleave[=NODES] (default: this process's own policy,
-    /// e.g. from numactl, which is honoured and checked).
+    /// weighted-interleave[=NODES], or per-node (one region per node,
+    /// NAME.node0, NAME.node1, ..., each bound to its node, like Oracle's
+    /// NUMA buffer pools); default: this process's own policy, e.g. from
+    /// numactl, which is honoured and checked.
     #[arg(long, default_value = "default")]
     pub numa: Placement,
     /// With --reclaim: accept an existing region owned by this user (uid or
@@ -69,6 +71,10 @@ pub struct RmArgs {
     /// Only this backend (default: every backend a name finds: sysv, posix, hugetlbfs, memfd).
     #[arg(long)]
     pub backend: Option<Backend>,
+    /// Remove the per-node set NAME (NAME.node0, NAME.node1, ...) that
+    /// `create --numa per-node` made; nothing is removed while any part is held.
+    #[arg(long)]
+    pub per_node: bool,
     #[command(flatten)]
     pub trust: TrustArgs,
     /// Print what was removed as JSON.
@@ -188,15 +194,39 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
         let bar = bar.clone();
         b = b.progress(move |done, total| bar.update(done, total));
     }
-    let result = b.create();
-    bar.finish();
-    let (region, report) = result.map_err(region_error)?;
-    if a.json {
-        out.json_doc(&report)?;
+    let regions = if a.numa == Placement::PerNode {
+        let result = b.create_per_node();
+        bar.finish();
+        let parts = result.map_err(region_error)?;
+        let doc = PerNodeDoc {
+            placement: "per-node",
+            parts: parts
+                .iter()
+                .map(|(p, r)| PartDoc {
+                    node: p.node,
+                    report: r,
+                })
+                .collect(),
+        };
+        if a.json {
+            out.json_doc(&doc)?;
+        } else {
+            print_per_node(&doc, out)?;
+            out.flush()?;
+        }
+        parts.into_iter().map(|(p, _)| p.region).collect()
     } else {
-        print_report(&report, out)?;
-        out.flush()?;
-    }
+        let result = b.create();
+        bar.finish();
+        let (region, report) = result.map_err(region_error)?;
+        if a.json {
+            out.json_doc(&report)?;
+        } else {
+            print_report(&report, out)?;
+            out.flush()?;
+        }
+        vec![region]
+    };
     if a.hold {
         let hold = Hold::catch()?;
         eprintln!(
@@ -213,8 +243,74 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
         eprintln!("{sig}: releasing region {}", a.name);
     }
     // Unmaps; a memfd region's last holder removes its record.
-    region.close().map_err(region_error)?;
+    for region in regions {
+        region.close().map_err(region_error)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `create --numa per-node --json` prints: each node's part with its
+/// allocation report.
+#[derive(Debug, serde::Serialize)]
+struct PerNodeDoc<'a> {
+    placement: &'static str,
+    parts: Vec<PartDoc<'a>>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct PartDoc<'a> {
+    node: u32,
+    #[serde(flatten)]
+    report: &'a AllocationReport,
+}
+
+/// One line per node: the part, its pages, where they are, how fast the
+/// node's CPUs faulted them.
+fn print_per_node(doc: &PerNodeDoc<'_>, out: &mut Out) -> anyhow::Result<()> {
+    let total: u64 = doc.parts.iter().map(|p| p.report.size_bytes).sum();
+    out.line(format!(
+        "Created {} per-node regions, {} in all (one per NUMA node, each bound to it):",
+        doc.parts.len(),
+        format_bytes(total)
+    ))?;
+    if let Some(reason) = doc.parts.first().and_then(|p| p.report.reason()) {
+        out.line(format!(
+            "  {} on base pages: {reason}",
+            out.severity(hugeshm_doctor::Severity::Warning)
+        ))?;
+    }
+    let mut t = Table::new(&[
+        "node",
+        "name",
+        ">size",
+        "page",
+        "on nodes",
+        ">pre-fault",
+        "CPUs",
+    ]);
+    for p in &doc.parts {
+        let r = p.report;
+        let on: Vec<String> = r
+            .node_bytes
+            .iter()
+            .map(|(n, b)| format!("{n}: {}", format_bytes(*b)))
+            .collect();
+        let cpus: Vec<String> = r.prefault_cpus.iter().map(usize::to_string).collect();
+        t.row(vec![
+            p.node.to_string(),
+            r.name.clone().unwrap_or_else(|| "-".into()),
+            format_bytes(r.size_bytes),
+            page_size_short(r.verified_page_size_bytes),
+            on.join(", "),
+            format!("{:.1} GB/s", r.prefault_gbps),
+            if cpus.is_empty() {
+                "-".into()
+            } else {
+                cpus.join(",")
+            },
+        ]);
+    }
+    t.render(out, "  ")
 }
 
 /// SIGINT, SIGTERM and SIGHUP caught from now on (also when the shell
@@ -352,11 +448,15 @@ pub fn rm(roots: &Roots, a: &RmArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
     let mut removed = Vec::new();
     let mut looked = Vec::new();
     for b in backends {
-        match a
+        let l = a
             .trust
-            .locator(Locator::new(&a.name, b).probe(Probe::new(roots.clone())))
-            .remove()
-        {
+            .locator(Locator::new(&a.name, b).probe(Probe::new(roots.clone())));
+        let result = if a.per_node {
+            l.remove_per_node()
+        } else {
+            l.remove()
+        };
+        match result {
             Ok(objs) => {
                 for obj in objs {
                     removed.push(

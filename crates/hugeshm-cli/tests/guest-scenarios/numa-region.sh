@@ -39,3 +39,33 @@ block shortfall.try hugeshm create ns --size 16M --page-size 2m --policy try \
     --backend sysv --numa bind=1 --json
 block shortfall.rm hugeshm rm ns --json
 block shortfall.ipcs cat /proc/sysvipc/shm
+
+# per-node: Oracle-style, one region per node bound to it, faulted from the
+# node's CPU; then a per-node set that one node cannot hold, with the node's
+# numbers before anything is created; then a part that cannot be created
+# (its name is taken) after the other was: nothing of the set is left.
+mark pernode
+echo 20 >"$(node_pool 0)"
+echo 20 >"$(node_pool 1)"
+block pernode.create hugeshm create sga --size 32M --page-size 2m --policy only \
+    --backend sysv --numa per-node --json
+block pernode.ipcs cat /proc/sysvipc/shm
+block pernode.rm hugeshm rm sga --per-node --json
+block pernode.table hugeshm create sga --size 32M --page-size 2m --policy only \
+    --backend sysv --numa per-node
+block pernode.table.rm hugeshm rm sga --per-node --json
+echo 2 >"$(node_pool 1)"
+block pernode.short hugeshm create sga --size 32M --page-size 2m --policy only \
+    --backend sysv --numa per-node
+block pernode.try hugeshm create sga --size 32M --page-size 2m --policy try \
+    --backend sysv --numa per-node --json
+block pernode.try.rm hugeshm rm sga --per-node --json
+echo 20 >"$(node_pool 1)"
+block pernode.taken hugeshm create sgb.node0 --size 4M --page-size 2m --policy only \
+    --backend sysv --json
+block pernode.partial hugeshm create sgb --size 32M --page-size 2m --policy only \
+    --backend sysv --numa per-node
+block pernode.partial.ipcs cat /proc/sysvipc/shm
+block pernode.partial.rm hugeshm rm sgb.node0 --json
+block pernode.pools cat /sys/devices/system/node/node0/hugepages/hugepages-2048kB/free_hugepages \
+    /sys/devices/system/node/node1/hugepages/hugepages-2048kB/free_hugepages
