@@ -244,3 +244,23 @@ fn guest_per_node_failed_part_takes_the_set_with_it() {
         "every page free again"
     );
 }
+
+#[test]
+fn guest_weighted_interleave_needs_a_newer_kernel() {
+    let Some(run) = guest_run("guest_weighted_interleave_needs_a_newer_kernel") else {
+        return;
+    };
+    let b = run.console.block("weighted.old").expect("weighted.old");
+    let err = run
+        .console
+        .block("weighted.old.stderr")
+        .map(|b| b.text.clone())
+        .unwrap_or_default();
+    if b.rc == 0 {
+        println!("the guest kernel has weighted interleave: nothing to refuse");
+        return;
+    }
+    assert_ne!(b.rc, 0);
+    assert!(err.contains("needs Linux 6.9 or later"), "{err}");
+    assert!(err.contains("use --numa interleave"), "{err}");
+}

@@ -38,6 +38,10 @@ pub struct NodeInfo {
     pub distance: Vec<u32>,
     /// Its meminfo.
     pub meminfo: Option<NodeMeminfo>,
+    /// Its weight for weighted interleave
+    /// (`/sys/kernel/mm/mempolicy/weighted_interleave/nodeN`, Linux 6.9+).
+    #[serde(default)]
+    pub interleave_weight: Option<u64>,
 }
 
 /// Transparent huge page settings.
@@ -92,6 +96,10 @@ pub struct HostSnapshot {
     pub node_pools: Vec<NodePool>,
     /// NUMA nodes (empty on a kernel without NUMA sysfs).
     pub nodes: Vec<NodeInfo>,
+    /// Whether the kernel has weighted interleave
+    /// (`/sys/kernel/mm/mempolicy/weighted_interleave`, Linux 6.9+).
+    #[serde(default)]
+    pub weighted_interleave: bool,
     /// THP settings.
     pub thp: ThpState,
     /// sysctls.
@@ -244,6 +252,8 @@ impl Probe {
 
         // NUMA nodes.
         let node_root = self.sys_path("devices/system/node");
+        let weights = self.sys_path("kernel/mm/mempolicy/weighted_interleave");
+        snap.weighted_interleave = weights.is_dir();
         if node_root.is_dir() {
             for id in self.node_ids() {
                 let nd = node_root.join(format!("node{id}"));
@@ -256,6 +266,14 @@ impl Probe {
                         .keep(read_parse_at(&nd.join("distance"), node::parse_distance))
                         .unwrap_or_default(),
                     meminfo: c.keep(read_parse_at(&nd.join("meminfo"), node::parse_meminfo)),
+                    interleave_weight: if snap.weighted_interleave {
+                        c.keep(read_parse_at(
+                            &weights.join(format!("node{id}")),
+                            sysctl::parse_u64_value,
+                        ))
+                    } else {
+                        None
+                    },
                 };
                 snap.nodes.push(info);
                 if let Some(dirs) = c.keep(size_dirs(&nd.join("hugepages"))) {

@@ -653,6 +653,13 @@ impl RegionBuilder {
             base,
             pmd_size: verify::pmd_size(&self.probe),
         };
+        if matches!(self.numa, Placement::WeightedInterleave(_)) && !host.weighted_interleave {
+            return Err(RegionError::Unsupported(
+                "--numa weighted-interleave needs Linux 6.9 or later (this kernel has no \
+                 /sys/kernel/mm/mempolicy/weighted_interleave): use --numa interleave"
+                    .to_owned(),
+            ));
+        }
         let (req, mut plan) = self.checked_plan(&host, &extra, self.effective_policy(&host))?;
         if usize::try_from(plan.size_bytes).is_err() {
             return Err(RegionError::InvalidSize {

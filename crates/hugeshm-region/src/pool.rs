@@ -622,16 +622,35 @@ pub(crate) fn numa_check(
                 .collect()
         }
         MemPolicy::Interleave(nodes) | MemPolicy::WeightedInterleave(nodes) => {
-            let count = nodes.len().max(1) as u64;
+            // Each node's share of the pages: even for interleave, by the
+            // node's weight (default 1) for weighted interleave.
+            let weighted = matches!(policy, MemPolicy::WeightedInterleave(_));
+            let weight = |n: u32| -> u64 {
+                host.nodes
+                    .iter()
+                    .find(|i| i.node == n)
+                    .and_then(|i| i.interleave_weight)
+                    .filter(|_| weighted)
+                    .unwrap_or(1)
+                    .max(1)
+            };
+            let total: u64 = nodes.iter().map(|&n| weight(n)).sum::<u64>().max(1);
+            let mut left = required
+                - nodes
+                    .iter()
+                    .map(|&n| required * weight(n) / total)
+                    .sum::<u64>();
             let needs: Vec<NodeNeed> = nodes
                 .iter()
-                .enumerate()
-                .map(|(i, &n)| {
+                .map(|&n| {
                     let (free, nr) = pool(n);
+                    // The pages that do not divide evenly go one each to
+                    // the first nodes, as the rounds do.
+                    let extra = u64::from(left > 0);
+                    left -= extra;
                     NodeNeed {
                         node: n,
-                        // Page i goes to node i mod count.
-                        required: required / count + u64::from((i as u64) < required % count),
+                        required: required * weight(n) / total + extra,
                         available: free,
                         nr_hugepages: nr,
                     }
@@ -746,6 +765,37 @@ mod tests {
         assert_eq!(
             e.fix().unwrap().to_string(),
             "echo 16 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages"
+        );
+        // Weighted interleave, weights 1 and 3 (Linux 6.9+): 8 and 24
+        // pages; the same nodes without weights split evenly.
+        let e = numa_check(&h, &p, &MemPolicy::WeightedInterleave(vec![0, 1]), "w").unwrap();
+        assert!(
+            e.to_string().ends_with("node 1 required 16, available 10"),
+            "{e}"
+        );
+        for (node, w) in [(0u32, 1u64), (1, 3)] {
+            let mut info = hugeshm_probe::NodeInfo::default();
+            info.node = node;
+            info.interleave_weight = Some(w);
+            h.nodes.push(info);
+        }
+        let e = numa_check(&h, &p, &MemPolicy::WeightedInterleave(vec![0, 1]), "w").unwrap();
+        assert_eq!(
+            e.to_string(),
+            "2 MiB pages on w: node 0 required 8, available 100; node 1 required 24, available 10"
+        );
+        // 33 pages over weights 1 and 3: 8 and 24, and the one left over
+        // goes to the first node.
+        let p33 = plan(
+            &req(Backend::Anon, PageSize::HUGE_2M, Policy::Only, 66 << 20),
+            &h,
+            &extra(),
+        )
+        .unwrap();
+        let e = numa_check(&h, &p33, &MemPolicy::WeightedInterleave(vec![0, 1]), "w").unwrap();
+        assert!(
+            e.to_string().contains("node 0 required 9, available 100"),
+            "{e}"
         );
         // Base pages and hosts without node pools: nothing to check.
         let mut flat = h.clone();

@@ -100,3 +100,33 @@ fn create_refuses_per_node() {
         .unwrap_err();
     assert!(err.to_string().contains("create_per_node"), "{err}");
 }
+
+/// Weighted interleave where the kernel has it (6.9+; this host's kernel
+/// does): every page on the nodes, the weights read for the pool check.
+/// Older kernels get a clear error (checked in the 6.1 guest).
+#[test]
+fn weighted_interleave_where_the_kernel_has_it() {
+    if !std::path::Path::new("/sys/kernel/mm/mempolicy/weighted_interleave").is_dir() {
+        println!("SKIP weighted_interleave_where_the_kernel_has_it: kernel before 6.9");
+        return;
+    }
+    let Some(pool) = pool_guard("weighted_interleave_where_the_kernel_has_it") else {
+        return;
+    };
+    let nodes = nodes_with_memory();
+    pool.ensure_free(MIB2, 2 * nodes.len() as u64).unwrap();
+    let before = HostState::capture().unwrap();
+    let (region, report) = RegionBuilder::new(2 * MIB2 * nodes.len() as u64)
+        .backend(Backend::Anon)
+        .page_size(PageSize::Huge(MIB2))
+        .policy(Policy::Only)
+        .numa(Placement::WeightedInterleave(Vec::new()))
+        .create()
+        .unwrap();
+    assert_eq!(report.verified_page_size_bytes, MIB2);
+    let placed: u64 = report.node_bytes.values().sum();
+    assert_eq!(placed, region.len() as u64, "{report:#?}");
+    region.close().unwrap();
+    assert!(before.diff(&HostState::capture().unwrap()).is_empty());
+    pool.restore().unwrap();
+}

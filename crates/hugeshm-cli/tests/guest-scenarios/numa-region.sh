@@ -69,3 +69,9 @@ block pernode.partial.ipcs cat /proc/sysvipc/shm
 block pernode.partial.rm hugeshm rm sgb.node0 --json
 block pernode.pools cat /sys/devices/system/node/node0/hugepages/hugepages-2048kB/free_hugepages \
     /sys/devices/system/node/node1/hugepages/hugepages-2048kB/free_hugepages
+
+# weighted interleave on a kernel before 6.9 (the guest runs Debian's 6.1):
+# a clear error before anything is created.
+mark weighted
+block weighted.old hugeshm create nw --size 8M --page-size 2m --policy only \
+    --backend sysv --numa weighted-interleave
