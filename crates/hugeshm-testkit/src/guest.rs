@@ -61,6 +61,8 @@ pub struct Boot {
     /// Attach the NVDIMM (256 MiB on node 1, backed by [`Guest::nvdimm`],
     /// created on first use and kept across boots of this guest).
     pub nvdimm: bool,
+    /// Add node 2: 512 MiB and no CPU (a CXL-like memory-only node).
+    pub memory_only_node: bool,
     /// QEMU is killed after this long.
     pub timeout: Duration,
 }
@@ -69,6 +71,7 @@ impl Default for Boot {
     fn default() -> Boot {
         Boot {
             nvdimm: false,
+            memory_only_node: false,
             timeout: Duration::from_secs(240),
         }
     }
@@ -200,6 +203,9 @@ impl Guest {
             .stderr(qemu_err);
         if b.nvdimm {
             c.arg("-n").arg(self.nvdimm());
+        }
+        if b.memory_only_node {
+            c.arg("-c");
         }
         let t0 = Instant::now();
         let child = c.spawn().map_err(|e| format!("running boot.sh: {e}"))?;

@@ -1,0 +1,115 @@
+//! A CXL-like memory-only NUMA node (a QEMU `-numa node` without CPUs, see
+//! `hugeshm_testkit::guest::Boot::memory_only_node`): a region bound to it
+//! lands there, faulted without pinning (the node has no CPU), and
+//! `--numa per-node` gives it a part of its own. Skips only where QEMU or a
+//! guest kernel is missing.
+
+use hugeshm_testkit::guest::{Boot, Guest, GuestRun};
+use serde_json::Value;
+use std::path::Path;
+use std::sync::OnceLock;
+
+const M2: u64 = 2 << 20;
+
+enum Outcome {
+    Skip(String),
+    Ran(Box<GuestRun>),
+    Failed(String),
+}
+
+fn guest_run(test: &str) -> Option<&'static GuestRun> {
+    static RUN: OnceLock<Outcome> = OnceLock::new();
+    let outcome = RUN.get_or_init(|| {
+        let guest = match Guest::find() {
+            Ok(g) => g,
+            Err(why) => return Outcome::Skip(why),
+        };
+        let scenario =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scenarios/memory-only-node.sh");
+        if let Err(e) = guest.build(&scenario, &[Path::new(env!("CARGO_BIN_EXE_hugeshm"))]) {
+            return Outcome::Failed(e);
+        }
+        let boot = Boot {
+            memory_only_node: true,
+            ..Boot::default()
+        };
+        match guest.boot(&boot) {
+            Ok(run) => {
+                println!(
+                    "guest: boot {:.1} s, run {:.1} s",
+                    run.boot_seconds, run.run_seconds
+                );
+                Outcome::Ran(Box::new(run))
+            }
+            Err(e) => Outcome::Failed(e),
+        }
+    });
+    match outcome {
+        Outcome::Skip(why) => {
+            println!("SKIP {test}: {why}");
+            None
+        }
+        Outcome::Ran(run) => Some(run),
+        Outcome::Failed(why) => panic!("the guest did not run: {why}"),
+    }
+}
+
+fn json(run: &GuestRun, block: &str) -> Value {
+    run.console.json(block).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn guest_has_a_node_without_cpus() {
+    let Some(run) = guest_run("guest_has_a_node_without_cpus") else {
+        return;
+    };
+    let hw = run.console.ok("nodes.hardware").unwrap();
+    println!("{hw}");
+    assert!(hw.contains("available: 3 nodes (0-2)"), "{hw}");
+    assert!(hw.lines().any(|l| l.trim() == "node 2 cpus:"), "{hw}");
+    let pools = run.console.ok("nodes.pools").unwrap();
+    assert_eq!(
+        pools.split_whitespace().collect::<Vec<_>>(),
+        vec!["8", "8", "8"]
+    );
+}
+
+#[test]
+fn guest_region_bound_to_the_memory_only_node_lands_there() {
+    let Some(run) = guest_run("guest_region_bound_to_the_memory_only_node_lands_there") else {
+        return;
+    };
+    let r = json(run, "bind.create");
+    assert_eq!(r["placement"], "bind=2", "{r:#}");
+    assert_eq!(r["verified_page_size_bytes"].as_u64(), Some(M2), "{r:#}");
+    assert_eq!(r["node_bytes"], serde_json::json!({"2": 16 << 20}), "{r:#}");
+    assert!(r.get("prefault_cpus").is_none(), "no CPU to pin to: {r:#}");
+    run.console.ok("bind.rm").unwrap();
+}
+
+#[test]
+fn guest_per_node_gives_the_memory_only_node_a_part() {
+    let Some(run) = guest_run("guest_per_node_gives_the_memory_only_node_a_part") else {
+        return;
+    };
+    let r = json(run, "pernode.create");
+    let parts = r["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 3, "{r:#}");
+    for (i, p) in parts.iter().enumerate() {
+        assert_eq!(p["name"], format!("cs.node{i}"), "{p:#}");
+        assert_eq!(
+            p["node_bytes"],
+            serde_json::json!({ i.to_string(): 8 << 20 }),
+            "{p:#}"
+        );
+    }
+    assert!(parts[2].get("prefault_cpus").is_none(), "{:#}", parts[2]);
+    let removed = json(run, "pernode.rm");
+    assert_eq!(
+        removed["removed"].as_array().unwrap().len(),
+        3,
+        "{removed:#}"
+    );
+    let ipcs = run.console.ok("pernode.ipcs").unwrap();
+    assert_eq!(ipcs.lines().count(), 1, "nothing left: {ipcs}");
+}
