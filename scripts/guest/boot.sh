@@ -58,11 +58,11 @@ command -v qemu-system-x86_64 >/dev/null || {
 }
 [ -n "$kernel" ] || kernel=$("$here/kernel.sh")
 
-# shellcheck disable=SC2054 # the commas are QEMU's
 mem=2G
 if [ -n "$cxl" ]; then
     mem=2560M
 fi
+# shellcheck disable=SC2054 # the commas are QEMU's
 args=(
     -accel tcg -cpu max -machine pc,nvdimm=on
     -m "$mem",slots=2,maxmem=4G -smp 2,sockets=2
