@@ -658,7 +658,7 @@ fn two_nodes_uneven_status() {
     assert_eq!(uneven["severity"], "warning");
     let msg = uneven["message"].as_str().unwrap();
     assert!(
-        msg.starts_with("2 MiB pool uneven over the NUMA nodes: node 0 holds 900 pages and node 1 holds 124, while the nodes are alike (32 CPUs and 62.8 GiB each): an even split is 512 and 512"),
+        msg.starts_with("2 MiB pool uneven over the NUMA nodes: node 0 holds 900 pages and node 1 holds 124, while the nodes have 32 CPUs and 62.8 GiB each: an even split is 512 and 512"),
         "{msg}"
     );
     let fix = uneven["fix"].as_str().unwrap();

@@ -246,21 +246,27 @@ pub fn uneven_pools(host: &HostSnapshot) -> (Vec<Finding>, Vec<u64>) {
                 }
             })
             .collect();
-        let same = rows
-            .iter()
-            .all(|r| r.cpus == rows[0].cpus && alike(r.mem, rows[0].mem));
-        let by = if rows.iter().any(|r| r.cpus > 0) {
-            "CPUs"
-        } else {
-            "memory"
-        };
-        let have = if same {
-            format!(
-                "the nodes are alike ({} and {} each)",
-                cpus_text(rows[0].cpus),
-                mem_text(rows[0].mem)
-            )
-        } else {
+        let share: Vec<String> = rows.iter().map(|r| r.share.to_string()).collect();
+        let share = and_list(&share);
+        let mems: Vec<String> = rows.iter().map(|r| mem_text(r.mem)).collect();
+        let by_cpus = rows.iter().any(|r| r.cpus > 0);
+        let same_mem = rows.iter().all(|r| alike(r.mem, rows[0].mem));
+        let (have, split_by) = if by_cpus && rows.iter().all(|r| r.cpus == rows[0].cpus) {
+            let have = if same_mem {
+                format!(
+                    "the nodes have {} and {} each",
+                    cpus_text(rows[0].cpus),
+                    mems[0]
+                )
+            } else {
+                format!(
+                    "the nodes have {} each (and {} of memory)",
+                    cpus_text(rows[0].cpus),
+                    and_list(&mems)
+                )
+            };
+            (have, format!("an even split is {share}"))
+        } else if by_cpus {
             let each: Vec<String> = rows
                 .iter()
                 .map(|r| {
@@ -272,13 +278,20 @@ pub fn uneven_pools(host: &HostSnapshot) -> (Vec<Finding>, Vec<u64>) {
                     )
                 })
                 .collect();
-            each.join(", ")
-        };
-        let share: Vec<String> = rows.iter().map(|r| r.share.to_string()).collect();
-        let split_by = if same {
-            format!("an even split is {}", and_list(&share))
+            (each.join(", "), format!("split by CPUs it is {share}"))
+        } else if rows.iter().all(|r| r.mem.is_some()) && !same_mem {
+            (
+                format!(
+                    "the nodes list no CPUs and have {} of memory",
+                    and_list(&mems)
+                ),
+                format!("split by memory it is {share}"),
+            )
         } else {
-            format!("split by {by} it is {}", and_list(&share))
+            (
+                "the nodes list no CPUs".to_string(),
+                format!("an even split is {share}"),
+            )
         };
         let message = format!(
             "{} pool uneven over the NUMA nodes: {}, while {}: {}. Processes on node {} get remote huge pages once its {} are used, and a region bound to node {} can have no more than {}",
@@ -388,7 +401,7 @@ pub fn tmpfs_findings(host: &HostSnapshot, resident: &BTreeMap<String, u64>) -> 
                 m.target
             ),
             Some(format!(
-                "{}   # interleaves the pages allocated from now on (files written before keep theirs); at boot: {boot}",
+                "{}   # files created from now on interleave their pages over the nodes; existing files keep theirs; at boot: {boot}",
                 mpol_remount(&m.target)
             )),
         ));

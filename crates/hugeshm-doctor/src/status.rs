@@ -1200,7 +1200,7 @@ mod tests {
         assert_eq!(
             f.message,
             "2 MiB pool uneven over the NUMA nodes: node 0 holds 100 pages and node 1 holds 20, \
-             while the nodes are alike (1 CPU and 1 GiB each): an even split is 60 and 60. \
+             while the nodes have 1 CPU and 1 GiB each: an even split is 60 and 60. \
              Processes on node 1 get remote huge pages once its 20 are used, and a region bound \
              to node 1 can have no more than 20"
         );
@@ -1343,9 +1343,9 @@ mod tests {
         assert_eq!(
             f.fix.as_deref(),
             Some(
-                "mount -o remount,mpol=interleave /dev/shm   # interleaves the pages allocated from \
-                 now on (files written before keep theirs); at boot: tmpfs /dev/shm tmpfs \
-                 defaults,mpol=interleave 0 0 in /etc/fstab"
+                "mount -o remount,mpol=interleave /dev/shm   # files created from now on \
+                 interleave their pages over the nodes; existing files keep theirs; at boot: \
+                 tmpfs /dev/shm tmpfs defaults,mpol=interleave 0 0 in /etc/fstab"
             )
         );
         // With mpol= nothing is said.
