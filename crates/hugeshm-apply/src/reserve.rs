@@ -1,7 +1,9 @@
 //! Reserving pools through sysfs, read back, compaction and retries, and the
 //! roll-back that makes it all or nothing.
 
-use hugeshm_doctor::advise::{nr_hugepages_path, Plan};
+use hugeshm_doctor::advise::{
+    crowded_pools, nr_hugepages_path, pool_name as advise_pool_name, Plan,
+};
 use hugeshm_parse::hugepages::parse_counter;
 use hugeshm_parse::size::format_bytes;
 use hugeshm_probe::Probe;
@@ -19,7 +21,9 @@ pub struct ApplyOptions {
     pub dry_run: bool,
     /// Waits between compaction and a retry (their count bounds the retries).
     pub retry_waits: Vec<Duration>,
-    /// Try even when the growth exceeds the memory the kernel reports available.
+    /// Try even when the growth exceeds the memory the kernel reports
+    /// available, or when a plan that does not count the live segments
+    /// ([`Plan::keep_live`]) leaves a pool too small for them and it.
     pub force: bool,
 }
 
@@ -103,6 +107,20 @@ pub enum ApplyError {
         requested: u64,
         /// Pages in use or reserved.
         floor: u64,
+    },
+    /// A plan of new regions only (`--size`, `--spec`) would leave a pool
+    /// too small for the huge pages live segments use now and the pages it
+    /// counts.
+    #[error("refused: {what} would hold {requested} pages, but live huge page segments use {live} of its pages now and the plan counts {counted} more there without counting them (it was made from --size or --spec alone): only {} would be free for those {counted}; count the live segments too with --live, or --force to apply it anyway (nothing was changed)", requested.saturating_sub(*live))]
+    NoRoomForLive {
+        /// Which pool.
+        what: String,
+        /// Pages the plan asks for.
+        requested: u64,
+        /// Pages in use (and reserved, host-wide) now.
+        live: u64,
+        /// Pages the plan counts in that pool (its pages less the spare).
+        counted: u64,
     },
     /// The kernel granted fewer pages; everything was rolled back.
     #[error("{summary}; every pool was restored to its state before the call{restore}")]
@@ -305,6 +323,34 @@ pub fn apply_to(
                 what: pool_name(c),
                 requested: c.requested,
                 floor: c.floor,
+            });
+        }
+    }
+    if plan.keep_live && !opts.force {
+        // What live segments use now: each pool's floor, and host-wide for
+        // a size the plan splits per node (reserved pages are on no node).
+        let mut live: std::collections::BTreeMap<(u64, Option<u32>), u64> = changes
+            .iter()
+            .map(|c| ((c.page_size_bytes, c.node), c.floor))
+            .collect();
+        for c in &changes {
+            if let std::collections::btree_map::Entry::Vacant(e) =
+                live.entry((c.page_size_bytes, None))
+            {
+                let s = c.page_size_bytes;
+                let nr = pools.nr(s, None)?;
+                let free = pools.free(s, None)?;
+                let resv = pools.resv(s, None)?;
+                e.insert(nr.saturating_sub(free).saturating_add(resv));
+            }
+        }
+        let crowded = crowded_pools(plan, |s, n| live.get(&(s, n)).copied().unwrap_or(0));
+        if let Some((p, used, counted)) = crowded.into_iter().next() {
+            return Err(ApplyError::NoRoomForLive {
+                what: advise_pool_name(p.page_size_bytes, p.node),
+                requested: p.pages,
+                live: used,
+                counted,
             });
         }
     }

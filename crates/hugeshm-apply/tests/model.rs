@@ -203,3 +203,67 @@ fn dry_run_writes_nothing() {
     assert_eq!(k.writes.get(), 0);
     assert_eq!(r.changes[0].requested, 100);
 }
+
+/// A plan of one new region (`--size`): `pages` with `spare` of them spare,
+/// that does not count the live segments.
+fn new_region_plan(pages: u64, spare: u64) -> Plan {
+    let mut v = serde_json::to_value(plan(&[(M2, pages)])).unwrap();
+    v["pools"][0]["spare_pages"] = spare.into();
+    v["keep_live"] = true.into();
+    serde_json::from_value(v).unwrap()
+}
+
+#[test]
+fn a_plan_of_new_regions_leaves_room_for_live_segments_or_is_refused() {
+    // 100 pages, 32 in use by a live segment and 4 reserved; --size 100M
+    // plans 50 + 2 spare: it would leave 16 free for its 50.
+    let mut k = Kernel::with(&[(M2, 100)]);
+    k.used.insert(M2, 32);
+    k.resv.insert(M2, 4);
+    let e = apply_to(&k, &new_region_plan(52, 2), &opts(), &none).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ApplyError::NoRoomForLive {
+                requested: 52,
+                live: 36,
+                counted: 50,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "refused: the 2 MiB pool (host-wide) would hold 52 pages, but live huge page segments \
+         use 36 of its pages now and the plan counts 50 more there without counting them (it \
+         was made from --size or --spec alone): only 16 would be free for those 50; count the \
+         live segments too with --live, or --force to apply it anyway (nothing was changed)"
+    );
+    assert_eq!(k.writes.get(), 0, "nothing written");
+    // Room for both: 2 pages in use and 50 free for the 50 counted.
+    let mut k2 = Kernel::with(&[(M2, 100)]);
+    k2.used.insert(M2, 2);
+    assert!(
+        apply_to(&k2, &new_region_plan(52, 2), &opts(), &none)
+            .unwrap()
+            .complete
+    );
+    assert_eq!(k2.nr(M2, None).unwrap(), 52);
+    // --force applies it anyway (never below the pages in use, though).
+    let mut o = opts();
+    o.force = true;
+    assert!(
+        apply_to(&k, &new_region_plan(52, 2), &o, &none)
+            .unwrap()
+            .complete
+    );
+    assert_eq!(k.nr(M2, None).unwrap(), 52);
+    // A plan that counts the live segments itself (--live, --postgres, a
+    // plan file from before keep_live): only the in-use floor applies.
+    assert!(
+        apply_to(&k, &plan(&[(M2, 40)]), &opts(), &none)
+            .unwrap()
+            .complete
+    );
+}

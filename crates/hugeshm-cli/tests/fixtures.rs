@@ -455,6 +455,9 @@ fn host_capture_status() {
             "boot-pool-short",
             "pool-one-node",
             "processes-unreadable",
+            // One node: nothing NUMA.
+            "pool-uneven",
+            "tmpfs-no-mpol",
         ],
     );
     assert!(finding(&st, "segment-findings")["message"]
@@ -617,6 +620,8 @@ fn two_nodes_uneven_status() {
             "pool-one-node",
             "persisted-differs",
             "memlock-small",
+            "pool-uneven",
+            "tmpfs-no-mpol",
         ],
         &[
             "pool-not-persisted",
@@ -647,6 +652,31 @@ fn two_nodes_uneven_status() {
     // 2 GiB of 1 GiB pages, all on node 1.
     let one = finding(&st, "pool-one-node")["message"].as_str().unwrap();
     assert!(one.contains("1 GiB pages sit on node 1 of 2"), "{one}");
+    // 900/124 on two alike nodes of 32 CPUs: uneven, with the per-node
+    // writes to 512 each (both above the pages in use there: 332 and 100).
+    let uneven = finding(&st, "pool-uneven");
+    assert_eq!(uneven["severity"], "warning");
+    let msg = uneven["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("2 MiB pool uneven over the NUMA nodes: node 0 holds 900 pages and node 1 holds 124, while the nodes have 32 CPUs and 62.8 GiB each: an even split is 512 and 512"),
+        "{msg}"
+    );
+    let fix = uneven["fix"].as_str().unwrap();
+    assert!(
+        fix.starts_with("echo 512 > /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages && echo 512 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages   #"),
+        "{fix}"
+    );
+    assert!(fix.contains("hugepagesz=2M hugepages=0:512,1:512"), "{fix}");
+    // /dev/shm without mpol= (no tmpfs files in the tree: information).
+    let t = finding(&st, "tmpfs-no-mpol");
+    assert_eq!(t["severity"], "info");
+    assert!(
+        t["fix"]
+            .as_str()
+            .unwrap()
+            .starts_with("mount -o remount,mpol=interleave /dev/shm   #"),
+        "{t}"
+    );
     assert_eq!(severity(&st, "pool-unused"), "info");
     // tmpfiles.d sets node 1 to 100 pages; it holds 124.
     let d = finding(&st, "persisted-differs")["message"]

@@ -3,10 +3,16 @@
 //!
 //! The arithmetic is the classic one made exact: every region needs
 //! `ceil(bytes / page_size)` pages of its page size; a plan adds a spare per
-//! pool (default [`DEFAULT_SPARE_PAGES`]) for the odd page a server maps on top
-//! of its main area; node-bound regions land on their node, spread ones are
-//! split evenly (the remainder on the lowest nodes), and the rest goes to the
-//! host-wide pool, which the kernel spreads itself.
+//! pool (default [`DEFAULT_SPARE_PAGES`]; per node where it splits a size
+//! over the nodes) for the odd page a server maps on top of its main area;
+//! node-bound regions land on their node, spread ones are split evenly (the
+//! remainder on the lowest nodes), and the rest goes to the host-wide pool,
+//! which the kernel spreads itself. Where a size is split per node, a live
+//! segment is counted on the nodes its pages sit on now.
+//!
+//! A plan made only of new regions (`--size`, `--spec`) does not count the
+//! huge pages live segments use; [`keep_room_for_live`] marks it so that
+//! `apply` refuses a pool that would not hold both.
 
 use crate::finding::plural;
 use crate::segments::{SegmentKind, SegmentsReport};
@@ -54,6 +60,10 @@ pub struct Demand {
     pub sysv_gid: Option<u32>,
     /// A note to print with it.
     pub note: Option<String>,
+    /// Pages per node where a live segment sits now (empty when unknown):
+    /// where the plan splits its size per node, it is counted there.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub nodes: BTreeMap<u32, u64>,
 }
 
 impl Demand {
@@ -67,7 +77,14 @@ impl Demand {
             pages: None,
             sysv_gid: None,
             note: None,
+            nodes: BTreeMap::new(),
         }
+    }
+
+    /// The same, with the pages it has on each node now.
+    pub fn on_nodes(mut self, nodes: BTreeMap<u32, u64>) -> Self {
+        self.nodes = nodes;
+        self
     }
 
     /// The same, placed.
@@ -206,6 +223,12 @@ pub struct Plan {
     /// for (`advise --container`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<ContainerAdvice>,
+    /// The plan counts new regions only (`--size`, `--spec`), not the huge
+    /// pages live segments use now: `apply` keeps room for those too,
+    /// refusing a pool that would not hold both (see
+    /// [`keep_room_for_live`]).
+    #[serde(default)]
+    pub keep_live: bool,
 }
 
 /// One extended resource of a pod: `hugepages-2Mi: 64Mi`.
@@ -308,7 +331,15 @@ pub fn demands_from_segments(
             None
         };
         let demand = match s.page_size_bytes {
-            Some(ps) if ps > BASE_PAGE => Demand::new(label, s.size_bytes, ps),
+            Some(ps) if ps > BASE_PAGE => {
+                let nodes: BTreeMap<u32, u64> = s
+                    .nodes
+                    .iter()
+                    .filter_map(|(n, b)| Some((n.parse().ok()?, b / ps)))
+                    .filter(|(_, p)| *p > 0)
+                    .collect();
+                Demand::new(label, s.size_bytes, ps).on_nodes(nodes)
+            }
             _ if s.kind == SegmentKind::Posix => {
                 skipped.push(Skipped {
                     label,
@@ -353,6 +384,10 @@ pub fn plan(
 
     // Pages per (page size, node).
     let mut need: BTreeMap<(u64, Option<u32>), u64> = BTreeMap::new();
+    // Pages of live segments (placement Any) on the nodes they sit on: used
+    // where their size is split per node, host-wide otherwise.
+    let mut sitting: BTreeMap<(u64, u32), u64> = BTreeMap::new();
+    let mut sitting_label: Vec<(usize, u64)> = Vec::new();
     let mut counted = Vec::new();
     for d in demands {
         let pages = d.pages_needed();
@@ -369,7 +404,20 @@ pub fn plan(
             ));
         }
         match d.placement {
-            Placement::Any => *need.entry((d.page_size_bytes, None)).or_default() += pages,
+            Placement::Any => {
+                let mut known = 0u64;
+                for (n, p) in &d.nodes {
+                    let p = (*p).min(pages - known);
+                    if nodes.contains(n) && p > 0 {
+                        *sitting.entry((d.page_size_bytes, *n)).or_default() += p;
+                        known += p;
+                    }
+                }
+                if known > 0 {
+                    sitting_label.push((counted.len(), d.page_size_bytes));
+                }
+                *need.entry((d.page_size_bytes, None)).or_default() += pages - known;
+            }
             Placement::Node(n) => {
                 if !nodes.contains(&n) {
                     warnings.push(format!(
@@ -398,6 +446,8 @@ pub fn plan(
     }
     // A size with both host-wide and per-node needs: put it all per node
     // (the host-wide part spread), so one exact split is written.
+    // Live segments go on the nodes they sit on; the rest of the host-wide
+    // part is spread.
     let sizes: Vec<u64> = need
         .keys()
         .map(|(s, _)| *s)
@@ -406,7 +456,34 @@ pub fn plan(
         .collect();
     for s in &sizes {
         let has_node = need.keys().any(|(ps, n)| ps == s && n.is_some());
+        let on_nodes: Vec<(u32, u64)> = sitting
+            .iter()
+            .filter(|((ps, _), _)| ps == s)
+            .map(|((_, n), p)| (*n, *p))
+            .collect();
         if has_node {
+            for (n, p) in &on_nodes {
+                *need.entry((*s, Some(*n))).or_default() += p;
+            }
+            for (i, size) in &sitting_label {
+                if size == s {
+                    // Counted has one entry per demand, in order.
+                    let where_: Vec<String> = demands[*i]
+                        .nodes
+                        .iter()
+                        .map(|(n, p)| format!("node {n}: {p}"))
+                        .collect();
+                    let c: &mut Counted = &mut counted[*i];
+                    let note = format!(
+                        "counted on the nodes it sits on now ({} pages)",
+                        where_.join(", ")
+                    );
+                    c.note = Some(match c.note.take() {
+                        Some(n) => format!("{n}; {note}"),
+                        None => note,
+                    });
+                }
+            }
             if let Some(any) = need.remove(&(*s, None)) {
                 let k = nodes.len() as u64;
                 for (i, n) in nodes.iter().enumerate() {
@@ -414,20 +491,20 @@ pub fn plan(
                         any / k + u64::from((i as u64) < any % k);
                 }
             }
+        } else if !on_nodes.is_empty() {
+            *need.entry((*s, None)).or_default() += on_nodes.iter().map(|(_, p)| p).sum::<u64>();
         }
     }
+    // A split that left a node's pool of a size at zero pages needs no row.
+    need.retain(|(_, n), p| n.is_none() || *p > 0);
 
     let mut pools = Vec::new();
     for ((size, node), pages) in &need {
-        // One spare set per pool: host-wide, or on the first node listed for the size.
-        let first_node = need
-            .keys()
-            .find(|(s, n)| s == size && n.is_some())
-            .map(|(_, n)| *n);
-        let first = node.is_none() || *node == first_node.flatten();
-        // Spare pages are for pools of small pages; rounding to whole
-        // 1 GiB pages already leaves slack.
-        let spare = if first && *size < GIB { spare_pages } else { 0 };
+        // A spare set per pool: the host-wide one, or each node's where the
+        // size is split per node (a process on that node may need the odd
+        // page there). Spare pages are for pools of small pages; rounding
+        // to whole 1 GiB pages already leaves slack.
+        let spare = if *size < GIB { spare_pages } else { 0 };
         let current = match node {
             None => host.pool(*size).map(|p| p.nr).unwrap_or(0),
             Some(n) => host
@@ -510,6 +587,142 @@ pub fn plan(
         warnings,
         config,
         container: None,
+        keep_live: false,
+    }
+}
+
+/// Pages of a pool in use or reserved now: a node's faulted pages (the
+/// kernel keeps no per-node reserve count), or the host's faulted and
+/// reserved ones.
+pub fn live_pages(host: &HostSnapshot, page_size: u64, node: Option<u32>) -> u64 {
+    match node {
+        None => host
+            .pool(page_size)
+            .map(|p| {
+                p.nr.saturating_sub(p.free)
+                    .saturating_add(p.resv.unwrap_or(0))
+            })
+            .unwrap_or(0),
+        Some(n) => host
+            .node_pools
+            .iter()
+            .find(|p| p.node == n && p.counters.page_size_bytes == page_size)
+            .map(|p| p.counters.nr.saturating_sub(p.counters.free))
+            .unwrap_or(0),
+    }
+}
+
+/// The pages a pool of the plan leaves for what it counts, against what it
+/// counts there: `(pool pages, live pages now, counted pages)` for each
+/// pool that would not hold both the live pages and the counted ones.
+pub fn crowded_pools(
+    plan: &Plan,
+    live: impl Fn(u64, Option<u32>) -> u64,
+) -> Vec<(PlanPool, u64, u64)> {
+    let mut out = Vec::new();
+    for p in &plan.pools {
+        let counted = p.pages.saturating_sub(p.spare_pages);
+        let used = live(p.page_size_bytes, p.node);
+        if used > 0 && p.pages < used.saturating_add(counted) {
+            out.push((p.clone(), used, counted));
+        }
+    }
+    // A size split per node: reserved pages are not on any node yet, so
+    // the nodes together must hold them as well.
+    let sizes: std::collections::BTreeSet<u64> = plan
+        .pools
+        .iter()
+        .filter(|p| p.node.is_some())
+        .map(|p| p.page_size_bytes)
+        .collect();
+    for s in sizes {
+        if plan
+            .pools
+            .iter()
+            .any(|p| p.page_size_bytes == s && p.node.is_none())
+        {
+            continue;
+        }
+        let rows: Vec<&PlanPool> = plan
+            .pools
+            .iter()
+            .filter(|p| p.page_size_bytes == s)
+            .collect();
+        let pages: u64 = rows.iter().map(|p| p.pages).sum();
+        let spare: u64 = rows.iter().map(|p| p.spare_pages).sum();
+        let counted = pages.saturating_sub(spare);
+        let used = live(s, None);
+        if used > 0
+            && pages < used.saturating_add(counted)
+            && !out.iter().any(|(p, _, _)| p.page_size_bytes == s)
+        {
+            out.push((
+                PlanPool {
+                    page_size_bytes: s,
+                    node: None,
+                    pages,
+                    spare_pages: spare,
+                    current_pages: rows.iter().map(|p| p.current_pages).sum(),
+                    bytes: pages.saturating_mul(s),
+                },
+                used,
+                counted,
+            ));
+        }
+    }
+    out
+}
+
+/// `the 2 MiB pool of node 0`, `the 2 MiB pool (host-wide)`.
+pub fn pool_name(page_size: u64, node: Option<u32>) -> String {
+    match node {
+        Some(n) => format!("the {} pool of node {n}", format_bytes(page_size)),
+        None => format!("the {} pool (host-wide)", format_bytes(page_size)),
+    }
+}
+
+/// Marks a plan made of new regions only (`--size`, `--spec`) as one that
+/// must leave room for the huge pages live segments use now
+/// ([`Plan::keep_live`], which `apply` checks again on the host as it is
+/// then), and warns about each pool that would not hold both, naming the
+/// live segments (`segs`, when scanned) on that size and node.
+pub fn keep_room_for_live(plan: &mut Plan, host: &HostSnapshot, segs: Option<&SegmentsReport>) {
+    plan.keep_live = true;
+    for (p, used, counted) in crowded_pools(plan, |s, n| live_pages(host, s, n)) {
+        let names: Vec<String> = segs
+            .map(|r| {
+                r.segments
+                    .iter()
+                    .filter(|g| g.page_size_bytes == Some(p.page_size_bytes))
+                    .filter(|g| match p.node {
+                        None => true,
+                        Some(n) => g.nodes.get(&n.to_string()).is_some_and(|b| *b > 0),
+                    })
+                    .map(|g| format!("{} of {}", g.label(), format_bytes(g.size_bytes)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let left = if p.pages >= used {
+            format!(
+                "at {} pages the pool leaves {} free for the {counted} the plan counts there; count them too with --live (apply refuses this plan; --force applies it anyway)",
+                p.pages,
+                p.pages - used
+            )
+        } else {
+            format!(
+                "at {} pages the pool would be smaller than what they use (apply refuses that, even with --force); count them too with --live",
+                p.pages
+            )
+        };
+        plan.warnings.push(format!(
+            "live huge page segments use {used} pages of {} now{}, which this plan does not count: {left}",
+            pool_name(p.page_size_bytes, p.node),
+            if names.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", names.join(", "))
+            },
+        ));
     }
 }
 
@@ -801,7 +1014,7 @@ mod tests {
     #[test]
     fn node_splits() {
         let h = host(2);
-        // 1001 pages spread: 501 on node 0 (+ spare), 500 on node 1.
+        // 1001 pages spread: 501 on node 0, 500 on node 1, each with its spare.
         let p = plan(
             &h,
             &[Demand::new("x", 1001 * M2, M2).placed(Placement::Spread)],
@@ -809,7 +1022,37 @@ mod tests {
             2,
         );
         assert_eq!(pool(&p, M2, Some(0)).pages, 503);
-        assert_eq!(pool(&p, M2, Some(1)).pages, 500);
+        assert_eq!(pool(&p, M2, Some(1)).pages, 502);
+        assert_eq!(pool(&p, M2, Some(1)).spare_pages, 2);
+        // The field report: 200 MiB spread gave both spares to node 0.
+        let p = plan(
+            &h,
+            &[Demand::new("--size 200 MiB", 200 * MIB, M2).placed(Placement::Spread)],
+            vec![],
+            2,
+        );
+        let split: Vec<(Option<u32>, u64, u64)> = p
+            .pools
+            .iter()
+            .map(|x| (x.node, x.pages, x.spare_pages))
+            .collect();
+        assert_eq!(split, vec![(Some(0), 52, 2), (Some(1), 52, 2)]);
+        assert_eq!(
+            p.config.runtime,
+            vec![
+                "echo 52 > /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages",
+                "echo 52 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages"
+            ]
+        );
+        // 1 GiB pools get no spare, per node either.
+        let p = plan(
+            &h,
+            &[Demand::new("g", 3 * GIB, GIB).placed(Placement::Spread)],
+            vec![],
+            2,
+        );
+        assert_eq!(pool(&p, GIB, Some(0)).pages, 2);
+        assert_eq!(pool(&p, GIB, Some(1)).pages, 1);
         assert!(p.pools.iter().all(|x| x.node.is_some()));
         // A node-bound region plus a host-wide one: one exact split.
         let p = plan(
@@ -857,6 +1100,112 @@ mod tests {
                 .any(|w| w.contains("node 9 does not exist")),
             "{:?}",
             p.warnings
+        );
+    }
+
+    /// Sets the 2 MiB pools of the nodes: (nr, free) each; the host's are the sums.
+    fn with_node_pools(mut h: HostSnapshot, nodes: &[(u64, u64)], resv: u64) -> HostSnapshot {
+        h.node_pools = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, (nr, free))| {
+                serde_json::from_value(serde_json::json!({"node": i, "counters": {
+                    "page_size_bytes": M2, "nr": nr, "free": free, "resv": null,
+                    "surplus": 0, "nr_overcommit": null}}))
+                .unwrap()
+            })
+            .collect();
+        let nr: u64 = nodes.iter().map(|n| n.0).sum();
+        let free: u64 = nodes.iter().map(|n| n.1).sum();
+        h.pools[0] = PoolCounters::new(M2, nr, free, Some(resv), 0, Some(0));
+        h
+    }
+
+    #[test]
+    fn live_segments_count_where_they_sit_when_a_size_is_split() {
+        let h = host(2);
+        let live = |pages_on: &[(u32, u64)]| {
+            Demand::new("sysv 7", 64 * M2, M2).on_nodes(pages_on.iter().copied().collect())
+        };
+        // 40 of its 64 pages on node 0, 4 on node 1, 20 not faulted yet
+        // (spread), next to a spread region of 100 pages.
+        let p = plan(
+            &h,
+            &[
+                Demand::new("new", 100 * M2, M2).placed(Placement::Spread),
+                live(&[(0, 40), (1, 4)]),
+            ],
+            vec![],
+            2,
+        );
+        assert_eq!(pool(&p, M2, Some(0)).pages, 50 + 40 + 10 + 2);
+        assert_eq!(pool(&p, M2, Some(1)).pages, 50 + 4 + 10 + 2);
+        assert_eq!(
+            p.counted[1].note.as_deref(),
+            Some("counted on the nodes it sits on now (node 0: 40, node 1: 4 pages)")
+        );
+        // Alone, it stays host-wide: the kernel spreads the pool itself.
+        let p = plan(&h, &[live(&[(0, 40), (1, 4)])], vec![], 2);
+        assert_eq!(pool(&p, M2, None).pages, 66);
+        assert_eq!(p.pools.len(), 1);
+        assert_eq!(p.counted[0].note, None);
+    }
+
+    #[test]
+    fn a_plan_of_new_regions_keeps_room_for_live_segments() {
+        // The field report: pools 100/20, a live region with 32 pages on
+        // node 0, then --size 200M --spread (52/52).
+        let h = with_node_pools(host(2), &[(100, 68), (20, 20)], 0);
+        assert_eq!(live_pages(&h, M2, Some(0)), 32);
+        assert_eq!(live_pages(&h, M2, Some(1)), 0);
+        assert_eq!(live_pages(&h, M2, None), 32);
+        let mut p = plan(
+            &h,
+            &[Demand::new("--size 200 MiB", 200 * MIB, M2).placed(Placement::Spread)],
+            vec![],
+            2,
+        );
+        assert!(!p.keep_live && p.warnings.is_empty(), "{:?}", p.warnings);
+        keep_room_for_live(&mut p, &h, None);
+        assert!(p.keep_live);
+        assert_eq!(
+            p.warnings,
+            vec![
+                "live huge page segments use 32 pages of the 2 MiB pool of node 0 now, which \
+                  this plan does not count: at 52 pages the pool leaves 20 free for the 50 the \
+                  plan counts there; count them too with --live (apply refuses this plan; \
+                  --force applies it anyway)"
+                    .to_string()
+            ]
+        );
+        // Room for both: nothing to say.
+        let h2 = with_node_pools(host(2), &[(100, 98), (20, 20)], 0);
+        let mut p = plan(
+            &h2,
+            &[Demand::new("--size 200 MiB", 200 * MIB, M2).placed(Placement::Spread)],
+            vec![],
+            2,
+        );
+        keep_room_for_live(&mut p, &h2, None);
+        assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+        // Reserved pages sit on no node: the nodes together must hold them.
+        let h3 = with_node_pools(host(2), &[(100, 100), (20, 20)], 10);
+        let p = plan(
+            &h3,
+            &[Demand::new("--size 200 MiB", 200 * MIB, M2).placed(Placement::Spread)],
+            vec![],
+            2,
+        );
+        let crowded = crowded_pools(&p, |s, n| live_pages(&h3, s, n));
+        assert_eq!(crowded.len(), 1, "{crowded:?}");
+        assert_eq!(
+            (
+                crowded[0].0.node,
+                crowded[0].0.pages,
+                crowded[0].1,
+                crowded[0].2
+            ),
+            (None, 104, 10, 100)
         );
     }
 

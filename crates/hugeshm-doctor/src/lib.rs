@@ -23,6 +23,7 @@
 pub mod advise;
 pub mod cgroup;
 pub mod finding;
+pub mod numa;
 pub mod segments;
 pub mod status;
 

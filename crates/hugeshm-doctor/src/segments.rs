@@ -896,16 +896,49 @@ fn segment_findings(
             .filter(|(_, b)| **b > 0)
             .map(|(n, _)| n)
             .collect();
-        if total >= 64 * MIB && nonzero.len() == 1 {
+        if total >= crate::numa::PLACEMENT_MIN_BYTES && nonzero.len() == 1 {
+            let mount = match seg.kind {
+                SegmentKind::Posix => seg
+                    .path
+                    .as_deref()
+                    .and_then(|p| crate::numa::tmpfs_mount_of(host, p)),
+                _ => None,
+            };
+            let (why, fix) = match mount {
+                // A tmpfs file: the mount's policy decides where its pages go.
+                Some(m) => match m.option("mpol") {
+                    None => (
+                        format!(
+                            " (a \"Cyclops\" file: {} has no mpol=, so each page went to the node of the process that first touched it)",
+                            m.target
+                        ),
+                        format!(
+                            "{}, then have its owner recreate it (restart it): pages already allocated keep their node",
+                            crate::numa::mpol_remount(&m.target)
+                        ),
+                    ),
+                    Some(pol) => (
+                        format!(
+                            " (a \"Cyclops\" file: written before {} got mpol={pol}, or placed by its owner's own policy)",
+                            m.target
+                        ),
+                        "have its owner recreate it (restart it) so that its pages follow the mount's policy; pages already allocated keep their node".to_string(),
+                    ),
+                },
+                None => (
+                    String::new(),
+                    "interleave it (numactl --interleave=all, tmpfs mpol=interleave) or split it per node".to_string(),
+                ),
+            };
             out.push(Finding::new(
                 Severity::Warning,
                 "single-node",
                 format!(
-                    "all {} resident of {label} sit on node {} of {numa_nodes}: processes on the other nodes work on remote memory",
+                    "all {} resident of {label} sit on node {} of {numa_nodes}{why}: processes on the other nodes work on remote memory",
                     format_bytes(total),
                     nonzero[0]
                 ),
-                Some("interleave it (numactl --interleave=all, tmpfs mpol=interleave) or split it per node".to_string()),
+                Some(fix),
             ));
         }
     }
@@ -914,7 +947,90 @@ fn segment_findings(
 
 #[cfg(test)]
 mod tests {
-    use super::SegmentKind;
+    use super::*;
+
+    /// A 2-node host with /dev/shm mounted with `shm_options`.
+    fn host(shm_options: &str) -> HostSnapshot {
+        let mut h = HostSnapshot::default();
+        h.mounts =
+            hugeshm_parse::mounts::parse(&format!("tmpfs /dev/shm tmpfs {shm_options} 0 0\n"))
+                .unwrap();
+        h
+    }
+
+    fn file(path: &str, kind: SegmentKind, nodes: &[(&str, u64)]) -> Segment {
+        Segment {
+            kind,
+            id: Some(12),
+            key: None,
+            path: Some(path.into()),
+            size_bytes: 64 * MIB,
+            page_size_bytes: Some(BASE_PAGE),
+            page_size_source: "smaps of pid 9".into(),
+            resident_bytes: Some(64 * MIB),
+            thp_bytes: Some(0),
+            owner_uid: Some(0),
+            mode: Some(0o600),
+            creator_pid: None,
+            creator_name: None,
+            attached_pids: vec![9],
+            attached: vec![],
+            nattch: None,
+            nodes: nodes.iter().map(|(n, b)| (n.to_string(), *b)).collect(),
+            numa_policy: Some("default".into()),
+            findings: vec![],
+        }
+    }
+
+    fn single_node(seg: &Segment, h: &HostSnapshot) -> Option<Finding> {
+        segment_findings(seg, h, Some(2 * MIB), 2)
+            .into_iter()
+            .find(|f| f.code == "single-node")
+    }
+
+    #[test]
+    fn a_dev_shm_file_on_one_node_is_a_cyclops() {
+        let h = host("rw,nosuid,nodev");
+        let seg = file("/dev/shm/cyclops", SegmentKind::Posix, &[("1", 64 * MIB)]);
+        let f = single_node(&seg, &h).expect("single-node");
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(
+            f.message,
+            "all 64 MiB resident of /dev/shm/cyclops sit on node 1 of 2 (a \"Cyclops\" file: \
+             /dev/shm has no mpol=, so each page went to the node of the process that first \
+             touched it): processes on the other nodes work on remote memory"
+        );
+        assert_eq!(
+            f.fix.as_deref(),
+            Some(
+                "mount -o remount,mpol=interleave /dev/shm, then have its owner recreate it \
+                 (restart it): pages already allocated keep their node"
+            )
+        );
+        // Written before the remount: the mount has its policy now.
+        let h2 = host("rw,nosuid,nodev,mpol=interleave:0-1");
+        let f = single_node(&seg, &h2).expect("single-node");
+        assert!(
+            f.message
+                .contains("written before /dev/shm got mpol=interleave:0-1"),
+            "{}",
+            f.message
+        );
+        // Spread over both nodes, or too small: nothing.
+        let spread = file(
+            "/dev/shm/x",
+            SegmentKind::Posix,
+            &[("0", 32 * MIB), ("1", 32 * MIB)],
+        );
+        assert!(single_node(&spread, &h).is_none());
+        let small = file("/dev/shm/x", SegmentKind::Posix, &[("1", 63 * MIB)]);
+        assert!(single_node(&small, &h).is_none());
+        // Not a tmpfs file: the general fix.
+        let memfd = file("memfd:x", SegmentKind::Memfd, &[("0", 64 * MIB)]);
+        let f = single_node(&memfd, &h).expect("single-node");
+        assert!(!f.message.contains("Cyclops"), "{}", f.message);
+        assert!(f.fix.unwrap().starts_with("interleave it (numactl"));
+    }
 
     #[test]
     fn kinds_serialize_as_their_names() {

@@ -631,8 +631,39 @@ fn persisted_findings(host: &HostSnapshot, r: &StatusReport) -> Vec<Finding> {
                     p.page_size_bytes / 1024
                 ))
             });
+            let persistent = p.total - p.surplus;
+            // A host-wide count (sysctl.d, a host-wide tmpfiles.d write,
+            // hugepages=N) is split evenly over the nodes at boot: it keeps
+            // the size of an uneven split but not the split.
+            let boot_even: Vec<String> = boot
+                .iter()
+                .filter(|(n, _)| *n == persistent)
+                .map(|(_, f)| f.clone())
+                .chain(
+                    cmdline_even(host, p.page_size_bytes, default)
+                        .filter(|n| *n == persistent)
+                        .map(|_| "the kernel command line".to_string()),
+                )
+                .collect();
+            if !node_writes && !boot_even.is_empty() {
+                if let Some(fix) = crate::numa::per_node_persist_fix(host, p.page_size_bytes) {
+                    let (now, even) = crate::numa::split_text(host, p.page_size_bytes);
+                    out.push(Finding::new(
+                        Severity::Warning,
+                        "persisted-differs",
+                        format!(
+                            "{} sets the {size} pool to {persistent} pages, which the kernel splits evenly over the nodes at boot ({even}), but it holds {now} now: the split changes at the next boot",
+                            boot_even.join(" and ")
+                        ),
+                        Some(format!("replace it with the per-node split: {fix}")),
+                    ));
+                }
+            }
             if boot.is_empty() && p.boot_pages.is_none() && !node_writes {
-                let line = if Some(p.page_size_bytes) == default {
+                let per_node = crate::numa::per_node_persist_fix(host, p.page_size_bytes);
+                let line = if let Some(fix) = per_node {
+                    fix
+                } else if Some(p.page_size_bytes) == default {
                     format!(
                         "echo 'vm.nr_hugepages = {}' > /etc/sysctl.d/60-hugeshm.conf",
                         p.total - p.surplus
@@ -658,6 +689,16 @@ fn persisted_findings(host: &HostSnapshot, r: &StatusReport) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// Pages of `page_size` the kernel command line asks for host-wide
+/// (`hugepages=N`, not the per-node form).
+fn cmdline_even(host: &HostSnapshot, page_size: u64, default: Option<u64>) -> Option<u64> {
+    host.cmdline
+        .as_ref()?
+        .boot_pages(page_size, default.unwrap_or(0))
+        .filter(|b| b.per_node.is_empty())
+        .map(|b| b.pages)
 }
 
 fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>) -> Vec<Finding> {
@@ -820,10 +861,18 @@ fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>
                 ));
             }
         }
-        // Pool on one node of several.
+        // Pools uneven over the nodes; on one node of several (when not
+        // said already as uneven).
+        let (uneven, uneven_sizes) = crate::numa::uneven_pools(host);
+        out.extend(uneven);
         let node_ids: Vec<u32> = r.nodes.iter().map(|n| n.node).collect();
         if node_ids.len() > 1 {
-            for p in r.pools.iter().filter(|p| p.node.is_none() && p.total > 0) {
+            for p in r
+                .pools
+                .iter()
+                .filter(|p| p.node.is_none() && p.total > 0)
+                .filter(|p| !uneven_sizes.contains(&p.page_size_bytes))
+            {
                 let per: Vec<&PoolRow> = r
                     .pools
                     .iter()
@@ -847,6 +896,24 @@ fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>
             }
         }
     }
+
+    // tmpfs mounts without mpol= on a multi-node host, with the bytes of
+    // the tmpfs files on each.
+    let mut tmpfs_bytes: std::collections::BTreeMap<String, u64> = Default::default();
+    for seg in segs
+        .iter()
+        .flat_map(|s| s.segments.iter())
+        .filter(|g| g.kind == segments::SegmentKind::Posix)
+    {
+        if let Some(m) = seg
+            .path
+            .as_deref()
+            .and_then(|p| crate::numa::tmpfs_mount_of(host, p))
+        {
+            *tmpfs_bytes.entry(m.target.clone()).or_default() += seg.resident_bytes.unwrap_or(0);
+        }
+    }
+    out.extend(crate::numa::tmpfs_findings(host, &tmpfs_bytes));
 
     if let Some(s) = segs {
         out.extend(s.findings.iter().cloned());
@@ -1080,6 +1147,223 @@ mod tests {
                 .unwrap()
                 .boot_pages,
             Some(8)
+        );
+    }
+
+    /// A host with `pools[i]` 2 MiB pages (all free) on node i, one CPU and
+    /// 1 GiB per node (or `cpus[i]` CPUs), and /dev/shm mounted without mpol=.
+    fn numa_host(pools: &[u64], cpus: &[usize]) -> HostSnapshot {
+        let total: u64 = pools.iter().sum();
+        let mut h = host(total, total, 0);
+        for (i, pages) in pools.iter().enumerate() {
+            let first = cpus.iter().take(i).sum::<usize>() as u32;
+            let list: Vec<u32> =
+                (first..first + cpus.get(i).copied().unwrap_or(1) as u32).collect();
+            h.nodes.push(
+                serde_json::from_value(serde_json::json!({
+                    "node": i, "cpus": list, "distance": [],
+                    "meminfo": {"mem_total_bytes": GIB, "mem_free_bytes": GIB / 2,
+                        "mem_used_bytes": null, "shmem_bytes": null, "page_tables_bytes": null,
+                        "hugepages_total": null, "hugepages_free": null}
+                }))
+                .unwrap(),
+            );
+            h.node_pools.push(
+                serde_json::from_value(serde_json::json!({
+                    "node": i,
+                    "counters": {"page_size_bytes": M2, "nr": pages, "free": pages,
+                        "resv": null, "surplus": 0, "nr_overcommit": null}
+                }))
+                .unwrap(),
+            );
+        }
+        h.mounts = hugeshm_parse::mounts::parse(
+            "tmpfs /dev/shm tmpfs rw,nosuid,nodev,inode64 0 0\n\
+             hugetlbfs /dev/hugepages hugetlbfs rw,relatime,pagesize=2M 0 0\n",
+        )
+        .unwrap();
+        h
+    }
+
+    fn finding<'a>(r: &'a StatusReport, code: &str) -> &'a Finding {
+        r.findings
+            .iter()
+            .find(|f| f.code == code)
+            .unwrap_or_else(|| panic!("no {code} in {:#?}", r.findings))
+    }
+
+    #[test]
+    fn uneven_pools_get_the_per_node_writes() {
+        let r = build_from(&numa_host(&[100, 20], &[1, 1]), None);
+        let f = finding(&r, "pool-uneven");
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(
+            f.message,
+            "2 MiB pool uneven over the NUMA nodes: node 0 holds 100 pages and node 1 holds 20, \
+             while the nodes have 1 CPU and 1 GiB each: an even split is 60 and 60. \
+             Processes on node 1 get remote huge pages once its 20 are used, and a region bound \
+             to node 1 can have no more than 20"
+        );
+        // Shrink node 0 first, then grow node 1; the boot form of the same split.
+        assert_eq!(
+            f.fix.as_deref(),
+            Some(
+                "echo 60 > /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages \
+                 && echo 60 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages   \
+                 # unless a server bound to a node needs them where they are; at boot: \
+                 hugepagesz=2M hugepages=0:60,1:60 on the kernel command line, or these writes in tmpfiles.d"
+            )
+        );
+        // Not also "on one node" for the same pool.
+        let r = build_from(&numa_host(&[40, 0], &[1, 1]), None);
+        assert!(codes(&r).contains(&"pool-uneven"), "{:?}", codes(&r));
+        assert!(!codes(&r).contains(&"pool-one-node"), "{:?}", codes(&r));
+        // Near even, or too small to matter: nothing.
+        for pools in [[70, 50], [61, 59], [1, 0], [3, 1]] {
+            let r = build_from(&numa_host(&pools, &[1, 1]), None);
+            assert!(
+                !codes(&r).contains(&"pool-uneven"),
+                "{pools:?}: {:?}",
+                codes(&r)
+            );
+        }
+        // By CPUs: 80/40 is right for 2 and 1 CPUs, 60/60 is not.
+        let r = build_from(&numa_host(&[80, 40], &[2, 1]), None);
+        assert!(!codes(&r).contains(&"pool-uneven"), "{:?}", codes(&r));
+        let r = build_from(&numa_host(&[60, 60], &[2, 1]), None);
+        let f = finding(&r, "pool-uneven");
+        assert!(
+            f.message.contains("while node 0 has 2 CPUs and 1 GiB, node 1 has 1 CPU and 1 GiB: split by CPUs it is 80 and 40"),
+            "{}",
+            f.message
+        );
+        assert!(f.fix.as_deref().unwrap().starts_with(
+            "echo 40 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages && echo 80 > /sys/devices/system/node/node0/"
+        ), "{:?}", f.fix);
+        // One node: nothing NUMA at all.
+        let r = build_from(&numa_host(&[100], &[1]), None);
+        assert!(!codes(&r)
+            .iter()
+            .any(|c| c.starts_with("pool-uneven") || *c == "tmpfs-no-mpol"));
+    }
+
+    #[test]
+    fn uneven_fix_never_shrinks_a_node_below_its_pages_in_use() {
+        let mut h = numa_host(&[100, 20], &[1, 1]);
+        // 80 pages of node 0 are in use.
+        h.node_pools[0].counters.free = 20;
+        h.pools[0].free = 40;
+        let f = finding(&build_from(&h, None), "pool-uneven").clone();
+        assert!(
+            f.fix.as_deref().unwrap().starts_with(
+                "echo 80 > /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages && echo 60 > "
+            ),
+            "{:?}",
+            f.fix
+        );
+    }
+
+    #[test]
+    fn an_uneven_split_is_persisted_per_node_not_as_a_sysctl() {
+        let r = build_from(&numa_host(&[100, 20], &[1, 1]), None);
+        let f = finding(&r, "pool-not-persisted");
+        assert_eq!(
+            f.fix.as_deref(),
+            Some(
+                "printf 'w /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages - - - - 100\\n\
+                 w /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages - - - - 20\\n' \
+                 > /etc/tmpfiles.d/60-hugeshm.conf   # or hugepagesz=2M hugepages=0:100,1:20 on the kernel \
+                 command line; not vm.nr_hugepages, which the kernel splits evenly over the nodes"
+            )
+        );
+        // An even split keeps the sysctl line.
+        let r = build_from(&numa_host(&[61, 60], &[1, 1]), None);
+        assert_eq!(
+            finding(&r, "pool-not-persisted").fix.as_deref(),
+            Some("echo 'vm.nr_hugepages = 121' > /etc/sysctl.d/60-hugeshm.conf")
+        );
+        // A sysctl.d line keeps the total but not the split.
+        let mut h = numa_host(&[100, 20], &[1, 1]);
+        h.persisted.sysctl.insert(
+            "vm.nr_hugepages".into(),
+            serde_json::from_value(
+                serde_json::json!({"value": "120", "file": "/etc/sysctl.d/hp.conf:1"}),
+            )
+            .unwrap(),
+        );
+        let r = build_from(&h, None);
+        assert!(
+            !codes(&r).contains(&"pool-not-persisted"),
+            "{:?}",
+            codes(&r)
+        );
+        let f = finding(&r, "persisted-differs");
+        assert_eq!(
+            f.message,
+            "/etc/sysctl.d/hp.conf:1 sets the 2 MiB pool to 120 pages, which the kernel splits \
+             evenly over the nodes at boot (60 and 60), but it holds 100 on node 0 and 20 on node 1 \
+             now: the split changes at the next boot"
+        );
+        assert!(
+            f.fix.as_deref().unwrap().starts_with(
+                "replace it with the per-node split: printf 'w /sys/devices/system/node/node0/"
+            ),
+            "{:?}",
+            f.fix
+        );
+        // hugepages=120 on the kernel command line: the same.
+        let mut h = numa_host(&[100, 20], &[1, 1]);
+        h.cmdline = Some(hugeshm_parse::cmdline::parse("hugepages=120").unwrap());
+        let f = finding(&build_from(&h, None), "persisted-differs").clone();
+        assert!(
+            f.message
+                .starts_with("the kernel command line sets the 2 MiB pool to 120 pages"),
+            "{}",
+            f.message
+        );
+        // The per-node form on the command line, or per-node tmpfiles.d
+        // lines, restore the split: nothing said.
+        let mut h = numa_host(&[100, 20], &[1, 1]);
+        h.cmdline = Some(hugeshm_parse::cmdline::parse("hugepages=0:100,1:20").unwrap());
+        let c = codes(&build_from(&h, None)).join(" ");
+        assert!(!c.contains("persisted"), "{c}");
+    }
+
+    #[test]
+    fn tmpfs_without_mpol_on_a_multi_node_host() {
+        let r = build_from(&numa_host(&[0, 0], &[1, 1]), None);
+        let f = finding(&r, "tmpfs-no-mpol");
+        assert_eq!(f.severity, Severity::Info);
+        assert_eq!(
+            f.message,
+            "tmpfs /dev/shm has no mpol= on a host with 2 NUMA nodes: each page of its files goes \
+             to the node of the process that first touches it, so a file one process writes sits \
+             all on that process's node (\"Cyclops\")"
+        );
+        assert_eq!(
+            f.fix.as_deref(),
+            Some(
+                "mount -o remount,mpol=interleave /dev/shm   # files created from now on \
+                 interleave their pages over the nodes; existing files keep theirs; at boot: \
+                 tmpfs /dev/shm tmpfs defaults,mpol=interleave 0 0 in /etc/fstab"
+            )
+        );
+        // With mpol= nothing is said.
+        let mut h = numa_host(&[0, 0], &[1, 1]);
+        h.mounts = hugeshm_parse::mounts::parse(
+            "tmpfs /dev/shm tmpfs rw,nosuid,nodev,mpol=interleave:0-1 0 0\n",
+        )
+        .unwrap();
+        assert!(!codes(&build_from(&h, None)).contains(&"tmpfs-no-mpol"));
+        // 64 MiB of files on it make it a warning.
+        let mut big = std::collections::BTreeMap::new();
+        big.insert("/dev/shm".to_string(), 64 * MIB);
+        let f = crate::numa::tmpfs_findings(&numa_host(&[0, 0], &[1, 1]), &big);
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert!(
+            f[0].message.ends_with("; its files hold 64 MiB now"),
+            "{}",
+            f[0].message
         );
     }
 

@@ -35,7 +35,9 @@ pub struct SourceArgs {
     #[arg(long, value_name = "FILE")]
     pub spec: Option<PathBuf>,
     /// Also count the shared memory live on this host (the default when no
-    /// other source is given).
+    /// other source is given). Without it, a plan of --size or --spec
+    /// regions keeps room for the huge pages live segments use: advise
+    /// warns and apply refuses a pool that would not hold both.
     #[arg(long)]
     pub live: bool,
     /// Spare pages added to each pool.
@@ -190,13 +192,22 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
             spare = s;
         }
     }
+    let new_regions_only = !demands.is_empty() && !src.live && src.postgres.is_none();
     if src.live || demands.is_empty() {
         let segs = hugeshm_doctor::segments::build_with(probe, host);
         let (d, s) = advise::demands_from_segments(host, &segs);
         demands.extend(d);
         skipped.extend(s);
     }
-    Ok(advise::plan(host, &demands, skipped, spare))
+    let mut plan = advise::plan(host, &demands, skipped, spare);
+    if new_regions_only {
+        // Name the live segments only where a pool is crowded by them.
+        let crowded =
+            !advise::crowded_pools(&plan, |s, n| advise::live_pages(host, s, n)).is_empty();
+        let segs = crowded.then(|| hugeshm_doctor::segments::build_with(probe, host));
+        advise::keep_room_for_live(&mut plan, host, segs.as_ref());
+    }
+    Ok(plan)
 }
 
 /// Runs the command.

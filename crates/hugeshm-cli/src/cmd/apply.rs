@@ -31,7 +31,8 @@ pub struct Args {
     #[arg(long)]
     pub persist: bool,
     /// Try even when the plan adds more than the memory the kernel reports
-    /// available (MemAvailable).
+    /// available (MemAvailable), or (a plan of --size or --spec alone)
+    /// leaves a pool too small for the live segments and the plan together.
     #[arg(long)]
     pub force: bool,
     /// Write the files only; leave the running pools alone.
