@@ -264,3 +264,29 @@ fn guest_weighted_interleave_needs_a_newer_kernel() {
     assert!(err.contains("needs Linux 6.9 or later"), "{err}");
     assert!(err.contains("use --numa interleave"), "{err}");
 }
+
+#[test]
+fn guest_bound_segment_seen_from_outside_without_a_false_warning() {
+    let Some(run) = guest_run("guest_bound_segment_seen_from_outside_without_a_false_warning")
+    else {
+        return;
+    };
+    let segs = json(run, "held.segments");
+    let seg = segs["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "sysv" && s["size_bytes"].as_u64() == Some(64 << 20))
+        .unwrap_or_else(|| panic!("the segment: {segs:#}"));
+    assert_eq!(seg["numa_policy"], "bind:1", "{seg:#}");
+    assert_eq!(seg["nodes"], serde_json::json!({"1": 64 << 20}), "{seg:#}");
+    let codes: Vec<&str> = seg["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["code"].as_str())
+        .collect();
+    assert!(!codes.contains(&"single-node"), "{codes:?}");
+    assert!(!codes.contains(&"misplaced"), "{codes:?}");
+    run.console.ok("held.rm").unwrap();
+}

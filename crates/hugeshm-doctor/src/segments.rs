@@ -887,7 +887,39 @@ fn segment_findings(
         ));
     }
 
-    // All on one node of several.
+    // Bound to some nodes, with pages on others.
+    let bound = bind_nodes(seg.numa_policy.as_deref());
+    if let Some(bound) = &bound {
+        let elsewhere: Vec<(&String, u64)> = seg
+            .nodes
+            .iter()
+            .filter(|(n, b)| **b > 0 && n.parse().is_ok_and(|n: u32| !bound.contains(&n)))
+            .map(|(n, b)| (n, *b))
+            .collect();
+        if !elsewhere.is_empty() {
+            let bytes: u64 = elsewhere.iter().map(|(_, b)| b).sum();
+            let list =
+                |nodes: &mut dyn Iterator<Item = String>| nodes.collect::<Vec<_>>().join(",");
+            let bound_list = list(&mut bound.iter().map(u32::to_string));
+            out.push(Finding::new(
+                Severity::Warning,
+                "misplaced",
+                format!(
+                    "{label} is bound to node {bound_list} (numa_maps: {}), but {} of it sit{} on node {} (faulted before the policy was set, or migrated): processes there pay remote latency and the bound node's pool is not what holds it",
+                    seg.numa_policy.as_deref().unwrap_or(""),
+                    format_bytes(bytes),
+                    if elsewhere.len() == 1 { "s" } else { "" },
+                    list(&mut elsewhere.iter().map(|(n, _)| n.to_string())),
+                ),
+                Some(format!(
+                    "recreate it with the policy in force before the first touch (hugeshm create --numa bind={bound_list} binds before the pre-fault and fails on a misplaced page), or move the pages of each process: migratepages PID {} {bound_list}",
+                    list(&mut elsewhere.iter().map(|(n, _)| n.to_string())),
+                )),
+            ));
+        }
+    }
+
+    // All on one node of several (not where a bind policy put it there).
     if numa_nodes > 1 {
         let total: u64 = seg.nodes.values().sum();
         let nonzero: Vec<&String> = seg
@@ -896,7 +928,10 @@ fn segment_findings(
             .filter(|(_, b)| **b > 0)
             .map(|(n, _)| n)
             .collect();
-        if total >= crate::numa::PLACEMENT_MIN_BYTES && nonzero.len() == 1 {
+        let intended = bound.as_ref().is_some_and(|b| {
+            nonzero.len() == 1 && nonzero[0].parse().is_ok_and(|n: u32| b.contains(&n))
+        });
+        if total >= crate::numa::PLACEMENT_MIN_BYTES && nonzero.len() == 1 && !intended {
             let mount = match seg.kind {
                 SegmentKind::Posix => seg
                     .path
@@ -943,6 +978,18 @@ fn segment_findings(
         }
     }
     out
+}
+
+/// The nodes of a `bind` policy as `numa_maps` prints it (`bind:1`,
+/// `bind=static:0-1`); `None` for other policies.
+fn bind_nodes(policy: Option<&str>) -> Option<Vec<u32>> {
+    let (mode, nodes) = policy?.split_once(':')?;
+    if mode.split('=').next() != Some("bind") {
+        return None;
+    }
+    hugeshm_parse::node::parse_list("numa_maps", nodes)
+        .ok()
+        .filter(|n| !n.is_empty())
 }
 
 #[cfg(test)]
@@ -1030,6 +1077,44 @@ mod tests {
         let f = single_node(&memfd, &h).expect("single-node");
         assert!(!f.message.contains("Cyclops"), "{}", f.message);
         assert!(f.fix.unwrap().starts_with("interleave it (numactl"));
+    }
+
+    #[test]
+    fn bound_segment_with_pages_elsewhere_is_misplaced() {
+        let h = host("rw");
+        let find = |seg: &Segment, code: &str| {
+            segment_findings(seg, &h, Some(2 * MIB), 2)
+                .into_iter()
+                .find(|f| f.code == code)
+        };
+        let mut seg = file(
+            "/dev/shm/db",
+            SegmentKind::Posix,
+            &[("0", 16 * MIB), ("1", 48 * MIB)],
+        );
+        seg.numa_policy = Some("bind:1".into());
+        let f = find(&seg, "misplaced").expect("misplaced");
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(
+            f.message.starts_with(
+                "/dev/shm/db is bound to node 1 (numa_maps: bind:1), but 16 MiB of it sits on node 0"
+            ),
+            "{}",
+            f.message
+        );
+        assert!(f.fix.unwrap().ends_with("migratepages PID 0 1"));
+        // All on the bound node: placed on purpose, neither misplaced nor
+        // a single-node warning.
+        seg.nodes = [("1".to_string(), 64 * MIB)].into_iter().collect();
+        assert!(find(&seg, "misplaced").is_none());
+        assert!(find(&seg, "single-node").is_none());
+        // The same without the policy is the single-node warning.
+        seg.numa_policy = Some("default".into());
+        assert!(find(&seg, "single-node").is_some());
+        assert_eq!(bind_nodes(Some("bind=static:0-1")), Some(vec![0, 1]));
+        assert_eq!(bind_nodes(Some("interleave:0-1")), None);
+        assert_eq!(bind_nodes(Some("bind:")), None);
+        assert_eq!(bind_nodes(None), None);
     }
 
     #[test]

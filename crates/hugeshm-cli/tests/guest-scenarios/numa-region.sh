@@ -75,3 +75,20 @@ block pernode.pools cat /sys/devices/system/node/node0/hugepages/hugepages-2048k
 mark weighted
 block weighted.old hugeshm create nw --size 8M --page-size 2m --policy only \
     --backend sysv --numa weighted-interleave
+
+# held and bound: segments shows the policy and the node, and no
+# single-node warning (the placement is on purpose).
+mark held
+# 64 MiB: the size from which single-node would warn.
+echo 40 >"$(node_pool 1)"
+hugeshm create nh --size 64M --page-size 2m --policy only --backend sysv \
+    --numa bind=1 --hold --json >/tmp/held.json 2>/tmp/held.err &
+holder=$!
+if wait_for /tmp/held.err "holding region" 60; then
+    block held.segments hugeshm segments --json
+else
+    block held.failed cat /tmp/held.json /tmp/held.err
+fi
+kill -TERM "$holder"
+wait "$holder"
+block held.rm hugeshm rm nh --json
