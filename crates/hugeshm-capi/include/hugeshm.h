@@ -334,6 +334,12 @@ typedef struct {
 // Shared anonymous memory, shared with children created by fork() only.
 #define HUGESHM_BACKEND_ANON 5
 
+// A file "hugeshm.NAME" on a DAX file system (persistent memory mounted
+// -o dax; `hugeshm_options_set_directory` picks the mount), allocated
+// whole and mapped MAP_SYNC at a 2 MiB-aligned address: its contents
+// survive the machine once `hugeshm_region_persist` returns.
+#define HUGESHM_BACKEND_DAX 6
+
 // Never use huge pages.
 #define HUGESHM_POLICY_OFF 1
 
@@ -765,6 +771,22 @@ size_t hugeshm_region_warning_count(const hugeshm_region *region);
 //
 // `region` is NULL or a live handle.
 const char *hugeshm_region_warning(const hugeshm_region *region, size_t index);
+
+// Makes data bytes `offset..offset + len` durable (offsets as for
+// `hugeshm_region_data_ptr`): for a `HUGESHM_BACKEND_DAX` region mapped
+// MAP_SYNC by writing the CPU cache lines back (CLWB, CLFLUSHOPT or
+// CLFLUSH, whichever the CPU has) and a store fence; otherwise with
+// msync(MS_SYNC). A range beyond the data is
+// `HUGESHM_ERROR_INVALID_ARGUMENT`.
+//
+// # Safety
+//
+// `region` is NULL or a live handle; `err` is NULL or writable for one
+// pointer.
+int hugeshm_region_persist(const hugeshm_region *region,
+                           size_t offset,
+                           size_t len,
+                           hugeshm_error **err);
 
 // Reads /proc/self/smaps for the region now (page size, resident bytes in
 // this process) into `*out`. Errors as for `hugeshm_create`.

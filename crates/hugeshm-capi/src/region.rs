@@ -473,6 +473,34 @@ pub unsafe extern "C" fn hugeshm_region_warning(
     }
 }
 
+/// Makes data bytes `offset..offset + len` durable (offsets as for
+/// `hugeshm_region_data_ptr`): for a `HUGESHM_BACKEND_DAX` region mapped
+/// MAP_SYNC by writing the CPU cache lines back (CLWB, CLFLUSHOPT or
+/// CLFLUSH, whichever the CPU has) and a store fence; otherwise with
+/// msync(MS_SYNC). A range beyond the data is
+/// `HUGESHM_ERROR_INVALID_ARGUMENT`.
+///
+/// # Safety
+///
+/// `region` is NULL or a live handle; `err` is NULL or writable for one
+/// pointer.
+#[no_mangle]
+pub unsafe extern "C" fn hugeshm_region_persist(
+    region: *const hugeshm_region,
+    offset: usize,
+    len: usize,
+    err: *mut *mut hugeshm_error,
+) -> c_int {
+    let body = || {
+        // SAFETY: `region` is NULL or a live handle (contract).
+        let r = unsafe { arg_ref(region, "region") }?;
+        r.region.persist(offset, len)?;
+        Ok(())
+    };
+    // SAFETY: `err` is NULL or writable (contract).
+    unsafe { guard("hugeshm_region_persist", err, body) }
+}
+
 /// Reads /proc/self/smaps for the region now (page size, resident bytes in
 /// this process) into `*out`. Errors as for `hugeshm_create`.
 ///

@@ -33,6 +33,11 @@ pub const HUGESHM_BACKEND_HUGETLBFS: hugeshm_backend = 3;
 pub const HUGESHM_BACKEND_POSIX: hugeshm_backend = 4;
 /// Shared anonymous memory, shared with children created by fork() only.
 pub const HUGESHM_BACKEND_ANON: hugeshm_backend = 5;
+/// A file "hugeshm.NAME" on a DAX file system (persistent memory mounted
+/// -o dax; `hugeshm_options_set_directory` picks the mount), allocated
+/// whole and mapped MAP_SYNC at a 2 MiB-aligned address: its contents
+/// survive the machine once `hugeshm_region_persist` returns.
+pub const HUGESHM_BACKEND_DAX: hugeshm_backend = 6;
 
 /// What to do when huge pages cannot be had (one of `HUGESHM_POLICY_*`;
 /// PostgreSQL's huge_pages off/try/on).
@@ -82,9 +87,10 @@ pub(crate) fn backend_from_c(b: hugeshm_backend) -> Result<Backend, hugeshm_erro
         HUGESHM_BACKEND_HUGETLBFS => Backend::Hugetlbfs,
         HUGESHM_BACKEND_POSIX => Backend::Posix,
         HUGESHM_BACKEND_ANON => Backend::Anon,
+        HUGESHM_BACKEND_DAX => Backend::Dax,
         other => {
             return Err(hugeshm_error::invalid_argument(format!(
-                "unknown backend {other} (expected HUGESHM_BACKEND_SYSV .. HUGESHM_BACKEND_ANON)"
+                "unknown backend {other} (expected HUGESHM_BACKEND_SYSV .. HUGESHM_BACKEND_DAX)"
             )))
         }
     })
@@ -97,6 +103,7 @@ pub(crate) fn backend_to_c(b: Backend) -> hugeshm_backend {
         Backend::Hugetlbfs => HUGESHM_BACKEND_HUGETLBFS,
         Backend::Posix => HUGESHM_BACKEND_POSIX,
         Backend::Anon => HUGESHM_BACKEND_ANON,
+        Backend::Dax => HUGESHM_BACKEND_DAX,
         _ => 0,
     }
 }
@@ -308,10 +315,10 @@ mod tests {
                 HUGESHM_ERROR_INVALID_ARGUMENT
             );
         }
-        for v in 1..=5 {
+        for v in 1..=6 {
             assert_eq!(backend_to_c(backend_from_c(v).unwrap()), v);
         }
-        assert!(backend_from_c(0).is_err() && backend_from_c(6).is_err());
+        assert!(backend_from_c(0).is_err() && backend_from_c(7).is_err());
         for v in 1..=3 {
             assert_eq!(policy_to_c(policy_from_c(v).unwrap()), v);
         }

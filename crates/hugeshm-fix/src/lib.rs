@@ -103,6 +103,14 @@ pub enum Fix {
         /// Bytes missing.
         missing_bytes: u64,
     },
+    /// Free space on a DAX file system, or give it a larger persistent
+    /// memory namespace.
+    GrowDax {
+        /// The mount point.
+        mount: String,
+        /// Bytes missing.
+        missing_bytes: u64,
+    },
     /// Set a sysctl.
     Sysctl {
         /// The key, e.g. `kernel.shmmax`.
@@ -356,6 +364,14 @@ impl Fix {
                 missing_bytes,
             } => format!(
                 "free {} on {mount}, or grow it: mount -o remount,size=<bytes> {mount}",
+                human(*missing_bytes)
+            ),
+            Fix::GrowDax {
+                mount,
+                missing_bytes,
+            } => format!(
+                "free {} on {mount}, or put it on a larger persistent memory namespace \
+                 (ndctl list -N shows them; ndctl create-namespace --mode=fsdax --align=2M --size=<bytes>)",
                 human(*missing_bytes)
             ),
             Fix::Sysctl { key, value } => format!("sysctl -w {key}={value}"),

@@ -718,6 +718,22 @@ impl RegionBuilder {
                 "not pre-faulted: transparent huge page use shows only after first touch"
                     .to_owned(),
             );
+        } else if plan.backing == Backing::Dax {
+            // DAX pages are the device's: smaps says 4 kB whatever the
+            // fault size. What is checked is MAP_SYNC.
+            if self.policy != Policy::Off && !v.map_sync {
+                let reason = format!(
+                    "{} is not mapped MAP_SYNC (the file system cannot): writes are made durable with msync, not by flushing CPU caches",
+                    r.object_text()
+                );
+                if self.policy == Policy::Only {
+                    return Err(RegionError::Unsupported(reason));
+                }
+                fallback = Some(Fallback {
+                    reason,
+                    shortfall: None,
+                });
+            }
         } else if v.page_size_bytes < plan.page_size {
             let err = RegionError::Verification {
                 asked_page_size_bytes: plan.page_size,
@@ -747,7 +763,11 @@ impl RegionBuilder {
                 format_bytes(v.page_size_bytes)
             ));
         }
-        if outcome.method != PrefaultMethod::None && v.resident_bytes < plan.size_bytes {
+        // DAX pages are the device's, not counted in Rss.
+        if outcome.method != PrefaultMethod::None
+            && plan.backing != Backing::Dax
+            && v.resident_bytes < plan.size_bytes
+        {
             warnings.push(format!(
                 "only {} of {} bytes resident after the pre-fault",
                 v.resident_bytes, plan.size_bytes
@@ -793,6 +813,9 @@ impl RegionBuilder {
         checkpoint("verified");
         // Verified (and locked): ready, in one aligned atomic store.
         guard.region_mut().set_state(HeaderState::Ready)?;
+        if plan.backing == Backing::Dax {
+            guard.region().persist_header()?;
+        }
         checkpoint("ready");
         let region = guard.disarm();
         let report = self.report(
@@ -907,6 +930,7 @@ impl RegionBuilder {
             prefault_gbps: prefault::gbps(region.len() as u64, p.prefault_seconds),
             ready_seconds: p.setup_seconds + p.prefault_seconds,
             verified_page_size_bytes: v.page_size_bytes,
+            map_sync: v.map_sync,
             resident_bytes: v.resident_bytes,
             thp_bytes: v.thp_bytes,
             mlocked: self.mlock,
@@ -968,6 +992,7 @@ impl RegionBuilder {
             header: &hdr,
             host,
             probe: &self.probe,
+            policy: self.policy,
         };
         let made = backend::room(self.backend).create(&spec)?;
         Ok(Region::created(made, hdr, self.backend))

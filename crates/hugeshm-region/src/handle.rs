@@ -334,6 +334,30 @@ impl Region {
         verify::verify_range(self.addr() as u64, self.len() as u64, pmd_size)
     }
 
+    /// Makes data bytes `offset..offset + len` durable: for a `dax`
+    /// region mapped `MAP_SYNC`, by writing the CPU cache lines back (CLWB,
+    /// else CLFLUSHOPT, else CLFLUSH, chosen from CPUID) and a store fence;
+    /// otherwise with `msync(MS_SYNC)` (which for tmpfs and hugetlbfs
+    /// regions, whose memory is gone with the machine, only orders writes).
+    /// Returns how it was done.
+    pub fn persist(
+        &self,
+        offset: usize,
+        len: usize,
+    ) -> Result<hugeshm_sys::PersistMethod, RegionError> {
+        let at = self.data_range("persist", offset, len)?;
+        Ok(self.mem.persist_range(at, len)?)
+    }
+
+    /// [`persist`](Region::persist) for the header (state, creator,
+    /// checksum), so that after a power loss the region is found in the
+    /// state it was last set to.
+    pub(crate) fn persist_header(&self) -> Result<hugeshm_sys::PersistMethod, RegionError> {
+        Ok(self
+            .mem
+            .persist_range(0, crate::header::HEADER_BYTES as usize)?)
+    }
+
     /// `mlock`s the region (after checking `RLIMIT_MEMLOCK`).
     pub fn mlock(&self) -> Result<(), RegionError> {
         memlock::check_memlock(self.len() as u64)?;

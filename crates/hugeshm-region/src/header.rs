@@ -217,6 +217,7 @@ fn backend_code(b: Backend) -> u32 {
         Backend::Hugetlbfs => 3,
         Backend::Posix => 4,
         Backend::Anon => 5,
+        Backend::Dax => 6,
     }
 }
 
@@ -227,6 +228,7 @@ fn backend_from_code(c: u32) -> Option<Backend> {
         3 => Backend::Hugetlbfs,
         4 => Backend::Posix,
         5 => Backend::Anon,
+        6 => Backend::Dax,
         _ => return None,
     })
 }

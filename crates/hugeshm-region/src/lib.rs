@@ -174,7 +174,7 @@ pub use handle::Region;
 pub use header::{HeaderState, Liveness, RegionHeader, HEADER_BYTES};
 pub use hugeshm_fix::{Fix, Renderer};
 pub use hugeshm_probe::{Probe, Roots};
-pub use hugeshm_sys::SysError;
+pub use hugeshm_sys::{PersistMethod, SysError};
 pub use inspect::RegionInfo;
 pub use interlock::{list_regions, list_regions_on};
 pub use model::{

@@ -36,16 +36,21 @@ pub enum Backend {
     Posix,
     /// Shared anonymous memory, inherited over `fork`.
     Anon,
+    /// A file on a DAX file system (persistent memory: `mount -o dax`),
+    /// mapped `MAP_SYNC` so that [`Region::persist`](crate::Region::persist)
+    /// makes writes durable; the data outlive the machine.
+    Dax,
 }
 
 impl Backend {
     /// Every backend, in the order the CLI lists them.
-    pub const ALL: [Backend; 5] = [
+    pub const ALL: [Backend; 6] = [
         Backend::Sysv,
         Backend::Memfd,
         Backend::Hugetlbfs,
         Backend::Posix,
         Backend::Anon,
+        Backend::Dax,
     ];
 
     /// The CLI word: `sysv`, `memfd`, `hugetlbfs`, `posix`, `anon`.
@@ -56,13 +61,17 @@ impl Backend {
             Backend::Hugetlbfs => "hugetlbfs",
             Backend::Posix => "posix",
             Backend::Anon => "anon",
+            Backend::Dax => "dax",
         }
     }
 
     /// Whether the object outlives every process that maps it and can be
     /// found by name (`sysv`, `hugetlbfs`, `posix`): it stays until removed.
     pub fn is_named(self) -> bool {
-        matches!(self, Backend::Sysv | Backend::Hugetlbfs | Backend::Posix)
+        matches!(
+            self,
+            Backend::Sysv | Backend::Hugetlbfs | Backend::Posix | Backend::Dax
+        )
     }
 
     /// Whether an unrelated process can attach a region of this backend by
@@ -76,7 +85,7 @@ impl Backend {
     /// Whether huge pages come from the hugetlb pool (every backend but
     /// `posix`, which can only use transparent huge pages).
     pub fn uses_hugetlb_pool(self) -> bool {
-        !matches!(self, Backend::Posix)
+        !matches!(self, Backend::Posix | Backend::Dax)
     }
 }
 
@@ -93,7 +102,9 @@ impl FromStr for Backend {
             .into_iter()
             .find(|b| b.as_str().eq_ignore_ascii_case(s.trim()))
             .ok_or_else(|| {
-                format!("unknown backend {s:?} (expected sysv, memfd, hugetlbfs, posix or anon)")
+                format!(
+                    "unknown backend {s:?} (expected sysv, memfd, hugetlbfs, posix, anon or dax)"
+                )
             })
     }
 }

@@ -193,6 +193,10 @@ pub(crate) enum Backing {
     Hugetlb,
     /// tmpfs transparent huge pages.
     Thp(ThpMode),
+    /// A file on a DAX file system (persistent memory), mapped in place;
+    /// the page size is the mapping's alignment (2 MiB: the kernel can
+    /// map it with PMD entries).
+    Dax,
 }
 
 /// The request, as far as planning is concerned.
@@ -507,6 +511,9 @@ pub(crate) fn plan(
             fix: None,
         });
     }
+    if req.backend == Backend::Dax {
+        return dax_plan(req, host, extra);
+    }
     if req.policy == Policy::Off || req.page_size == PageSize::Base {
         let mut plan = base_plan(req, extra)?;
         if req.policy == Policy::Off && req.page_size != PageSize::Base {
@@ -564,6 +571,72 @@ pub(crate) fn plan(
         Err(e) if req.policy == Policy::Only => Err(e),
         Err(e) => fallback_plan(req, extra, &e),
     }
+}
+
+/// The alignment that lets the kernel map a DAX file with PMD entries.
+pub(crate) const DAX_PMD: u64 = 2 << 20;
+
+/// A DAX region: a file on a `-o dax` mount (the directory given, else the
+/// first such mount), 2 MiB-aligned and -sized unless base pages are asked
+/// for (PMD faults need both). No pool: the memory is the device's.
+fn dax_plan(req: &Request, host: &HostSnapshot, extra: &HostExtra) -> Result<Plan, RegionError> {
+    let page = match req.page_size {
+        PageSize::Base => extra.base,
+        PageSize::Largest => DAX_PMD,
+        PageSize::Huge(p) if p == extra.base || p == DAX_PMD => p,
+        PageSize::Huge(p) => {
+            return Err(RegionError::UnsupportedPageSize {
+                page_size_bytes: p,
+                offered: vec![extra.base, DAX_PMD],
+            })
+        }
+    };
+    let page = if req.policy == Policy::Off {
+        extra.base
+    } else {
+        page
+    };
+    let dax_mounts: Vec<&hugeshm_parse::mounts::Mount> =
+        host.mounts.iter().filter(|m| m.is_dax()).collect();
+    let dir = match &req.directory {
+        Some((d, _)) => {
+            match mount_of(&host.mounts, d) {
+                Some(m) if m.is_dax() => {}
+                other => {
+                    return Err(RegionError::UnsuitableDirectory {
+                        path: d.display().to_string(),
+                        reason: format!(
+                            "not on a DAX file system ({}): dax regions live on persistent memory mounted with -o dax",
+                            other
+                                .map(|m| format!("{} is {} without dax", m.target, m.fstype))
+                                .unwrap_or_else(|| "no mount found".to_owned())
+                        ),
+                    })
+                }
+            }
+            d.clone()
+        }
+        None => {
+            match dax_mounts.first() {
+                Some(m) => PathBuf::from(&m.target),
+                None => return Err(RegionError::Unsupported(
+                    "no DAX file system is mounted: put a file system on persistent memory and \
+                     mount it with -o dax (ndctl create-namespace --mode=fsdax --align 2M; \
+                     mkfs.ext4 -b 4096 /dev/pmem0; mount -o dax /dev/pmem0 /mnt/pmem), or give \
+                     its directory"
+                        .to_owned(),
+                )),
+            }
+        }
+    };
+    Ok(Plan {
+        page_size: page,
+        size_bytes: size_for(req.requested_bytes, page)?,
+        backing: Backing::Dax,
+        dir: Some(dir),
+        fallback: None,
+        warnings: Vec::new(),
+    })
 }
 
 /// The NUMA side of the pool check, before the system call: for a hugetlb

@@ -68,6 +68,11 @@ pub struct AllocationReport {
     pub ready_seconds: f64,
     /// The page size `/proc/self/smaps` shows for the region.
     pub verified_page_size_bytes: u64,
+    /// Whether the region is mapped `MAP_SYNC` (a `dax` region on a file
+    /// system that can: [`Region::persist`](crate::Region::persist) then
+    /// flushes CPU caches instead of calling `msync`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub map_sync: bool,
     /// Resident bytes `/proc/self/smaps` shows after the pre-fault.
     pub resident_bytes: u64,
     /// Bytes mapped by transparent huge pages (tmpfs/shmem).

@@ -28,6 +28,10 @@ pub struct Verification {
     pub locked_bytes: u64,
     /// Length covered by the smaps entries found.
     pub mapped_bytes: u64,
+    /// Whether the mapping is `MAP_SYNC` (`VmFlags` has `sf`: synchronous
+    /// page faults, a DAX file's metadata durable at fault time).
+    #[serde(default)]
+    pub map_sync: bool,
 }
 
 /// Sums the smaps entries that overlap `addr..addr + len`.
@@ -68,6 +72,7 @@ pub(crate) fn from_entries(
         thp_bytes: thp,
         locked_bytes: sum(&|e| e.locked_bytes.unwrap_or(0)),
         mapped_bytes: mapped,
+        map_sync: hits.iter().all(|e| e.vm_flags.iter().any(|f| f == "sf")),
     })
 }
 

@@ -130,3 +130,69 @@ fn mlock_locks_the_region() {
     assert_no_leak(&before, "mlock");
     pool.restore().unwrap();
 }
+
+/// `dax` on a host without a DAX mount, or with a directory that is not
+/// one: a clear error before anything is created. (Real DAX regions run in
+/// the NVDIMM guest: hugeshm's tests/guest_dax.rs.)
+#[test]
+fn dax_without_a_dax_file_system_is_a_clear_error() {
+    use hugeshm_region::{Backend, RegionBuilder};
+    let dax_mounted = std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| {
+            l.split_whitespace()
+                .nth(3)
+                .is_some_and(|o| o.split(',').any(|x| x == "dax" || x == "dax=always"))
+        });
+    // The other tests here create and remove /dev/shm files meanwhile:
+    // hold the lock they serialize through for the before/after check.
+    let _lock = hugeshm_testkit::PoolLock::acquire().unwrap();
+    let before = hugeshm_testkit::HostState::capture().unwrap();
+    if !dax_mounted {
+        let e = RegionBuilder::new(8 << 20)
+            .name("daxless")
+            .backend(Backend::Dax)
+            .create()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("no DAX file system is mounted"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("mount -o dax"), "{e}");
+    }
+    let e = RegionBuilder::new(8 << 20)
+        .name("daxless")
+        .backend(Backend::Dax)
+        .directory("/dev/shm")
+        .create()
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("/dev/shm: not on a DAX file system"),
+        "{e}"
+    );
+    assert!(before
+        .diff(&hugeshm_testkit::HostState::capture().unwrap())
+        .is_empty());
+}
+
+/// `Region::persist` on a region that is not MAP_SYNC: msync; a range
+/// beyond the data is an error.
+#[test]
+fn persist_outside_dax_is_msync_and_checked() {
+    use hugeshm_region::{Backend, PageSize, Policy, RegionBuilder};
+    let (mut r, report) = RegionBuilder::new(1 << 20)
+        .backend(Backend::Anon)
+        .page_size(PageSize::Base)
+        .policy(Policy::Off)
+        .create()
+        .unwrap();
+    assert!(!report.map_sync);
+    r.write_at(0, b"x").unwrap();
+    assert_eq!(
+        r.persist(0, 1).unwrap(),
+        hugeshm_region::PersistMethod::Msync
+    );
+    assert!(r.persist(r.data_len(), 1).is_err());
+    r.close().unwrap();
+}

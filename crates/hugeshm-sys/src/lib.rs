@@ -213,6 +213,9 @@ pub struct Mapping {
     len: usize,
     page_size: usize,
     release: Release,
+    /// Mapped `MAP_SYNC` (a DAX file): flushing CPU caches makes writes
+    /// durable.
+    sync: bool,
 }
 
 // SAFETY: a Mapping is a plain owned address range; munmap/shmdt may be
@@ -316,6 +319,43 @@ impl Mapping {
             Release::Munmap => format!("{what}(addr={:#x})", self.addr()),
             Release::Shmdt { shmid } => format!("{what}(shmid={shmid}, addr={:#x})", self.addr()),
         }
+    }
+
+    /// Whether it was mapped `MAP_SYNC` ([`mmap_fd_sync_placed`]).
+    pub fn is_sync(&self) -> bool {
+        self.sync
+    }
+
+    /// Makes `offset..offset + n` durable: on a `MAP_SYNC` mapping by
+    /// writing the CPU cache lines back to memory (the persistence domain
+    /// of a DAX device) with the best instruction the CPU has, then a
+    /// store fence; elsewhere with `msync(MS_SYNC)` over the pages. Returns
+    /// how it was done.
+    pub fn persist_range(&self, offset: usize, n: usize) -> Result<PersistMethod, SysError> {
+        let start = self.range_ptr("persist", offset, n)?;
+        if n == 0 {
+            return Ok(PersistMethod::None);
+        }
+        if self.sync {
+            if let Some(m) = cache::flush(start as usize, n) {
+                return Ok(m);
+            }
+        }
+        let page = base_page_size();
+        let first = (start as usize) / page * page;
+        let end = start as usize + n;
+        // SAFETY: [first, end) lies in pages of this mapping (start is
+        // inside it, rounded down to its page; end is checked above);
+        // msync only writes dirty pages back.
+        unsafe {
+            rustix::mm::msync(
+                first as *mut c_void,
+                end - first,
+                rustix::mm::MsyncFlags::SYNC,
+            )
+        }
+        .map_err(|e| SysError::os(self.call("msync"), e))?;
+        Ok(PersistMethod::Msync)
     }
 
     /// The address of `offset..offset + n`, checked against the mapping.
@@ -826,6 +866,7 @@ pub fn mmap_anon_placed(
         len: rounded,
         page_size: page,
         release: Release::Munmap,
+        sync: false,
     })
 }
 
@@ -1005,12 +1046,46 @@ pub fn mmap_fd_placed(
     offset: u64,
     align: Option<usize>,
 ) -> Result<Mapping, SysError> {
+    map_fd(fd, len, offset, align, false)
+}
+
+/// [`mmap_fd_placed`] with `MAP_SHARED_VALIDATE | MAP_SYNC`: for a file on
+/// a DAX file system, the file system's metadata for a written page is
+/// durable before the write fault returns, so flushing the CPU caches
+/// ([`Mapping::persist_range`]) makes the data durable. File systems that
+/// cannot do that refuse with `EOPNOTSUPP` (kernels before 4.15: `EINVAL`).
+pub fn mmap_fd_sync_placed(
+    fd: BorrowedFd<'_>,
+    len: usize,
+    offset: u64,
+    align: Option<usize>,
+) -> Result<Mapping, SysError> {
+    map_fd(fd, len, offset, align, true)
+}
+
+fn map_fd(
+    fd: BorrowedFd<'_>,
+    len: usize,
+    offset: u64,
+    align: Option<usize>,
+    sync: bool,
+) -> Result<Mapping, SysError> {
     let raw = fd.as_raw_fd();
     let call = || {
         format!(
-            "mmap(fd={raw}, len={len}, offset={offset}, MAP_SHARED{})",
+            "mmap(fd={raw}, len={len}, offset={offset}, {}{})",
+            if sync {
+                "MAP_SHARED_VALIDATE|MAP_SYNC"
+            } else {
+                "MAP_SHARED"
+            },
             describe_align(align)
         )
+    };
+    let shared = if sync {
+        MapFlags::SHARED_VALIDATE | MapFlags::SYNC
+    } else {
+        MapFlags::SHARED
     };
     if len == 0 {
         return Err(SysError::invalid(call(), "length is zero"));
@@ -1020,8 +1095,8 @@ pub fn mmap_fd_placed(
         round_up(len, page).ok_or_else(|| SysError::invalid(call(), "length overflows"))?;
     let ptr = placed(&call, rounded, page, align, |at| {
         let (hint, flags) = match at {
-            Some(a) => (a as *mut c_void, MapFlags::SHARED | MapFlags::FIXED),
-            None => (std::ptr::null_mut(), MapFlags::SHARED),
+            Some(a) => (a as *mut c_void, shared | MapFlags::FIXED),
+            None => (std::ptr::null_mut(), shared),
         };
         // SAFETY: either a null hint (the kernel picks a fresh range) or
         // MAP_FIXED inside this call's own PROT_NONE reservation (see
@@ -1043,6 +1118,7 @@ pub fn mmap_fd_placed(
         len: rounded,
         page_size: page,
         release: Release::Munmap,
+        sync,
     })
 }
 
@@ -1404,6 +1480,7 @@ pub fn shm_attach_placed(shmid: i32, align: Option<usize>) -> Result<Mapping, Sy
         len,
         page_size: base_page_size(),
         release: Release::Shmdt { shmid },
+        sync: false,
     })
 }
 
@@ -1540,6 +1617,113 @@ pub fn set_thread_cpus(cpus: &[usize]) -> Result<(), SysError> {
     }
     rustix::thread::sched_setaffinity(None, &set)
         .map_err(|e| SysError::os(format!("sched_setaffinity({cpus:?})"), e))
+}
+
+/// How [`Mapping::persist_range`] made a range durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PersistMethod {
+    /// Nothing to do (an empty range).
+    None,
+    /// `CLWB` per cache line (writes back, keeps the line), `SFENCE`.
+    Clwb,
+    /// `CLFLUSHOPT` per cache line, `SFENCE`.
+    Clflushopt,
+    /// `CLFLUSH` per cache line (serialized), `SFENCE`.
+    Clflush,
+    /// `msync(MS_SYNC)`: the page cache or file system writes it back.
+    Msync,
+}
+
+impl PersistMethod {
+    /// Its name, lower case.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PersistMethod::None => "none",
+            PersistMethod::Clwb => "clwb",
+            PersistMethod::Clflushopt => "clflushopt",
+            PersistMethod::Clflush => "clflush",
+            PersistMethod::Msync => "msync",
+        }
+    }
+}
+
+/// CPU cache write-back for persistent memory.
+mod cache {
+    use super::PersistMethod;
+
+    /// The cache line size the flush steps by (x86-64).
+    const LINE: usize = 64;
+
+    /// The best cache write-back instruction this CPU has (CPUID leaf 7:
+    /// EBX bit 24 CLWB, bit 23 CLFLUSHOPT; leaf 1: EDX bit 19 CLFLUSH).
+    #[cfg(target_arch = "x86_64")]
+    // CPUID is an unsafe intrinsic before Rust 1.87 (the pinned 1.85).
+    #[allow(unused_unsafe)]
+    pub(super) fn best() -> Option<PersistMethod> {
+        use std::arch::x86_64::{__cpuid, __cpuid_count};
+        use std::sync::OnceLock;
+        static BEST: OnceLock<Option<PersistMethod>> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            // SAFETY: CPUID exists on every x86-64 CPU; leaf 0 says how
+            // many leaves there are.
+            let max = unsafe { __cpuid(0) }.eax;
+            if max >= 7 {
+                // SAFETY: leaf 7 exists (checked above).
+                let ebx = unsafe { __cpuid_count(7, 0) }.ebx;
+                if ebx & (1 << 24) != 0 {
+                    return Some(PersistMethod::Clwb);
+                }
+                if ebx & (1 << 23) != 0 {
+                    return Some(PersistMethod::Clflushopt);
+                }
+            }
+            // SAFETY: leaf 1 exists on every x86-64 CPU.
+            let edx = unsafe { __cpuid(1) }.edx;
+            (edx & (1 << 19) != 0).then_some(PersistMethod::Clflush)
+        })
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    pub(super) fn best() -> Option<PersistMethod> {
+        None
+    }
+
+    /// Writes back every cache line of `[addr, addr + n)` and fences;
+    /// `None` where the CPU has no such instruction (msync then).
+    pub(super) fn flush(addr: usize, n: usize) -> Option<PersistMethod> {
+        let m = best()?;
+        #[cfg(target_arch = "x86_64")]
+        {
+            let mut line = addr / LINE * LINE;
+            while line < addr + n {
+                let p = line as *const u8;
+                // SAFETY: `p` is in a cache line that overlaps a range the
+                // caller checked lies in its mapping; these instructions
+                // only write the line back (or evict it), never change
+                // memory, and are supported (CPUID above).
+                unsafe {
+                    match m {
+                        PersistMethod::Clwb => {
+                            std::arch::asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags))
+                        }
+                        PersistMethod::Clflushopt => {
+                            std::arch::asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags))
+                        }
+                        _ => {
+                            std::arch::asm!("clflush [{0}]", in(reg) p, options(nostack, preserves_flags))
+                        }
+                    }
+                }
+                line += LINE;
+            }
+            // SAFETY: SFENCE is an x86-64 baseline instruction; it orders
+            // the write-backs before later stores.
+            unsafe { std::arch::x86_64::_mm_sfence() };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (addr, n, LINE);
+        Some(m)
+    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,6 @@
 //! `hugeshm bench ...`: benchmarks that reproduce the field reports.
 
-use crate::cmd::bench_common::reap;
-// Also the path `create --size` names it by (cmd/region.rs).
-pub use crate::cmd::bench_common::parse_size_arg;
+use crate::cmd::bench_common::{parse_size_arg, reap};
 use crate::output::{Out, Table};
 use hugeshm_doctor::segments::SegmentKind;
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -35,6 +33,19 @@ pub enum BenchCommand {
     AttachChild {
         /// The shmid.
         shmid: i32,
+    },
+    /// (internal) attach a dax region by name and write (then persist) or
+    /// read data bytes: the guest's power-off test.
+    #[command(hide = true)]
+    DaxChild {
+        /// write or read.
+        op: String,
+        /// The region name.
+        name: String,
+        /// Data offset.
+        offset: usize,
+        /// write: the text; read: how many bytes.
+        arg: String,
     },
 }
 
@@ -83,7 +94,51 @@ pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<Ex
             crate::cmd::bench_pagetables::child(&name, backend)
         }
         BenchCommand::AttachChild { shmid } => attach_child(shmid),
+        BenchCommand::DaxChild {
+            op,
+            name,
+            offset,
+            arg,
+        } => dax_child(roots, &op, &name, offset, &arg),
     }
+}
+
+fn dax_child(
+    roots: &Roots,
+    op: &str,
+    name: &str,
+    offset: usize,
+    arg: &str,
+) -> anyhow::Result<ExitCode> {
+    let mut region = hugeshm_region::Locator::new(name, hugeshm_region::Backend::Dax)
+        .probe(Probe::new(roots.clone()))
+        .attach()
+        .map_err(crate::cmd::region::region_error)?;
+    match op {
+        "write" => {
+            region
+                .write_at(offset, arg.as_bytes())
+                .map_err(crate::cmd::region::region_error)?;
+            let how = region
+                .persist(offset, arg.len())
+                .map_err(crate::cmd::region::region_error)?;
+            println!(
+                "wrote {} bytes at {offset}, persisted with {}",
+                arg.len(),
+                how.as_str()
+            );
+        }
+        "read" => {
+            let mut buf = vec![0u8; arg.parse()?];
+            region
+                .read_at(offset, &mut buf)
+                .map_err(crate::cmd::region::region_error)?;
+            println!("{}", String::from_utf8_lossy(&buf));
+        }
+        other => anyhow::bail!("dax-child: {other}: expected write or read"),
+    }
+    region.close().map_err(crate::cmd::region::region_error)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn attach_child(shmid: i32) -> anyhow::Result<ExitCode> {

@@ -16,7 +16,7 @@ pub struct CreateArgs {
     /// The region's name (letters, digits, `-`, `_`, `.`).
     pub name: String,
     /// Size: 1G, 512M, 10G.
-    #[arg(long, value_parser = crate::cmd::bench::parse_size_arg)]
+    #[arg(long, value_parser = crate::cmd::bench_common::parse_size_arg)]
     pub size: u64,
     /// Page size: 4k, 2m, 1g, or largest (the largest whose pool holds the region).
     #[arg(long, default_value = "largest")]
@@ -27,7 +27,8 @@ pub struct CreateArgs {
     /// Pre-fault threads (default: the CPUs this process may use; 0 skips the pre-fault).
     #[arg(long)]
     pub prefault_threads: Option<usize>,
-    /// sysv, memfd, hugetlbfs, posix or anon.
+    /// sysv, memfd, hugetlbfs, posix, anon, or dax (a file on persistent
+    /// memory mounted -o dax, mapped MAP_SYNC: durable; --dir picks the mount).
     #[arg(long, default_value = "sysv")]
     pub backend: Backend,
     /// Lock the region in memory (checked against the memlock limit first).
@@ -68,7 +69,7 @@ pub struct CreateArgs {
 pub struct RmArgs {
     /// The region's name.
     pub name: String,
-    /// Only this backend (default: every backend a name finds: sysv, posix, hugetlbfs, memfd).
+    /// Only this backend (default: every backend a name finds: sysv, posix, hugetlbfs, memfd, dax).
     #[arg(long)]
     pub backend: Option<Backend>,
     /// Remove the per-node set NAME (NAME.node0, NAME.node1, ...) that
@@ -128,11 +129,12 @@ pub(crate) fn parse_owner(s: &str) -> Result<u32, String> {
 /// The backends a name is looked for in when none is given, in order:
 /// posix before hugetlbfs (a hugetlbfs region's `try` fall-back lives in
 /// /dev/shm too, and says so in its header).
-pub(crate) const SEARCH_ORDER: [Backend; 4] = [
+pub(crate) const SEARCH_ORDER: [Backend; 5] = [
     Backend::Sysv,
     Backend::Posix,
     Backend::Hugetlbfs,
     Backend::Memfd,
+    Backend::Dax,
 ];
 
 /// "looked for A, B" with each place once.

@@ -16,7 +16,7 @@ use std::time::{Duration, UNIX_EPOCH};
 pub struct AttachArgs {
     /// The region's name.
     pub name: String,
-    /// Its backend (default: whichever of sysv, posix, hugetlbfs, memfd has the name).
+    /// Its backend (default: whichever of sysv, posix, hugetlbfs, memfd, dax has the name).
     #[arg(long)]
     pub backend: Option<Backend>,
     #[command(flatten)]

@@ -84,6 +84,19 @@ pub(crate) fn map_region_file(
         && hugetlb_page.is_some_and(|p| p < PMD_SHARE_ALIGN as u64)
         && size >= PMD_SHARE_ALIGN as u64)
         .then_some(PMD_SHARE_ALIGN);
+    // A dax region: MAP_SYNC where the file system can (its creator's
+    // policy decided whether it had to), at the 2 MiB alignment PMD faults
+    // need when its size allows.
+    if exp.backend == Some(crate::model::Backend::Dax) {
+        let align = (size % crate::pool::DAX_PMD == 0).then_some(crate::pool::DAX_PMD as usize);
+        return match sys::mmap_fd_sync_placed(fd.as_fd(), len, 0, align) {
+            Ok(m) => Ok((m, None)),
+            Err(e) if matches!(e.errno(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) => {
+                Ok((sys::mmap_fd_placed(fd.as_fd(), len, 0, align)?, None))
+            }
+            Err(e) => Err(e.into()),
+        };
+    }
     let map = sys::mmap_fd_placed(fd.as_fd(), len, 0, align)?;
     Ok((map, hugetlb_page))
 }

@@ -3,7 +3,8 @@
 //! (`/dev/shm`). Created unnamed (`O_TMPFILE`), share-locked, sized and
 //! then linked in place, so nobody sees the name without a live holder's
 //! lock; every holder keeps a shared `flock` for as long as it maps the
-//! file. (DAX files will live here too.)
+//! file. `dax` regions are files on a DAX file system (persistent memory),
+//! allocated whole before they are mapped and mapped `MAP_SYNC`.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
@@ -175,9 +176,16 @@ fn no_space(mounts: &[Mount], path: &Path, fstype: &str, needed: u64, free: u64)
         fstype: fstype.to_owned(),
         needed_bytes: needed,
         free_bytes: free,
-        fix: Box::new(Fix::GrowFilesystem {
-            mount,
-            missing_bytes: needed.saturating_sub(free),
+        fix: Box::new(if fstype == "dax" {
+            Fix::GrowDax {
+                mount,
+                missing_bytes: needed.saturating_sub(free),
+            }
+        } else {
+            Fix::GrowFilesystem {
+                mount,
+                missing_bytes: needed.saturating_sub(free),
+            }
         }),
     }
 }
@@ -190,6 +198,13 @@ fn candidate_paths(place: &Place<'_>, probe: &Probe) -> Vec<PathBuf> {
     }
     let shm = Path::new(DEFAULT_POSIX_DIR).join(&file);
     match place.backend {
+        Backend::Dax => probe
+            .mounts()
+            .unwrap_or_default()
+            .iter()
+            .filter(|m| m.is_dax())
+            .map(|m| Path::new(&m.target).join(&file))
+            .collect(),
         Backend::Hugetlbfs => {
             let mut out: Vec<PathBuf> = probe
                 .mounts()
@@ -379,6 +394,57 @@ pub(crate) fn map_opened(opened: Opened, exp: &Expect) -> Result<(Made, Option<u
     ))
 }
 
+/// Allocates a DAX file whole (a full device is `NoSpace` with the
+/// numbers, never SIGBUS) and maps it at an address aligned like its page
+/// size (2 MiB: PMD faults), `MAP_SYNC` unless the policy is `off`; where
+/// the file system cannot, `only` fails and `try` maps it plainly (create
+/// reports it).
+fn map_dax(
+    spec: &Spec<'_>,
+    fd: BorrowedFd<'_>,
+    len: usize,
+    dir: &Path,
+    path: Option<&Path>,
+) -> Result<sys::Mapping, RegionError> {
+    let size = len as u64;
+    sys::fallocate(fd, size).map_err(|e| match e.errno() {
+        Some(libc::ENOSPC) => {
+            let free = fs_free_bytes(dir).ok().flatten().unwrap_or(0);
+            no_space(&spec.host.mounts, path.unwrap_or(dir), "dax", size, free)
+        }
+        _ => RegionError::Sys(e),
+    })?;
+    // The file's blocks, size and name durable now: a power loss after
+    // create keeps the region (ext4 would commit them within seconds, or
+    // lose them).
+    let io = |e: rustix::io::Errno| RegionError::io(dir.display().to_string(), e.into());
+    rustix::fs::fsync(fd).map_err(io)?;
+    let d = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(io)?;
+    rustix::fs::fsync(&d).map_err(io)?;
+    let align = Some(spec.plan.page_size as usize);
+    if spec.policy == crate::model::Policy::Off {
+        return Ok(sys::mmap_fd_placed(fd, len, 0, align)?);
+    }
+    match sys::mmap_fd_sync_placed(fd, len, 0, align) {
+        Ok(m) => Ok(m),
+        Err(e) if matches!(e.errno(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) => {
+            if spec.policy == crate::model::Policy::Only {
+                return Err(RegionError::Unsupported(format!(
+                    "{}: the file system cannot map MAP_SYNC ({e}), so writes could not be made durable by flushing CPU caches; mount it with -o dax (dax=always) on persistent memory, or use --policy try for a plain shared mapping made durable with msync",
+                    dir.display()
+                )));
+            }
+            Ok(sys::mmap_fd_placed(fd, len, 0, align)?)
+        }
+        Err(e) => Err(RegionError::Sys(e)),
+    }
+}
+
 impl Room for File {
     fn create(&self, spec: &Spec<'_>) -> Result<Made, RegionError> {
         let plan = spec.plan;
@@ -395,7 +461,9 @@ impl Room for File {
         let dir = plan.dir.clone().ok_or_else(|| {
             RegionError::Unsupported("internal: a file plan without a directory".into())
         })?;
-        let fstype = check_dir(&dir, huge)?;
+        let dax = plan.backing == Backing::Dax;
+        // A dax plan's directory is on a DAX mount (checked by the plan).
+        let fstype = if dax { "dax" } else { check_dir(&dir, huge)? };
         // Space on the file system, before creating anything.
         if let Some(free) = fs_free_bytes(&dir)? {
             if free < size {
@@ -479,7 +547,9 @@ impl Room for File {
             undo = UndoUnlink(Some(p.clone()));
         }
         crate::testhook::checkpoint("name-claimed");
-        let mem = if fstype == "hugetlbfs" {
+        let mem = if dax {
+            map_dax(spec, fd.as_fd(), len, &dir, path.as_deref())?
+        } else if fstype == "hugetlbfs" {
             sys::mmap_fd_placed(fd.as_fd(), len, 0, spec.align)
                 .map_err(|e| pool::map_refused(spec.probe, e, huge, size))?
         } else {
@@ -597,14 +667,12 @@ impl Room for File {
     fn list(&self, holders: &Holders<'_>) -> Vec<RegionInfo> {
         let mut dirs: Vec<(PathBuf, Backend)> =
             vec![(PathBuf::from(DEFAULT_POSIX_DIR), Backend::Posix)];
-        for m in holders
-            .probe()
-            .mounts()
-            .unwrap_or_default()
-            .iter()
-            .filter(|m| m.is_hugetlbfs())
-        {
-            dirs.push((PathBuf::from(&m.target), Backend::Hugetlbfs));
+        for m in holders.probe().mounts().unwrap_or_default() {
+            if m.is_hugetlbfs() {
+                dirs.push((PathBuf::from(&m.target), Backend::Hugetlbfs));
+            } else if m.is_dax() {
+                dirs.push((PathBuf::from(&m.target), Backend::Dax));
+            }
         }
         let mut out = Vec::new();
         for (dir, backend) in dirs {

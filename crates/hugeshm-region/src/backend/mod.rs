@@ -9,7 +9,7 @@
 //! | room | backends | object |
 //! |---|---|---|
 //! | [`sysv`] | `sysv` | System V segment, key from the name |
-//! | [`file`] | `hugetlbfs`, `posix` | a file on hugetlbfs or tmpfs (DAX files join here) |
+//! | [`file`] | `hugetlbfs`, `posix`, `dax` | a file on hugetlbfs, tmpfs or a DAX file system |
 //! | [`memfd`] | `memfd` | a memfd and its record in `/dev/shm` |
 //! | [`anon`] | `anon` | shared anonymous memory |
 //!
@@ -53,6 +53,9 @@ pub(crate) struct Spec<'a> {
     pub threads: usize,
     /// The header that will be written (creator, generation).
     pub header: &'a RegionHeader,
+    /// `only`, `try` or `off`: for `dax`, whether `MAP_SYNC` is required,
+    /// tried, or not asked for.
+    pub policy: crate::model::Policy,
     /// The host the plan was made from.
     pub host: &'a HostSnapshot,
     /// The reader of that host (for a fresh look after a refusal).
@@ -258,7 +261,7 @@ pub(crate) fn room(backend: Backend) -> &'static dyn Room {
     match backend {
         Backend::Sysv => &sysv::SYSV,
         Backend::Memfd => &memfd::MEMFD,
-        Backend::Hugetlbfs | Backend::Posix => &file::FILE,
+        Backend::Hugetlbfs | Backend::Posix | Backend::Dax => &file::FILE,
         Backend::Anon => &anon::ANON,
     }
 }
