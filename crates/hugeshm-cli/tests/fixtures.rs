@@ -1745,6 +1745,20 @@ fn every_json_output_is_a_document_of_this_schema() {
         1,
         "{pagetables:#}"
     );
+    let numa = check(&[
+        "bench",
+        "numa",
+        "--size",
+        "1M",
+        "--page-size",
+        "4k",
+        "--runs",
+        "1",
+        "--no-reserve",
+        "--json",
+    ]);
+    assert!(numa["single_node"].is_boolean(), "{numa:#}");
+    assert!(numa["results"].is_array(), "{numa:#}");
     let leaks = before.diff(&hugeshm_testkit::HostState::capture().unwrap());
     drop(lock);
     assert!(leaks.is_empty(), "left behind: {leaks:#?}");

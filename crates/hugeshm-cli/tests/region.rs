@@ -1,4 +1,5 @@
-//! `hugeshm create`, `rm` and `bench prefault` on the live host, as root.
+//! `hugeshm create`, `rm`, `bench prefault` and `bench numa` on the live
+//! host, as root.
 
 mod common;
 
@@ -185,6 +186,39 @@ fn rm_refuses_while_held_and_hold_keeps_memfd() {
         run(&["rm", &n]).status.success(),
         "removable once the holder is gone"
     );
+    let diff = before.diff(&HostState::capture().unwrap());
+    assert!(diff.is_empty(), "left behind: {diff:#?}");
+    pool.restore().expect("restore");
+}
+
+#[test]
+fn bench_numa_on_one_node_says_so_and_exits_0() {
+    const T: &str = "bench_numa_on_one_node_says_so_and_exits_0";
+    if skip_unless_root(T) {
+        return;
+    }
+    let memory_nodes = std::fs::read_to_string("/sys/devices/system/node/has_memory")
+        .unwrap_or_else(|_| "0".to_owned());
+    if memory_nodes.trim().contains([',', '-']) {
+        println!("SKIP {T}: this host has several memory nodes (tests/guest_bench_numa.rs measures them)");
+        return;
+    }
+    // Nothing is reserved on one node; the lock keeps another test's pool
+    // change out of the before/after comparison.
+    let pool = PoolGuard::new().expect("pool lock");
+    let before = HostState::capture().unwrap();
+    let r = json(run(&["bench", "numa", "--size", "8M", "--json"]));
+    assert_eq!(r["single_node"], true, "{r:#}");
+    assert!(
+        r["message"].as_str().unwrap().contains("one NUMA node"),
+        "{r:#}"
+    );
+    assert_eq!(r["results"].as_array().unwrap().len(), 0, "{r:#}");
+    assert!(r["remote_node"].is_null(), "{r:#}");
+    let text = run(&["bench", "numa", "--size", "8M"]);
+    assert!(text.status.success(), "{text:?}");
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(stdout.contains("QEMU guest"), "{stdout}");
     let diff = before.diff(&HostState::capture().unwrap());
     assert!(diff.is_empty(), "left behind: {diff:#?}");
     pool.restore().expect("restore");

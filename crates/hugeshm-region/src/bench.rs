@@ -2,7 +2,8 @@
 //! create + pre-fault + destroy cycle, and the memset baseline
 //! ([`memset_baseline`](crate::memset_baseline)); for `hugeshm bench
 //! pagetables`: attach and touch a region in one process
-//! ([`attach_and_touch`]).
+//! ([`attach_and_touch`]); for `hugeshm bench numa`: write and read
+//! bandwidth of a region placed on chosen nodes ([`bench_numa`]).
 //!
 //! Timing is the caller's business beyond one cycle: run a warm-up cycle
 //! first (first touch of guest memory in a VM is far slower), and report
@@ -14,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::create::RegionBuilder;
 use crate::error::RegionError;
-use crate::model::{Backend, PageSize, Policy, PrefaultMethod};
+use crate::model::{Backend, PageSize, Placement, Policy, PrefaultMethod};
 
 /// One create + pre-fault + destroy cycle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -174,4 +175,79 @@ pub fn attach_and_touch(
         vm_pte_bytes,
     };
     Ok((region, sample))
+}
+
+/// One create + measure + destroy cycle of [`bench_numa`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct NumaSample {
+    /// Page size of the region.
+    pub page_size_bytes: u64,
+    /// The placement it was created with.
+    pub placement: Placement,
+    /// Bytes on each node after the pre-fault (`/proc/self/numa_maps`,
+    /// node id as a string): where the pages really are.
+    pub node_bytes: std::collections::BTreeMap<String, u64>,
+    /// Bytes written and read per pass (the region's data).
+    pub bytes: u64,
+    /// One timed pass writing every byte (memset).
+    pub write_seconds: f64,
+    /// `bytes / write_seconds`, decimal GB/s.
+    pub write_gbps: f64,
+    /// One timed pass reading every byte (summing 8-byte words).
+    pub read_seconds: f64,
+    /// `bytes / read_seconds`, decimal GB/s.
+    pub read_gbps: f64,
+}
+
+/// Creates a shared anonymous region of `size_bytes` on `page_size` pages
+/// with policy `only` and `placement` (a page off a bound node is an
+/// error), pre-faulted; writes and reads it once untimed (steady state,
+/// not first touch), then times one write pass and one read pass on the
+/// calling thread, destroys it, and returns the figures. The calling
+/// thread's CPU affinity decides which node's CPUs do the work; huge pages
+/// must be free on the nodes the placement names.
+///
+/// ```no_run
+/// use hugeshm_region::bench::bench_numa;
+/// use hugeshm_region::{PageSize, Placement};
+/// # fn main() -> Result<(), hugeshm_region::RegionError> {
+/// hugeshm_sys::set_affinity(&[0]).expect("pin");
+/// let s = bench_numa(64 << 20, PageSize::HUGE_2M, Placement::Bind(vec![1]))?;
+/// println!("write {:.1} GB/s, read {:.1} GB/s, on {:?}", s.write_gbps, s.read_gbps, s.node_bytes);
+/// # Ok(())
+/// # }
+/// ```
+pub fn bench_numa(
+    size_bytes: u64,
+    page_size: PageSize,
+    placement: Placement,
+) -> Result<NumaSample, RegionError> {
+    let (mut region, report) = RegionBuilder::new(size_bytes)
+        .backend(Backend::Anon)
+        .page_size(page_size)
+        .policy(Policy::Only)
+        .numa(placement.clone())
+        .create()?;
+    // Untimed pass: TLB and caches as in steady use.
+    region.fill(0x11);
+    std::hint::black_box(region.sum_words());
+    let t = Instant::now();
+    region.fill(0x5a);
+    let write_seconds = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    std::hint::black_box(region.sum_words());
+    let read_seconds = t.elapsed().as_secs_f64();
+    let bytes = region.data_len() as u64;
+    region.destroy()?;
+    Ok(NumaSample {
+        page_size_bytes: report.page_size_bytes,
+        placement,
+        node_bytes: report.node_bytes,
+        bytes,
+        write_seconds,
+        write_gbps: crate::prefault::gbps(bytes, write_seconds),
+        read_seconds,
+        read_gbps: crate::prefault::gbps(bytes, read_seconds),
+    })
 }

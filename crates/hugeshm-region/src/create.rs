@@ -178,18 +178,18 @@ impl RegionBuilder {
     /// region lives on that this process may use (zeroing a page is then
     /// local); empty (no pinning) otherwise, or when those nodes have no
     /// CPU this process may use (a CPU-less CXL node).
-    fn fault_cpus(&self, host: &hugeshm_probe::HostSnapshot) -> Vec<usize> {
+    fn fault_cpus(&self, host: &hugeshm_probe::HostSnapshot) -> Vec<u32> {
         let nodes = match self.effective_policy(host) {
             Some((MemPolicy::Bind(n), _)) => n,
             Some((MemPolicy::Preferred(n), _)) => vec![n],
             _ => return Vec::new(),
         };
-        let allowed = hugeshm_sys::thread_cpus().unwrap_or_default();
-        let mut cpus: Vec<usize> = host
+        let allowed = hugeshm_sys::affinity().unwrap_or_default();
+        let mut cpus: Vec<u32> = host
             .nodes
             .iter()
             .filter(|n| nodes.contains(&n.node))
-            .flat_map(|n| n.cpus.iter().map(|&c| c as usize))
+            .flat_map(|n| n.cpus.iter().copied())
             .filter(|c| allowed.contains(c))
             .collect();
         cpus.sort_unstable();
@@ -1005,12 +1005,12 @@ impl RegionBuilder {
 struct Fault<'a> {
     method: PrefaultMethod,
     threads: usize,
-    cpus: &'a [usize],
+    cpus: &'a [u32],
 }
 
 struct ReportParts {
     page_size_bytes: u64,
-    cpus: Vec<usize>,
+    cpus: Vec<u32>,
     fallback: Option<Fallback>,
     warnings: Vec<String>,
     node_bytes: std::collections::BTreeMap<u32, u64>,

@@ -113,6 +113,8 @@
 //! of page tables per process on aligned 2 MiB pages, 2052 KiB on 4 KiB
 //! pages. [`bench::attach_and_touch`] is the building block of
 //! `hugeshm bench pagetables`.
+//! [`bench::bench_numa`] (write and read bandwidth of a region placed
+//! on chosen nodes) is the building block of `hugeshm bench numa`.
 //!
 //! ## Errors and fixes
 //!
@@ -167,7 +169,7 @@ pub mod testhook;
 mod verify;
 
 pub use attach::{remove, Locator};
-pub use bench::{bench_prefault, AttachSample, PrefaultSample};
+pub use bench::{bench_numa, bench_prefault, AttachSample, NumaSample, PrefaultSample};
 pub use create::RegionBuilder;
 pub use error::RegionError;
 pub use handle::Region;

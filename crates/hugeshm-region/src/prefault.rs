@@ -74,15 +74,15 @@ fn split(pages: usize, threads: usize) -> Vec<(usize, usize)> {
 
 /// Runs the calling thread on `cpus` until dropped, then where it ran
 /// before. Empty `cpus`, or a kernel that refuses, leaves it as it is.
-struct Pinned(Option<Vec<usize>>);
+struct Pinned(Option<Vec<u32>>);
 
 impl Pinned {
-    fn to(cpus: &[usize]) -> Pinned {
+    fn to(cpus: &[u32]) -> Pinned {
         if cpus.is_empty() {
             return Pinned(None);
         }
-        let before = hugeshm_sys::thread_cpus().ok();
-        match hugeshm_sys::set_thread_cpus(cpus) {
+        let before = hugeshm_sys::affinity().ok();
+        match hugeshm_sys::set_affinity(cpus) {
             Ok(()) => Pinned(before),
             Err(e) => {
                 log::warn!("pre-fault not pinned to CPUs {cpus:?}: {e}");
@@ -95,7 +95,7 @@ impl Pinned {
 impl Drop for Pinned {
     fn drop(&mut self) {
         if let Some(before) = self.0.take() {
-            if let Err(e) = hugeshm_sys::set_thread_cpus(&before) {
+            if let Err(e) = hugeshm_sys::set_affinity(&before) {
                 log::warn!("could not restore this thread's CPUs {before:?}: {e}");
             }
         }
@@ -109,7 +109,7 @@ pub(crate) fn prefault(
     map: &Mapping,
     page: usize,
     threads: usize,
-    cpus: &[usize],
+    cpus: &[u32],
     method: PrefaultMethod,
     progress: Option<&Progress>,
 ) -> Result<Outcome, RegionError> {
@@ -344,17 +344,17 @@ mod tests {
 
     #[test]
     fn pinned_prefault_gives_the_caller_its_cpus_back() {
-        let before = hugeshm_sys::thread_cpus().unwrap();
+        let before = hugeshm_sys::affinity().unwrap();
         let first = before[0];
         let map = sys::mmap_anon(64 * 4096, true, None).unwrap();
         let out = prefault(&map, 4096, 2, &[first], PrefaultMethod::Touch, None).unwrap();
         assert_eq!(out.threads, 2);
-        assert_eq!(hugeshm_sys::thread_cpus().unwrap(), before);
+        assert_eq!(hugeshm_sys::affinity().unwrap(), before);
         // A CPU set the kernel refuses (none it has) pins nothing and
         // fails nothing.
         let out = prefault(&map, 4096, 1, &[4000], PrefaultMethod::Touch, None).unwrap();
         assert_eq!(out.threads, 1);
-        assert_eq!(hugeshm_sys::thread_cpus().unwrap(), before);
+        assert_eq!(hugeshm_sys::affinity().unwrap(), before);
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub struct AllocationReport {
     /// preferred) region lives on, so that zeroing is local and
     /// `prefault_gbps` is that node's rate; empty when not pinned.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub prefault_cpus: Vec<usize>,
+    pub prefault_cpus: Vec<u32>,
     /// Pre-fault method.
     pub prefault_method: PrefaultMethod,
     /// Seconds from the start of `create` to the mapped region: host

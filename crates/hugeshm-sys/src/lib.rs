@@ -497,6 +497,39 @@ impl Mapping {
         acc
     }
 
+    /// The wrapping sum of the 8-byte words of `offset..offset + n`
+    /// (volatile reads, front to back: other processes may write
+    /// concurrently): reads every byte of the range, for a read-bandwidth
+    /// measurement. `offset` and `n` must be multiples of 8.
+    pub fn sum_u64_range(&self, offset: usize, n: usize) -> Result<u64, SysError> {
+        if offset % 8 != 0 || n % 8 != 0 {
+            return Err(SysError::invalid(
+                self.call("sum_u64"),
+                format!("offset {offset} and length {n} must be multiples of 8"),
+            ));
+        }
+        let p = self.range_ptr("sum_u64", offset, n)?.cast::<u64>();
+        let words = n / 8;
+        // Four independent sums keep several loads in flight.
+        let mut acc = [0u64; 4];
+        let mut i = 0;
+        while i + 4 <= words {
+            for (k, a) in acc.iter_mut().enumerate() {
+                // SAFETY: i + k < words: an 8-byte aligned word (the mapping
+                // is page-aligned, offset a multiple of 8) inside the range
+                // checked above, in a live mapping owned by self.
+                *a = a.wrapping_add(unsafe { std::ptr::read_volatile(p.add(i + k)) });
+            }
+            i += 4;
+        }
+        while i < words {
+            // SAFETY: i < words, as above.
+            acc[0] = acc[0].wrapping_add(unsafe { std::ptr::read_volatile(p.add(i)) });
+            i += 1;
+        }
+        Ok(acc.iter().fold(0u64, |s, a| s.wrapping_add(*a)))
+    }
+
     fn word(&self, what: &str, offset: usize) -> Result<&AtomicU32, SysError> {
         let p = self.range_ptr(what, offset, 4)?;
         if p as usize % 4 != 0 {
@@ -751,6 +784,43 @@ pub fn thread_mempolicy() -> Result<MemPolicy, SysError> {
         6 => MemPolicy::WeightedInterleave(mask.nodes()),
         _ => MemPolicy::Default,
     })
+}
+
+/// The CPUs the calling thread may run on (`sched_getaffinity(2)`),
+/// ascending.
+pub fn affinity() -> Result<Vec<u32>, SysError> {
+    let set = rustix::thread::sched_getaffinity(None)
+        .map_err(|e| SysError::os("sched_getaffinity(0)".to_owned(), e))?;
+    Ok((0..rustix::thread::CpuSet::MAX_CPU)
+        .filter(|&c| set.is_set(c))
+        .map(|c| c as u32)
+        .collect())
+}
+
+/// Pins the calling thread to `cpus` (`sched_setaffinity(2)`); threads it
+/// starts afterwards inherit the set. An empty list, or a CPU beyond
+/// `CPU_SETSIZE`, is rejected before the call.
+pub fn set_affinity(cpus: &[u32]) -> Result<(), SysError> {
+    let list = cpus
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let call = || format!("sched_setaffinity(0, cpus={list})");
+    if cpus.is_empty() {
+        return Err(SysError::invalid(call(), "no CPU given"));
+    }
+    let mut set = rustix::thread::CpuSet::new();
+    for &c in cpus {
+        if c as usize >= rustix::thread::CpuSet::MAX_CPU {
+            return Err(SysError::invalid(
+                call(),
+                format!("CPU {c} is beyond CPU_SETSIZE"),
+            ));
+        }
+        set.set(c as usize);
+    }
+    rustix::thread::sched_setaffinity(None, &set).map_err(|e| SysError::os(call(), e))
 }
 
 /// A disjoint mutable piece of a [`Mapping`] (see [`Mapping::pieces_mut`]),
@@ -1595,30 +1665,6 @@ fn peek_attached(
     Ok(false)
 }
 
-/// The CPUs the calling thread may run on (`sched_getaffinity(2)`).
-pub fn thread_cpus() -> Result<Vec<usize>, SysError> {
-    let set = rustix::thread::sched_getaffinity(None)
-        .map_err(|e| SysError::os("sched_getaffinity()".to_owned(), e))?;
-    Ok((0..rustix::thread::CpuSet::MAX_CPU)
-        .filter(|&c| set.is_set(c))
-        .collect())
-}
-
-/// Lets the calling thread run only on `cpus` (`sched_setaffinity(2)`):
-/// to fault a node's memory from that node's CPUs. CPUs beyond what the
-/// kernel's CPU set holds are ignored; none left is `EINVAL`.
-pub fn set_thread_cpus(cpus: &[usize]) -> Result<(), SysError> {
-    let mut set = rustix::thread::CpuSet::new();
-    for &c in cpus
-        .iter()
-        .filter(|&&c| c < rustix::thread::CpuSet::MAX_CPU)
-    {
-        set.set(c);
-    }
-    rustix::thread::sched_setaffinity(None, &set)
-        .map_err(|e| SysError::os(format!("sched_setaffinity({cpus:?})"), e))
-}
-
 /// How [`Mapping::persist_range`] made a range durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PersistMethod {
@@ -1748,6 +1794,37 @@ mod tests {
         assert!(m.read_at(page() - 1, &mut buf).is_err());
         assert!(m.write_at(usize::MAX, b"x").is_err());
         m.release().expect("munmap");
+    }
+
+    #[test]
+    fn sum_u64_reads_every_word() {
+        let mut m = mmap_anon(2 * page(), false, None).expect("mmap");
+        m.fill(1);
+        let words = (2 * page() / 8) as u64;
+        assert_eq!(
+            m.sum_u64_range(0, m.len()).unwrap(),
+            words.wrapping_mul(0x0101_0101_0101_0101)
+        );
+        assert_eq!(m.sum_u64_range(8, 24).unwrap(), 3 * 0x0101_0101_0101_0101);
+        assert!(m.sum_u64_range(4, 8).is_err(), "unaligned offset");
+        assert!(
+            m.sum_u64_range(0, 12).is_err(),
+            "length not a multiple of 8"
+        );
+        assert!(m.sum_u64_range(page(), 2 * page()).is_err(), "out of range");
+        m.release().expect("munmap");
+    }
+
+    #[test]
+    fn affinity_round_trips() {
+        let cpus = affinity().expect("sched_getaffinity");
+        assert!(!cpus.is_empty());
+        set_affinity(&cpus[..1]).expect("pin to one CPU");
+        assert_eq!(affinity().unwrap(), cpus[..1].to_vec());
+        set_affinity(&cpus).expect("restore");
+        assert_eq!(affinity().unwrap(), cpus);
+        assert!(set_affinity(&[]).is_err());
+        assert!(set_affinity(&[u32::MAX]).is_err());
     }
 
     #[test]

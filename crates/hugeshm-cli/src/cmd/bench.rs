@@ -20,6 +20,9 @@ pub enum BenchCommand {
     Prefault(crate::cmd::bench_prefault::Args),
     /// Page-table bytes per attached process, by page size, against the theory.
     Pagetables(crate::cmd::bench_pagetables::Args),
+    /// Write and read bandwidth of a region placed local, remote and
+    /// interleaved, per page size.
+    Numa(crate::cmd::bench_numa::Args),
     /// (internal) attach a named region on request and hold it.
     #[command(hide = true)]
     PagetablesChild {
@@ -90,6 +93,7 @@ pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<Ex
         BenchCommand::Scan(a) => scan(roots, &a, out),
         BenchCommand::Prefault(a) => crate::cmd::bench_prefault::run(roots, &a, out),
         BenchCommand::Pagetables(a) => crate::cmd::bench_pagetables::run(roots, &a, out),
+        BenchCommand::Numa(a) => crate::cmd::bench_numa::run(roots, &a, out),
         BenchCommand::PagetablesChild { name, backend } => {
             crate::cmd::bench_pagetables::child(&name, backend)
         }

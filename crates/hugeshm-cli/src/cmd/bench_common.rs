@@ -40,7 +40,8 @@ pub(crate) fn reap<'a>(children: impl IntoIterator<Item = &'a mut Child>, grace:
 /// when it is dropped (whatever happened in between).
 pub(crate) struct PoolTopUp<'a> {
     pools: SysfsPools<'a>,
-    restore: Vec<(u64, u64)>,
+    /// (page size, node (`None`: host-wide), nr_hugepages before).
+    restore: Vec<(u64, Option<u32>, u64)>,
 }
 
 impl<'a> PoolTopUp<'a> {
@@ -63,21 +64,52 @@ impl<'a> PoolTopUp<'a> {
         let Some(p) = host.pool(page_size) else {
             return Ok(());
         };
-        if p.available() >= pages {
+        self.raise(page_size, None, p.nr, p.available(), pages)
+    }
+
+    /// Makes `pages` pages of `page_size` free on NUMA node `node`,
+    /// raising that node's pool when it holds fewer (root only).
+    pub(crate) fn ensure_on_node(
+        &mut self,
+        host: &HostSnapshot,
+        page_size: u64,
+        node: u32,
+        pages: u64,
+    ) -> anyhow::Result<()> {
+        let Some(p) = host
+            .node_pools
+            .iter()
+            .find(|p| p.node == node && p.counters.page_size_bytes == page_size)
+        else {
+            return Ok(());
+        };
+        self.raise(page_size, Some(node), p.counters.nr, p.counters.free, pages)
+    }
+
+    fn raise(
+        &mut self,
+        page_size: u64,
+        node: Option<u32>,
+        nr: u64,
+        available: u64,
+        pages: u64,
+    ) -> anyhow::Result<()> {
+        if available >= pages {
             return Ok(());
         }
-        let target = p.nr + (pages - p.available());
-        self.pools.set_nr(page_size, None, target).with_context(|| {
+        let on = node.map(|n| format!(" on node {n}")).unwrap_or_default();
+        let target = nr + (pages - available);
+        self.pools.set_nr(page_size, node, target).with_context(|| {
             format!(
-                "reserving {pages} {} pages for the bench (run as root, or --no-reserve with a pool that holds them)",
+                "reserving {pages} {} pages{on} for the bench (run as root, or --no-reserve with a pool that holds them)",
                 format_bytes(page_size)
             )
         })?;
-        self.restore.push((page_size, p.nr));
-        let got = self.pools.nr(page_size, None)?;
+        self.restore.push((page_size, node, nr));
+        let got = self.pools.nr(page_size, node)?;
         if got < target {
             anyhow::bail!(
-                "the kernel granted {got} of {target} {} pages: not enough memory for the bench",
+                "the kernel granted {got} of {target} {} pages{on}: not enough memory for the bench",
                 format_bytes(page_size)
             );
         }
@@ -87,10 +119,12 @@ impl<'a> PoolTopUp<'a> {
 
 impl Drop for PoolTopUp<'_> {
     fn drop(&mut self) {
-        for (size, nr) in &self.restore {
-            if let Err(e) = self.pools.set_nr(*size, None, *nr) {
+        // Last raised, first restored.
+        for (size, node, nr) in self.restore.iter().rev() {
+            if let Err(e) = self.pools.set_nr(*size, *node, *nr) {
+                let on = node.map(|n| format!(" of node {n}")).unwrap_or_default();
                 eprintln!(
-                    "hugeshm: warning: could not restore the {} pool to {nr}: {e}",
+                    "hugeshm: warning: could not restore the {} pool{on} to {nr}: {e}",
                     format_bytes(*size)
                 );
             }

@@ -297,7 +297,7 @@ fn print_per_node(doc: &PerNodeDoc<'_>, out: &mut Out) -> anyhow::Result<()> {
             .iter()
             .map(|(n, b)| format!("{n}: {}", format_bytes(*b)))
             .collect();
-        let cpus: Vec<String> = r.prefault_cpus.iter().map(usize::to_string).collect();
+        let cpus: Vec<String> = r.prefault_cpus.iter().map(u32::to_string).collect();
         t.row(vec![
             p.node.to_string(),
             r.name.clone().unwrap_or_else(|| "-".into()),
@@ -419,7 +419,7 @@ pub fn print_report(r: &AllocationReport, out: &mut Out) -> anyhow::Result<()> {
             if r.prefault_cpus.is_empty() {
                 String::new()
             } else {
-                let cpus: Vec<String> = r.prefault_cpus.iter().map(usize::to_string).collect();
+                let cpus: Vec<String> = r.prefault_cpus.iter().map(u32::to_string).collect();
                 format!(" on the node's CPUs {}", cpus.join(","))
             }
         ),

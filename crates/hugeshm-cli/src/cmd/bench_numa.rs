@@ -1,0 +1,439 @@
+//! `hugeshm bench numa`: write and read bandwidth of a region placed on the
+//! node whose CPUs run the bench (local), on another node (remote: the
+//! other socket, or a CPU-less CXL node) and interleaved over every memory
+//! node, per page size. Each row carries the bytes per node that
+//! `/proc/self/numa_maps` showed, so the table proves where the pages were.
+
+use crate::cmd::bench_common::{parse_size_arg, PoolTopUp};
+use crate::output::{Out, Table};
+use anyhow::Context;
+use hugeshm_parse::size::{format_bytes, page_size_short};
+use hugeshm_probe::{HostSnapshot, Probe, Roots};
+use hugeshm_region::{bench_numa, NumaSample, PageSize, Placement};
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+/// `bench numa` options.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Region size.
+    #[arg(long, default_value = "256M", value_parser = parse_size_arg)]
+    pub size: u64,
+    /// Page sizes to compare (comma-separated): 4k, 2m, 1g.
+    #[arg(long, value_delimiter = ',', default_value = "4k,2m")]
+    pub page_size: Vec<String>,
+    /// Runs per placement and page size, each on a fresh region (best and
+    /// median are reported).
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// The node whose CPUs run the bench (default: the first node with CPUs).
+    #[arg(long)]
+    pub cpu_node: Option<u32>,
+    /// Do not raise the nodes' huge page pools for the run (by default, as
+    /// root, the bench adds the pages it needs on each node and gives them
+    /// back afterwards).
+    #[arg(long)]
+    pub no_reserve: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One placement of one page size: where the pages were and how fast.
+#[derive(Debug, serde::Serialize)]
+struct Row {
+    page_size_bytes: u64,
+    /// `local`, `remote` or `interleave`.
+    placement: &'static str,
+    /// The policy it stands for (`bind=0`, `interleave=0,1`).
+    policy: String,
+    /// Bytes per node, from numa_maps (first run; every run is checked to
+    /// match).
+    node_bytes: BTreeMap<String, u64>,
+    write_gbps_best: f64,
+    write_gbps_median: f64,
+    read_gbps_best: f64,
+    read_gbps_median: f64,
+    write_gbps_runs: Vec<f64>,
+    read_gbps_runs: Vec<f64>,
+}
+
+/// Ratios of best figures within one page size, all from this run.
+#[derive(Debug, serde::Serialize)]
+struct Ratio {
+    page_size_bytes: u64,
+    remote_vs_local_write: Option<f64>,
+    remote_vs_local_read: Option<f64>,
+    interleave_vs_local_write: Option<f64>,
+    interleave_vs_local_read: Option<f64>,
+}
+
+/// A page size the bench could not measure, and why.
+#[derive(Debug, serde::Serialize)]
+struct Skipped {
+    page_size_bytes: u64,
+    reason: String,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Report {
+    /// True where there is no memory node besides the CPU node: nothing to
+    /// compare, no rows.
+    single_node: bool,
+    /// Why nothing was measured, where nothing was.
+    message: Option<String>,
+    size_bytes: u64,
+    runs: usize,
+    cpu_node: Option<u32>,
+    cpus: Vec<u32>,
+    remote_node: Option<u32>,
+    memory_nodes: Vec<u32>,
+    results: Vec<Row>,
+    ratios: Vec<Ratio>,
+    skipped: Vec<Skipped>,
+}
+
+/// The nodes of a run: who computes, where local and remote memory are.
+struct Nodes {
+    cpu: u32,
+    cpus: Vec<u32>,
+    remote: Option<u32>,
+    memory: Vec<u32>,
+}
+
+/// Picks the CPU node (asked, else the first with CPUs), the memory nodes
+/// (those with memory: CPU-less ones count, the CXL case) and the remote
+/// node: the nearest other memory node by the CPU node's distances.
+fn pick_nodes(host: &HostSnapshot, asked: Option<u32>) -> anyhow::Result<Option<Nodes>> {
+    if host.nodes.is_empty() {
+        return Ok(None);
+    }
+    let has_memory = |n: &hugeshm_probe::NodeInfo| {
+        n.meminfo
+            .as_ref()
+            .and_then(|m| m.mem_total_bytes)
+            .is_some_and(|b| b > 0)
+    };
+    let cpu = match asked {
+        Some(id) => {
+            let n = host
+                .nodes
+                .iter()
+                .find(|n| n.node == id)
+                .with_context(|| format!("--cpu-node {id}: there is no node {id}"))?;
+            anyhow::ensure!(!n.cpus.is_empty(), "--cpu-node {id}: node {id} has no CPUs");
+            n
+        }
+        None => host
+            .nodes
+            .iter()
+            .find(|n| !n.cpus.is_empty())
+            .context("no NUMA node lists any CPU")?,
+    };
+    anyhow::ensure!(
+        has_memory(cpu),
+        "node {} has no memory, so nothing is local to its CPUs: pick another --cpu-node",
+        cpu.node
+    );
+    let memory: Vec<u32> = host
+        .nodes
+        .iter()
+        .filter(|n| has_memory(n))
+        .map(|n| n.node)
+        .collect();
+    let distance = |to: u32| {
+        host.nodes
+            .iter()
+            .position(|n| n.node == to)
+            .and_then(|i| cpu.distance.get(i).copied())
+            .unwrap_or(u32::MAX)
+    };
+    let remote = memory
+        .iter()
+        .copied()
+        .filter(|&n| n != cpu.node)
+        .min_by_key(|&n| (distance(n), n));
+    Ok(Some(Nodes {
+        cpu: cpu.node,
+        cpus: cpu.cpus.clone(),
+        remote,
+        memory,
+    }))
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    s.get(s.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn best(v: &[f64]) -> f64 {
+    v.iter().copied().fold(0.0, f64::max)
+}
+
+/// The rows of one page size: every placement, `runs` fresh regions each.
+fn measure_size(
+    a: &Args,
+    page: PageSize,
+    placements: &[(&'static str, Placement)],
+    note: &dyn Fn(&str),
+) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for (label, placement) in placements {
+        let mut samples: Vec<NumaSample> = Vec::new();
+        for r in 0..a.runs.max(1) {
+            note(&format!("{page} {label}, run {}", r + 1));
+            let s = bench_numa(a.size, page, placement.clone())
+                .map_err(|e| anyhow::anyhow!("{label} ({placement}): {e}"))?;
+            if let Some(first) = samples.first() {
+                anyhow::ensure!(
+                    first.node_bytes == s.node_bytes,
+                    "{label}: the pages landed differently from run to run: {:?} then {:?}",
+                    first.node_bytes,
+                    s.node_bytes
+                );
+            }
+            samples.push(s);
+        }
+        let w: Vec<f64> = samples.iter().map(|s| s.write_gbps).collect();
+        let r: Vec<f64> = samples.iter().map(|s| s.read_gbps).collect();
+        rows.push(Row {
+            page_size_bytes: samples[0].page_size_bytes,
+            placement: label,
+            policy: placement.to_string(),
+            node_bytes: samples[0].node_bytes.clone(),
+            write_gbps_best: best(&w),
+            write_gbps_median: median(&w),
+            read_gbps_best: best(&r),
+            read_gbps_median: median(&r),
+            write_gbps_runs: w,
+            read_gbps_runs: r,
+        });
+    }
+    Ok(rows)
+}
+
+fn ratios(rows: &[Row], sizes: &[u64]) -> Vec<Ratio> {
+    let find = |ps: u64, label: &str| {
+        rows.iter()
+            .find(|r| r.page_size_bytes == ps && r.placement == label)
+    };
+    let over = |x: Option<&Row>, base: Option<&Row>, f: fn(&Row) -> f64| {
+        x.zip(base)
+            .filter(|(_, b)| f(b) > 0.0)
+            .map(|(x, b)| f(x) / f(b))
+    };
+    sizes
+        .iter()
+        .filter(|&&ps| find(ps, "local").is_some())
+        .map(|&ps| {
+            let (l, r, i) = (
+                find(ps, "local"),
+                find(ps, "remote"),
+                find(ps, "interleave"),
+            );
+            Ratio {
+                page_size_bytes: ps,
+                remote_vs_local_write: over(r, l, |x| x.write_gbps_best),
+                remote_vs_local_read: over(r, l, |x| x.read_gbps_best),
+                interleave_vs_local_write: over(i, l, |x| x.write_gbps_best),
+                interleave_vs_local_read: over(i, l, |x| x.read_gbps_best),
+            }
+        })
+        .collect()
+}
+
+/// Runs the bench.
+pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let probe = Probe::new(roots.clone());
+    let host = probe.host();
+    let mut report = Report {
+        single_node: false,
+        message: None,
+        size_bytes: a.size,
+        runs: a.runs,
+        cpu_node: None,
+        cpus: Vec::new(),
+        remote_node: None,
+        memory_nodes: Vec::new(),
+        results: Vec::new(),
+        ratios: Vec::new(),
+        skipped: Vec::new(),
+    };
+    let nodes = pick_nodes(&host, a.cpu_node)?;
+    let remote = nodes.as_ref().and_then(|n| n.remote);
+    if let Some(n) = &nodes {
+        report.cpu_node = Some(n.cpu);
+        report.cpus = n.cpus.clone();
+        report.memory_nodes = n.memory.clone();
+        report.remote_node = n.remote;
+    }
+    let (Some(nodes), Some(remote)) = (nodes, remote) else {
+        report.single_node = true;
+        report.message = Some(
+            "this host has one NUMA node with memory, so local and remote memory cannot be \
+             compared; run the bench in the 2-node QEMU guest (scripts/guest/, cargo test -p \
+             hugeshm --test guest_bench_numa -- --nocapture) or on a multi-socket or CXL host"
+                .to_owned(),
+        );
+        return print(a, &report, out);
+    };
+
+    let mut pages = Vec::new();
+    for p in &a.page_size {
+        let page: PageSize = p.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+        let bytes = page
+            .bytes()
+            .context("--page-size takes explicit sizes (4k, 2m, 1g)")?;
+        if bytes > 4096 && host.pool(bytes).is_none() {
+            report.skipped.push(Skipped {
+                page_size_bytes: bytes,
+                reason: "this kernel offers no such pages".to_owned(),
+            });
+            continue;
+        }
+        pages.push(if bytes == 4096 { PageSize::Base } else { page });
+    }
+    let placements = [
+        ("local", Placement::Bind(vec![nodes.cpu])),
+        ("remote", Placement::Bind(vec![remote])),
+        ("interleave", Placement::Interleave(nodes.memory.clone())),
+    ];
+
+    // Pools, node by node: the CPU node and the remote node hold the whole
+    // region in turn; the other memory nodes their share of the interleave.
+    let mut reservation = PoolTopUp::new(&probe);
+    if !a.no_reserve {
+        let mut kept = Vec::new();
+        for page in pages {
+            let ps = page.bytes().unwrap_or(4096);
+            let whole = a.size.div_ceil(ps);
+            let share = whole.div_ceil(nodes.memory.len() as u64);
+            let raised = (ps > 4096).then(|| {
+                nodes.memory.iter().try_for_each(|&n| {
+                    let need = if n == nodes.cpu || n == remote {
+                        whole
+                    } else {
+                        share
+                    };
+                    reservation.ensure_on_node(&host, ps, n, need)
+                })
+            });
+            match raised.transpose() {
+                Ok(_) => kept.push(page),
+                Err(e) => report.skipped.push(Skipped {
+                    page_size_bytes: ps,
+                    reason: format!("{e:#}"),
+                }),
+            }
+        }
+        pages = kept;
+    }
+
+    // The CPUs of the CPU node run everything from here (pre-fault threads
+    // inherit the set); the caller's set is put back afterwards.
+    let saved = hugeshm_sys::affinity()?;
+    hugeshm_sys::set_affinity(&nodes.cpus)
+        .with_context(|| format!("pinning the bench to the CPUs of node {}", nodes.cpu))?;
+    let tty = out.tty && !a.json;
+    let note = |s: &str| {
+        if tty {
+            eprint!("\r{s:<70}");
+        }
+    };
+    for &page in &pages {
+        match measure_size(a, page, &placements, &note) {
+            Ok(mut r) => report.results.append(&mut r),
+            // One page size failing does not end the bench: it says why.
+            Err(e) => report.skipped.push(Skipped {
+                page_size_bytes: page.bytes().unwrap_or(4096),
+                reason: format!("{e:#}"),
+            }),
+        }
+    }
+    if tty {
+        eprint!("\r{:<70}\r", "");
+    }
+    hugeshm_sys::set_affinity(&saved)?;
+    drop(reservation);
+    let sizes: Vec<u64> = pages.iter().map(|p| p.bytes().unwrap_or(4096)).collect();
+    report.ratios = ratios(&report.results, &sizes);
+    print(a, &report, out)
+}
+
+fn print(a: &Args, report: &Report, out: &mut Out) -> anyhow::Result<ExitCode> {
+    if a.json {
+        out.json_doc(report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(m) = &report.message {
+        out.line(m)?;
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let cpus = report
+        .cpus
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    out.line(format!(
+        "bandwidth of a {} region from the CPUs of node {} (cpus {cpus}), one thread, \
+         best and median of {} runs (GB/s = decimal)",
+        format_bytes(report.size_bytes),
+        report.cpu_node.unwrap_or(0),
+        report.runs
+    ))?;
+    let mut t = Table::new(&[
+        "page",
+        "placement",
+        "policy",
+        "pages on nodes",
+        ">write GB/s",
+        ">median",
+        ">read GB/s",
+        ">median",
+    ]);
+    for r in &report.results {
+        let on = r
+            .node_bytes
+            .iter()
+            .map(|(n, b)| format!("{n}: {}", format_bytes(*b)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        t.row(vec![
+            page_size_short(r.page_size_bytes),
+            r.placement.to_owned(),
+            r.policy.clone(),
+            on,
+            format!("{:.2}", r.write_gbps_best),
+            format!("{:.2}", r.write_gbps_median),
+            format!("{:.2}", r.read_gbps_best),
+            format!("{:.2}", r.read_gbps_median),
+        ]);
+    }
+    t.render(out, "")?;
+    let pct = |v: Option<f64>| {
+        v.map(|x| format!("{:.0}%", x * 100.0))
+            .unwrap_or_else(|| "-".into())
+    };
+    for r in &report.ratios {
+        out.line(format!(
+            "{}: remote is {} of local for writes, {} for reads; interleave {} and {}",
+            page_size_short(r.page_size_bytes),
+            pct(r.remote_vs_local_write),
+            pct(r.remote_vs_local_read),
+            pct(r.interleave_vs_local_write),
+            pct(r.interleave_vs_local_read),
+        ))?;
+    }
+    for sk in &report.skipped {
+        out.line(format!(
+            "{} pages not measured: {}",
+            page_size_short(sk.page_size_bytes),
+            sk.reason
+        ))?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}

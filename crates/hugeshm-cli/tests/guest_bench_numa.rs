@@ -1,0 +1,140 @@
+//! `hugeshm bench numa` on a real 2-node kernel (a QEMU guest, see
+//! `hugeshm_testkit::guest`): a row per placement and page size, the local
+//! region wholly on the CPU node, the remote one wholly on the other node,
+//! the interleaved one split, and the pools given back. No speed ratio is
+//! asserted: the emulated guest has no real NUMA latency. Skips only where
+//! QEMU or a guest kernel is missing.
+
+use hugeshm_testkit::guest::{Boot, Guest, GuestRun};
+use serde_json::Value;
+use std::path::Path;
+use std::sync::OnceLock;
+
+const M16: u64 = 16 << 20;
+
+enum Outcome {
+    Skip(String),
+    Ran(Box<GuestRun>),
+    Failed(String),
+}
+
+fn guest_run(test: &str) -> Option<&'static GuestRun> {
+    static RUN: OnceLock<Outcome> = OnceLock::new();
+    let outcome = RUN.get_or_init(|| {
+        let guest = match Guest::find() {
+            Ok(g) => g,
+            Err(why) => return Outcome::Skip(why),
+        };
+        let scenario =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scenarios/bench-numa.sh");
+        if let Err(e) = guest.build(&scenario, &[Path::new(env!("CARGO_BIN_EXE_hugeshm"))]) {
+            return Outcome::Failed(e);
+        }
+        match guest.boot(&Boot::default()) {
+            Ok(run) => {
+                println!(
+                    "guest: boot {:.1} s, run {:.1} s",
+                    run.boot_seconds, run.run_seconds
+                );
+                Outcome::Ran(Box::new(run))
+            }
+            Err(e) => Outcome::Failed(e),
+        }
+    });
+    match outcome {
+        Outcome::Skip(why) => {
+            println!("SKIP {test}: {why}");
+            None
+        }
+        Outcome::Ran(run) => Some(run),
+        Outcome::Failed(why) => panic!("the guest did not run: {why}"),
+    }
+}
+
+fn node_bytes(row: &Value) -> Vec<(String, u64)> {
+    row["node_bytes"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no node_bytes: {row:#}"))
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn guest_bench_numa_places_and_measures_every_row() {
+    let Some(run) = guest_run("guest_bench_numa_places_and_measures_every_row") else {
+        return;
+    };
+    let r = run
+        .console
+        .json("bench.json")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r["single_node"], false, "{r:#}");
+    assert_eq!(r["cpu_node"].as_u64(), Some(0), "{r:#}");
+    assert_eq!(r["remote_node"].as_u64(), Some(1), "{r:#}");
+    assert_eq!(r["skipped"].as_array().unwrap().len(), 0, "{r:#}");
+    let rows = r["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 6, "{r:#}");
+    for ps in [4096u64, 2 << 20] {
+        let row = |placement: &str| {
+            rows.iter()
+                .find(|x| x["page_size_bytes"].as_u64() == Some(ps) && x["placement"] == placement)
+                .unwrap_or_else(|| panic!("no {placement} row for {ps}: {r:#}"))
+        };
+        let local = row("local");
+        let remote = row("remote");
+        let inter = row("interleave");
+        assert_eq!(local["policy"], "bind=0", "{local:#}");
+        assert_eq!(remote["policy"], "bind=1", "{remote:#}");
+        let on = |row: &Value, node: &str| {
+            node_bytes(row)
+                .iter()
+                .find(|(n, _)| n == node)
+                .map(|(_, b)| *b)
+                .unwrap_or(0)
+        };
+        let total = |row: &Value| node_bytes(row).iter().map(|(_, b)| b).sum::<u64>();
+        // Everything on the CPU node, everything on the other node.
+        assert_eq!(node_bytes(local).len(), 1, "{local:#}");
+        assert!(on(local, "0") >= M16 - 4096, "{local:#}");
+        assert_eq!(node_bytes(remote).len(), 1, "{remote:#}");
+        assert!(on(remote, "1") >= M16 - 4096, "{remote:#}");
+        // Interleaved: about half on each (page by page).
+        let (i0, i1) = (on(inter, "0"), on(inter, "1"));
+        assert!(total(inter) >= M16 - 4096, "{inter:#}");
+        assert!(i0.abs_diff(i1) <= ps.max(8192), "{inter:#}");
+        for x in [local, remote, inter] {
+            for k in [
+                "write_gbps_best",
+                "write_gbps_median",
+                "read_gbps_best",
+                "read_gbps_median",
+            ] {
+                assert!(x[k].as_f64().unwrap() > 0.0, "{k}: {x:#}");
+            }
+            assert_eq!(x["write_gbps_runs"].as_array().unwrap().len(), 2, "{x:#}");
+        }
+        let ratio = r["ratios"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["page_size_bytes"].as_u64() == Some(ps))
+            .unwrap_or_else(|| panic!("no ratio for {ps}: {r:#}"));
+        assert!(ratio["remote_vs_local_write"].as_f64().is_some(), "{ratio}");
+        assert!(ratio["remote_vs_local_read"].as_f64().is_some(), "{ratio}");
+    }
+    let table = run.console.ok("bench.table").unwrap();
+    println!("{table}");
+    assert!(table.contains("remote is"), "{table}");
+    // The bench gave the nodes' pages back and left no segment.
+    assert_eq!(
+        run.console
+            .ok("bench.pools")
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["0", "0"]
+    );
+    let ipcs = run.console.ok("bench.ipcs").unwrap();
+    assert_eq!(ipcs.lines().count(), 1, "no segment left: {ipcs}");
+}
