@@ -928,9 +928,13 @@ fn segment_findings(
             .filter(|(_, b)| **b > 0)
             .map(|(n, _)| n)
             .collect();
-        let intended = bound.as_ref().is_some_and(|b| {
-            nonzero.len() == 1 && nonzero[0].parse().is_ok_and(|n: u32| b.contains(&n))
-        });
+        // A tmpfs file's numa_maps policy is the mapping process's own
+        // (numactl --membind): the file still sits on one node for every
+        // other process (the Cyclops case), so it is judged all the same.
+        let intended = seg.kind != SegmentKind::Posix
+            && bound.as_ref().is_some_and(|b| {
+                nonzero.len() == 1 && nonzero[0].parse().is_ok_and(|n: u32| b.contains(&n))
+            });
         if total >= crate::numa::PLACEMENT_MIN_BYTES && nonzero.len() == 1 && !intended {
             let mount = match seg.kind {
                 SegmentKind::Posix => seg
@@ -1104,9 +1108,12 @@ mod tests {
         );
         assert!(f.fix.unwrap().ends_with("migratepages PID 0 1"));
         // All on the bound node: placed on purpose, neither misplaced nor
-        // a single-node warning.
+        // a single-node warning; but a tmpfs file bound only through its
+        // writer's policy is still a Cyclops for everyone else.
         seg.nodes = [("1".to_string(), 64 * MIB)].into_iter().collect();
         assert!(find(&seg, "misplaced").is_none());
+        assert!(find(&seg, "single-node").is_some());
+        seg.kind = SegmentKind::Sysv;
         assert!(find(&seg, "single-node").is_none());
         // The same without the policy is the single-node warning.
         seg.numa_policy = Some("default".into());
