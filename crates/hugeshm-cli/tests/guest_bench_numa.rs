@@ -5,50 +5,27 @@
 //! asserted: the emulated guest has no real NUMA latency. Skips only where
 //! QEMU or a guest kernel is missing.
 
-use hugeshm_testkit::guest::{Boot, Guest, GuestRun};
+use hugeshm_testkit::guest::{Boot, GuestRun, Scenario};
 use serde_json::Value;
 use std::path::Path;
 use std::sync::OnceLock;
 
 const M16: u64 = 16 << 20;
 
-enum Outcome {
-    Skip(String),
-    Ran(Box<GuestRun>),
-    Failed(String),
-}
-
+/// The guest run of bench-numa.sh, booted once for every test of this file.
 fn guest_run(test: &str) -> Option<&'static GuestRun> {
-    static RUN: OnceLock<Outcome> = OnceLock::new();
-    let outcome = RUN.get_or_init(|| {
-        let guest = match Guest::find() {
-            Ok(g) => g,
-            Err(why) => return Outcome::Skip(why),
-        };
+    static RUN: OnceLock<Scenario> = OnceLock::new();
+    RUN.get_or_init(|| {
         let scenario =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scenarios/bench-numa.sh");
-        if let Err(e) = guest.build(&scenario, &[Path::new(env!("CARGO_BIN_EXE_hugeshm"))]) {
-            return Outcome::Failed(e);
-        }
-        match guest.boot(&Boot::default()) {
-            Ok(run) => {
-                println!(
-                    "guest: boot {:.1} s, run {:.1} s",
-                    run.boot_seconds, run.run_seconds
-                );
-                Outcome::Ran(Box::new(run))
-            }
-            Err(e) => Outcome::Failed(e),
-        }
-    });
-    match outcome {
-        Outcome::Skip(why) => {
-            println!("SKIP {test}: {why}");
-            None
-        }
-        Outcome::Ran(run) => Some(run),
-        Outcome::Failed(why) => panic!("the guest did not run: {why}"),
-    }
+        Scenario::run(
+            &scenario,
+            &[Path::new(env!("CARGO_BIN_EXE_hugeshm"))],
+            &[Boot::default()],
+        )
+    })
+    .runs(test)
+    .map(|r| &r[0])
 }
 
 fn node_bytes(row: &Value) -> Vec<(String, u64)> {

@@ -9,55 +9,29 @@
 //! ready, with the bytes. Skips only where QEMU or a guest kernel is
 //! missing.
 
-use hugeshm_testkit::guest::{Boot, Guest, GuestRun};
+use hugeshm_testkit::guest::{Boot, GuestRun, Scenario};
 use serde_json::Value;
 use std::path::Path;
 use std::sync::OnceLock;
 
-enum Outcome {
-    Skip(String),
-    Ran(Box<(GuestRun, GuestRun)>),
-    Failed(String),
-}
-
-/// Both boots: before and after the power-off.
-fn guest_runs(test: &str) -> Option<&'static (GuestRun, GuestRun)> {
-    static RUN: OnceLock<Outcome> = OnceLock::new();
-    let outcome = RUN.get_or_init(|| {
-        let guest = match Guest::find() {
-            Ok(g) => g,
-            Err(why) => return Outcome::Skip(why),
-        };
+/// The two boots of dax.sh (before and after the power-off), once for
+/// every test of this file.
+fn guest_runs(test: &str) -> Option<(&'static GuestRun, &'static GuestRun)> {
+    static RUN: OnceLock<Scenario> = OnceLock::new();
+    RUN.get_or_init(|| {
         let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scenarios/dax.sh");
-        if let Err(e) = guest.build(&scenario, &[Path::new(env!("CARGO_BIN_EXE_hugeshm"))]) {
-            return Outcome::Failed(e);
-        }
         let boot = Boot {
             nvdimm: true,
             ..Boot::default()
         };
-        let first = match guest.boot(&boot) {
-            Ok(r) => r,
-            Err(e) => return Outcome::Failed(e),
-        };
-        let second = match guest.boot(&boot) {
-            Ok(r) => r,
-            Err(e) => return Outcome::Failed(e),
-        };
-        println!(
-            "guest: boots {:.1} s and {:.1} s, runs {:.1} s and {:.1} s",
-            first.boot_seconds, second.boot_seconds, first.run_seconds, second.run_seconds
-        );
-        Outcome::Ran(Box::new((first, second)))
-    });
-    match outcome {
-        Outcome::Skip(why) => {
-            println!("SKIP {test}: {why}");
-            None
-        }
-        Outcome::Ran(runs) => Some(runs),
-        Outcome::Failed(why) => panic!("the guest did not run: {why}"),
-    }
+        Scenario::run(
+            &scenario,
+            &[Path::new(env!("CARGO_BIN_EXE_hugeshm"))],
+            &[boot.clone(), boot],
+        )
+    })
+    .runs(test)
+    .map(|r| (&r[0], &r[1]))
 }
 
 fn json(run: &GuestRun, block: &str) -> Value {

@@ -504,3 +504,59 @@ mod tests {
         assert_eq!(c.done, None);
     }
 }
+
+/// What booting a scenario gave a test file: its runs, why this host
+/// cannot run it, or why the guest failed.
+#[derive(Debug)]
+pub enum Scenario {
+    /// No QEMU or guest kernel here: the tests skip.
+    Skip(String),
+    /// One run per boot asked for, in order.
+    Ran(Vec<GuestRun>),
+    /// The initramfs or a boot failed: the tests fail.
+    Failed(String),
+}
+
+impl Scenario {
+    /// Builds an initramfs with `scenario` and `binaries` and boots it
+    /// once per entry of `boots`, in one guest (so an NVDIMM image is kept
+    /// from one boot to the next); prints the timings.
+    pub fn run(scenario: &Path, binaries: &[&Path], boots: &[Boot]) -> Scenario {
+        let guest = match Guest::find() {
+            Ok(g) => g,
+            Err(why) => return Scenario::Skip(why),
+        };
+        if let Err(e) = guest.build(scenario, binaries) {
+            return Scenario::Failed(e);
+        }
+        let mut runs = Vec::new();
+        for b in boots {
+            match guest.boot(b) {
+                Ok(run) => {
+                    println!(
+                        "guest {}: boot {:.1} s, run {:.1} s",
+                        scenario.display(),
+                        run.boot_seconds,
+                        run.run_seconds
+                    );
+                    runs.push(run);
+                }
+                Err(e) => return Scenario::Failed(e),
+            }
+        }
+        Scenario::Ran(runs)
+    }
+
+    /// The runs for test `test`: `None` after a `SKIP` line where this
+    /// host cannot run the guest; panics where the guest failed.
+    pub fn runs(&self, test: &str) -> Option<&[GuestRun]> {
+        match self {
+            Scenario::Skip(why) => {
+                println!("SKIP {test}: {why}");
+                None
+            }
+            Scenario::Ran(runs) => Some(runs),
+            Scenario::Failed(why) => panic!("the guest did not run: {why}"),
+        }
+    }
+}
