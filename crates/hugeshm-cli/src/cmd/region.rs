@@ -271,8 +271,9 @@ struct PartDoc<'a> {
 fn print_per_node(doc: &PerNodeDoc<'_>, out: &mut Out) -> anyhow::Result<()> {
     let total: u64 = doc.parts.iter().map(|p| p.report.size_bytes).sum();
     out.line(format!(
-        "Created {} per-node regions, {} in all (one per NUMA node, each bound to it):",
+        "Created {} per-node region{}, {} in all (one per NUMA node, each bound to it):",
         doc.parts.len(),
+        if doc.parts.len() == 1 { "" } else { "s" },
         format_bytes(total)
     ))?;
     if let Some(reason) = doc.parts.first().and_then(|p| p.report.reason()) {
