@@ -151,6 +151,14 @@ fn guest_per_node_regions_each_on_their_node() {
     }
     let ipcs = run.console.ok("pernode.ipcs").unwrap();
     assert_eq!(ipcs.lines().count(), 3, "two segments: {ipcs}");
+    let attached = json(run, "pernode.attach");
+    let names: Vec<&str> = attached["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["sga.node0", "sga.node1"], "{attached:#}");
     let removed = json(run, "pernode.rm");
     assert_eq!(
         removed["removed"].as_array().unwrap().len(),

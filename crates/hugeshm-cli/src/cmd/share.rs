@@ -21,6 +21,10 @@ pub struct AttachArgs {
     pub backend: Option<Backend>,
     #[command(flatten)]
     pub trust: TrustArgs,
+    /// Attach the per-node set NAME (NAME.node0, NAME.node1, ...) that
+    /// `create --numa per-node` made (backend sysv unless --backend says).
+    #[arg(long)]
+    pub per_node: bool,
     /// Keep this process attached until it is interrupted.
     #[arg(long)]
     pub hold: bool,
@@ -42,6 +46,9 @@ pub struct LsArgs {
 
 /// Runs `attach`.
 pub fn attach(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    if a.per_node {
+        return attach_per_node(roots, a, out);
+    }
     let backends: Vec<Backend> = match a.backend {
         Some(b) => vec![b],
         None => SEARCH_ORDER.to_vec(),
@@ -93,6 +100,72 @@ pub fn attach(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Result<Ex
         eprintln!("{sig}: detaching from region {}", a.name);
     }
     region.close().map_err(region_error)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One part of `attach --per-node --json`.
+#[derive(Debug, serde::Serialize)]
+struct PartAttached {
+    node: u32,
+    name: Option<String>,
+    backend: Backend,
+    size_bytes: u64,
+    page_size_bytes: u64,
+}
+
+/// `attach --per-node`: every part of the set, in node order.
+fn attach_per_node(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let backend = a.backend.unwrap_or(Backend::Sysv);
+    let parts = a
+        .trust
+        .locator(Locator::new(&a.name, backend).probe(Probe::new(roots.clone())))
+        .attach_per_node()
+        .map_err(region_error)?;
+    let doc: Vec<PartAttached> = parts
+        .iter()
+        .map(|p| PartAttached {
+            node: p.node,
+            name: p.region.name().map(str::to_owned),
+            backend: p.region.backend(),
+            size_bytes: p.region.len() as u64,
+            page_size_bytes: p.region.header().page_size_bytes,
+        })
+        .collect();
+    if a.json {
+        out.json_doc(&crate::output::Keyed("parts", &doc))?;
+    } else {
+        out.line(format!(
+            "Attached {} part{} of per-node region {} ({backend}):",
+            doc.len(),
+            if doc.len() == 1 { "" } else { "s" },
+            a.name
+        ))?;
+        let mut t = Table::new(&["node", "name", ">size", "page"]);
+        for p in &doc {
+            t.row(vec![
+                p.node.to_string(),
+                p.name.clone().unwrap_or_default(),
+                format_bytes(p.size_bytes),
+                page_size_short(p.page_size_bytes),
+            ]);
+        }
+        t.render(out, "  ")?;
+        out.flush()?;
+    }
+    if a.hold {
+        let hold = Hold::catch()?;
+        eprintln!(
+            "holding the {} parts of {} (pid {}); SIGINT (Ctrl-C), SIGTERM or SIGHUP detaches",
+            doc.len(),
+            a.name,
+            std::process::id()
+        );
+        let sig = hold.wait();
+        eprintln!("{sig}: detaching from {}", a.name);
+    }
+    for p in parts {
+        p.region.close().map_err(region_error)?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

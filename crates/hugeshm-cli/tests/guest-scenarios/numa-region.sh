@@ -50,6 +50,7 @@ echo 20 >"$(node_pool 1)"
 block pernode.create hugeshm create sga --size 32M --page-size 2m --policy only \
     --backend sysv --numa per-node --json
 block pernode.ipcs cat /proc/sysvipc/shm
+block pernode.attach hugeshm attach sga --per-node --json
 block pernode.rm hugeshm rm sga --per-node --json
 block pernode.table hugeshm create sga --size 32M --page-size 2m --policy only \
     --backend sysv --numa per-node
