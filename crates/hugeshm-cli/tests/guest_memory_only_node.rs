@@ -89,3 +89,23 @@ fn guest_per_node_gives_the_memory_only_node_a_part() {
     let ipcs = run.console.ok("pernode.ipcs").unwrap();
     assert_eq!(ipcs.lines().count(), 1, "nothing left: {ipcs}");
 }
+
+#[test]
+fn guest_status_shows_the_memory_only_node_as_a_tier() {
+    let Some(run) = guest_run("guest_status_shows_the_memory_only_node_as_a_tier") else {
+        return;
+    };
+    let st = json(run, "pernode.status");
+    let nodes = st["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{st:#}");
+    assert_eq!(nodes[2]["memory_only"], true, "{:#}", nodes[2]);
+    assert!(nodes[0].get("memory_only").is_none(), "{:#}", nodes[0]);
+    let text = run.console.ok("pernode.status.text").unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("nodes:"))
+        .unwrap_or_else(|| panic!("{text}"));
+    println!("{line}");
+    assert!(line.contains("2 (no CPU,"), "{line}");
+    assert!(line.contains("a memory-only tier"), "{line}");
+}

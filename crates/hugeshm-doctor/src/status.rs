@@ -130,6 +130,10 @@ pub struct NodeRow {
     pub mem_total_bytes: Option<u64>,
     /// Free memory on it.
     pub mem_free_bytes: Option<u64>,
+    /// Memory and no CPU: a memory-only tier (CXL memory, persistent
+    /// memory online as RAM, a far node), reached only remotely.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub memory_only: bool,
 }
 
 /// The whole `status` report (`status --json` prints exactly this).
@@ -560,6 +564,11 @@ pub fn build_from(host: &HostSnapshot, segs: Option<&SegmentsReport>) -> StatusR
             cpus: n.cpus.clone(),
             mem_total_bytes: n.meminfo.as_ref().and_then(|m| m.mem_total_bytes),
             mem_free_bytes: n.meminfo.as_ref().and_then(|m| m.mem_free_bytes),
+            memory_only: n.cpus.is_empty()
+                && n.meminfo
+                    .as_ref()
+                    .and_then(|m| m.mem_total_bytes)
+                    .is_some_and(|b| b > 0),
         })
         .collect();
 

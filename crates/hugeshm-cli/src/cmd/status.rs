@@ -108,6 +108,25 @@ pub fn print(r: &StatusReport, out: &mut Out) -> anyhow::Result<()> {
         }
         t.render(out, "  ")?;
         out.line(out.dim("  * default size. avail = free - rsvd: what a new mapping can really get. rsvd is host-wide only. boot = hugepages= on the kernel command line."))?;
+        if multi_node {
+            let nodes: Vec<String> = r
+                .nodes
+                .iter()
+                .map(|n| {
+                    let mem = n
+                        .mem_total_bytes
+                        .map(format_bytes)
+                        .unwrap_or_else(|| "?".into());
+                    if n.memory_only {
+                        format!("{} (no CPU, {mem}: a memory-only tier)", n.node)
+                    } else {
+                        let cpus: Vec<String> = n.cpus.iter().map(u32::to_string).collect();
+                        format!("{} (CPUs {}, {mem})", n.node, cpus.join(","))
+                    }
+                })
+                .collect();
+            out.line(format!("  nodes: {}", nodes.join("; ")))?;
+        }
         if !multi_node {
             out.line(out.dim(&format!(
                 "  one NUMA node ({})",

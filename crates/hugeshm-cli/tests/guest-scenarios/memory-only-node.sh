@@ -29,3 +29,4 @@ block pernode.create hugeshm create cs --size 24M --page-size 2m --policy only \
 block pernode.rm hugeshm rm cs --per-node --json
 block pernode.ipcs cat /proc/sysvipc/shm
 block pernode.status hugeshm status --json
+block pernode.status.text hugeshm status
