@@ -23,6 +23,7 @@
 pub mod advise;
 pub mod cgroup;
 pub mod finding;
+pub mod pmem;
 pub mod segments;
 pub mod status;
 
