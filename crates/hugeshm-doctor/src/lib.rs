@@ -24,6 +24,7 @@ pub mod advise;
 pub mod cgroup;
 pub mod finding;
 pub mod numa;
+pub mod pmem;
 pub mod segments;
 pub mod status;
 

@@ -188,6 +188,10 @@ pub struct StatusReport {
     /// hugeshm itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup_pid: Option<u32>,
+    /// Persistent memory and memory tiers: NVDIMM namespaces, DAX mounts,
+    /// device-dax, memory-only nodes; absent on a host with none of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pmem: Option<crate::pmem::PmemReport>,
 }
 
 /// A process that maps huge page shared memory, and its memlock limit.
@@ -222,6 +226,14 @@ pub fn build(probe: &Probe) -> StatusReport {
     build_for(probe, None)
 }
 
+/// Adds the persistent memory section, its findings and unreadable files.
+fn add_pmem(report: &mut StatusReport, probe: &Probe, host: &HostSnapshot) {
+    let (pmem, findings, snap) = crate::pmem::build(probe, host);
+    report.pmem = pmem;
+    report.findings.extend(findings);
+    report.problems.extend(snap.problems);
+}
+
 /// [`build`], with the cgroup section for process `pid` (`None`: hugeshm
 /// itself).
 pub fn build_for(probe: &Probe, pid: Option<u32>) -> StatusReport {
@@ -231,6 +243,7 @@ pub fn build_for(probe: &Probe, pid: Option<u32>) -> StatusReport {
     report.servers = servers(probe, &segs, host.sysctl.hugetlb_shm_group);
     report.findings.extend(server_findings(&report));
     report.cgroup_pid = pid;
+    add_pmem(&mut report, probe, &host);
     match probe.hugetlb_cgroup(pid) {
         Ok(cg) => add_cgroup(&mut report, cg, &segs, |p| probe.cgroups(Some(p)).ok()),
         // A tree without mountinfo (a fixture from before cgroups were
@@ -592,6 +605,7 @@ pub fn build_from(host: &HostSnapshot, segs: Option<&SegmentsReport>) -> StatusR
         problems: host.problems.clone(),
         cgroup: None,
         cgroup_pid: None,
+        pmem: None,
     };
     report.findings = findings(host, &report, segs);
     report

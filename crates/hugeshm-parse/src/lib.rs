@@ -30,6 +30,7 @@ pub mod maps;
 pub mod meminfo;
 pub mod mountinfo;
 pub mod mounts;
+pub mod nd;
 pub mod node;
 pub mod numa_maps;
 pub mod pid_limits;

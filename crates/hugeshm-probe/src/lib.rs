@@ -21,6 +21,7 @@
 mod cgroup;
 mod host;
 mod persisted;
+mod pmem;
 pub mod postgres;
 mod process;
 mod read;
@@ -28,6 +29,7 @@ mod read;
 pub use cgroup::{HugetlbCgroup, HugetlbCgroupLevel, HugetlbCgroupSize};
 pub use host::{HostSnapshot, NodeInfo, NodePool, Sysctls, ThpState};
 pub use persisted::{Persisted, PersistedValue};
+pub use pmem::{DaxDevice, MemoryTier, Namespace, PmemSnapshot};
 pub use process::{dev_major, dev_minor, MountFile, PidFiles, ProcessList};
 pub use read::{Problem, ProblemKind, ReadError};
 

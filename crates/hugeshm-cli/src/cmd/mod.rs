@@ -11,3 +11,4 @@ pub mod region;
 pub mod segments;
 pub mod share;
 pub mod status;
+pub mod status_pmem;

@@ -217,6 +217,7 @@ pub fn print(r: &StatusReport, out: &mut Out) -> anyhow::Result<()> {
         out.line(format!("  {:<18} {} ({what})", "mount", m.target))?;
     }
     out.line("")?;
+    super::status_pmem::print(r.pmem.as_ref(), out)?;
     print_cgroup(r, out)?;
     out.line("")?;
     if r.findings.is_empty() {
