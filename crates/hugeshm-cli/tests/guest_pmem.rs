@@ -79,8 +79,10 @@ fn guest_status_shows_namespace_dax_mount_and_memory_only_node() {
         .expect("memory_only_nodes");
     assert_eq!(mo.len(), 1, "{p:#}");
     assert_eq!(mo[0]["node"].as_u64(), Some(2), "{p:#}");
+    // 512 MiB given; what the kernel shows after its own use varies by
+    // boot (392 to 437 MiB seen).
     assert!(
-        mo[0]["mem_total_bytes"].as_u64().unwrap() > 400 << 20,
+        mo[0]["mem_total_bytes"].as_u64().unwrap() > 256 << 20,
         "{p:#}"
     );
     let tier = mo[0]["tier"].as_u64().expect("node 2 has a tier");
