@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod cmd;
+mod metrics;
 mod output;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -63,6 +64,8 @@ enum Command {
     Advise(cmd::advise::Args),
     /// Reserve a plan on the running host (all or nothing) and optionally persist it.
     Apply(cmd::apply::Args),
+    /// Serve the status and segments reports as Prometheus metrics (or write them once).
+    Exporter(cmd::exporter::Args),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
@@ -109,6 +112,7 @@ fn main() -> ExitCode {
         Command::Ls(a) => cmd::share::ls(&roots, &a, &mut out),
         Command::Advise(a) => cmd::advise::run(&roots, &a, &mut out),
         Command::Apply(a) => cmd::apply::run(&roots, &a, &mut out),
+        Command::Exporter(a) => cmd::exporter::run(&roots, &a, &mut out),
         Command::Bench(b) => cmd::bench::run(&roots, b, &mut out),
     };
     match result {

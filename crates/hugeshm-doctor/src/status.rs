@@ -237,6 +237,12 @@ fn add_pmem(report: &mut StatusReport, probe: &Probe, host: &HostSnapshot) {
 /// [`build`], with the cgroup section for process `pid` (`None`: hugeshm
 /// itself).
 pub fn build_for(probe: &Probe, pid: Option<u32>) -> StatusReport {
+    build_with_segments(probe, pid).0
+}
+
+/// [`build_for`], returning the segments report it scanned as well: one
+/// read of the host for both (what the exporter serves on each scrape).
+pub fn build_with_segments(probe: &Probe, pid: Option<u32>) -> (StatusReport, SegmentsReport) {
     let host = probe.host();
     let segs = segments::build_with(probe, &host);
     let mut report = build_from(&host, Some(&segs));
@@ -263,7 +269,7 @@ pub fn build_for(probe: &Probe, pid: Option<u32>) -> StatusReport {
     report
         .findings
         .sort_by_key(|f| std::cmp::Reverse(f.severity));
-    report
+    (report, segs)
 }
 
 /// Puts the cgroup into the report: what each pool row can get under it,

@@ -1,0 +1,224 @@
+//! `hugeshm exporter`: the status and segments reports as Prometheus
+//! metrics, over HTTP (`/metrics`), into node_exporter's textfile
+//! directory, or once on stdout.
+//!
+//! Each scrape reads the host afresh, once, in a worker thread (what
+//! `status` and `segments` read); a scrape that runs over `--timeout`
+//! answers with the scrape metrics only (`hugeshm_up 0`, the error counter
+//! raised) and the next scrape waits for that same reading rather than
+//! starting another one, so a hung /proc costs one thread, not one per scrape.
+
+use crate::metrics::{self, ScrapeInfo, OPENMETRICS_TYPE, PROMETHEUS_TYPE};
+use crate::output::Out;
+use hugeshm_doctor::segments::SegmentsReport;
+use hugeshm_doctor::status::{self, StatusReport};
+use hugeshm_probe::{Probe, Roots};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The file written in `--textfile DIR`.
+pub const TEXTFILE_NAME: &str = "hugeshm.prom";
+
+/// `hugeshm exporter` options.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address to serve /metrics on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9731")]
+    pub listen: SocketAddr,
+    /// Write one scrape to DIR/hugeshm.prom (atomically: a temporary file
+    /// renamed over it) for node_exporter's textfile collector, and exit.
+    #[arg(long, value_name = "DIR", conflicts_with = "once")]
+    pub textfile: Option<PathBuf>,
+    /// Print one scrape on stdout and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// With --once: OpenMetrics instead of the Prometheus text format.
+    #[arg(long, requires = "once")]
+    pub openmetrics: bool,
+    /// Seconds a scrape may spend reading the host before it answers with
+    /// the scrape error metrics only.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub timeout: f64,
+    /// Report the hugetlb cgroup of this process (e.g. the database
+    /// server's) instead of the exporter's own.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+}
+
+type Reading = (StatusReport, SegmentsReport, f64);
+
+/// Reads the host in a worker thread, with a timeout.
+struct Scraper {
+    roots: Roots,
+    pid: Option<u32>,
+    timeout: Duration,
+    errors: AtomicU64,
+    /// A reading still running from a scrape that timed out.
+    pending: Mutex<Option<Receiver<Reading>>>,
+}
+
+impl Scraper {
+    fn start(&self) -> anyhow::Result<Receiver<Reading>> {
+        let (tx, rx) = mpsc::channel();
+        let roots = self.roots.clone();
+        let pid = self.pid;
+        std::thread::Builder::new()
+            .name("hugeshm-scrape".into())
+            .spawn(move || {
+                let t = Instant::now();
+                let probe = Probe::new(roots);
+                let (s, g) = status::build_with_segments(&probe, pid);
+                let _ = tx.send((s, g, t.elapsed().as_secs_f64()));
+            })?;
+        Ok(rx)
+    }
+
+    /// One scrape: the registry and whether it read the host.
+    fn scrape(&self) -> (prometheus_client::registry::Registry, bool) {
+        let t = Instant::now();
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let rx = match pending.take() {
+            Some(rx) => Ok(rx),
+            None => self.start(),
+        };
+        let got = match rx {
+            Ok(rx) => match rx.recv_timeout(self.timeout) {
+                Ok(r) => Some(r),
+                Err(RecvTimeoutError::Timeout) => {
+                    *pending = Some(rx);
+                    None
+                }
+                // The reader panicked.
+                Err(RecvTimeoutError::Disconnected) => None,
+            },
+            // No thread could be started.
+            Err(_) => None,
+        };
+        match got {
+            Some((s, g, secs)) => {
+                let info = ScrapeInfo {
+                    duration_seconds: secs,
+                    errors_total: self.errors.load(Ordering::Relaxed),
+                };
+                (metrics::registry(&s, &g, info), true)
+            }
+            None => {
+                let info = ScrapeInfo {
+                    duration_seconds: t.elapsed().as_secs_f64(),
+                    errors_total: self.errors.fetch_add(1, Ordering::Relaxed) + 1,
+                };
+                (metrics::failed(info), false)
+            }
+        }
+    }
+}
+
+/// Runs the command.
+pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
+    if !(args.timeout.is_finite() && args.timeout > 0.0) {
+        anyhow::bail!("--timeout must be a positive number of seconds");
+    }
+    let scraper = Scraper {
+        roots: roots.clone(),
+        pid: args.pid,
+        timeout: Duration::from_secs_f64(args.timeout),
+        errors: AtomicU64::new(0),
+        pending: Mutex::new(None),
+    };
+    if let Some(dir) = &args.textfile {
+        let (reg, ok) = scraper.scrape();
+        let path = write_textfile(dir, &metrics::prometheus_text(&reg))?;
+        if !ok {
+            anyhow::bail!(
+                "reading the host ran over {}s: {} has the scrape error metrics only",
+                args.timeout,
+                path.display()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.once {
+        let (reg, ok) = scraper.scrape();
+        let text = if args.openmetrics {
+            metrics::openmetrics(&reg)
+        } else {
+            metrics::prometheus_text(&reg)
+        };
+        out.line(text.trim_end())?;
+        out.flush()?;
+        if !ok {
+            anyhow::bail!(
+                "reading the host ran over {}s: printed the scrape error metrics only",
+                args.timeout
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    serve(&scraper, args.listen)
+}
+
+/// Writes `DIR/hugeshm.prom` through a temporary file in DIR (a name the
+/// textfile collector ignores) renamed over it.
+fn write_textfile(dir: &Path, text: &str) -> anyhow::Result<PathBuf> {
+    use anyhow::Context;
+    let path = dir.join(TEXTFILE_NAME);
+    let tmp = dir.join(format!(".{TEXTFILE_NAME}.{}.tmp", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    };
+    if let Err(e) = write() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write {}", path.display()));
+    }
+    Ok(path)
+}
+
+fn header(name: &str, value: &str) -> tiny_http::Header {
+    // Both are ASCII constants of this file.
+    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes())
+        .unwrap_or_else(|()| unreachable!("ASCII header"))
+}
+
+/// Serves /metrics until the process is killed.
+fn serve(scraper: &Scraper, addr: SocketAddr) -> anyhow::Result<ExitCode> {
+    let server = tiny_http::Server::http(addr)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    eprintln!("hugeshm: serving http://{addr}/metrics");
+    for req in server.incoming_requests() {
+        let path = req.url().split('?').next().unwrap_or_default().to_string();
+        let response = if path != "/metrics" {
+            tiny_http::Response::from_string("not found: the metrics are at /metrics\n")
+                .with_status_code(404)
+        } else if *req.method() != tiny_http::Method::Get {
+            tiny_http::Response::from_string("method not allowed: use GET\n")
+                .with_status_code(405)
+                .with_header(header("Allow", "GET"))
+        } else {
+            let accept = req
+                .headers()
+                .iter()
+                .find(|h| h.field.equiv("Accept"))
+                .map(|h| h.value.as_str().to_string());
+            let (reg, _) = scraper.scrape();
+            if metrics::wants_openmetrics(accept.as_deref()) {
+                tiny_http::Response::from_string(metrics::openmetrics(&reg))
+                    .with_header(header("Content-Type", OPENMETRICS_TYPE))
+            } else {
+                tiny_http::Response::from_string(metrics::prometheus_text(&reg))
+                    .with_header(header("Content-Type", PROMETHEUS_TYPE))
+            }
+        };
+        // A client that went away is its own problem, not the exporter's.
+        let _ = req.respond(response);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,454 @@
+//! The Prometheus printer: the status and segments reports as metrics
+//! (OpenMetrics text, or the Prometheus text format 0.0.4).
+//!
+//! A printer like the tables and `--json`: it reads the report structs and
+//! nothing else. Names carry their unit (`_bytes`, `_seconds`, `_pages`);
+//! a page size is a label in bytes (`page_size_bytes="2097152"`), a node a
+//! label (`node="0"`, `"all"` for the host-wide figure).
+
+use hugeshm_doctor::segments::{Segment, SegmentsReport};
+use hugeshm_doctor::status::StatusReport;
+use hugeshm_doctor::Finding;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+
+/// The OpenMetrics content type.
+pub const OPENMETRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The Prometheus text format content type.
+pub const PROMETHEUS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+type Labels = Vec<(String, String)>;
+type Bytes = Family<Labels, Gauge>;
+type Seconds = Gauge<f64, AtomicU64>;
+
+/// What the exporter knows about the scrape itself.
+#[derive(Debug, Clone, Copy)]
+pub struct ScrapeInfo {
+    /// How long reading the host took (the timeout, when it ran over).
+    pub duration_seconds: f64,
+    /// Scrapes that failed (ran over the timeout, or the reader panicked)
+    /// since the exporter started.
+    pub errors_total: u64,
+}
+
+fn gauge_value(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn labels(pairs: &[(&str, String)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+fn page_label(p: Option<u64>) -> String {
+    p.map(|p| p.to_string())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// Registers the scrape's own metrics (and `hugeshm_up`).
+fn scrape_metrics(reg: &mut Registry, info: ScrapeInfo, up: bool) {
+    let d = Seconds::default();
+    d.set(info.duration_seconds);
+    reg.register(
+        "hugeshm_scrape_duration_seconds",
+        "Seconds this scrape spent reading the host (the timeout when it ran over)",
+        d,
+    );
+    let e = Counter::<u64>::default();
+    e.inc_by(info.errors_total);
+    reg.register(
+        "hugeshm_scrape_errors",
+        "Scrapes that failed since the exporter started (ran over the scrape timeout, or the reader failed)",
+        e,
+    );
+    let u = Gauge::<i64>::default();
+    u.set(i64::from(up));
+    reg.register(
+        "hugeshm_up",
+        "1 when this scrape read the host, 0 when it failed (then only the scrape metrics are served)",
+        u,
+    );
+    let b = Family::<Labels, Gauge>::default();
+    b.get_or_create(&labels(&[(
+        "version",
+        env!("CARGO_PKG_VERSION").to_string(),
+    )]))
+    .set(1);
+    reg.register("hugeshm_build_info", "The hugeshm version, as a label", b);
+}
+
+/// A registry with only the scrape metrics: what a failed scrape serves.
+pub fn failed(info: ScrapeInfo) -> Registry {
+    let mut reg = Registry::default();
+    scrape_metrics(&mut reg, info, false);
+    reg
+}
+
+/// Every finding of both reports once (status repeats some segment findings).
+fn all_findings<'a>(status: &'a StatusReport, segs: &'a SegmentsReport) -> Vec<&'a Finding> {
+    let mut seen = std::collections::BTreeSet::new();
+    status
+        .findings
+        .iter()
+        .chain(segs.findings.iter())
+        .chain(segs.segments.iter().flat_map(|s| s.findings.iter()))
+        .filter(|f| seen.insert((f.code.clone(), f.message.clone())))
+        .collect()
+}
+
+fn is_fallback(s: &Segment) -> bool {
+    s.findings.iter().any(|f| f.code == "silent-fallback")
+}
+
+/// The metrics of one scrape.
+pub fn registry(status: &StatusReport, segs: &SegmentsReport, info: ScrapeInfo) -> Registry {
+    let mut reg = Registry::default();
+    scrape_metrics(&mut reg, info, true);
+
+    // Pools.
+    let pages = Family::<Labels, Gauge>::default();
+    let unused = Bytes::default();
+    for p in &status.pools {
+        let node = p
+            .node
+            .map(|n| n.to_string())
+            .unwrap_or_else(|| "all".to_string());
+        let size = p.page_size_bytes.to_string();
+        let mut states = vec![
+            ("total", p.total),
+            ("free", p.free),
+            ("surplus", p.surplus),
+            ("available", p.available),
+        ];
+        // Reservations are host-wide only.
+        if p.node.is_none() {
+            states.push(("reserved", p.reserved));
+            unused
+                .get_or_create(&labels(&[("page_size_bytes", size.clone())]))
+                .set(gauge_value(p.available_bytes));
+        }
+        for (state, v) in states {
+            pages
+                .get_or_create(&labels(&[
+                    ("page_size_bytes", size.clone()),
+                    ("node", node.clone()),
+                    ("state", state.to_string()),
+                ]))
+                .set(gauge_value(v));
+        }
+    }
+    reg.register(
+        "hugeshm_pool_pages",
+        "Huge pages in the pool by page size, NUMA node (\"all\": host-wide) and state (available = free - reserved)",
+        pages,
+    );
+    reg.register(
+        "hugeshm_pool_unused_bytes",
+        "Pool bytes neither in use nor reserved (available pages times page size): memory the OS cannot use",
+        unused,
+    );
+
+    // Segments.
+    let count = Family::<Labels, Gauge>::default();
+    let size = Bytes::default();
+    let resident = Bytes::default();
+    let per_node = Bytes::default();
+    let mut fallback = 0u64;
+    let mut sums: BTreeMap<Labels, (u64, u64, u64)> = BTreeMap::new();
+    let mut node_sums: BTreeMap<Labels, u64> = BTreeMap::new();
+    for s in &segs.segments {
+        let l = labels(&[
+            ("kind", s.kind.to_string()),
+            ("page_size_bytes", page_label(s.page_size_bytes)),
+        ]);
+        for (n, b) in &s.nodes {
+            let mut nl = l.clone();
+            nl.push(("node".to_string(), n.clone()));
+            *node_sums.entry(nl).or_default() += b;
+        }
+        let e = sums.entry(l).or_default();
+        e.0 += 1;
+        e.1 += s.size_bytes;
+        e.2 += s.resident_bytes.unwrap_or(0);
+        if is_fallback(s) {
+            fallback += s.size_bytes;
+        }
+    }
+    for (l, (n, b, r)) in &sums {
+        count.get_or_create(l).set(gauge_value(*n));
+        size.get_or_create(l).set(gauge_value(*b));
+        resident.get_or_create(l).set(gauge_value(*r));
+    }
+    for (l, b) in &node_sums {
+        per_node.get_or_create(l).set(gauge_value(*b));
+    }
+    reg.register(
+        "hugeshm_segments",
+        "Shared memory segments and huge page mappings by kind and the page size really backing them",
+        count,
+    );
+    reg.register(
+        "hugeshm_segment_bytes",
+        "Size of the segments by kind and page size",
+        size,
+    );
+    reg.register(
+        "hugeshm_segment_resident_bytes",
+        "Resident bytes of the segments by kind and page size",
+        resident,
+    );
+    reg.register(
+        "hugeshm_segment_node_bytes",
+        "Bytes of the segments on each NUMA node (numa_maps) by kind and page size",
+        per_node,
+    );
+    let fb = Gauge::<i64>::default();
+    fb.set(gauge_value(fallback));
+    reg.register(
+        "hugeshm_silent_fallback_bytes",
+        "Bytes of segments that sit on 4 KiB pages where huge pages were meant (finding silent-fallback)",
+        fb,
+    );
+
+    // Memory.
+    let host_gauges = [
+        (
+            "hugeshm_page_tables_bytes",
+            "Page table memory of the host (/proc/meminfo PageTables)",
+            status.page_tables_bytes,
+        ),
+        (
+            "hugeshm_hugetlb_bytes",
+            "Memory in huge page pools, all sizes (/proc/meminfo Hugetlb)",
+            status.hugetlb_bytes,
+        ),
+        (
+            "hugeshm_memory_total_bytes",
+            "Memory of the host (/proc/meminfo MemTotal)",
+            status.mem_total_bytes,
+        ),
+    ];
+    for (name, help, v) in host_gauges {
+        if let Some(v) = v {
+            let g = Gauge::<i64>::default();
+            g.set(gauge_value(v));
+            reg.register(name, help, g);
+        }
+    }
+
+    // The hugetlb cgroup (hugeshm's own, or --pid's).
+    if let Some(cg) = &status.cgroup {
+        let limit = Bytes::default();
+        let usage = Bytes::default();
+        let rsvd = Bytes::default();
+        let effective = Bytes::default();
+        let events = Family::<Labels, Counter>::default();
+        for s in &cg.sizes {
+            let l = labels(&[
+                ("cgroup", cg.path.clone()),
+                ("page_size_bytes", s.page_size_bytes.to_string()),
+            ]);
+            if let Some(v) = s.limit_bytes {
+                limit.get_or_create(&l).set(gauge_value(v));
+            }
+            if let Some(v) = s.effective_limit_bytes {
+                effective.get_or_create(&l).set(gauge_value(v));
+            }
+            usage.get_or_create(&l).set(gauge_value(s.usage_bytes));
+            if let Some(v) = s.rsvd_usage_bytes {
+                rsvd.get_or_create(&l).set(gauge_value(v));
+            }
+            if let Some(v) = s.max_events {
+                events.get_or_create(&l).inc_by(v);
+            }
+        }
+        reg.register(
+            "hugeshm_cgroup_hugetlb_limit_bytes",
+            "The cgroup's own hugetlb limit on faulted pages (absent: no limit)",
+            limit,
+        );
+        reg.register(
+            "hugeshm_cgroup_hugetlb_effective_limit_bytes",
+            "The smallest hugetlb limit of the cgroup and its ancestors (absent: no limit)",
+            effective,
+        );
+        reg.register(
+            "hugeshm_cgroup_hugetlb_usage_bytes",
+            "Faulted huge page bytes charged to the cgroup",
+            usage,
+        );
+        reg.register(
+            "hugeshm_cgroup_hugetlb_reserved_bytes",
+            "Huge page reservations charged to the cgroup (kernel 5.7 and later)",
+            rsvd,
+        );
+        reg.register(
+            "hugeshm_cgroup_hugetlb_max_events",
+            "Huge page charges the cgroup refused at a limit (v2 events max, v1 failcnt)",
+            events,
+        );
+    }
+
+    // Findings.
+    let findings = Family::<Labels, Gauge>::default();
+    let mut by: BTreeMap<Labels, i64> = BTreeMap::new();
+    for f in all_findings(status, segs) {
+        *by.entry(labels(&[
+            ("code", f.code.clone()),
+            ("severity", f.severity.as_str().to_string()),
+        ]))
+        .or_default() += 1;
+    }
+    for (l, n) in &by {
+        findings.get_or_create(l).set(*n);
+    }
+    reg.register(
+        "hugeshm_finding",
+        "Findings of status and segments by code and severity (the README's Findings)",
+        findings,
+    );
+    let problems = Gauge::<i64>::default();
+    problems.set(gauge_value(
+        (status.problems.len() + segs.problems.len() + segs.unreadable.len()) as u64,
+    ));
+    reg.register(
+        "hugeshm_read_problems",
+        "Host files and processes this scrape could not read",
+        problems,
+    );
+    reg
+}
+
+/// The registry as OpenMetrics text (ends with `# EOF`), each metric's
+/// samples sorted (the registry keeps them in hash order).
+pub fn openmetrics(reg: &Registry) -> String {
+    let mut s = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut s, reg);
+    let mut out = String::with_capacity(s.len());
+    let mut run: Vec<&str> = Vec::new();
+    for line in s.lines() {
+        if line.starts_with('#') {
+            run.sort_unstable();
+            for l in run.drain(..) {
+                out.push_str(l);
+                out.push('\n');
+            }
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            run.push(line);
+        }
+    }
+    run.sort_unstable();
+    for l in run {
+        out.push_str(l);
+        out.push('\n');
+    }
+    out
+}
+
+/// The registry in the Prometheus text format 0.0.4: OpenMetrics without
+/// `# EOF` and `# UNIT`, and a counter's `# HELP`/`# TYPE` named like its
+/// sample (`_total`).
+pub fn prometheus_text(reg: &Registry) -> String {
+    let om = openmetrics(reg);
+    let counters: Vec<String> = om
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .map(str::to_string)
+        .collect();
+    let mut out = String::with_capacity(om.len());
+    for line in om.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let mut done = false;
+        for kw in ["# HELP ", "# TYPE "] {
+            if let Some(rest) = line.strip_prefix(kw) {
+                let name = rest.split(' ').next().unwrap_or_default();
+                if counters.iter().any(|c| c == name) {
+                    out.push_str(&format!("{kw}{name}_total{}\n", &rest[name.len()..]));
+                    done = true;
+                }
+            }
+        }
+        if !done {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Whether an `Accept` header asks for OpenMetrics.
+pub fn wants_openmetrics(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| {
+        a.split(',').any(|part| {
+            let mut it = part.split(';');
+            let ty = it.next().unwrap_or_default().trim();
+            let q_zero = it.any(|p| {
+                p.trim()
+                    .strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f64>().ok())
+                    == Some(0.0)
+            });
+            ty.eq_ignore_ascii_case("application/openmetrics-text") && !q_zero
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_header_negotiation() {
+        assert!(!wants_openmetrics(None));
+        assert!(!wants_openmetrics(Some("text/plain")));
+        assert!(wants_openmetrics(Some(
+            "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+        )));
+        assert!(!wants_openmetrics(Some(
+            "application/openmetrics-text;q=0,text/plain"
+        )));
+    }
+
+    #[test]
+    fn failed_scrape_in_both_formats() {
+        let reg = failed(ScrapeInfo {
+            duration_seconds: 5.0,
+            errors_total: 3,
+        });
+        let om = openmetrics(&reg);
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        assert!(
+            om.contains("# TYPE hugeshm_scrape_errors counter\n"),
+            "{om}"
+        );
+        assert!(om.contains("hugeshm_scrape_errors_total 3\n"), "{om}");
+        assert!(om.contains("hugeshm_up 0\n"), "{om}");
+        let text = prometheus_text(&reg);
+        assert!(!text.contains("# EOF"), "{text}");
+        assert!(
+            text.contains("# TYPE hugeshm_scrape_errors_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP hugeshm_scrape_errors_total "),
+            "{text}"
+        );
+        assert!(
+            text.contains("hugeshm_scrape_duration_seconds 5.0\n"),
+            "{text}"
+        );
+    }
+}

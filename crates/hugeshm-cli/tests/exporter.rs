@@ -1,0 +1,325 @@
+//! `hugeshm exporter` on the live host: `--once` and `--textfile` output that
+//! parses and carries the kernel's pool, `promtool check metrics`, the HTTP
+//! endpoint's 404/405 and content negotiation, and a real Prometheus server
+//! scraping it. No pool is changed; the pool lock is held while a value is
+//! compared with the kernel's so no other test resizes a pool meanwhile.
+
+mod common;
+
+use hugeshm_testkit::PoolLock;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NR_2M: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
+const POOL_2M_TOTAL: &str =
+    r#"hugeshm_pool_pages{page_size_bytes="2097152",node="all",state="total"}"#;
+
+/// The kernel's 2 MiB pool size, or `None` (with the reason printed).
+fn kernel_2m_pages(test: &str) -> Option<u64> {
+    match std::fs::read_to_string(NR_2M) {
+        Ok(s) => Some(s.trim().parse().expect("nr_hugepages is a number")),
+        Err(e) => {
+            eprintln!("{test}: skipped: no 2 MiB pool ({NR_2M}: {e})");
+            None
+        }
+    }
+}
+
+/// Samples of the Prometheus text format: `name{labels}` → value. Panics on
+/// a line that is neither a comment nor `series value`.
+fn parse(text: &str) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    for line in text.lines() {
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let (series, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("not a sample: {line:?}"));
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("not a value: {line:?}"));
+        assert!(
+            m.insert(series.to_string(), value).is_none(),
+            "{series} twice"
+        );
+    }
+    m
+}
+
+/// A scratch directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(what: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "hugeshm-exporter-{what}-{}-{:?}",
+            std::process::id(),
+            Instant::now()
+        ));
+        let p = PathBuf::from(p.to_string_lossy().replace([' ', '{', '}', ':', ','], ""));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process killed and reaped on drop (every path, panics included).
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn on_path(bin: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
+        .unwrap_or(false)
+}
+
+/// One HTTP/1.0 request: (status, headers lower-cased, body); `None` when
+/// nothing listens yet.
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    accept: Option<&str>,
+) -> Option<(u16, String, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{accept}Connection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some((status, head.to_lowercase(), body.to_string()))
+}
+
+/// Starts `hugeshm exporter --listen` on a free port and waits for it.
+fn start_exporter() -> (Killed, u16) {
+    let port = free_port();
+    let child = common::cmd(&["exporter", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start hugeshm exporter");
+    let child = Killed(child);
+    let t = Instant::now();
+    while http(port, "GET", "/nothing", None).is_none() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "exporter not up on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child, port)
+}
+
+#[test]
+fn once_parses_and_carries_the_kernel_pool() {
+    let _lock = PoolLock::acquire().ok();
+    let Some(nr) = kernel_2m_pages("once_parses_and_carries_the_kernel_pool") else {
+        return;
+    };
+    let out = common::hugeshm(&["exporter", "--once"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let m = parse(&text);
+    assert_eq!(m.get(POOL_2M_TOTAL), Some(&(nr as f64)), "{text}");
+    assert_eq!(m.get("hugeshm_up"), Some(&1.0), "{text}");
+    assert_eq!(m.get("hugeshm_scrape_errors_total"), Some(&0.0), "{text}");
+    assert!(m.contains_key("hugeshm_scrape_duration_seconds"), "{text}");
+    assert!(m.contains_key("hugeshm_silent_fallback_bytes"), "{text}");
+    assert!(text.contains("# TYPE hugeshm_scrape_errors_total counter\n"));
+    assert!(!text.contains("# EOF"));
+
+    let om = common::hugeshm(&["exporter", "--once", "--openmetrics"]);
+    let om = String::from_utf8(om.stdout).unwrap();
+    assert!(om.ends_with("# EOF\n"), "{om}");
+    assert!(
+        om.contains("# TYPE hugeshm_scrape_errors counter\n"),
+        "{om}"
+    );
+}
+
+#[test]
+fn promtool_check_metrics_passes() {
+    if !on_path("promtool") {
+        eprintln!("promtool_check_metrics_passes: skipped: no promtool on PATH (apt-get install prometheus)");
+        return;
+    }
+    let out = common::hugeshm(&["exporter", "--once"]);
+    assert!(out.status.success());
+    let mut p = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    p.stdin.take().unwrap().write_all(&out.stdout).unwrap();
+    let r = p.wait_with_output().unwrap();
+    assert!(
+        r.status.success(),
+        "promtool check metrics: {}{}\n{}",
+        String::from_utf8_lossy(&r.stdout),
+        String::from_utf8_lossy(&r.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn textfile_is_written_whole_and_alone() {
+    let _lock = PoolLock::acquire().ok();
+    let dir = TempDir::new("textfile");
+    let d = dir.0.to_str().unwrap();
+    let out = common::hugeshm(&["exporter", "--textfile", d]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+    let names: Vec<String> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["hugeshm.prom"], "only the file, no temporary left");
+    let text = std::fs::read_to_string(Path::new(&dir.0).join("hugeshm.prom")).unwrap();
+    let m = parse(&text);
+    if let Some(nr) = kernel_2m_pages("textfile_is_written_whole_and_alone") {
+        assert_eq!(m.get(POOL_2M_TOTAL), Some(&(nr as f64)), "{text}");
+    }
+    // A directory that does not exist is an error, not a crash.
+    let missing = dir.0.join("missing");
+    let out = common::hugeshm(&["exporter", "--textfile", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write"));
+}
+
+#[test]
+fn http_paths_methods_and_content_types() {
+    let (_exporter, port) = start_exporter();
+    let (status, _, _) = http(port, "GET", "/", None).unwrap();
+    assert_eq!(status, 404);
+    let (status, _, _) = http(port, "GET", "/metricsx", None).unwrap();
+    assert_eq!(status, 404);
+    for method in ["POST", "PUT", "DELETE"] {
+        let (status, head, _) = http(port, method, "/metrics", None).unwrap();
+        assert_eq!(status, 405, "{method}");
+        assert!(head.contains("allow: get"), "{head}");
+    }
+    // Garbage is answered (or the connection closed), and the server lives on.
+    if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+        let _ = s.write_all(b"\x00\x01 nonsense\r\n\r\n");
+    }
+    let (status, head, body) = http(port, "GET", "/metrics", None).unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        head.contains("content-type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    let m = parse(&body);
+    assert_eq!(m.get("hugeshm_up"), Some(&1.0), "{body}");
+    let (status, head, body) = http(
+        port,
+        "GET",
+        "/metrics?x=1",
+        Some("application/openmetrics-text;version=1.0.0,text/plain;q=0.5"),
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        head.contains("content-type: application/openmetrics-text"),
+        "{head}"
+    );
+    assert!(body.ends_with("# EOF\n"), "{body}");
+}
+
+#[test]
+fn prometheus_scrapes_the_kernel_pool() {
+    let test = "prometheus_scrapes_the_kernel_pool";
+    if !on_path("prometheus") {
+        eprintln!("{test}: skipped: no prometheus on PATH (apt-get install prometheus)");
+        return;
+    }
+    let _lock = PoolLock::acquire().ok();
+    let Some(nr) = kernel_2m_pages(test) else {
+        return;
+    };
+    let (_exporter, port) = start_exporter();
+    let dir = TempDir::new("prometheus");
+    let config = dir.0.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+             scrape_configs:\n  - job_name: hugeshm\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        ),
+    )
+    .unwrap();
+    let prom_port = free_port();
+    let log = std::fs::File::create(dir.0.join("prometheus.log")).unwrap();
+    let prom = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.0.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start prometheus");
+    let _prom = Killed(prom);
+    let query = "/api/v1/query?query=hugeshm_pool_pages%7Bpage_size_bytes%3D%222097152%22%2Cnode%3D%22all%22%2Cstate%3D%22total%22%7D";
+    let t = Instant::now();
+    let mut last = String::new();
+    loop {
+        if let Some((200, _, body)) = http(prom_port, "GET", query, None) {
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            if let Some(value) = v["data"]["result"][0]["value"][1].as_str() {
+                assert_eq!(v["data"]["result"][0]["metric"]["job"], "hugeshm");
+                assert_eq!(value, nr.to_string(), "{body}");
+                break;
+            }
+            last = body;
+        }
+        if t.elapsed() > Duration::from_secs(90) {
+            let log = std::fs::read_to_string(dir.0.join("prometheus.log")).unwrap_or_default();
+            panic!("Prometheus never had the pool metric; last answer {last}\nlog:\n{log}");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
