@@ -140,7 +140,8 @@ fn lab_quick_reproduces_every_report_and_writes_a_report_chromium_renders() {
         .iter()
         .find(|p| p["id"] == "pagetables-total")
         .expect("the total plot");
-    assert_eq!(total["series"].as_array().unwrap().len(), 2, "{total:#}");
+    // PageTables and the sessions' VmPTE, for each page size.
+    assert_eq!(total["series"].as_array().unwrap().len(), 4, "{total:#}");
 
     // 000: one page short, try fell back to 4 KiB with every free page idle;
     // only refused with the numbers.

@@ -198,14 +198,14 @@ mod tests {
             let s = svg(&plot(kind)).unwrap();
             assert!(s.starts_with("<svg"), "{kind:?}");
             assert!(
-                s.contains(">one<") && s.contains(">two<"),
+                s.contains("\none\n</text>") && s.contains("\ntwo\n</text>"),
                 "{kind:?}: legend"
             );
             // Text is escaped for XML.
             assert!(s.contains("&lt;time&gt; &amp; size"), "{kind:?}");
         }
         let bars = svg(&plot(PlotKind::Bars)).unwrap();
-        assert!(bars.contains(">4k local<") && bars.contains(">2M local<"));
+        assert!(bars.contains("\n4k local\n") && bars.contains("\n2M local\n"));
         assert!(
             bars.matches("<rect").count() >= 5,
             "4 bars and the background"
