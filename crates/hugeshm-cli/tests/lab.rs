@@ -267,7 +267,7 @@ fn lab_only_runs_one_and_refuses_an_unknown_name() {
     assert_eq!(r.len(), 1);
     assert_eq!(r[0]["name"], "numa");
     assert!(
-        r[0]["table"]["rows"].as_array().unwrap().len() >= 1,
+        !r[0]["table"]["rows"].as_array().unwrap().is_empty(),
         "{lab:#}"
     );
 }

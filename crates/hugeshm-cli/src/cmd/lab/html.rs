@@ -3,7 +3,7 @@
 //! the measured rows and the plots inlined as SVG. No script, no external
 //! file.
 
-use super::model::{figure_text, ratio_text, DataTable, LabReport, Reproduction};
+use super::model::{figure_text, ratio_text, Ceiling, DataTable, LabReport, Reproduction};
 
 /// Escapes text for HTML.
 pub fn escape(s: &str) -> String {
@@ -120,18 +120,7 @@ pub fn report(lab: &LabReport, svgs: &[(String, String)]) -> String {
          <h1>hugeshm lab</h1>\n<p>{}</p>\n",
         escape(&lab.host)
     );
-    let ceiling: Vec<String> = lab
-        .ceiling
-        .iter()
-        .map(|c| {
-            format!(
-                "{} thread{}: {:.1} GB/s",
-                c.threads,
-                if c.threads == 1 { "" } else { "s" },
-                c.gbps
-            )
-        })
-        .collect();
+    let ceiling: Vec<String> = lab.ceiling.iter().map(Ceiling::describe).collect();
     h.push_str(&format!(
         "<p>memset over already-faulted memory, measured in this run (the ceiling): {}. Lab took {:.0} s{}.</p>\n",
         escape(&ceiling.join(", ")),
@@ -140,7 +129,7 @@ pub fn report(lab: &LabReport, svgs: &[(String, String)]) -> String {
     ));
     if let [Some(a), Some(b)] = lab.load_average {
         h.push_str(&format!(
-            "<p>Load average {a:.2} at the start, {b:.2} at the end: other work on the host moves every timing.</p>\n"
+            "<p>Load average {a:.2} at the start, {b:.2} at the end: other work on the host moves every timing (the lab's own processes count in the end figure).</p>\n"
         ));
     }
     h.push_str("<ul>\n");

@@ -31,8 +31,26 @@ pub struct Ceiling {
     pub size_bytes: u64,
     /// Page size under the buffer (THP where allowed).
     pub page_size_bytes: u64,
-    /// Decimal GB/s of the fastest of its passes.
+    /// Decimal GB/s of the fastest of its passes (two measurements at the
+    /// start of the run).
     pub gbps: f64,
+    /// The same measured again at the end of the run.
+    pub gbps_at_end: Option<f64>,
+}
+
+impl Ceiling {
+    /// `1 thread: 40.7 GB/s (40.1 at the end)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} thread{}: {:.1} GB/s{}",
+            self.threads,
+            if self.threads == 1 { "" } else { "s" },
+            self.gbps,
+            self.gbps_at_end
+                .map(|e| format!(" ({e:.1} at the end)"))
+                .unwrap_or_default()
+        )
+    }
 }
 
 /// What a reproduction gets: the host, its scale, the options, the ceiling
