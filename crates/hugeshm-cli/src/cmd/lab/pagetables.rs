@@ -237,9 +237,11 @@ impl Lab for PageTables {
         });
 
         // 4 KiB pages share nothing, so the sessions' own VmPTE is the
-        // figure (steady where other processes move the host-wide one);
+        // figure (steady where other processes move the host-wide one).
         // 2 MiB pages share their PMD pages, which only the host-wide
-        // PageTables shows (as the field report read it).
+        // PageTables shows (as the field report read it), but other
+        // processes move that: the smaller of the two (VmPTE overcounts
+        // a shared page, never undercounts).
         let last = |page: u64| {
             curves
                 .iter()
@@ -262,7 +264,7 @@ impl Lab for PageTables {
             format_bytes(size)
         );
         let setting_huge = format!(
-            "{} SysV region, {most} sessions, host-wide PageTables",
+            "{} SysV region, {most} sessions, the smaller of PageTables and their VmPTE",
             format_bytes(size)
         );
         let per_gib = |(n, b): (u32, u64)| b as f64 / f64::from(n.max(1)) / gib;
