@@ -175,7 +175,12 @@ impl Lab for Fallback {
             );
             return Ok(());
         };
-        let size = if ctx.quick { 64 * MIB } else { GIB };
+        // 1 GiB on a host of 16 GiB or more; a sixteenth of memory below.
+        let size = if ctx.quick {
+            64 * MIB
+        } else {
+            ctx.scaled(16, 256 * MIB, GIB)
+        };
         let needed = size / huge;
         let available = pool.free.saturating_sub(pool.resv.unwrap_or(0));
         if available >= needed {

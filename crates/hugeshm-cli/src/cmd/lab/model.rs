@@ -93,6 +93,14 @@ impl Ctx<'_> {
         }
     }
 
+    /// A size scaled to this host: `mem_bytes / share`, down to a power of
+    /// two, kept within `lo..=hi`.
+    pub fn scaled(&self, share: u64, lo: u64, hi: u64) -> u64 {
+        let want = (self.mem_bytes / share.max(1)).max(1);
+        let pow2 = 1u64 << (63 - want.leading_zeros());
+        pow2.clamp(lo, hi)
+    }
+
     /// The ceiling for `threads` writers.
     pub fn ceiling_gbps(&self, threads: usize) -> Option<f64> {
         self.ceiling
@@ -359,6 +367,30 @@ pub fn figure_text(v: Option<f64>, unit: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_scale_to_the_host() {
+        let probe = Probe::default();
+        let host = HostSnapshot::default();
+        let ctx = Ctx {
+            probe: &probe,
+            host: &host,
+            mem_bytes: 24 << 30,
+            cpus: 2,
+            quick: false,
+            reserve: false,
+            ceiling: &[],
+            progress: &|_| {},
+        };
+        assert_eq!(ctx.scaled(16, 256 << 20, 1 << 30), 1 << 30);
+        assert_eq!(ctx.scaled(64, 128 << 20, 512 << 20), 256 << 20);
+        let small = Ctx {
+            mem_bytes: 2 << 30,
+            ..ctx
+        };
+        assert_eq!(small.scaled(16, 256 << 20, 1 << 30), 256 << 20);
+        assert_eq!(small.thread_counts(), vec![1, 2]);
+    }
 
     #[test]
     fn runs_pick_best_and_median() {
