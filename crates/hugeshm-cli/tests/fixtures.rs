@@ -1759,6 +1759,8 @@ fn every_json_output_is_a_document_of_this_schema() {
     ]);
     assert!(numa["single_node"].is_boolean(), "{numa:#}");
     assert!(numa["results"].is_array(), "{numa:#}");
+    let lab = check(&["lab", "--quick", "--only", "numa", "--no-reserve", "--json"]);
+    assert_eq!(lab["reproductions"][0]["seed"], "002", "{lab:#}");
     let leaks = before.diff(&hugeshm_testkit::HostState::capture().unwrap());
     drop(lock);
     assert!(leaks.is_empty(), "left behind: {leaks:#?}");
