@@ -45,7 +45,7 @@ pub struct MinFree {
     /// 128..=262144 (memory taken as `MemTotal`: an upper bound).
     pub kernel_default_kib: Option<u64>,
     /// The pageblock size (`Pages per block` of `/proc/pagetypeinfo`, or
-    /// the default huge page size where that file cannot be read).
+    /// the smallest huge page size where that file cannot be read).
     pub pageblock_bytes: u64,
     /// The zones counted: populated zones up to `Normal` (`/proc/buddyinfo`).
     pub zones: Vec<String>,
@@ -168,11 +168,14 @@ pub fn build(host: &HostSnapshot) -> TuningReport {
         .as_ref()
         .and_then(|m| m.mem_total_bytes)
         .map(|b| b / KIB);
+    // Without pagetypeinfo (not root): the smallest huge page size, the
+    // PMD size that pageblocks follow (hugeadm takes the default size,
+    // which is wrong with default_hugepagesz=1G).
     let pageblock_bytes = host
         .pagetypeinfo
         .as_ref()
         .map(|p| p.pages_per_block.saturating_mul(BASE_PAGE))
-        .or(host.default_page_size());
+        .or_else(|| host.pools.iter().map(|p| p.page_size_bytes).min());
     let zones: Vec<String> = host
         .buddyinfo
         .iter()
@@ -320,7 +323,7 @@ pub fn findings(
                     m.zones.len(),
                     m.zones.join(", "),
                     if m.thp_raises_it {
-                        "; THP is on, so the kernel raised it once: something lowered it since"
+                        "; THP is on, so khugepaged raises it when it starts: something lowered it since"
                     } else {
                         "; THP is off, so the kernel does not raise it itself"
                     }
@@ -336,9 +339,9 @@ pub fn findings(
                 .iter()
                 .map(|s| {
                     format!(
-                        "{} of {} per {} page",
-                        format_bytes(s.saved_bytes),
-                        format_bytes(s.struct_pages_bytes),
+                        "{} of the {} KiB per {} page",
+                        s.saved_bytes / KIB,
+                        s.struct_pages_bytes / KIB,
                         format_bytes(s.page_size_bytes)
                     )
                 })
@@ -387,6 +390,7 @@ pub fn findings(
                 })
                 .collect();
             let pages = if more > 0 { want } else { 1 };
+            let on_cmdline = boot_short.iter().any(|(s, _)| *s == GIB);
             out.push(Finding::new(
                 if more > 0 { Severity::Warning } else { Severity::Info },
                 "gigantic-runtime",
@@ -405,6 +409,7 @@ pub fn findings(
                     Fix::ReserveAtBoot {
                         page_size_bytes: GIB,
                         pages,
+                        on_cmdline,
                     }
                     .to_string(),
                 ),

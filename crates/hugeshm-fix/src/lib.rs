@@ -217,6 +217,9 @@ pub enum Fix {
         page_size_bytes: u64,
         /// Pages wanted.
         pages: u64,
+        /// The kernel command line asks for them already (and the kernel
+        /// could not find the memory at boot): only `hugetlb_cma=` is left.
+        on_cmdline: bool,
     },
     /// Raise `vm.min_free_kbytes` now and at every boot.
     MinFreeKbytes {
@@ -415,8 +418,10 @@ impl Fix {
                     String::new()
                 };
                 format!(
-                    "{size}echo {pages} > {dir}/demote   # {pages} free {} pages become {} {} pages",
+                    "{size}echo {pages} > {dir}/demote   # {pages} free {} page{} become{} {} {} pages",
                     short_size(*page_size_bytes),
+                    if *pages == 1 { "" } else { "s" },
+                    if *pages == 1 { "s" } else { "" },
                     pages.saturating_mul(page_size_bytes / (*to_page_size_bytes).max(1)),
                     short_size(*to_page_size_bytes)
                 )
@@ -424,8 +429,17 @@ impl Fix {
             Fix::ReserveAtBoot {
                 page_size_bytes,
                 pages,
+                on_cmdline,
             } => {
                 let gib = pages.saturating_mul(*page_size_bytes).div_ceil(1 << 30).max(1);
+                if *on_cmdline {
+                    return format!(
+                        "hugepagesz={} hugepages={pages} is on the kernel command line already: \
+                         boot with hugetlb_cma={gib}G instead, a CMA area that run-time writes \
+                         to nr_hugepages take them from",
+                        short_size(*page_size_bytes)
+                    );
+                }
                 format!(
                     "hugepagesz={} hugepages={pages} on the kernel command line (reserved before \
                      memory fragments), or hugetlb_cma={gib}G to set aside a CMA area that run-time \
@@ -678,11 +692,21 @@ mod tests {
         let b = Fix::ReserveAtBoot {
             page_size_bytes: 1 << 30,
             pages: 4,
+            on_cmdline: false,
         };
         assert!(b
             .to_string()
             .starts_with("hugepagesz=1G hugepages=4 on the kernel command line"));
         assert!(b.to_string().contains("hugetlb_cma=4G"));
+        let b = Fix::ReserveAtBoot {
+            page_size_bytes: 1 << 30,
+            pages: 8,
+            on_cmdline: true,
+        };
+        assert!(
+            b.to_string().contains("already: boot with hugetlb_cma=8G"),
+            "{b}"
+        );
         assert!(Fix::MinFreeKbytes { kib: 67584 }
             .to_string()
             .starts_with("sysctl -w vm.min_free_kbytes=67584 && echo 'vm.min_free_kbytes = 67584' > /etc/sysctl.d/"));
