@@ -1862,7 +1862,12 @@ fn explain_status() {
 
     assert_codes(
         &st,
-        &["pool-short", "pool-demote", "min-free-kbytes-low", "hvo-off"],
+        &[
+            "pool-short",
+            "pool-demote",
+            "min-free-kbytes-low",
+            "hvo-off",
+        ],
         &["gigantic-runtime"],
     );
     let d = finding(&st, "pool-demote");
