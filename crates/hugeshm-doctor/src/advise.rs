@@ -284,6 +284,12 @@ pub fn add_demotion(plan: &mut Plan, host: &HostSnapshot, use_it: bool) {
                 pages,
             });
             plan.config.runtime.insert(0, fix.to_string());
+            // The demoted pages come out of the larger pool.
+            let moved = pages.saturating_mul(from);
+            plan.huge_bytes = plan.huge_bytes.saturating_sub(moved);
+            plan.left_bytes = plan
+                .mem_total_bytes
+                .map(|t| t.saturating_sub(plan.huge_bytes));
         } else {
             plan.warnings.push(format!(
                 "the {} pool grows by {growth} pages, and {} free {} page{} could give {} of them by demotion, with no new contiguous memory to find (the {} pool shrinks by {pages}): add --demote, or: {fix}",
