@@ -1916,3 +1916,35 @@ fn one_gig_pool_short_at_boot_gets_hugetlb_cma() {
         "{f}"
     );
 }
+
+/// Colour is anstream's decision: `CLICOLOR_FORCE` gives it without a
+/// terminal, `NO_COLOR` and `--color never` win over that; the JSON never
+/// has any.
+#[test]
+fn colour_follows_clicolor_and_no_color() {
+    let dir = fixture_dir("clean");
+    let status = |env: &[(&str, &str)], extra: &[&str]| -> String {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hugeshm"));
+        c.env_remove("NO_COLOR")
+            .env_remove("CLICOLOR")
+            .env_remove("CLICOLOR_FORCE")
+            .env("HUGESHM_PROC_ROOT", dir.join("proc"))
+            .env("HUGESHM_SYS_ROOT", dir.join("sys"))
+            .env("HUGESHM_FS_ROOT", dir.join("fs"))
+            .arg("status")
+            .args(extra);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c.output().expect("run hugeshm");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let forced = status(&[("CLICOLOR_FORCE", "1")], &[]);
+    assert!(forced.contains("\x1b[1mHuge page pools\x1b[0m"), "{forced}");
+    assert!(!status(&[], &[]).contains('\x1b'), "colour without a tty");
+    assert!(!status(&[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")], &[]).contains('\x1b'));
+    assert!(!status(&[("CLICOLOR_FORCE", "1")], &["--color", "never"]).contains('\x1b'));
+    assert!(status(&[], &["--color", "always"]).contains('\x1b'));
+    assert!(!status(&[("CLICOLOR_FORCE", "1")], &["--json"]).contains('\x1b'));
+}
