@@ -976,6 +976,63 @@ mod tests {
     }
 
     #[test]
+    fn demotion_is_said_or_planned() {
+        let mut h = host(1);
+        h.pools[1] = PoolCounters::new(GIB, 3, 2, Some(0), 0, Some(0));
+        h.demote = serde_json::from_value(serde_json::json!([
+            {"page_size_bytes": GIB, "demote_size_bytes": M2}
+        ]))
+        .unwrap();
+        let grow = |use_it: bool| {
+            let mut p = plan(&h, &[Demand::new("sga", 1200 * MIB, M2)], vec![], 2);
+            add_demotion(&mut p, &h, use_it);
+            p
+        };
+        // 602 pages from 10: 592 more, 2 free 1 GiB pages give 1024.
+        let p = grow(false);
+        assert!(p.demote.is_empty());
+        let w = p.warnings.join("\n");
+        assert!(
+            w.contains("grows by 592 pages, and 2 free 1 GiB pages could give 592 of them")
+                && w.contains("add --demote, or: echo 2 > /sys/kernel/mm/hugepages/hugepages-1048576kB/demote"),
+            "{w}"
+        );
+        let before = p.huge_bytes;
+        let p = grow(true);
+        assert_eq!(
+            p.demote,
+            vec![PlanDemote {
+                page_size_bytes: GIB,
+                to_page_size_bytes: M2,
+                pages: 2
+            }]
+        );
+        assert!(
+            p.config.runtime[0].starts_with("echo 2 > "),
+            "{:?}",
+            p.config.runtime
+        );
+        assert_eq!(p.huge_bytes, before - 2 * GIB);
+        // A plan that sets the 1 GiB pool itself demotes nothing.
+        let mut p = plan(
+            &h,
+            &[
+                Demand::new("sga", 1200 * MIB, M2),
+                Demand::new("big", GIB, GIB),
+            ],
+            vec![],
+            2,
+        );
+        add_demotion(&mut p, &h, true);
+        assert!(p.demote.is_empty() && p.warnings.iter().all(|w| !w.contains("demot")));
+        // Old plans without the key still read.
+        let mut v = serde_json::to_value(grow(false)).unwrap();
+        v.as_object_mut().unwrap().remove("demote");
+        let back: Plan = serde_json::from_value(v).unwrap();
+        assert!(back.demote.is_empty());
+    }
+
+    #[test]
     fn container_needs_the_regions_not_the_spares() {
         let h = host(1);
         let p = plan(
