@@ -14,3 +14,4 @@ pub mod segments;
 pub mod share;
 pub mod status;
 pub mod status_pmem;
+pub mod status_tuning;
