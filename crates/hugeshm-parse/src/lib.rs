@@ -33,6 +33,7 @@ pub mod mounts;
 pub mod nd;
 pub mod node;
 pub mod numa_maps;
+pub mod pagemap;
 pub mod pid_limits;
 pub mod pid_status;
 pub mod size;

@@ -7,8 +7,9 @@ use hugeshm_parse::numa_maps::NumaMapsEntry;
 use hugeshm_parse::pid_limits::PidLimits;
 use hugeshm_parse::pid_status::PidStatus;
 use hugeshm_parse::smaps::SmapsEntry;
-use hugeshm_parse::{maps, numa_maps, pid_limits, pid_status, smaps};
+use hugeshm_parse::{maps, numa_maps, pagemap, pid_limits, pid_status, smaps};
 use serde::{Deserialize, Serialize};
+use std::os::unix::fs::FileExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
@@ -40,6 +41,31 @@ impl PidFiles {
     /// `/proc/PID/numa_maps` (absent on kernels without NUMA).
     pub fn numa_maps(&self) -> Result<Vec<NumaMapsEntry>, ReadError> {
         read_parse(&self.dir.join("numa_maps"), numa_maps::parse)
+    }
+    /// The `/proc/PID/pagemap` words of `pages` virtual 4 KiB pages from
+    /// address `start` (one positioned read; frames read as zero without
+    /// `CAP_SYS_ADMIN`). A file that ends before them (a fixture cut
+    /// short) is malformed.
+    pub fn pagemap(&self, start: u64, pages: usize) -> Result<Vec<pagemap::Entry>, ReadError> {
+        let path = self.dir.join("pagemap");
+        let p = path.display().to_string();
+        let file = std::fs::File::open(&path).map_err(|e| io_error(p.clone(), e))?;
+        let mut buf = vec![0u8; pages.saturating_mul(pagemap::ENTRY_BYTES)];
+        let at = (start / 4096).saturating_mul(pagemap::ENTRY_BYTES as u64);
+        match file.read_exact_at(&mut buf, at) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(ReadError::Parse(hugeshm_parse::ParseError::file(
+                    &p,
+                    format!(
+                        "ends before the {} bytes at offset {at} (address {start:#x}, {pages} pages)",
+                        buf.len()
+                    ),
+                )))
+            }
+            Err(e) => return Err(io_error(p, e)),
+        }
+        pagemap::parse(&p, &buf).map_err(ReadError::Parse)
     }
 }
 

@@ -1,0 +1,463 @@
+//! DAX mappings for `segments`: files on `-o dax` mounts and device-dax
+//! (`/dev/daxX.Y`) mapped by processes, with the fault size the kernel
+//! really used, judged from `/proc/PID/pagemap` (see
+//! [`hugeshm_parse::pagemap`] for why that and not `smaps`), and the
+//! `dax-4k-faults` finding.
+//!
+//! Imports nothing of `segments` (which imports this).
+
+use crate::finding::{Finding, Severity};
+use hugeshm_fix::{DaxCause, Fix};
+use hugeshm_parse::mounts::Mount;
+use hugeshm_parse::pagemap::{self, Entry, Window, PMD_PAGES};
+use hugeshm_parse::size::format_bytes;
+use hugeshm_probe::{PidFiles, PmemSnapshot};
+use serde::{Deserialize, Serialize};
+
+const M2: u64 = 2 << 20;
+const PAGE: u64 = 4096;
+
+/// Mappings up to this size have all of their pagemap read (2 MiB of
+/// pagemap per GiB); larger ones [`SAMPLE_WINDOWS`] windows spread over them.
+pub const FULL_READ_BYTES: u64 = 1 << 30;
+/// Windows read from a mapping larger than [`FULL_READ_BYTES`].
+pub const SAMPLE_WINDOWS: u64 = 512;
+
+/// How a DAX mapping's touched memory is mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum DaxFaults {
+    /// Every touched 2 MiB window by one PMD entry.
+    Pmd,
+    /// Some (or all) touched windows by 4 KiB PTEs.
+    Pte,
+    /// Nothing touched yet.
+    Untouched,
+    /// The pagemap could not be read.
+    Unknown,
+}
+
+/// One process's mapping of a DAX file or device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DaxMapping {
+    /// The process.
+    pub pid: u32,
+    /// Start address.
+    pub start: u64,
+    /// Bytes mapped.
+    pub size_bytes: u64,
+    /// File offset of the start.
+    pub offset: u64,
+    /// 2 MiB-aligned windows wholly inside the mapping.
+    pub windows: u64,
+    /// Windows whose pagemap was read (all of them up to 1 GiB).
+    pub windows_read: u64,
+    /// Of those: mapped by one PMD entry each.
+    pub pmd_windows: u64,
+    /// Of those: mapped by 4 KiB PTEs.
+    pub pte_windows: u64,
+    /// Bytes present (extrapolated from the windows read when sampled).
+    pub resident_bytes: Option<u64>,
+    /// Whether page frame numbers were visible (root), so that frame
+    /// alignment could be checked as well as `PM_FILE`.
+    pub frames_visible: bool,
+    /// The verdict.
+    pub faults: DaxFaults,
+    /// Why it is on 4 KiB faults (empty when it is not).
+    pub causes: Vec<DaxCause>,
+    /// Page-table bytes its 4 KiB entries cost this process (one 4 KiB
+    /// page-table page per 2 MiB window on PTEs).
+    pub pte_table_bytes: u64,
+    /// Why the pagemap could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What a `dax` segment sits on, and how each sampled process maps it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DaxInfo {
+    /// The DAX mount the file is on (`None` for device-dax).
+    pub mount: Option<String>,
+    /// The mount's file system.
+    pub fstype: Option<String>,
+    /// The mount's `dax=` (`always`, `inode`).
+    pub dax: Option<String>,
+    /// The block device (`pmem0`) or device-dax (`dax0.0`).
+    pub device: Option<String>,
+    /// Its NVDIMM namespace.
+    pub namespace: Option<String>,
+    /// The alignment of the namespace (fsdax) or device-dax.
+    pub align_bytes: Option<u64>,
+    /// The NUMA node the memory is on.
+    pub numa_node: Option<u32>,
+    /// The sampled processes' mappings.
+    pub mappings: Vec<DaxMapping>,
+}
+
+/// `/dev/daxX.Y`: the device name.
+pub fn device_dax_name(path: &str) -> Option<&str> {
+    let name = path.strip_prefix("/dev/")?;
+    let rest = name.strip_prefix("dax")?;
+    let (a, b) = rest.split_once('.')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
+    (digits(a) && digits(b)).then_some(name)
+}
+
+/// A mount that maps its files directly (`dax`, `dax=always`, `dax=inode`;
+/// not `dax=never`).
+pub fn is_dax_mount(m: &Mount) -> bool {
+    matches!(m.option("dax"), Some(d) if d != "never")
+}
+
+/// Where a DAX path's memory comes from: its mount (longest match among
+/// the DAX mounts), block device, namespace, alignment and node.
+pub fn info_for(path: &str, mounts: &[&Mount], pmem: &PmemSnapshot) -> DaxInfo {
+    if let Some(dev) = device_dax_name(path) {
+        let d = pmem.dax_devices.iter().find(|d| d.name == dev);
+        let ns = pmem
+            .namespaces
+            .iter()
+            .find(|n| n.dax_device.as_deref() == Some(dev));
+        return DaxInfo {
+            device: Some(dev.to_string()),
+            namespace: ns.map(|n| n.name.clone()),
+            align_bytes: d
+                .and_then(|d| d.align_bytes)
+                .or(ns.and_then(|n| n.align_bytes)),
+            numa_node: ns
+                .and_then(|n| n.numa_node)
+                .or(d.and_then(|d| d.target_node)),
+            ..DaxInfo::default()
+        };
+    }
+    let m = mounts
+        .iter()
+        .filter(|m| {
+            m.target == "/"
+                || path
+                    .strip_prefix(m.target.as_str())
+                    .is_some_and(|r| r.starts_with('/'))
+        })
+        .max_by_key(|m| m.target.len());
+    let device = m.and_then(|m| m.source.strip_prefix("/dev/").map(str::to_string));
+    // pmem0, or a partition of it (pmem0p1).
+    let ns = device.as_deref().and_then(|d| {
+        pmem.namespaces.iter().find(|n| {
+            n.blockdev.as_deref().is_some_and(|b| {
+                d == b
+                    || d.strip_prefix(b)
+                        .is_some_and(|p| p.starts_with('p') && p[1..].parse::<u32>().is_ok())
+            })
+        })
+    });
+    DaxInfo {
+        mount: m.map(|m| m.target.clone()),
+        fstype: m.map(|m| m.fstype.clone()),
+        dax: m.and_then(|m| m.option("dax")).map(|d| {
+            if d.is_empty() {
+                "always".to_string()
+            } else {
+                d.to_string()
+            }
+        }),
+        device,
+        namespace: ns.map(|n| n.name.clone()),
+        align_bytes: ns.and_then(|n| n.align_bytes),
+        numa_node: ns.and_then(|n| n.numa_node),
+        mappings: Vec::new(),
+    }
+}
+
+/// Reads one mapping's pagemap and judges it. `align` is the namespace's
+/// (or device-dax's) alignment, where known.
+pub fn judge(
+    files: &PidFiles,
+    start: u64,
+    end: u64,
+    offset: u64,
+    align: Option<u64>,
+) -> DaxMapping {
+    let size = end.saturating_sub(start);
+    let first = start.div_ceil(M2) * M2;
+    let windows = if end >= first { (end - first) / M2 } else { 0 };
+    let mut m = DaxMapping {
+        pid: files.pid,
+        start,
+        size_bytes: size,
+        offset,
+        windows,
+        windows_read: 0,
+        pmd_windows: 0,
+        pte_windows: 0,
+        resident_bytes: None,
+        frames_visible: false,
+        faults: DaxFaults::Unknown,
+        causes: Vec::new(),
+        pte_table_bytes: 0,
+        error: None,
+    };
+    // (start address, entries) of what was read.
+    let mut read: Vec<(u64, Vec<Entry>)> = Vec::new();
+    let full = size <= FULL_READ_BYTES;
+    if full {
+        match files.pagemap(start, (size / PAGE) as usize) {
+            Ok(e) => read.push((start, e)),
+            Err(e) => m.error = Some(e.to_string()),
+        }
+    } else {
+        let step = windows.div_ceil(SAMPLE_WINDOWS).max(1);
+        let mut w = 0;
+        while w < windows && m.error.is_none() {
+            let at = first + w * M2;
+            match files.pagemap(at, PMD_PAGES) {
+                Ok(e) => read.push((at, e)),
+                Err(e) => m.error = Some(e.to_string()),
+            }
+            w += step;
+        }
+    }
+    if m.error.is_some() {
+        return m;
+    }
+    let mut present = 0u64;
+    let mut unaligned_frames = false;
+    for (at, entries) in &read {
+        present += entries.iter().filter(|e| e.present()).count() as u64;
+        m.frames_visible |= pagemap::frames_visible(entries);
+        // The whole windows inside this piece.
+        let mut w = at.div_ceil(M2) * M2;
+        while w + M2 <= at + entries.len() as u64 * PAGE {
+            let i = ((w - at) / PAGE) as usize;
+            let win = &entries[i..i + PMD_PAGES];
+            m.windows_read += 1;
+            match pagemap::window(win) {
+                Window::Pmd => m.pmd_windows += 1,
+                Window::Pte => {
+                    m.pte_windows += 1;
+                    if let Some(pfn) = win.iter().find_map(|e| e.pfn()) {
+                        let vpage = (w - start + offset) / PAGE;
+                        // Frames not lined up with the file's pages on a
+                        // 2 MiB grid: the blocks, not the mapping.
+                        let first_vpage =
+                            vpage + win.iter().position(|e| e.pfn().is_some()).unwrap_or(0) as u64;
+                        if (pfn % PMD_PAGES as u64) != (first_vpage % PMD_PAGES as u64) {
+                            unaligned_frames = true;
+                        }
+                    }
+                }
+                Window::Empty => {}
+            }
+            w += M2;
+        }
+    }
+    let read_bytes: u64 = read.iter().map(|(_, e)| e.len() as u64 * PAGE).sum();
+    m.resident_bytes = Some(if full || read_bytes == 0 {
+        present * PAGE
+    } else {
+        ((present as u128 * PAGE as u128 * size as u128) / read_bytes as u128) as u64
+    });
+    let scale = |n: u64| {
+        if m.windows_read == 0 {
+            0
+        } else {
+            n * m.windows / m.windows_read
+        }
+    };
+    m.faults = if m.pte_windows > 0 {
+        DaxFaults::Pte
+    } else if m.pmd_windows > 0 {
+        DaxFaults::Pmd
+    } else if present > 0 {
+        // Touched, but not in a whole 2 MiB window: a PMD cannot map it.
+        DaxFaults::Pte
+    } else {
+        DaxFaults::Untouched
+    };
+    m.pte_table_bytes = scale(m.pte_windows) * PAGE;
+    if m.faults == DaxFaults::Pte {
+        if m.pte_table_bytes == 0 {
+            // Touched pages outside whole windows: one table page per 2 MiB touched.
+            m.pte_table_bytes = (present * PAGE).div_ceil(M2) * PAGE;
+        }
+        m.causes = causes(
+            start,
+            offset,
+            windows,
+            align,
+            unaligned_frames,
+            m.frames_visible,
+        );
+    }
+    m
+}
+
+/// Why a mapping got 4 KiB faults, from what can be known: the offset
+/// and address (maps), the namespace alignment (sysfs), the frames
+/// (pagemap, as root); the file's extents are what is left.
+fn causes(
+    start: u64,
+    offset: u64,
+    windows: u64,
+    align: Option<u64>,
+    unaligned_frames: bool,
+    frames_visible: bool,
+) -> Vec<DaxCause> {
+    let mut c = Vec::new();
+    if offset % M2 != 0 {
+        c.push(DaxCause::FileOffset);
+    } else if start % M2 != 0 || windows == 0 {
+        c.push(DaxCause::Address);
+    }
+    if align.is_some_and(|a| a < M2) {
+        c.push(DaxCause::NamespaceAlign);
+    }
+    if c.is_empty() && (unaligned_frames || !frames_visible) {
+        c.push(DaxCause::Extents);
+    }
+    if c.is_empty() {
+        // Frames line up and nothing else is off: still the blocks (a
+        // file written piecemeal, holes filled 4 KiB at a time).
+        c.push(DaxCause::Extents);
+    }
+    c
+}
+
+/// The segment's page size from its mappings: 4 KiB when any touched
+/// window is on PTEs, 2 MiB when every touched one is a PMD; with the
+/// source text.
+pub fn page_size(info: &DaxInfo) -> (Option<u64>, String) {
+    let pids = |f: DaxFaults| {
+        info.mappings
+            .iter()
+            .filter(|m| m.faults == f)
+            .map(|m| m.pid.to_string())
+            .collect::<Vec<_>>()
+    };
+    let judged: u64 = info.mappings.iter().map(|m| m.windows_read).sum();
+    let how = |pids: Vec<String>| {
+        format!(
+            "pagemap of pid {} ({judged} 2 MiB windows; smaps shows no DAX pages)",
+            pids.join(",")
+        )
+    };
+    let pte = pids(DaxFaults::Pte);
+    if !pte.is_empty() {
+        return (Some(PAGE), how(pte));
+    }
+    let pmd = pids(DaxFaults::Pmd);
+    if !pmd.is_empty() {
+        return (Some(M2), how(pmd));
+    }
+    if info
+        .mappings
+        .iter()
+        .any(|m| m.faults == DaxFaults::Untouched)
+    {
+        return (
+            None,
+            "unknown: not touched yet (DAX pages are mapped at the first touch)".to_string(),
+        );
+    }
+    match info.mappings.iter().find_map(|m| m.error.as_ref()) {
+        Some(e) => (None, format!("unknown: {e}")),
+        None => (
+            None,
+            "unknown: no process mapping it could be read".to_string(),
+        ),
+    }
+}
+
+/// `dax-4k-faults`: each sampled mapping on 4 KiB faults (one finding per
+/// segment, naming the first), with what its page tables cost and the fix.
+pub fn findings(label: &str, path: Option<&str>, info: &DaxInfo) -> Vec<Finding> {
+    let bad: Vec<&DaxMapping> = info
+        .mappings
+        .iter()
+        .filter(|m| m.faults == DaxFaults::Pte)
+        .collect();
+    let Some(first) = bad.first() else {
+        return Vec::new();
+    };
+    let cost: u64 = bad.iter().map(|m| m.pte_table_bytes).sum();
+    let full_cost = first.size_bytes / 512;
+    let others = match bad.len() {
+        1 => String::new(),
+        n => format!(
+            " (and {} more mapping{})",
+            n - 1,
+            if n > 2 { "s" } else { "" }
+        ),
+    };
+    let windows = if first.windows_read > 0 {
+        format!(
+            "{} of {} 2 MiB windows read",
+            first.pte_windows, first.windows_read
+        )
+    } else {
+        "no whole 2 MiB window in it".to_string()
+    };
+    let message = format!(
+        "{label} is mapped by pid {} at file offset {} with 4 KiB page-table entries, not 2 MiB ones \
+         ({windows}, pagemap){others}: its page tables take {} now and {} per process that touches \
+         all {} of it (2 KiB per MiB; 2 MiB entries take none), and every 4 KiB is a TLB entry",
+        first.pid,
+        first.offset,
+        format_bytes(cost),
+        format_bytes(full_cost),
+        format_bytes(first.size_bytes),
+    );
+    let mut causes: Vec<DaxCause> = bad.iter().flat_map(|m| m.causes.iter().copied()).collect();
+    causes.sort();
+    causes.dedup();
+    let fix = Fix::AlignDax {
+        causes,
+        path: path.unwrap_or(label).to_string(),
+        offset: first.offset,
+        namespace: info.namespace.clone(),
+    };
+    vec![Finding::new(
+        Severity::Warning,
+        "dax-4k-faults",
+        message,
+        Some(fix.render(hugeshm_fix::Renderer::Cli)),
+    )]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_dax_names() {
+        assert_eq!(device_dax_name("/dev/dax0.0"), Some("dax0.0"));
+        assert_eq!(device_dax_name("/dev/dax12.3"), Some("dax12.3"));
+        assert_eq!(device_dax_name("/dev/dax0"), None);
+        assert_eq!(device_dax_name("/dev/daxx.0"), None);
+        assert_eq!(device_dax_name("/mnt/dax0.0"), None);
+    }
+
+    #[test]
+    fn causes_in_order_of_what_can_be_known() {
+        let c = |start, offset, windows, align, unaligned, visible| {
+            causes(start, offset, windows, align, unaligned, visible)
+        };
+        assert_eq!(
+            c(M2 * 8, 4096, 31, Some(M2), false, true),
+            [DaxCause::FileOffset]
+        );
+        assert_eq!(
+            c(M2 * 8 + 4096, 0, 31, Some(M2), false, true),
+            [DaxCause::Address]
+        );
+        assert_eq!(c(M2 * 8, 0, 0, Some(M2), false, true), [DaxCause::Address]);
+        assert_eq!(
+            c(M2 * 8, 0, 32, Some(4096), false, true),
+            [DaxCause::NamespaceAlign]
+        );
+        assert_eq!(c(M2 * 8, 0, 32, Some(M2), true, true), [DaxCause::Extents]);
+        assert_eq!(c(M2 * 8, 0, 32, None, false, false), [DaxCause::Extents]);
+    }
+}
