@@ -170,6 +170,8 @@ fn guest_segments_tell_pmd_from_4k_dax_faults() {
     let m = &d["mappings"][0];
     assert_eq!(m["faults"], "pmd", "{m:#}");
     assert_eq!(m["frames_visible"], true, "{m:#}");
+    // Each signal alone: PM_FILE on every page, frames in 2 MiB runs.
+    assert_eq!(m["file_pages"].as_u64(), Some(16384), "{m:#}");
     assert_eq!(
         (
             m["windows"].as_u64(),
@@ -194,6 +196,9 @@ fn guest_segments_tell_pmd_from_4k_dax_faults() {
         "{m:#}"
     );
     assert_eq!(m["causes"], serde_json::json!(["file-offset"]), "{m:#}");
+    // PM_FILE on none of its pages (Linux 6.1: PTE-mapped DAX pages have
+    // no struct page to show).
+    assert_eq!(m["file_pages"].as_u64(), Some(0), "{m:#}");
     assert_eq!(m["pte_table_bytes"].as_u64(), Some(128 << 10), "{m:#}");
     assert_eq!(codes(&bad["findings"]), ["dax-4k-faults"], "{bad:#}");
     let f = &bad["findings"][0];
@@ -203,6 +208,7 @@ fn guest_segments_tell_pmd_from_4k_dax_faults() {
         msg.contains("at file offset 4096 with 4 KiB page-table entries"),
         "{msg}"
     );
+    assert!(msg.contains("in 32 of 32 windows of 2 MiB"), "{msg}");
     assert!(msg.contains("128 KiB"), "{msg}");
     let fix = f["fix"].as_str().unwrap();
     assert!(fix.contains("multiple of 2 MiB (not 4096"), "{fix}");

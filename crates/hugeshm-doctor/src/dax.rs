@@ -60,6 +60,9 @@ pub struct DaxMapping {
     pub pte_windows: u64,
     /// Bytes present (extrapolated from the windows read when sampled).
     pub resident_bytes: Option<u64>,
+    /// Present pages with `PM_FILE` among those read: all of them on PMD
+    /// entries, none on PTEs up to Linux 6.14 (see [`hugeshm_parse::pagemap`]).
+    pub file_pages: u64,
     /// Whether page frame numbers were visible (root), so that frame
     /// alignment could be checked as well as `PM_FILE`.
     pub frames_visible: bool,
@@ -193,6 +196,7 @@ pub fn judge(
         pmd_windows: 0,
         pte_windows: 0,
         resident_bytes: None,
+        file_pages: 0,
         frames_visible: false,
         faults: DaxFaults::Unknown,
         causes: Vec::new(),
@@ -226,6 +230,7 @@ pub fn judge(
     let mut unaligned_frames = false;
     for (at, entries) in &read {
         present += entries.iter().filter(|e| e.present()).count() as u64;
+        m.file_pages += entries.iter().filter(|e| e.present() && e.file()).count() as u64;
         m.frames_visible |= pagemap::frames_visible(entries);
         // The whole windows inside this piece.
         let mut w = at.div_ceil(M2) * M2;
@@ -393,7 +398,7 @@ pub fn findings(label: &str, path: Option<&str>, info: &DaxInfo) -> Vec<Finding>
     };
     let windows = if first.windows_read > 0 {
         format!(
-            "{} of {} 2 MiB windows read",
+            "in {} of {} windows of 2 MiB",
             first.pte_windows, first.windows_read
         )
     } else {

@@ -429,8 +429,13 @@ impl Fix {
                         ),
                         DaxCause::NamespaceAlign => format!(
                             "recreate its namespace with a 2 MiB alignment (its data is lost): \
-                             ndctl create-namespace -f -e {} --mode=fsdax --align=2M",
-                            namespace.as_deref().unwrap_or("namespaceX.Y")
+                             ndctl create-namespace -f -e {} --mode={} --align=2M",
+                            namespace.as_deref().unwrap_or("namespaceX.Y"),
+                            if path.starts_with("/dev/dax") {
+                                "devdax"
+                            } else {
+                                "fsdax"
+                            }
                         ),
                     })
                     .collect();

@@ -126,11 +126,11 @@ fn dax_line(s: &Segment, d: &DaxInfo) -> String {
         .map(|m| {
             let how = match m.faults {
                 DaxFaults::Pmd => format!(
-                    "{} of {} 2 MiB windows on PMD entries",
+                    "PMD entries in {} of {} windows of 2 MiB",
                     m.pmd_windows, m.windows_read
                 ),
                 DaxFaults::Pte => format!(
-                    "{} of {} 2 MiB windows on 4 KiB entries ({} of page tables)",
+                    "4 KiB entries in {} of {} windows of 2 MiB ({} of page tables)",
                     m.pte_windows,
                     m.windows_read,
                     format_bytes(m.pte_table_bytes)
