@@ -16,12 +16,14 @@ block pmem.mount mount -o dax /dev/pmem0 /mnt/pmem
 # stripe keeps the extents 2 MiB aligned: PMD faults), one from file offset
 # 4096 (4 KiB faults). Each holds its mapping until its fifo is closed.
 mkfifo /tmp/hold.aligned /tmp/hold.misaligned
+# One after the other: two files allocated at once may interleave their
+# extents (then neither is 2 MiB aligned).
 hugeshm-testproc --touch dax:/mnt/pmem/aligned:64M </tmp/hold.aligned >/tmp/aligned.json &
 exec 3>/tmp/hold.aligned
+wait_for /tmp/aligned.json '"pid"' 60
 hugeshm-testproc --touch dax:/mnt/pmem/misaligned:64M:4096 </tmp/hold.misaligned \
     >/tmp/misaligned.json 3>&- &
 exec 4>/tmp/hold.misaligned
-wait_for /tmp/aligned.json '"pid"' 60
 wait_for /tmp/misaligned.json '"pid"' 60
 block pmem.procs cat /tmp/aligned.json /tmp/misaligned.json
 # What else the kernel says about the two mappings: smaps (the same for
