@@ -264,13 +264,7 @@ pub fn judge(
     } else {
         ((present as u128 * PAGE as u128 * size as u128) / read_bytes as u128) as u64
     });
-    let scale = |n: u64| {
-        if m.windows_read == 0 {
-            0
-        } else {
-            n * m.windows / m.windows_read
-        }
-    };
+    let scale = |n: u64| (n * m.windows).checked_div(m.windows_read).unwrap_or(0);
     m.faults = if m.pte_windows > 0 {
         DaxFaults::Pte
     } else if m.pmd_windows > 0 {
