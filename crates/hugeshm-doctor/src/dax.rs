@@ -9,7 +9,7 @@
 use crate::finding::{Finding, Severity};
 use hugeshm_fix::{DaxCause, Fix};
 use hugeshm_parse::mounts::Mount;
-use hugeshm_parse::pagemap::{self, Entry, Window, PMD_PAGES};
+use hugeshm_parse::pagemap::{self, Entry, PMD_PAGES};
 use hugeshm_parse::size::format_bytes;
 use hugeshm_probe::{PidFiles, PmemSnapshot};
 use serde::{Deserialize, Serialize};
@@ -226,38 +226,17 @@ pub fn judge(
     if m.error.is_some() {
         return m;
     }
-    let mut present = 0u64;
-    let mut unaligned_frames = false;
+    let mut t = pagemap::Tally::default();
     for (at, entries) in &read {
-        present += entries.iter().filter(|e| e.present()).count() as u64;
-        m.file_pages += entries.iter().filter(|e| e.present() && e.file()).count() as u64;
-        m.frames_visible |= pagemap::frames_visible(entries);
-        // The whole windows inside this piece.
-        let mut w = at.div_ceil(M2) * M2;
-        while w + M2 <= at + entries.len() as u64 * PAGE {
-            let i = ((w - at) / PAGE) as usize;
-            let win = &entries[i..i + PMD_PAGES];
-            m.windows_read += 1;
-            match pagemap::window(win) {
-                Window::Pmd => m.pmd_windows += 1,
-                Window::Pte => {
-                    m.pte_windows += 1;
-                    if let Some(pfn) = win.iter().find_map(|e| e.pfn()) {
-                        let vpage = (w - start + offset) / PAGE;
-                        // Frames not lined up with the file's pages on a
-                        // 2 MiB grid: the blocks, not the mapping.
-                        let first_vpage =
-                            vpage + win.iter().position(|e| e.pfn().is_some()).unwrap_or(0) as u64;
-                        if (pfn % PMD_PAGES as u64) != (first_vpage % PMD_PAGES as u64) {
-                            unaligned_frames = true;
-                        }
-                    }
-                }
-                Window::Empty => {}
-            }
-            w += M2;
-        }
+        t += pagemap::tally(entries, *at, offset + (at - start));
     }
+    let present = t.present;
+    m.windows_read = t.windows;
+    m.pmd_windows = t.pmd;
+    m.pte_windows = t.pte;
+    m.file_pages = t.file_pages;
+    m.frames_visible = t.frames_visible;
+    let unaligned_frames = t.pte_off_grid > 0;
     let read_bytes: u64 = read.iter().map(|(_, e)| e.len() as u64 * PAGE).sum();
     m.resident_bytes = Some(if full || read_bytes == 0 {
         present * PAGE

@@ -151,6 +151,78 @@ pub fn frames_visible(entries: &[Entry]) -> bool {
     entries.iter().any(|e| e.pfn().is_some())
 }
 
+/// The windows of a run of pagemap words, counted ([`tally`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Tally {
+    /// Whole 2 MiB-aligned windows in the run.
+    pub windows: u64,
+    /// Of those, mapped by one PMD entry.
+    pub pmd: u64,
+    /// Of those, mapped by 4 KiB PTEs.
+    pub pte: u64,
+    /// PTE windows whose frames do not line up with the file's pages on a
+    /// 2 MiB grid (frame ≢ file page modulo 512): the file's blocks, not
+    /// the mapping, keep a PMD out.
+    pub pte_off_grid: u64,
+    /// Present pages in the whole run.
+    pub present: u64,
+    /// Present pages with `PM_FILE`.
+    pub file_pages: u64,
+    /// Whether any frame number was visible.
+    pub frames_visible: bool,
+}
+
+impl std::ops::AddAssign for Tally {
+    fn add_assign(&mut self, o: Tally) {
+        self.windows += o.windows;
+        self.pmd += o.pmd;
+        self.pte += o.pte;
+        self.pte_off_grid += o.pte_off_grid;
+        self.present += o.present;
+        self.file_pages += o.file_pages;
+        self.frames_visible |= o.frames_visible;
+    }
+}
+
+/// Judges every whole 2 MiB-aligned window of `entries`, the words of the
+/// pages from virtual address `start` on, which map file offset
+/// `file_offset` at `start` (0 for anonymous or device memory mapped from
+/// its start).
+pub fn tally(entries: &[Entry], start: u64, file_offset: u64) -> Tally {
+    const M2: u64 = 2 << 20;
+    let page = 4096u64;
+    let mut t = Tally {
+        present: entries.iter().filter(|e| e.present()).count() as u64,
+        file_pages: entries.iter().filter(|e| e.present() && e.file()).count() as u64,
+        frames_visible: frames_visible(entries),
+        ..Tally::default()
+    };
+    let end = start + entries.len() as u64 * page;
+    let mut w = start.div_ceil(M2) * M2;
+    while w + M2 <= end {
+        let i = ((w - start) / page) as usize;
+        let win = &entries[i..i + PMD_PAGES];
+        t.windows += 1;
+        match window(win) {
+            Window::Pmd => t.pmd += 1,
+            Window::Pte => {
+                t.pte += 1;
+                if let Some(j) = win.iter().position(|e| e.pfn().is_some()) {
+                    let file_page = (w - start + file_offset) / page + j as u64;
+                    let pfn = win[j].pfn().unwrap_or(0);
+                    if pfn % PMD_PAGES as u64 != file_page % PMD_PAGES as u64 {
+                        t.pte_off_grid += 1;
+                    }
+                }
+            }
+            Window::Empty => {}
+        }
+        w += M2;
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,6 +278,28 @@ mod tests {
         assert_eq!(window(&words(None, 512, 0)), Window::Empty);
         assert_eq!(window(&words(Some(0x200), 511, pf)), Window::Pte);
         assert!(frames_visible(&words(Some(0x200), 2, pf)));
+    }
+
+    #[test]
+    fn tally_counts_whole_windows_and_tells_blocks_from_offsets() {
+        let pf = PRESENT | FILE;
+        // 3 MiB from 1 MiB: one whole window (2-4 MiB), PMD-mapped.
+        let mut run = words(None, 256, 0);
+        run.extend(words(Some(0x400), 512, pf));
+        run.extend(words(None, 0, 0));
+        let t = tally(&run, 1 << 20, 0);
+        assert_eq!((t.windows, t.pmd, t.pte, t.present), (1, 1, 0, 512));
+        assert_eq!(t.file_pages, 512);
+        // File offset 4096, blocks aligned: frames one page past 2 MiB
+        // line up with the file's pages; the mapping is at fault.
+        let t = tally(&words(Some(0x401), 512, PRESENT), 2 << 20, 4096);
+        assert_eq!((t.pte, t.pte_off_grid, t.file_pages), (1, 0, 0));
+        // File offset 0, frames off the grid: the blocks.
+        let t = tally(&words(Some(0x4e9), 512, PRESENT), 2 << 20, 0);
+        assert_eq!((t.pte, t.pte_off_grid), (1, 1));
+        let mut sum = t;
+        sum += tally(&words(Some(0x400), 512, pf), 4 << 20, 0);
+        assert_eq!((sum.windows, sum.pmd, sum.pte, sum.present), (2, 1, 1, 1024));
         assert!(!frames_visible(&words(None, 2, pf)));
     }
 }
