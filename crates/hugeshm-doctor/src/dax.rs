@@ -9,19 +9,12 @@
 use crate::finding::{Finding, Severity};
 use hugeshm_fix::{DaxCause, Fix};
 use hugeshm_parse::mounts::Mount;
-use hugeshm_parse::pagemap::{self, Entry, PMD_PAGES};
 use hugeshm_parse::size::format_bytes;
 use hugeshm_probe::{PidFiles, PmemSnapshot};
 use serde::{Deserialize, Serialize};
 
 const M2: u64 = 2 << 20;
 const PAGE: u64 = 4096;
-
-/// Mappings up to this size have all of their pagemap read (2 MiB of
-/// pagemap per GiB); larger ones [`SAMPLE_WINDOWS`] windows spread over them.
-pub const FULL_READ_BYTES: u64 = 1 << 30;
-/// Windows read from a mapping larger than [`FULL_READ_BYTES`].
-pub const SAMPLE_WINDOWS: u64 = 512;
 
 /// How a DAX mapping's touched memory is mapped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -203,33 +196,13 @@ pub fn judge(
         pte_table_bytes: 0,
         error: None,
     };
-    // (start address, entries) of what was read.
-    let mut read: Vec<(u64, Vec<Entry>)> = Vec::new();
-    let full = size <= FULL_READ_BYTES;
-    if full {
-        match files.pagemap(start, (size / PAGE) as usize) {
-            Ok(e) => read.push((start, e)),
-            Err(e) => m.error = Some(e.to_string()),
+    let (t, full) = match files.pagemap_tally(start, end, offset) {
+        Ok(r) => r,
+        Err(e) => {
+            m.error = Some(e.to_string());
+            return m;
         }
-    } else {
-        let step = windows.div_ceil(SAMPLE_WINDOWS).max(1);
-        let mut w = 0;
-        while w < windows && m.error.is_none() {
-            let at = first + w * M2;
-            match files.pagemap(at, PMD_PAGES) {
-                Ok(e) => read.push((at, e)),
-                Err(e) => m.error = Some(e.to_string()),
-            }
-            w += step;
-        }
-    }
-    if m.error.is_some() {
-        return m;
-    }
-    let mut t = pagemap::Tally::default();
-    for (at, entries) in &read {
-        t += pagemap::tally(entries, *at, offset + (at - start));
-    }
+    };
     let present = t.present;
     m.windows_read = t.windows;
     m.pmd_windows = t.pmd;
@@ -237,7 +210,8 @@ pub fn judge(
     m.file_pages = t.file_pages;
     m.frames_visible = t.frames_visible;
     let unaligned_frames = t.pte_off_grid > 0;
-    let read_bytes: u64 = read.iter().map(|(_, e)| e.len() as u64 * PAGE).sum();
+    // Pages read: all of them, or the sampled windows.
+    let read_bytes = if full { size } else { t.windows * M2 };
     m.resident_bytes = Some(if full || read_bytes == 0 {
         present * PAGE
     } else {
@@ -395,6 +369,7 @@ pub fn findings(label: &str, path: Option<&str>, info: &DaxInfo) -> Vec<Finding>
         path: path.unwrap_or(label).to_string(),
         offset: first.offset,
         namespace: info.namespace.clone(),
+        region: false,
     };
     vec![Finding::new(
         Severity::Warning,

@@ -122,6 +122,11 @@ pub enum Fix {
         offset: u64,
         /// Its namespace (`namespace0.0`), for an alignment below 2 MiB.
         namespace: Option<String>,
+        /// Whether it is a hugeshm `dax` region (allocated whole and mapped
+        /// at 2 MiB by hugeshm already): then only the file system can
+        /// be at fault.
+        #[serde(default)]
+        region: bool,
     },
     /// Set a sysctl.
     Sysctl {
@@ -408,6 +413,7 @@ impl Fix {
                 path,
                 offset,
                 namespace,
+                region,
             } => {
                 let mut steps: Vec<String> = causes
                     .iter()
@@ -421,6 +427,11 @@ impl Fix {
                              modulo 2 MiB (reserve length + 2 MiB with PROT_NONE, then MAP_FIXED \
                              on the 2 MiB-aligned part)"
                             .to_owned(),
+                        DaxCause::Extents if *region => format!(
+                            "its file system did not give {path} 2 MiB-aligned blocks: make it \
+                             with mkfs.ext4 -b 4096 -E stride=512,stripe_width=512 (or \
+                             mkfs.xfs -d su=2m,sw=1) and create the region again"
+                        ),
                         DaxCause::Extents => format!(
                             "give {path} 2 MiB-aligned extents: a file system made with \
                              mkfs.ext4 -b 4096 -E stride=512,stripe_width=512 (or \
@@ -439,6 +450,9 @@ impl Fix {
                         ),
                     })
                     .collect();
+                if *region {
+                    return steps.join("; ");
+                }
                 steps.push(match who {
                     Renderer::Cli => "or let hugeshm make it: hugeshm create NAME --backend dax \
                          (allocated whole, mapped at 2 MiB, MAP_SYNC)"
@@ -658,6 +672,7 @@ mod tests {
             path: "/mnt/pmem/db".into(),
             offset: 4096,
             namespace: Some("namespace0.0".into()),
+            region: false,
         };
         let cli = f.render(Renderer::Cli);
         assert_eq!(
@@ -675,8 +690,24 @@ mod tests {
             path: "/mnt/pmem/db".into(),
             offset: 0,
             namespace: None,
+            region: false,
         };
         assert!(e.to_string().contains("stride=512,stripe_width=512"), "{e}");
+        // A hugeshm region: only the file system can be at fault, and
+        // hugeshm create is not offered as the way out.
+        let r = Fix::AlignDax {
+            causes: vec![DaxCause::Extents],
+            path: "/mnt/pmem/hugeshm.pm".into(),
+            offset: 0,
+            namespace: None,
+            region: true,
+        };
+        assert_eq!(
+            r.render(Renderer::Cli),
+            "its file system did not give /mnt/pmem/hugeshm.pm 2 MiB-aligned blocks: make it \
+             with mkfs.ext4 -b 4096 -E stride=512,stripe_width=512 (or mkfs.xfs -d su=2m,sw=1) \
+             and create the region again"
+        );
         assert!(e.to_string().contains("su=2m,sw=1"), "{e}");
         let v = serde_json::to_value(&f).unwrap();
         assert_eq!(v["kind"], "align-dax");

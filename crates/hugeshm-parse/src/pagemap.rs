@@ -299,7 +299,10 @@ mod tests {
         assert_eq!((t.pte, t.pte_off_grid), (1, 1));
         let mut sum = t;
         sum += tally(&words(Some(0x400), 512, pf), 4 << 20, 0);
-        assert_eq!((sum.windows, sum.pmd, sum.pte, sum.present), (2, 1, 1, 1024));
+        assert_eq!(
+            (sum.windows, sum.pmd, sum.pte, sum.present),
+            (2, 1, 1, 1024)
+        );
         assert!(!frames_visible(&words(None, 2, pf)));
     }
 }

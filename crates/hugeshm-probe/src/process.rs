@@ -13,6 +13,12 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
+/// Mappings up to this size have all of their pagemap read by
+/// [`PidFiles::pagemap_tally`] (2 MiB of pagemap per GiB).
+pub const PAGEMAP_FULL_READ_BYTES: u64 = 1 << 30;
+/// Windows [`PidFiles::pagemap_tally`] reads from a larger mapping.
+pub const PAGEMAP_SAMPLE_WINDOWS: u64 = 512;
+
 /// The files of one process under the `/proc` root.
 #[derive(Debug, Clone)]
 pub struct PidFiles {
@@ -66,6 +72,36 @@ impl PidFiles {
             Err(e) => return Err(io_error(p, e)),
         }
         pagemap::parse(&p, &buf).map_err(ReadError::Parse)
+    }
+
+    /// Judges the 2 MiB windows of the mapping `start..end` (file offset
+    /// `file_offset` at `start`) from its pagemap: read whole up to
+    /// [`PAGEMAP_FULL_READ_BYTES`], else [`PAGEMAP_SAMPLE_WINDOWS`] windows
+    /// spread over it. Returns the tally and whether it covers every page.
+    pub fn pagemap_tally(
+        &self,
+        start: u64,
+        end: u64,
+        file_offset: u64,
+    ) -> Result<(pagemap::Tally, bool), ReadError> {
+        const M2: u64 = 2 << 20;
+        let size = end.saturating_sub(start);
+        if size <= PAGEMAP_FULL_READ_BYTES {
+            let e = self.pagemap(start, (size / 4096) as usize)?;
+            return Ok((pagemap::tally(&e, start, file_offset), true));
+        }
+        let first = start.div_ceil(M2) * M2;
+        let windows = end.saturating_sub(first) / M2;
+        let step = windows.div_ceil(PAGEMAP_SAMPLE_WINDOWS).max(1);
+        let mut t = pagemap::Tally::default();
+        let mut w = 0;
+        while w < windows {
+            let at = first + w * M2;
+            let e = self.pagemap(at, pagemap::PMD_PAGES)?;
+            t += pagemap::tally(&e, at, file_offset + (at - start));
+            w += step;
+        }
+        Ok((t, false))
     }
 }
 
