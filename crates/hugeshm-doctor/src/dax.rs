@@ -393,6 +393,49 @@ mod tests {
     }
 
     #[test]
+    fn a_path_finds_its_mount_device_namespace_and_node() {
+        let pmem: PmemSnapshot = serde_json::from_value(serde_json::json!({
+            "namespaces": [
+                {"name": "namespace0.0", "region": "region0", "mode": "fsdax",
+                 "size_bytes": 1, "align_bytes": 2097152, "numa_node": 1, "target_node": null,
+                 "holder": "pfn0.1", "blockdev": "pmem0", "dax_device": null},
+                {"name": "namespace1.0", "region": "region1", "mode": "devdax",
+                 "size_bytes": 1, "align_bytes": 4096, "numa_node": 0, "target_node": 3,
+                 "holder": "dax1.0", "blockdev": null, "dax_device": "dax1.0"}],
+            "dax_devices": [{"name": "dax1.0", "size_bytes": 1, "align_bytes": 4096,
+                             "target_node": 3, "driver": "device_dax"}],
+            "tiers": [], "problems": []
+        }))
+        .unwrap();
+        let mounts = hugeshm_parse::mounts::parse(
+            "/dev/pmem0p1 /mnt/pmem xfs rw,dax 0 0\n\
+             /dev/pmem0 /mnt/pmem/inner ext4 rw,dax=inode 0 0\n\
+             /dev/sda1 / ext4 rw 0 0\n",
+        )
+        .unwrap();
+        let dax: Vec<&Mount> = mounts.iter().filter(|m| is_dax_mount(m)).collect();
+        assert_eq!(dax.len(), 2);
+        // A partition of pmem0, a bare `dax` option.
+        let i = info_for("/mnt/pmem/db/file", &dax, &pmem);
+        assert_eq!(i.mount.as_deref(), Some("/mnt/pmem"));
+        assert_eq!(i.device.as_deref(), Some("pmem0p1"));
+        assert_eq!(i.namespace.as_deref(), Some("namespace0.0"));
+        assert_eq!((i.dax.as_deref(), i.numa_node), (Some("always"), Some(1)));
+        // The longest mount wins.
+        let i = info_for("/mnt/pmem/inner/f", &dax, &pmem);
+        assert_eq!(i.mount.as_deref(), Some("/mnt/pmem/inner"));
+        assert_eq!(i.dax.as_deref(), Some("inode"));
+        // A device-dax: its namespace's node and the device's alignment.
+        let i = info_for("/dev/dax1.0", &dax, &pmem);
+        assert_eq!(i.mount, None);
+        assert_eq!(i.namespace.as_deref(), Some("namespace1.0"));
+        assert_eq!((i.align_bytes, i.numa_node), (Some(4096), Some(0)));
+        // dax=never is no DAX mount.
+        let never = hugeshm_parse::mounts::parse("/dev/pmem0 /m ext4 rw,dax=never 0 0\n").unwrap();
+        assert!(!is_dax_mount(&never[0]));
+    }
+
+    #[test]
     fn causes_in_order_of_what_can_be_known() {
         let c = |start, offset, windows, align, unaligned, visible| {
             causes(start, offset, windows, align, unaligned, visible)
