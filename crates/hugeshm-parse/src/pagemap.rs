@@ -23,10 +23,11 @@
 //!   still holds there.
 //!
 //! Measured in the test guest (Linux 6.1, `tests/guest_pmem.rs`): a
-//! 64 MiB file at file offset 0 and a 2 MiB-aligned address had every
-//! window `Pmd` and its process 8 kB of page tables; at file offset 4096,
-//! every window `Pte` and 136 kB of page tables (one 4 KiB page-table page
-//! per 2 MiB).
+//! 64 MiB file mapped from file offset 0 at a 2 MiB-aligned address had
+//! every window `Pmd` and `PM_FILE` on all 16384 pages, its process 40–56 kB
+//! of page tables (`VmPTE`); the same from file offset 4096, every window
+//! `Pte`, `PM_FILE` on none, and 172–176 kB: about 128 KiB more, one
+//! 4 KiB page-table page per 2 MiB window.
 //!
 //! ```
 //! use hugeshm_parse::pagemap::{self, Window};
