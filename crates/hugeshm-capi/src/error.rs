@@ -241,9 +241,9 @@ fn code_of(e: &RegionError, errno: c_int) -> c_int {
         RegionError::Permission { .. } => HUGESHM_ERROR_PERMISSION,
         RegionError::MemlockLimit { .. } => HUGESHM_ERROR_MEMLOCK_LIMIT,
         RegionError::Prefault { .. } => HUGESHM_ERROR_PREFAULT,
-        RegionError::Verification { .. } | RegionError::Misplaced { .. } => {
-            HUGESHM_ERROR_VERIFICATION
-        }
+        RegionError::Verification { .. }
+        | RegionError::Misplaced { .. }
+        | RegionError::DaxSmallFaults { .. } => HUGESHM_ERROR_VERIFICATION,
         RegionError::AlreadyExists { .. } => HUGESHM_ERROR_EXISTS,
         RegionError::NotFound { .. } => HUGESHM_ERROR_NOT_FOUND,
         RegionError::InUse { .. } => HUGESHM_ERROR_IN_USE,

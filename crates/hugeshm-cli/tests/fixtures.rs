@@ -19,6 +19,10 @@
 //! * `cgroup-v2`, `cgroup-v1`: a Kubernetes node whose PostgreSQL pod's
 //!   hugetlb limit (512 MiB) is below its 1 GiB segment, in the unified
 //!   hierarchy and in a v1 `hugetlb` hierarchy: the same numbers from both.
+//! * `pmem-dax`: `clean` with an NVDIMM: an fsdax namespace mounted `-o dax`,
+//!   a devdax namespace aligned to 4 KiB, a memory-only node in a lower
+//!   memory tier, and three processes mapping DAX memory (`pagemap` files):
+//!   on PMD entries, at a 4 KiB file offset, and on the 4 KiB device.
 //!
 //! * `explain`: `clean` with a second SysV segment fallen back to 4 KiB
 //!   pages, a 1 GiB pool of 2 free pages that can be demoted, a low
@@ -46,6 +50,7 @@ const FIXTURES: &[&str] = &[
     "cgroup-v2",
     "cgroup-v1",
     "explain",
+    "pmem-dax",
 ];
 
 /// Keys removed (at any depth) before comparing with a golden file: values
@@ -402,6 +407,7 @@ golden_tests! {
     golden_cgroup_v2 => "cgroup-v2",
     golden_cgroup_v1 => "cgroup-v1",
     golden_explain => "explain",
+    golden_pmem_dax => "pmem-dax",
 }
 
 #[test]
@@ -1131,6 +1137,200 @@ fn clean_segments() {
     assert_eq!(pids(pg), [1501, 1533]);
     assert_eq!(nodes(pg), [("0".to_string(), GIB)]);
     assert_eq!(codes(pg), Vec::<String>::new());
+}
+
+// ---------------------------------------------------------------- pmem-dax
+
+#[test]
+fn pmem_dax_status() {
+    let st = status("pmem-dax");
+    let p = &st["pmem"];
+    let ns = p["namespaces"].as_array().unwrap();
+    let names: Vec<&str> = ns.iter().map(|n| n["name"].as_str().unwrap()).collect();
+    // namespace0.1 is the idle seed (size 0).
+    assert_eq!(names, ["namespace0.0", "namespace1.0"]);
+    assert_eq!(ns[0]["mode"], "fsdax");
+    assert_eq!(ns[0]["region"], "region0");
+    assert_eq!(ns[0]["holder"], "pfn0.1");
+    assert_eq!(u(&ns[0]["size_bytes"]), 247463936);
+    assert_eq!(u(&ns[0]["align_bytes"]), M2);
+    assert_eq!(ns[0]["blockdev"], "pmem0");
+    assert_eq!(ns[1]["mode"], "devdax");
+    assert_eq!(ns[1]["region"], "region1");
+    assert_eq!(ns[1]["dax_device"], "dax1.0");
+    assert_eq!(u(&ns[1]["align_bytes"]), 4096);
+    let dd = &p["dax_devices"][0];
+    assert_eq!(dd["name"], "dax1.0");
+    assert_eq!(dd["driver"], "device_dax");
+    assert_eq!(u(&dd["target_node"]), 3);
+    assert_eq!(p["dax_mounts"][0]["target"], "/mnt/pmem");
+    assert_eq!(u(&p["dax_mounts"][0]["stripe_blocks"]), 512);
+    assert_eq!(u(&p["memory_only_nodes"][0]["node"]), 2);
+    assert_eq!(u(&p["memory_only_nodes"][0]["tier"]), 22);
+    let tiers: Vec<(u64, Vec<u64>)> = p["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                u(&t["tier"]),
+                t["nodes"].as_array().unwrap().iter().map(u).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(tiers, [(4, vec![0, 1]), (22, vec![2])]);
+    let mapped: Vec<(&str, Option<u64>)> = p["mapped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["path"].as_str().unwrap(), m["page_size_bytes"].as_u64()))
+        .collect();
+    assert_eq!(
+        mapped,
+        [
+            ("/mnt/pmem/aligned", Some(M2)),
+            ("/mnt/pmem/misaligned", Some(4096)),
+            ("/dev/dax1.0", Some(4096))
+        ]
+    );
+    assert_codes(
+        &st,
+        &["pmem-align-small", "segment-findings"],
+        &["pool-short"],
+    );
+    assert!(finding(&st, "pmem-align-small")["fix"]
+        .as_str()
+        .unwrap()
+        .contains("ndctl create-namespace -f -e namespace1.0 --mode=devdax --align=2M"));
+    assert!(finding(&st, "segment-findings")["message"]
+        .as_str()
+        .unwrap()
+        .contains("dax-4k-faults x2"));
+}
+
+#[test]
+fn pmem_dax_segments() {
+    let segs = segments("pmem-dax");
+    assert_eq!(kinds(&segs), ["sysv", "dax", "dax", "dax"]);
+    let by_path = |p: &str| {
+        segs.as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["path"] == p)
+            .unwrap_or_else(|| panic!("no segment {p}"))
+    };
+    // 2 windows, each 512 present PM_FILE pages on frames from 0x140000.
+    let good = by_path("/mnt/pmem/aligned");
+    assert_eq!(u(&good["page_size_bytes"]), M2);
+    assert_eq!(u(&good["resident_bytes"]), 4 * MIB);
+    assert_eq!(nodes(good), [("1".to_string(), 4 * MIB)]);
+    assert_eq!(good["dax"]["namespace"], "namespace0.0");
+    assert_eq!(good["dax"]["device"], "pmem0");
+    assert_eq!(good["dax"]["mappings"][0]["faults"], "pmd");
+    assert_eq!(u(&good["dax"]["mappings"][0]["file_pages"]), 1024);
+    assert_eq!(codes(good), Vec::<String>::new());
+    // Its smaps Rss (8 kB, one 4 kB page per PMD on Linux 6.1) is not used.
+    assert!(good["page_size_source"]
+        .as_str()
+        .unwrap()
+        .starts_with("pagemap of pid 5001"));
+
+    // At file offset 0x1000, frames one page past 2 MiB: 4 KiB entries.
+    let bad = by_path("/mnt/pmem/misaligned");
+    assert_eq!(u(&bad["page_size_bytes"]), 4096);
+    let m = &bad["dax"]["mappings"][0];
+    assert_eq!((u(&m["pte_windows"]), u(&m["pte_table_bytes"])), (2, 8192));
+    assert_eq!(m["causes"], serde_json::json!(["file-offset"]));
+    assert_eq!(codes(bad), ["dax-4k-faults"]);
+    assert_eq!(severity(bad, "dax-4k-faults"), "warning");
+
+    // The 4 KiB-aligned device-dax: the namespace is the cause.
+    let dev = by_path("/dev/dax1.0");
+    assert_eq!(u(&dev["page_size_bytes"]), 4096);
+    assert_eq!(dev["dax"]["namespace"], "namespace1.0");
+    assert_eq!(dev["dax"]["mount"], Value::Null);
+    assert_eq!(
+        dev["dax"]["mappings"][0]["causes"],
+        serde_json::json!(["namespace-align"])
+    );
+    let fix = finding(dev, "dax-4k-faults")["fix"].as_str().unwrap();
+    assert!(fix.contains("--mode=devdax --align=2M"), "{fix}");
+}
+
+/// A copy of fixture `name` in a temporary directory, changed by `edit`,
+/// and `hugeshm CMD --json` run on it (then the copy is removed).
+fn on_edited_copy(name: &str, tag: &str, cmd: &str, edit: impl FnOnce(&Path)) -> Value {
+    let tmp = std::env::temp_dir().join(format!("hugeshm-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let ok = Command::new("cp")
+        .arg("-a")
+        .arg(fixture_dir(name))
+        .arg(&tmp)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    edit(&tmp);
+    let out = hugeshm()
+        .arg("--proc-root")
+        .arg(tmp.join("proc"))
+        .arg("--sys-root")
+        .arg(tmp.join("sys"))
+        .arg("--fs-root")
+        .arg(tmp.join("fs"))
+        .args([cmd, "--json"])
+        .output()
+        .unwrap();
+    let r = finish(&format!("{cmd} on an edited {name}"), out);
+    std::fs::remove_dir_all(&tmp).unwrap();
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    serde_json::from_str(&r.stdout).unwrap()
+}
+
+#[test]
+fn pmem_dax_malformed_sysfs_is_a_problem_not_a_panic() {
+    let v = on_edited_copy("pmem-dax", "pmem-bad-align", "status", |t| {
+        std::fs::write(t.join("sys/bus/nd/devices/pfn0.1/align"), "0xZZ\n").unwrap();
+    });
+    let p = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["path"].as_str().unwrap().ends_with("pfn0.1/align"))
+        .unwrap_or_else(|| panic!("no problem for align: {}", v["problems"]));
+    assert_eq!(p["kind"], "malformed");
+    assert!(p["reason"].as_str().unwrap().contains("\"0xZZ\""), "{p}");
+    // The namespace is still listed, without its alignment.
+    let ns = &v["pmem"]["namespaces"][0];
+    assert_eq!(ns["name"], "namespace0.0");
+    assert_eq!(ns["align_bytes"], Value::Null);
+}
+
+#[test]
+fn pmem_dax_pagemap_cut_short_is_malformed_not_a_panic() {
+    // pid 5001's pagemap ends one word before its mapping does.
+    let v = on_edited_copy("pmem-dax", "pmem-short", "segments", |tmp| {
+        let pm = tmp.join("proc/5001/pagemap");
+        let len = std::fs::metadata(&pm).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&pm)
+            .unwrap()
+            .set_len(len - 8)
+            .unwrap();
+    });
+    let s = v["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["path"] == "/mnt/pmem/aligned")
+        .unwrap();
+    assert_eq!(s["page_size_bytes"], Value::Null);
+    let src = s["page_size_source"].as_str().unwrap();
+    assert!(
+        src.contains("proc/5001/pagemap: ends before the 8192 bytes"),
+        "{src}"
+    );
 }
 
 // ------------------------------------------------------- cgroup-v2, cgroup-v1

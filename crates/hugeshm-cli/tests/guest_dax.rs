@@ -59,6 +59,15 @@ fn guest_dax_region_is_map_sync_and_attachable() {
     assert_eq!(r["page_size_bytes"].as_u64(), Some(2 << 20), "{r:#}");
     assert_eq!(r["size_bytes"].as_u64(), Some(32 << 20), "{r:#}");
     assert_eq!(r["path"], "/mnt/pmem/hugeshm.pm", "{r:#}");
+    // On the striped file system: PMD entries after the pre-fault
+    // (pagemap), every byte present.
+    assert_eq!(
+        r["verified_page_size_bytes"].as_u64(),
+        Some(2 << 20),
+        "{r:#}"
+    );
+    assert_eq!(r["resident_bytes"].as_u64(), Some(32 << 20), "{r:#}");
+    assert_eq!(r["fell_back"], false, "{r:#}");
     let a = json(run, "create.attach");
     assert_eq!(a["backend"], "dax", "{a:#}");
     let ls = json(run, "create.ls");

@@ -403,6 +403,13 @@ pub fn demands_from_segments(
         } else {
             None
         };
+        if s.kind == SegmentKind::Dax {
+            skipped.push(Skipped {
+                label,
+                reason: "persistent memory (dax): it takes no huge pages from a pool".into(),
+            });
+            continue;
+        }
         let demand = match s.page_size_bytes {
             Some(ps) if ps > BASE_PAGE => {
                 let nodes: BTreeMap<u32, u64> = s

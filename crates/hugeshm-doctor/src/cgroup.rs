@@ -18,7 +18,9 @@ use std::collections::BTreeMap;
 /// want huge pages at its next start); `None` otherwise.
 pub(crate) fn needed_page_size(seg: &Segment, default: Option<u64>) -> Option<u64> {
     let ps = seg.page_size_bytes?;
-    if ps > BASE_PAGE {
+    if seg.kind == crate::segments::SegmentKind::Dax {
+        None // persistent memory: its 2 MiB entries take nothing from a pool
+    } else if ps > BASE_PAGE {
         Some(ps)
     } else if seg.kind.huge_on_request() {
         default.filter(|d| seg.size_bytes >= *d)
@@ -365,6 +367,7 @@ mod tests {
             nodes: BTreeMap::new(),
             numa_policy: None,
             findings: Vec::new(),
+            dax: None,
         }
     }
 

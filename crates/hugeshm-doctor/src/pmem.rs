@@ -38,6 +38,22 @@ pub struct MemoryOnlyNode {
     pub tier: Option<u32>,
 }
 
+/// A DAX file or device that processes map (the `dax` segments of
+/// `segments`, in short).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PmemMapped {
+    /// The file or device.
+    pub path: String,
+    /// Bytes mapped.
+    pub size_bytes: u64,
+    /// 2 MiB when every touched window is on PMD entries, 4 KiB when some
+    /// are on PTEs, `None` when unknown or untouched.
+    pub page_size_bytes: Option<u64>,
+    /// The processes mapping it.
+    pub pids: Vec<u32>,
+}
+
 /// Persistent memory and memory tiers, as `status` shows them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -52,6 +68,9 @@ pub struct PmemReport {
     pub memory_only_nodes: Vec<MemoryOnlyNode>,
     /// Memory tiers, fastest first.
     pub tiers: Vec<MemoryTier>,
+    /// DAX files and devices mapped by processes.
+    #[serde(default)]
+    pub mapped: Vec<PmemMapped>,
 }
 
 impl PmemReport {
@@ -120,6 +139,7 @@ pub fn build_from(host: &HostSnapshot, snap: &mut PmemSnapshot) -> PmemReport {
         dax_devices: std::mem::take(&mut snap.dax_devices),
         memory_only_nodes,
         tiers,
+        mapped: Vec::new(),
     }
 }
 

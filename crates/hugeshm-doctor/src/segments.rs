@@ -8,6 +8,7 @@
 //! of them only: the page size is a property of the object, and resident bytes
 //! and node placement are taken as the largest any sampled process sees.
 
+use crate::dax::{self, DaxInfo};
 use crate::finding::{plural, pool_fix, Finding, Severity};
 use hugeshm_parse::maps::MapsEntry;
 use hugeshm_parse::size::{format_bytes, BASE_PAGE, MIB};
@@ -61,21 +62,26 @@ pub enum SegmentKind {
     /// `private-hugetlb`: a process's own MAP_HUGETLB memory (e.g. a JVM heap).
     #[serde(rename = "private-hugetlb")]
     PrivateHugetlb,
+    /// `dax`: a file on a `-o dax` mount (persistent memory) or a
+    /// device-dax (`/dev/daxX.Y`), mapped shared.
+    #[serde(rename = "dax")]
+    Dax,
 }
 
 impl SegmentKind {
     /// Every kind.
-    pub const ALL: [SegmentKind; 6] = [
+    pub const ALL: [SegmentKind; 7] = [
         SegmentKind::Sysv,
         SegmentKind::Memfd,
         SegmentKind::Hugetlbfs,
         SegmentKind::Anon,
         SegmentKind::Posix,
         SegmentKind::PrivateHugetlb,
+        SegmentKind::Dax,
     ];
 
     /// The name it is serialized and printed as: `sysv`, `memfd`, `hugetlbfs`,
-    /// `anon`, `posix`, `private-hugetlb`.
+    /// `anon`, `posix`, `private-hugetlb`, `dax`.
     pub fn as_str(self) -> &'static str {
         match self {
             SegmentKind::Sysv => "sysv",
@@ -84,6 +90,7 @@ impl SegmentKind {
             SegmentKind::Anon => "anon",
             SegmentKind::Posix => "posix",
             SegmentKind::PrivateHugetlb => "private-hugetlb",
+            SegmentKind::Dax => "dax",
         }
     }
 
@@ -148,6 +155,10 @@ pub struct Segment {
     pub numa_policy: Option<String>,
     /// What is wrong with it.
     pub findings: Vec<Finding>,
+    /// For `dax`: the mount, device, namespace and node it is on, and how
+    /// each sampled process maps it (PMD or 4 KiB faults, from pagemap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dax: Option<DaxInfo>,
 }
 
 impl Segment {
@@ -213,11 +224,15 @@ struct Obj {
     maps: BTreeMap<u32, Vec<u64>>,
     file: Option<MountFile>,
     page_from_mount: Option<(u64, String)>,
+    /// pid → (start, end, file offset) of its mappings (`dax` only).
+    ranges: BTreeMap<u32, Vec<(u64, u64, u64)>>,
 }
 
 struct Mounts {
     hugetlbfs: Vec<(String, u64)>,
     tmpfs: Vec<(String, bool)>,
+    /// Mount points with `dax` (not `dax=never`).
+    dax: Vec<String>,
 }
 
 fn under(path: &str, target: &str) -> bool {
@@ -234,6 +249,9 @@ impl Mounts {
             .filter(|(t, _)| under(path, t))
             .max_by_key(|(t, _)| t.len())
             .map(|(_, s)| *s)
+    }
+    fn on_dax(&self, path: &str) -> bool {
+        self.dax.iter().any(|t| under(path, t))
     }
     fn tmpfs_of(&self, path: &str) -> Option<bool> {
         self.tmpfs
@@ -275,6 +293,9 @@ fn classify(pid: u32, m: &MapsEntry, mounts: &Mounts) -> Option<(Key, SegmentKin
     if mounts.hugetlbfs_of(path).is_some() {
         return Some((file_key, SegmentKind::Hugetlbfs));
     }
+    if dax::device_dax_name(path).is_some() || mounts.on_dax(path) {
+        return Some((file_key, SegmentKind::Dax));
+    }
     if mounts.tmpfs_of(path).is_some() {
         return Some((file_key, SegmentKind::Posix));
     }
@@ -313,6 +334,12 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
                     matches!(m.option("huge"), Some(h) if h != "never"),
                 )
             })
+            .collect(),
+        dax: host
+            .mounts
+            .iter()
+            .filter(|m| dax::is_dax_mount(m))
+            .map(|m| m.target.clone())
             .collect(),
     };
 
@@ -359,9 +386,16 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
                 maps: BTreeMap::new(),
                 file: None,
                 page_from_mount: None,
+                ranges: BTreeMap::new(),
             });
             o.size = o.size.max(m.size_bytes());
             o.maps.entry(pid).or_default().push(m.start);
+            if kind == SegmentKind::Dax {
+                o.ranges
+                    .entry(pid)
+                    .or_default()
+                    .push((m.start, m.end, m.offset));
+            }
         }
     }
 
@@ -404,6 +438,7 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
                 maps: BTreeMap::new(),
                 file: None,
                 page_from_mount: None,
+                ranges: BTreeMap::new(),
             });
             o.size = o.size.max(f.size_bytes);
             o.path = Some(f.path.clone());
@@ -422,6 +457,7 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
                 maps: BTreeMap::new(),
                 file: None,
                 page_from_mount: None,
+                ranges: BTreeMap::new(),
             });
     }
 
@@ -479,6 +515,18 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
             .map(|s| s.name.clone())
             .or_else(|| probe.pid(pid).status().ok().map(|s| s.name))
     };
+
+    // DAX mappings: where their memory is (sysfs), read only when there are any.
+    let pmem = if objs.values().any(|o| o.kind == SegmentKind::Dax) {
+        probe.pmem()
+    } else {
+        Default::default()
+    };
+    let dax_mounts: Vec<&hugeshm_parse::mounts::Mount> = host
+        .mounts
+        .iter()
+        .filter(|m| dax::is_dax_mount(m))
+        .collect();
 
     // 5. Build the segments.
     for (key, o) in objs {
@@ -538,6 +586,7 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
             nodes: BTreeMap::new(),
             numa_policy: None,
             findings: Vec::new(),
+            dax: None,
         };
         seg.creator_name = seg.creator_pid.and_then(name_of);
         if seg.owner_uid.is_none() {
@@ -625,6 +674,9 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
             .map(|(n, b)| (n.to_string(), b))
             .collect();
         seg.numa_policy = best_nodes.2;
+        if o.kind == SegmentKind::Dax {
+            dax_pass(probe, &o, &mut seg, &dax_mounts, &pmem);
+        }
         seg.findings = segment_findings(&seg, host, default_huge, report.numa_nodes);
         report.segments.push(seg);
     }
@@ -648,6 +700,38 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
     report
 }
 
+/// A `dax` segment: where its memory is, and the fault size of the
+/// mappings of a few of its processes from their pagemap (smaps counts no
+/// DAX page: its page size, residency and nodes come from here).
+fn dax_pass(
+    probe: &Probe,
+    o: &Obj,
+    seg: &mut Segment,
+    mounts: &[&hugeshm_parse::mounts::Mount],
+    pmem: &hugeshm_probe::PmemSnapshot,
+) {
+    let path = o.path.as_deref().unwrap_or("");
+    let mut info = dax::info_for(path, mounts, pmem);
+    for (pid, ranges) in o.ranges.iter().take(SAMPLE_PROCESSES) {
+        let files = probe.pid(*pid);
+        for &(start, end, offset) in ranges {
+            info.mappings
+                .push(dax::judge(&files, start, end, offset, info.align_bytes));
+        }
+    }
+    let (page, source) = dax::page_size(&info);
+    seg.page_size_bytes = page;
+    seg.page_size_source = source;
+    seg.resident_bytes = info.mappings.iter().filter_map(|m| m.resident_bytes).max();
+    seg.thp_bytes = None;
+    seg.nodes = match (info.numa_node, seg.resident_bytes) {
+        (Some(n), Some(r)) if r > 0 => [(n.to_string(), r)].into_iter().collect(),
+        _ => BTreeMap::new(),
+    };
+    seg.numa_policy = None;
+    seg.dax = Some(info);
+}
+
 /// For the processes that map hugetlb memory: their hugetlb cgroup, and a
 /// `segment-cgroup-short` finding on a segment larger than what the cgroup
 /// of a process mapping it allows (its faults past the limit are refused).
@@ -658,8 +742,8 @@ fn cgroup_pass(probe: &Probe, segments: &mut [Segment]) {
         let Some(page) = seg.page_size_bytes.filter(|p| *p > BASE_PAGE) else {
             continue;
         };
-        if seg.kind == SegmentKind::Posix {
-            continue; // tmpfs THP: not charged to the hugetlb controller
+        if matches!(seg.kind, SegmentKind::Posix | SegmentKind::Dax) {
+            continue; // tmpfs THP, DAX: not charged to the hugetlb controller
         }
         let mut short: Option<(u32, String, u64, String)> = None;
         for a in seg.attached.iter_mut() {
@@ -763,10 +847,14 @@ fn segment_findings(
     default_huge: Option<u64>,
     numa_nodes: u32,
 ) -> Vec<Finding> {
+    let label = seg.label();
+    if let Some(info) = &seg.dax {
+        // Persistent memory: no pool, no fallback, placed by its device.
+        return dax::findings(&label, seg.path.as_deref(), info);
+    }
     let mut out = Vec::new();
     let huge = default_huge.unwrap_or(2 * MIB);
     let size = format_bytes(seg.size_bytes);
-    let label = seg.label();
 
     // Silent fallback.
     if seg.page_size_bytes == Some(BASE_PAGE) && seg.size_bytes >= huge {
@@ -1030,6 +1118,7 @@ mod tests {
             nodes: nodes.iter().map(|(n, b)| (n.to_string(), *b)).collect(),
             numa_policy: Some("default".into()),
             findings: vec![],
+            dax: None,
         }
     }
 
@@ -1135,7 +1224,8 @@ mod tests {
                 "hugetlbfs",
                 "anon",
                 "posix",
-                "private-hugetlb"
+                "private-hugetlb",
+                "dax"
             ]
         );
         for k in SegmentKind::ALL {
@@ -1143,6 +1233,6 @@ mod tests {
             assert_eq!(json, format!("\"{k}\""));
             assert_eq!(serde_json::from_str::<SegmentKind>(&json).unwrap(), k);
         }
-        assert!(serde_json::from_str::<SegmentKind>("\"dax\"").is_err());
+        assert!(serde_json::from_str::<SegmentKind>("\"devdax\"").is_err());
     }
 }

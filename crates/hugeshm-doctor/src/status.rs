@@ -254,6 +254,19 @@ pub fn build_with_segments(probe: &Probe, pid: Option<u32>) -> (StatusReport, Se
     report.findings.extend(server_findings(&report));
     report.cgroup_pid = pid;
     add_pmem(&mut report, probe, &host);
+    if let Some(p) = report.pmem.as_mut() {
+        p.mapped = segs
+            .segments
+            .iter()
+            .filter(|s| s.kind == segments::SegmentKind::Dax)
+            .map(|s| crate::pmem::PmemMapped {
+                path: s.label(),
+                size_bytes: s.size_bytes,
+                page_size_bytes: s.page_size_bytes,
+                pids: s.attached_pids.clone(),
+            })
+            .collect();
+    }
     match probe.hugetlb_cgroup(pid) {
         Ok(cg) => add_cgroup(&mut report, cg, &segs, |p| probe.cgroups(Some(p)).ok()),
         // A tree without mountinfo (a fixture from before cgroups were

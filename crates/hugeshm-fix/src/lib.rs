@@ -111,6 +111,23 @@ pub enum Fix {
         /// Bytes missing.
         missing_bytes: u64,
     },
+    /// A DAX mapping served by 4 KiB page-table entries: what keeps the
+    /// kernel from 2 MiB (PMD) ones, and how to remove it.
+    AlignDax {
+        /// What keeps it off PMD faults (one or more).
+        causes: Vec<DaxCause>,
+        /// The file (`/mnt/pmem/db.dat`) or device (`/dev/dax0.0`).
+        path: String,
+        /// The file offset the mapping starts at.
+        offset: u64,
+        /// Its namespace (`namespace0.0`), for an alignment below 2 MiB.
+        namespace: Option<String>,
+        /// Whether it is a hugeshm `dax` region (allocated whole and mapped
+        /// at 2 MiB by hugeshm already): then only the file system can
+        /// be at fault.
+        #[serde(default)]
+        region: bool,
+    },
     /// Set a sysctl.
     Sysctl {
         /// The key, e.g. `kernel.shmmax`.
@@ -228,6 +245,23 @@ pub enum Fix {
     },
     /// Turn on HugeTLB Vmemmap Optimization.
     EnableHvo,
+}
+
+/// Why a DAX mapping is served by 4 KiB faults ([`Fix::AlignDax`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum DaxCause {
+    /// The file offset is not a multiple of 2 MiB.
+    FileOffset,
+    /// The address and the file offset differ modulo 2 MiB (or the mapping
+    /// holds no whole 2 MiB-aligned range).
+    Address,
+    /// The file's blocks are not 2 MiB-aligned runs on the device (file
+    /// system made without a 2 MiB stripe, or a file written piecemeal).
+    Extents,
+    /// The namespace (or device-dax) is aligned below 2 MiB.
+    NamespaceAlign,
 }
 
 /// Who reads a rendered fix: which words name hugeshm's own operations.
@@ -403,6 +437,64 @@ impl Fix {
                  (ndctl list -N shows them; ndctl create-namespace --mode=fsdax --align=2M --size=<bytes>)",
                 human(*missing_bytes)
             ),
+            Fix::AlignDax {
+                causes,
+                path,
+                offset,
+                namespace,
+                region,
+            } => {
+                let mut steps: Vec<String> = causes
+                    .iter()
+                    .map(|c| match c {
+                        DaxCause::FileOffset => format!(
+                            "map {path} at a file offset that is a multiple of 2 MiB \
+                             (not {offset}: {} past a 2 MiB boundary)",
+                            human(offset % (2 << 20))
+                        ),
+                        DaxCause::Address => "map it at an address congruent to its file offset \
+                             modulo 2 MiB (reserve length + 2 MiB with PROT_NONE, then MAP_FIXED \
+                             on the 2 MiB-aligned part)"
+                            .to_owned(),
+                        DaxCause::Extents if *region => format!(
+                            "its file system did not give {path} 2 MiB-aligned blocks: make it \
+                             with mkfs.ext4 -b 4096 -E stride=512,stripe_width=512 (or \
+                             mkfs.xfs -d su=2m,sw=1) and create the region again"
+                        ),
+                        DaxCause::Extents => format!(
+                            "give {path} 2 MiB-aligned extents: a file system made with \
+                             mkfs.ext4 -b 4096 -E stride=512,stripe_width=512 (or \
+                             mkfs.xfs -d su=2m,sw=1), and the file preallocated whole \
+                             (fallocate -l SIZE FILE) before it is written"
+                        ),
+                        DaxCause::NamespaceAlign => format!(
+                            "recreate its namespace with a 2 MiB alignment (its data is lost): \
+                             ndctl create-namespace -f -e {} --mode={} --align=2M",
+                            namespace.as_deref().unwrap_or("namespaceX.Y"),
+                            if path.starts_with("/dev/dax") {
+                                "devdax"
+                            } else {
+                                "fsdax"
+                            }
+                        ),
+                    })
+                    .collect();
+                if *region {
+                    return steps.join("; ");
+                }
+                steps.push(match who {
+                    Renderer::Cli => "or let hugeshm make it: hugeshm create NAME --backend dax \
+                         (allocated whole, mapped at 2 MiB, MAP_SYNC)"
+                        .to_owned(),
+                    Renderer::C => "or let hugeshm make it: hugeshm_create with \
+                         hugeshm_options_set_backend(opts, HUGESHM_BACKEND_DAX) (allocated whole, mapped at 2 MiB, MAP_SYNC)"
+                        .to_owned(),
+                    Renderer::Rust => "or let hugeshm make it: RegionBuilder::backend(Backend::Dax) \
+                         (allocated whole, mapped at 2 MiB, MAP_SYNC)"
+                        .to_owned(),
+                });
+                steps.join("; ")
+            }
             Fix::Sysctl { key, value } => format!("sysctl -w {key}={value}"),
             Fix::Demote {
                 page_size_bytes,
@@ -651,6 +743,56 @@ mod tests {
         );
         assert_eq!(k8s_quantity(3 << 30), "3Gi");
         assert_eq!(k8s_quantity(4097), "4097");
+    }
+
+    #[test]
+    fn a_dax_fix_names_each_cause_and_hugeshm_s_own_way() {
+        let f = Fix::AlignDax {
+            causes: vec![DaxCause::FileOffset, DaxCause::NamespaceAlign],
+            path: "/mnt/pmem/db".into(),
+            offset: 4096,
+            namespace: Some("namespace0.0".into()),
+            region: false,
+        };
+        let cli = f.render(Renderer::Cli);
+        assert_eq!(
+            cli,
+            "map /mnt/pmem/db at a file offset that is a multiple of 2 MiB (not 4096: 4 KiB \
+             past a 2 MiB boundary); recreate its namespace with a 2 MiB alignment (its data is \
+             lost): ndctl create-namespace -f -e namespace0.0 --mode=fsdax --align=2M; or let \
+             hugeshm make it: hugeshm create NAME --backend dax (allocated whole, mapped at \
+             2 MiB, MAP_SYNC)"
+        );
+        assert!(f.render(Renderer::C).contains("HUGESHM_BACKEND_DAX"));
+        assert!(f.to_string().contains("Backend::Dax"));
+        let e = Fix::AlignDax {
+            causes: vec![DaxCause::Extents],
+            path: "/mnt/pmem/db".into(),
+            offset: 0,
+            namespace: None,
+            region: false,
+        };
+        assert!(e.to_string().contains("stride=512,stripe_width=512"), "{e}");
+        // A hugeshm region: only the file system can be at fault, and
+        // hugeshm create is not offered as the way out.
+        let r = Fix::AlignDax {
+            causes: vec![DaxCause::Extents],
+            path: "/mnt/pmem/hugeshm.pm".into(),
+            offset: 0,
+            namespace: None,
+            region: true,
+        };
+        assert_eq!(
+            r.render(Renderer::Cli),
+            "its file system did not give /mnt/pmem/hugeshm.pm 2 MiB-aligned blocks: make it \
+             with mkfs.ext4 -b 4096 -E stride=512,stripe_width=512 (or mkfs.xfs -d su=2m,sw=1) \
+             and create the region again"
+        );
+        assert!(e.to_string().contains("su=2m,sw=1"), "{e}");
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(v["kind"], "align-dax");
+        assert_eq!(v["causes"][0], "file-offset");
+        assert_eq!(serde_json::from_value::<Fix>(v).unwrap(), f);
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod nd;
 pub mod node;
 pub mod numa_maps;
 pub mod pagetypeinfo;
+pub mod pagemap;
 pub mod pid_limits;
 pub mod pid_status;
 pub mod size;

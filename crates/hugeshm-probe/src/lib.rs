@@ -30,7 +30,10 @@ pub use cgroup::{HugetlbCgroup, HugetlbCgroupLevel, HugetlbCgroupSize};
 pub use host::{DemoteSize, HostSnapshot, NodeInfo, NodePool, Sysctls, ThpState};
 pub use persisted::{Persisted, PersistedValue};
 pub use pmem::{DaxDevice, MemoryTier, Namespace, PmemSnapshot};
-pub use process::{dev_major, dev_minor, MountFile, PidFiles, ProcessList};
+pub use process::{
+    dev_major, dev_minor, MountFile, PidFiles, ProcessList, PAGEMAP_FULL_READ_BYTES,
+    PAGEMAP_SAMPLE_WINDOWS,
+};
 pub use read::{Problem, ProblemKind, ReadError};
 
 use std::path::{Path, PathBuf};

@@ -7,10 +7,17 @@ use hugeshm_parse::numa_maps::NumaMapsEntry;
 use hugeshm_parse::pid_limits::PidLimits;
 use hugeshm_parse::pid_status::PidStatus;
 use hugeshm_parse::smaps::SmapsEntry;
-use hugeshm_parse::{maps, numa_maps, pid_limits, pid_status, smaps};
+use hugeshm_parse::{maps, numa_maps, pagemap, pid_limits, pid_status, smaps};
 use serde::{Deserialize, Serialize};
+use std::os::unix::fs::FileExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
+
+/// Mappings up to this size have all of their pagemap read by
+/// [`PidFiles::pagemap_tally`] (2 MiB of pagemap per GiB).
+pub const PAGEMAP_FULL_READ_BYTES: u64 = 1 << 30;
+/// Windows [`PidFiles::pagemap_tally`] reads from a larger mapping.
+pub const PAGEMAP_SAMPLE_WINDOWS: u64 = 512;
 
 /// The files of one process under the `/proc` root.
 #[derive(Debug, Clone)]
@@ -40,6 +47,61 @@ impl PidFiles {
     /// `/proc/PID/numa_maps` (absent on kernels without NUMA).
     pub fn numa_maps(&self) -> Result<Vec<NumaMapsEntry>, ReadError> {
         read_parse(&self.dir.join("numa_maps"), numa_maps::parse)
+    }
+    /// The `/proc/PID/pagemap` words of `pages` virtual 4 KiB pages from
+    /// address `start` (one positioned read; frames read as zero without
+    /// `CAP_SYS_ADMIN`). A file that ends before them (a fixture cut
+    /// short) is malformed.
+    pub fn pagemap(&self, start: u64, pages: usize) -> Result<Vec<pagemap::Entry>, ReadError> {
+        let path = self.dir.join("pagemap");
+        let p = path.display().to_string();
+        let file = std::fs::File::open(&path).map_err(|e| io_error(p.clone(), e))?;
+        let mut buf = vec![0u8; pages.saturating_mul(pagemap::ENTRY_BYTES)];
+        let at = (start / 4096).saturating_mul(pagemap::ENTRY_BYTES as u64);
+        match file.read_exact_at(&mut buf, at) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(ReadError::Parse(hugeshm_parse::ParseError::file(
+                    &p,
+                    format!(
+                        "ends before the {} bytes at offset {at} (address {start:#x}, {pages} pages)",
+                        buf.len()
+                    ),
+                )))
+            }
+            Err(e) => return Err(io_error(p, e)),
+        }
+        pagemap::parse(&p, &buf).map_err(ReadError::Parse)
+    }
+
+    /// Judges the 2 MiB windows of the mapping `start..end` (file offset
+    /// `file_offset` at `start`) from its pagemap: read whole up to
+    /// [`PAGEMAP_FULL_READ_BYTES`], else [`PAGEMAP_SAMPLE_WINDOWS`] windows
+    /// spread over it. Returns the tally and whether it covers every page.
+    pub fn pagemap_tally(
+        &self,
+        start: u64,
+        end: u64,
+        file_offset: u64,
+    ) -> Result<(pagemap::Tally, bool), ReadError> {
+        const M2: u64 = 2 << 20;
+        let size = end.saturating_sub(start);
+        if size <= PAGEMAP_FULL_READ_BYTES {
+            let e = self.pagemap(start, (size / 4096) as usize)?;
+            return Ok((pagemap::tally(&e, start, file_offset), true));
+        }
+        let first = start.div_ceil(M2) * M2;
+        let windows = end.saturating_sub(first) / M2;
+        let step = windows.div_ceil(PAGEMAP_SAMPLE_WINDOWS).max(1);
+        let mut t = pagemap::Tally::default();
+        let mut w = 0;
+        while w < windows {
+            let at = first + w * M2;
+            let e = self.pagemap(at, pagemap::PMD_PAGES)?;
+            t += pagemap::tally(&e, at, file_offset + (at - start));
+            w += step;
+        }
+        Ok((t, false))
     }
 }
 

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use hugeshm_fix::{DaxCause, Fix};
 use hugeshm_parse::size::format_bytes;
 use hugeshm_probe::Probe;
 
@@ -708,7 +709,7 @@ impl RegionBuilder {
 
         let mut warnings = plan.warnings.clone();
         let mut fallback = plan.fallback.clone();
-        let v = r.verify_with(extra.pmd_size)?;
+        let mut v = r.verify_with(extra.pmd_size)?;
         // Transparent huge pages show only once faulted: without a
         // pre-fault there is nothing to verify yet.
         let unverifiable =
@@ -720,7 +721,35 @@ impl RegionBuilder {
             );
         } else if plan.backing == Backing::Dax {
             // DAX pages are the device's: smaps says 4 kB whatever the
-            // fault size. What is checked is MAP_SYNC.
+            // fault size. The entries are judged from pagemap (once
+            // pre-faulted), and MAP_SYNC from smaps.
+            if outcome.method != PrefaultMethod::None {
+                let t = verify::dax_windows(r.addr() as u64, r.len() as u64)?;
+                v.resident_bytes = t.present * 4096;
+                if t.windows > 0 && t.pmd == t.windows {
+                    v.page_size_bytes = plan.page_size;
+                } else if t.pte > 0 {
+                    let err = RegionError::DaxSmallFaults {
+                        object: r.object_text(),
+                        pte_windows: t.pte,
+                        windows: t.windows,
+                        fix: Box::new(Fix::AlignDax {
+                            causes: vec![DaxCause::Extents],
+                            path: r.object_text(),
+                            offset: 0,
+                            namespace: None,
+                            region: true,
+                        }),
+                    };
+                    if self.policy == Policy::Only {
+                        return Err(err);
+                    }
+                    fallback = Some(Fallback {
+                        reason: err.to_string(),
+                        shortfall: None,
+                    });
+                }
+            }
             if self.policy != Policy::Off && !v.map_sync {
                 let reason = format!(
                     "{} is not mapped MAP_SYNC (the file system cannot): writes are made durable with msync, not by flushing CPU caches",

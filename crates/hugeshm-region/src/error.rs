@@ -264,6 +264,24 @@ pub enum RegionError {
         /// More context (e.g. transparent huge page coverage).
         detail: String,
     },
+    /// A `dax` region the kernel maps with 4 KiB page-table entries after
+    /// the pre-fault (`/proc/self/pagemap`), not 2 MiB ones (policy `only`).
+    #[error(
+        "{object} is mapped with 4 KiB page-table entries in {pte_windows} of {windows} \
+         windows of 2 MiB after the pre-fault (/proc/self/pagemap), not with 2 MiB (PMD) \
+         ones: {} of page tables in each process that maps it all, instead of none",
+        format_bytes(*pte_windows * 4096)
+    )]
+    DaxSmallFaults {
+        /// The region's file.
+        object: String,
+        /// Windows on 4 KiB entries.
+        pte_windows: u64,
+        /// Windows judged.
+        windows: u64,
+        /// What to change.
+        fix: Box<Fix>,
+    },
     /// A named region exists already and a live process holds it (or is
     /// creating it), or it cannot be told apart from one that does.
     #[error(
@@ -465,6 +483,7 @@ impl RegionError {
             | RegionError::FaultRefused { fix, .. }
             | RegionError::CgroupLimit { fix, .. }
             | RegionError::NodeShortfall { fix, .. }
+            | RegionError::DaxSmallFaults { fix, .. }
             | RegionError::Permission { fix, .. } => Some((**fix).clone()),
             RegionError::MemlockLimit {
                 needed_bytes,

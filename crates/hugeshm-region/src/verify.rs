@@ -104,6 +104,21 @@ pub(crate) fn verify_range(
     })
 }
 
+/// How the kernel maps this process's `dax` region at `addr..addr + len`
+/// (file offset 0): its 2 MiB windows judged from the running kernel's
+/// `/proc/self/pagemap` (smaps shows DAX pages as 4 kB whatever the
+/// entries; see `hugeshm_parse::pagemap`).
+pub(crate) fn dax_windows(
+    addr: u64,
+    len: u64,
+) -> Result<hugeshm_parse::pagemap::Tally, RegionError> {
+    let own = Probe::default();
+    let (t, _) = own
+        .pid(std::process::id())
+        .pagemap_tally(addr, addr.saturating_add(len), 0)?;
+    Ok(t)
+}
+
 /// Bytes per NUMA node of this process's mapping at `addr`, from the
 /// running kernel's `/proc/self/numa_maps`; empty where it cannot be read.
 pub(crate) fn node_bytes(addr: u64) -> std::collections::BTreeMap<u32, u64> {

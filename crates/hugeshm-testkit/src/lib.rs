@@ -52,7 +52,9 @@ mod testproc;
 pub use cgroup::TestCgroup;
 pub use host::{HostState, PoolCounts, SysvSegment};
 pub use pool::{PoolGuard, PoolLock, HUGEPAGES_SYSFS, NODE_SYSFS, POOL_LOCK_PATH};
-pub use testproc::{testproc_path, TestObject, TestProc, TestProcReport, TESTPROC_ENV};
+pub use testproc::{
+    testproc_built, testproc_path, TestObject, TestProc, TestProcReport, TESTPROC_ENV,
+};
 
 /// True when running with effective uid 0.
 pub fn is_root() -> bool {

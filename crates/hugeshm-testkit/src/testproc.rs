@@ -101,6 +101,12 @@ fn profile_dir() -> PathBuf {
     dir
 }
 
+/// The `hugeshm-testproc` binary, built first when running under cargo
+/// (for a test that ships it elsewhere, such as into the test guest).
+pub fn testproc_built() -> Result<PathBuf, String> {
+    ensure_built()
+}
+
 /// Returns the binary, building it first (once per process) when running
 /// under cargo: `cargo test -p <other crate>` does not build the binaries of
 /// its dependencies, and a stale binary would test old code.

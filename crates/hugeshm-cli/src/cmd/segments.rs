@@ -1,6 +1,7 @@
 //! `hugeshm segments`.
 
 use crate::output::{self, Out, Table};
+use hugeshm_doctor::dax::{DaxFaults, DaxInfo};
 use hugeshm_doctor::finding::any_actionable;
 use hugeshm_doctor::segments::{self, Segment, SegmentKind, SegmentsReport};
 use hugeshm_doctor::Finding;
@@ -91,6 +92,69 @@ fn attached_cell(s: &Segment) -> String {
     format!("{}: {}", s.attached.len(), names.join(", "))
 }
 
+/// One line under the table per `dax` segment: what it sits on, and how
+/// each sampled process maps it.
+fn dax_line(s: &Segment, d: &DaxInfo) -> String {
+    let mut on: Vec<String> = Vec::new();
+    if let Some(ns) = &d.namespace {
+        on.push(ns.clone());
+    }
+    if let Some(a) = d.align_bytes {
+        on.push(format!("align {}", page_size_short(a)));
+    }
+    if let Some(n) = d.numa_node {
+        on.push(format!("node {n}"));
+    }
+    let dev = d
+        .device
+        .as_ref()
+        .map(|dev| {
+            if on.is_empty() {
+                format!("/dev/{dev}")
+            } else {
+                format!("/dev/{dev} ({})", on.join(", "))
+            }
+        })
+        .unwrap_or_else(|| "?".into());
+    let mount = match (&d.mount, &d.fstype, &d.dax) {
+        (Some(m), Some(f), Some(x)) => format!(", {m} {f} dax={x}"),
+        _ => String::new(),
+    };
+    let maps: Vec<String> = d
+        .mappings
+        .iter()
+        .map(|m| {
+            let how = match m.faults {
+                DaxFaults::Pmd => format!(
+                    "PMD entries in {} of {} windows of 2 MiB",
+                    m.pmd_windows, m.windows_read
+                ),
+                DaxFaults::Pte => format!(
+                    "4 KiB entries in {} of {} windows of 2 MiB ({} of page tables)",
+                    m.pte_windows,
+                    m.windows_read,
+                    format_bytes(m.pte_table_bytes)
+                ),
+                DaxFaults::Untouched => "not touched yet".to_string(),
+                _ => format!(
+                    "unknown ({})",
+                    m.error.as_deref().unwrap_or("pagemap not read")
+                ),
+            };
+            format!("pid {} at offset {}: {how}", m.pid, m.offset)
+        })
+        .collect();
+    format!(
+        "dax {}: on {dev}{mount}; {}",
+        s.label(),
+        if maps.is_empty() {
+            "no process maps it".to_string()
+        } else {
+            maps.join("; ")
+        }
+    )
+}
+
 /// Prints the human form.
 pub fn print(r: &SegmentsReport, out: &mut Out) -> anyhow::Result<()> {
     if r.segments.is_empty() {
@@ -150,6 +214,11 @@ pub fn print(r: &SegmentsReport, out: &mut Out) -> anyhow::Result<()> {
                 s.label(),
                 s.page_size_source
             )))?;
+        }
+        for s in &r.segments {
+            if let Some(d) = &s.dax {
+                out.line(out.dim(&dax_line(s, d)))?;
+            }
         }
     }
     let with: Vec<&Segment> = r

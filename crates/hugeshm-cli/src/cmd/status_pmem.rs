@@ -58,6 +58,20 @@ pub fn print(r: Option<&PmemReport>, out: &mut Out) -> anyhow::Result<()> {
             opt(d.target_node),
         ))?;
     }
+    for m in &r.mapped {
+        let how = match m.page_size_bytes {
+            Some(p) if p > 4096 => format!("on {} (PMD) entries", page_size_short(p)),
+            Some(_) => "on 4 KiB entries (see hugeshm segments)".to_string(),
+            None => "page size unknown".to_string(),
+        };
+        let pids: Vec<String> = m.pids.iter().map(u32::to_string).collect();
+        out.line(format!(
+            "  mapped     {} ({}) {how}, by pid {}",
+            m.path,
+            format_bytes(m.size_bytes),
+            pids.join(",")
+        ))?;
+    }
     for n in &r.memory_only_nodes {
         out.line(format!(
             "  node {}     memory only (no CPU): {} ({} free){}",

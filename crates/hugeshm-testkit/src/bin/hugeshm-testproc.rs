@@ -36,6 +36,11 @@ SPEC (SIZE in bytes, or with K/M/G suffix, binary units):
   anon-shared-plain:SIZE   anonymous MAP_SHARED
   devshm:NAME:SIZE         /dev/shm/NAME (shm_open O_EXCL), mapped MAP_SHARED
   hugetlbfs:PATH:SIZE      a new file PATH on a hugetlbfs mount, mapped MAP_SHARED
+  dax:PATH:SIZE[:OFFSET]   a new file PATH (on a -o dax mount) of OFFSET+SIZE bytes,
+                           allocated whole (fallocate), SIZE bytes of it mapped
+                           MAP_SHARED from file offset OFFSET (default 0, a
+                           multiple of 4096) at a 2 MiB-aligned address; or an
+                           existing device-dax /dev/daxX.Y, mapped the same way
 
 OPTIONS:
   --touch             pre-fault every page (MADV_POPULATE_WRITE, falling back
@@ -64,6 +69,7 @@ enum Kind {
     AnonSharedPlain,
     DevShm,
     Hugetlbfs,
+    Dax,
 }
 
 impl Kind {
@@ -79,6 +85,7 @@ impl Kind {
             "anon-shared-plain" => Kind::AnonSharedPlain,
             "devshm" => Kind::DevShm,
             "hugetlbfs" => Kind::Hugetlbfs,
+            "dax" => Kind::Dax,
             _ => return None,
         })
     }
@@ -95,6 +102,7 @@ impl Kind {
             Kind::AnonSharedPlain => "anon-shared-plain",
             Kind::DevShm => "devshm",
             Kind::Hugetlbfs => "hugetlbfs",
+            Kind::Dax => "dax",
         }
     }
 
@@ -115,6 +123,8 @@ struct Spec {
     kind: Kind,
     name: Option<String>,
     size: u64,
+    /// File offset of the mapping (`dax`).
+    offset: u64,
 }
 
 #[derive(Debug)]
@@ -177,7 +187,28 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Options>,
                 let parts: Vec<&str> = spec.split(':').collect();
                 let kind =
                     Kind::parse(parts[0]).ok_or_else(|| format!("unknown kind in {spec:?}"))?;
+                let mut offset = 0;
                 let (name, size) = match (kind, parts.as_slice()) {
+                    (Kind::Dax, [_, path, size, rest @ ..])
+                        if path.starts_with('/') && rest.len() <= 1 =>
+                    {
+                        if let Some(o) = rest.first() {
+                            offset = match o.strip_prefix("0x") {
+                                Some(hex) => u64::from_str_radix(hex, 16).ok(),
+                                None => o.parse().ok(),
+                            }
+                            .filter(|o| o % 4096 == 0)
+                            .ok_or_else(|| {
+                                format!("{spec:?}: OFFSET must be a multiple of 4096")
+                            })?;
+                        }
+                        (Some((*path).to_owned()), *size)
+                    }
+                    (Kind::Dax, _) => {
+                        return Err(format!(
+                            "{spec:?}: expected dax:/ABSOLUTE/PATH:SIZE[:OFFSET]"
+                        ))
+                    }
                     (Kind::DevShm, [_, name, size]) if !name.is_empty() => {
                         (Some((*name).to_owned()), *size)
                     }
@@ -197,6 +228,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Options>,
                     kind,
                     name,
                     size: parse_size(size)?,
+                    offset,
                 });
             }
         }
@@ -413,6 +445,33 @@ fn create(
             }
             obj.mapping = Some(map);
         }
+        Kind::Dax => {
+            let path = spec.name.clone().unwrap_or_default();
+            let device = path.starts_with("/dev/");
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(!device)
+                .open(&path)
+                .map_err(|e| format!("dax:{path}: open: {e}"))?;
+            if !device {
+                obj.file = Some(path.clone().into());
+                sys::fallocate(file.as_fd(), spec.offset + spec.size).map_err(err)?;
+            }
+            obj.info.path = Some(path);
+            let fd = OwnedFd::from(file);
+            let len = usize::try_from(spec.size)
+                .map_err(|_| format!("{}: size too large", spec.kind.name()))?;
+            let map =
+                sys::mmap_fd_placed(fd.as_fd(), len, spec.offset, Some(2 << 20)).map_err(err)?;
+            obj.fd = Some(fd);
+            obj.info.addr = map.addr() as u64;
+            obj.info.size = map.len() as u64;
+            if opts.touch {
+                populate(map.populate_write(), || map.touch())?;
+            }
+            obj.mapping = Some(map);
+        }
         Kind::PrivateHuge | Kind::PrivatePlain | Kind::AnonSharedHuge | Kind::AnonSharedPlain => {
             let shared = matches!(spec.kind, Kind::AnonSharedHuge | Kind::AnonSharedPlain);
             let len = usize::try_from(spec.size)
@@ -543,5 +602,12 @@ mod tests {
         assert!(args(&["sysv-plain:1M:x"]).is_err());
         assert!(args(&["--frob"]).is_err());
         assert_eq!(parse_key("0xffffffff"), Ok(-1));
+        let d = args(&["dax:/mnt/pmem/a:64M:4096", "dax:/dev/dax0.0:2M"])
+            .unwrap()
+            .unwrap();
+        assert_eq!((d.specs[0].offset, d.specs[0].size), (4096, 64 << 20));
+        assert_eq!(d.specs[1].offset, 0);
+        assert!(args(&["dax:/mnt/pmem/a:64M:100"]).is_err());
+        assert!(args(&["dax:rel:64M"]).is_err());
     }
 }
