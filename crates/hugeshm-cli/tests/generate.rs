@@ -58,7 +58,7 @@ fn long_options(help: &str) -> BTreeSet<String> {
     help.split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == ']')
         .filter(|w| w.starts_with("--") && w.len() > 2)
         .map(|w| {
-            w.split(|c: char| c == '=' || c == '<')
+            w.split(['=', '<'])
                 .next()
                 .unwrap()
                 .trim_end_matches('.')
