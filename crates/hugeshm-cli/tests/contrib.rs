@@ -4,8 +4,9 @@
 //! run emits (and the dashboard's PromQL parsed by promtool); the systemd
 //! units with `systemd-analyze verify` (pointed at the built binary and the
 //! generated man pages); the exporter unit's capabilities, applied with
-//! setpriv to an unprivileged user, against what it can then read; and the
-//! apply unit's command run on a plan file.
+//! setpriv to an unprivileged user, against what it can then read; its
+//! SystemCallFilter= against the calls strace sees the exporter make; and
+//! the apply unit's command run on a plan file.
 //!
 //! A tool that is absent skips its test with the reason printed (CI
 //! installs prometheus; systemd and util-linux are on every host here).
@@ -584,4 +585,178 @@ fn apply_unit_command_reserves_the_plan_file_or_fails_loudly() {
     // The guard gives the pool back as it was.
     drop(guard);
     assert_eq!(read_nr(), before);
+}
+
+/// Every system call group systemd knows, from `systemd-analyze
+/// syscall-filter`: `@name` → its members (calls and `@groups`).
+fn syscall_groups() -> std::collections::BTreeMap<String, Vec<String>> {
+    let out = Command::new("systemd-analyze")
+        .arg("syscall-filter")
+        .output()
+        .unwrap();
+    check(&out, "systemd-analyze syscall-filter");
+    let mut groups = std::collections::BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        if !line.starts_with(' ') {
+            current = t.starts_with('@').then(|| t.to_string());
+            continue;
+        }
+        if let Some(g) = &current {
+            groups
+                .entry(g.clone())
+                .or_insert_with(Vec::new)
+                .push(t.to_string());
+        }
+    }
+    groups
+}
+
+fn expand(
+    groups: &std::collections::BTreeMap<String, Vec<String>>,
+    item: &str,
+    out: &mut BTreeSet<String>,
+) {
+    match groups.get(item) {
+        Some(members) => members.iter().for_each(|m| expand(groups, m, out)),
+        None => {
+            out.insert(item.to_string());
+        }
+    }
+}
+
+/// The system calls the exporter unit's SystemCallFilter= lines allow.
+fn unit_allowed_syscalls() -> BTreeSet<String> {
+    let unit = std::fs::read_to_string(contrib("systemd/hugeshm-exporter.service")).unwrap();
+    let groups = syscall_groups();
+    let mut allowed = BTreeSet::new();
+    for line in unit
+        .lines()
+        .filter_map(|l| l.strip_prefix("SystemCallFilter="))
+    {
+        let (deny, items) = match line.strip_prefix('~') {
+            Some(rest) => (true, rest),
+            None => (false, line),
+        };
+        let mut set = BTreeSet::new();
+        for item in items.split_whitespace() {
+            expand(&groups, item, &mut set);
+        }
+        if deny {
+            allowed.retain(|c| !set.contains(c));
+        } else {
+            allowed.extend(set);
+        }
+    }
+    assert!(allowed.len() > 100, "{allowed:?}");
+    allowed
+}
+
+/// System calls in an `strace -f -o` log.
+fn traced_syscalls(log: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(log).unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.split_once(char::is_whitespace)?.1.trim_start();
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            (!name.is_empty() && rest[name.len()..].starts_with('(')).then_some(name)
+        })
+        .collect()
+}
+
+#[test]
+fn exporter_unit_syscall_filter_allows_what_the_exporter_calls() {
+    let test = "exporter_unit_syscall_filter_allows_what_the_exporter_calls";
+    if skip_without("strace", test) || skip_without("systemd-analyze", test) {
+        return;
+    }
+    let allowed = unit_allowed_syscalls();
+    let dir = TempDir::new("strace");
+    let bin = env!("CARGO_BIN_EXE_hugeshm");
+    // One scrape on stdout, and the HTTP server answering a scrape and a 404.
+    let once = dir.0.join("once.log");
+    let out = Command::new("strace")
+        .args(["-f", "-qq", "-o"])
+        .arg(&once)
+        .args([bin, "exporter", "--once"])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    check(&out, "strace hugeshm exporter --once");
+    let serve = dir.0.join("serve.log");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut strace = Command::new("strace")
+        .args(["-f", "-qq", "-o"])
+        .arg(&serve)
+        .args([bin, "exporter", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let get = |path: &str| -> Option<String> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        write!(s, "GET {path} HTTP/1.0\r\n\r\n").ok()?;
+        let mut r = String::new();
+        s.read_to_string(&mut r).ok()?;
+        Some(r)
+    };
+    let t = Instant::now();
+    let mut scraped = None;
+    while t.elapsed() < std::time::Duration::from_secs(30) {
+        if let Some(r) = get("/metrics") {
+            scraped = Some(r);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let not_found = get("/nothing");
+    // The exporter is strace's child: end it, and strace ends with it.
+    let children = std::fs::read_to_string(format!(
+        "/proc/{}/task/{}/children",
+        strace.id(),
+        strace.id()
+    ))
+    .unwrap_or_default();
+    for pid in children.split_whitespace() {
+        let pid: i32 = pid.parse().unwrap();
+        if let Some(p) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
+        }
+    }
+    let t = Instant::now();
+    while strace.try_wait().unwrap().is_none() {
+        if t.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = strace.kill();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let scraped = scraped.expect("the exporter under strace never answered");
+    assert!(scraped.contains("hugeshm_up 1"), "{scraped}");
+    assert!(not_found.is_some_and(|r| r.contains(" 404 ")));
+
+    let mut called = traced_syscalls(&once);
+    called.extend(traced_syscalls(&serve));
+    // execve is strace starting the binary (systemd's, not the service's).
+    called.remove("execve");
+    assert!(
+        called.contains("openat") && called.contains("accept4"),
+        "{called:?}"
+    );
+    let denied: Vec<_> = called.difference(&allowed).collect();
+    assert!(
+        denied.is_empty(),
+        "hugeshm-exporter.service's SystemCallFilter= would kill the exporter at {denied:?}"
+    );
 }
