@@ -11,9 +11,9 @@
 # hugetlbfs mount) is captured. Run it as root to read every process.
 #
 # What is captured (files that do not exist on this kernel are skipped):
-#   DEST/proc/{meminfo,cmdline,mounts,sysvipc/shm}
+#   DEST/proc/{meminfo,cmdline,mounts,sysvipc/shm,buddyinfo,pagetypeinfo}
 #   DEST/proc/sys/vm/{nr_hugepages,nr_overcommit_hugepages,hugetlb_shm_group,
-#                     min_free_kbytes,overcommit_memory}
+#                     min_free_kbytes,overcommit_memory,hugetlb_optimize_vmemmap}
 #   DEST/proc/sys/kernel/{shmmax,shmall,shmmni}
 #   DEST/proc/self/{limits,status,cgroup,mountinfo}
 #                                       (of the `cat` reading them, as hugeshm
@@ -22,7 +22,7 @@
 #   DEST/fs/<hugetlb cgroup mount>/cgroup.controllers and, for the cgroup of
 #       the reader and of each PID and every ancestor, its hugetlb.* files
 #   DEST/sys/kernel/mm/hugepages/hugepages-*/{nr,free,resv,surplus,
-#                                             nr_overcommit}_hugepages
+#                                             nr_overcommit}_hugepages, demote_size
 #   DEST/sys/kernel/mm/transparent_hugepage/{enabled,defrag,shmem_enabled,
 #                                            khugepaged/defrag}
 #   DEST/sys/devices/system/node/node*/{cpulist,distance,meminfo}
@@ -101,11 +101,11 @@ P=$dest/proc
 S=$dest/sys
 
 # Host-wide /proc files.
-for f in meminfo cmdline sysvipc/shm; do
+for f in meminfo cmdline sysvipc/shm buddyinfo pagetypeinfo; do
     copy "$PROC/$f" "$P/$f"
 done
 for f in vm/nr_hugepages vm/nr_overcommit_hugepages vm/hugetlb_shm_group \
-    vm/min_free_kbytes vm/overcommit_memory \
+    vm/min_free_kbytes vm/overcommit_memory vm/hugetlb_optimize_vmemmap \
     kernel/shmmax kernel/shmall kernel/shmmni; do
     copy "$PROC/sys/$f" "$P/sys/$f"
 done
@@ -144,7 +144,7 @@ for d in "$SYS"/kernel/mm/hugepages/hugepages-*kB; do
     [ -d "$d" ] || continue
     rel=kernel/mm/hugepages/$(basename "$d")
     for f in nr_hugepages free_hugepages resv_hugepages surplus_hugepages \
-        nr_overcommit_hugepages; do
+        nr_overcommit_hugepages demote_size; do
         copy "$d/$f" "$S/$rel/$f"
     done
 done

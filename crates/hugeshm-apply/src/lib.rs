@@ -26,5 +26,6 @@ mod reserve;
 
 pub use persist::{persist, PersistAction, PersistedFile};
 pub use reserve::{
-    apply, apply_to, ApplyError, ApplyOptions, ApplyReport, PoolChange, PoolFiles, SysfsPools,
+    apply, apply_to, ApplyError, ApplyOptions, ApplyReport, DemoteChange, PoolChange, PoolFiles,
+    SysfsPools,
 };

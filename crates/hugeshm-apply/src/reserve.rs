@@ -78,6 +78,29 @@ pub struct ApplyReport {
     pub seconds: f64,
     /// Pages added or removed per second.
     pub pages_per_second: f64,
+    /// The plan's demotions, as made (before the pools were set).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub demoted: Vec<DemoteChange>,
+}
+
+/// One demotion, as made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DemoteChange {
+    /// The pool demoted.
+    pub page_size_bytes: u64,
+    /// The size its pages became.
+    pub to_page_size_bytes: u64,
+    /// Pages the plan demotes.
+    pub pages: u64,
+    /// `nr_hugepages` of the demoted pool before.
+    pub before: u64,
+    /// And after.
+    pub after: u64,
+    /// `nr_hugepages` of the smaller pool before the demotion.
+    pub to_before: u64,
+    /// And right after it (before the pool was set to the plan).
+    pub to_after: u64,
 }
 
 /// Why a plan was not applied. Every pool is as it was before the call.
@@ -162,6 +185,19 @@ pub trait PoolFiles {
     fn nodes(&self) -> Vec<u32>;
     /// The file behind a pool, for messages.
     fn describe(&self, size: u64, node: Option<u32>) -> String;
+    /// Demotes `pages` free pages of `size` to pages of `to` (sets
+    /// `demote_size` first where it names another size). A kernel model
+    /// without demotion refuses.
+    fn demote(&self, size: u64, to: u64, pages: u64) -> Result<(), ApplyError> {
+        let _ = (to, pages);
+        Err(ApplyError::Io {
+            path: format!("{}/demote", self.describe(size, None)),
+            source: std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "this pool cannot be demoted",
+            ),
+        })
+    }
 }
 
 /// [`PoolFiles`] over the probe's `/sys` and `/proc` roots.
@@ -217,6 +253,26 @@ impl PoolFiles for SysfsPools<'_> {
     fn describe(&self, size: u64, node: Option<u32>) -> String {
         self.path(size, node).display().to_string()
     }
+    fn demote(&self, size: u64, to: u64, pages: u64) -> Result<(), ApplyError> {
+        let write = |p: PathBuf, v: String| {
+            std::fs::write(&p, v).map_err(|e| ApplyError::Io {
+                path: p.display().to_string(),
+                source: e,
+            })
+        };
+        let ds = self.path(size, None).with_file_name("demote_size");
+        let now = std::fs::read_to_string(&ds).map_err(|e| ApplyError::Io {
+            path: ds.display().to_string(),
+            source: e,
+        })?;
+        if hugeshm_parse::hugepages::parse_demote_size(&ds.display().to_string(), &now)? != to {
+            write(ds, format!("{}kB\n", to / 1024))?;
+        }
+        write(
+            self.path(size, None).with_file_name("demote"),
+            format!("{pages}\n"),
+        )
+    }
 }
 
 fn euid(probe: &Probe) -> Option<u32> {
@@ -258,6 +314,13 @@ pub fn apply(probe: &Probe, plan: &Plan, opts: &ApplyOptions) -> Result<ApplyRep
                 .saturating_mul(p.page_size_bytes),
         );
     }
+    // Pages a demotion gives need no new memory.
+    let demoted: u64 = plan
+        .demote
+        .iter()
+        .map(|d| d.pages.saturating_mul(d.page_size_bytes))
+        .fold(0, u64::saturating_add);
+    let growth = growth.saturating_sub(demoted);
     if let Some(avail) = available {
         if growth > avail && !opts.force {
             return Err(ApplyError::NotEnoughMemory {
@@ -362,13 +425,18 @@ pub fn apply_to(
             compactions: 0,
             seconds: t0.elapsed().as_secs_f64(),
             pages_per_second: 0.0,
+            demoted: Vec::new(),
         });
     }
     // The state to restore: the host-wide pool of every size touched, and its
     // node pools on a multi-node host (writing a host-wide count moves pages
     // between nodes; writing the nodes back makes the restore exact).
-    let sizes: std::collections::BTreeSet<u64> =
-        plan.pools.iter().map(|p| p.page_size_bytes).collect();
+    let sizes: std::collections::BTreeSet<u64> = plan
+        .pools
+        .iter()
+        .map(|p| p.page_size_bytes)
+        .chain(plan.demote.iter().map(|d| d.page_size_bytes))
+        .collect();
     let nodes = pools.nodes();
     let mut snapshot: Vec<(u64, Option<u32>, u64)> = Vec::new();
     for s in &sizes {
@@ -401,6 +469,48 @@ pub fn apply_to(
             format!(" except: {}", problems.join("; "))
         }
     };
+
+    // Demotions first: their pages need no new memory.
+    let mut demoted = Vec::new();
+    for d in &plan.demote {
+        let (from, to) = (d.page_size_bytes, d.to_page_size_bytes);
+        let made = (|| -> Result<DemoteChange, ApplyError> {
+            let before = pools.nr(from, None)?;
+            let to_before = pools.nr(to, None)?;
+            pools.demote(from, to, d.pages)?;
+            Ok(DemoteChange {
+                page_size_bytes: from,
+                to_page_size_bytes: to,
+                pages: d.pages,
+                before,
+                after: pools.nr(from, None)?,
+                to_before,
+                to_after: pools.nr(to, None)?,
+            })
+        })();
+        match made {
+            Ok(c) if c.before.saturating_sub(c.after) == c.pages => demoted.push(c),
+            Ok(c) => {
+                let summary = format!(
+                    "demoting {} {} pages gave {} (the pool went from {} to {}: the others were in use or reserved by then)",
+                    c.pages,
+                    format_bytes(from),
+                    c.before.saturating_sub(c.after),
+                    c.before,
+                    c.after
+                );
+                return Err(ApplyError::Short {
+                    summary,
+                    restore: restore(),
+                    changes,
+                });
+            }
+            Err(e) => {
+                let _ = restore();
+                return Err(e);
+            }
+        }
+    }
 
     // Shrinks first (they free memory for the growths), then growths.
     let mut order: Vec<usize> = (0..changes.len()).collect();
@@ -486,5 +596,6 @@ pub fn apply_to(
         } else {
             0.0
         },
+        demoted,
     })
 }

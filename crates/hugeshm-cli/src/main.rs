@@ -66,6 +66,9 @@ enum Command {
     Apply(cmd::apply::Args),
     /// Serve the status and segments reports as Prometheus metrics (or write them once).
     Exporter(cmd::exporter::Args),
+    /// Reproduce the field reports' measurements on this host: start-up, page
+    /// tables, silent fall-back, NUMA bandwidth; tables, JSON, plots and an HTML report.
+    Lab(cmd::lab::Args),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
@@ -116,6 +119,7 @@ fn main() -> ExitCode {
         Command::Advise(a) => cmd::advise::run(&roots, &a, &mut out),
         Command::Apply(a) => cmd::apply::run(&roots, &a, &mut out),
         Command::Exporter(a) => cmd::exporter::run(&roots, &a, &mut out),
+        Command::Lab(a) => cmd::lab::run(&roots, &a, &mut out),
         Command::Bench(b) => cmd::bench::run(&roots, b, &mut out),
         Command::Generate(g) => cmd::generate::run(Cli::command(), &g, &mut out),
     };

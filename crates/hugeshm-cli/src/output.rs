@@ -1,8 +1,11 @@
-//! Terminal-aware output: colour only on a tty, simple aligned tables, the
-//! `--json` envelope every command prints its report in, and a
-//! broken pipe that is not an error.
+//! Terminal-aware output: colour only on a tty (the decision is
+//! `anstream`'s: `NO_COLOR`, `CLICOLOR`, `CLICOLOR_FORCE`, `TERM=dumb`),
+//! simple aligned tables (hand-written: see the README), the `--json`
+//! envelope every command prints its report in, a progress bar
+//! (`indicatif`) and a broken pipe that is not an error.
 
 use crate::ColorChoice;
+use anstyle::{AnsiColor, Style};
 use hugeshm_doctor::Severity;
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
@@ -62,7 +65,9 @@ impl Out {
         let color = match choice {
             ColorChoice::Always => true,
             ColorChoice::Never => false,
-            ColorChoice::Auto => tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+            ColorChoice::Auto => {
+                anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never
+            }
         };
         Out {
             color,
@@ -95,32 +100,37 @@ impl Out {
 
     /// Bold text (a heading).
     pub fn bold(&self, s: &str) -> String {
-        self.paint(s, "1")
+        self.paint(s, Style::new().bold())
     }
 
     /// Dim text.
     pub fn dim(&self, s: &str) -> String {
-        self.paint(s, "2")
+        self.paint(s, Style::new().dimmed())
     }
 
     /// A severity tag in its colour.
     pub fn severity(&self, s: Severity) -> String {
-        let (text, code) = match s {
-            Severity::Error => ("ERROR", "1;31"),
-            Severity::Warning => ("WARN ", "1;33"),
-            Severity::Info => ("info ", "36"),
+        let (text, style) = match s {
+            Severity::Error => ("ERROR", AnsiColor::Red.on_default().bold()),
+            Severity::Warning => ("WARN ", AnsiColor::Yellow.on_default().bold()),
+            Severity::Info => ("info ", AnsiColor::Cyan.on_default()),
         };
-        self.paint(text, code)
+        self.paint(text, style)
     }
 
     /// Green or red text for good / bad values.
     pub fn good(&self, s: &str, good: bool) -> String {
-        self.paint(s, if good { "32" } else { "31" })
+        let c = if good {
+            AnsiColor::Green
+        } else {
+            AnsiColor::Red
+        };
+        self.paint(s, c.on_default())
     }
 
-    fn paint(&self, s: &str, code: &str) -> String {
+    fn paint(&self, s: &str, style: Style) -> String {
         if self.color {
-            format!("\x1b[{code}m{s}\x1b[0m")
+            format!("{style}{s}{style:#}")
         } else {
             s.to_string()
         }
@@ -234,53 +244,47 @@ pub fn findings(
     Ok(())
 }
 
-/// A progress bar on stderr, drawn only when stderr is a terminal.
+/// A progress bar on stderr (`indicatif`): bytes done of the total, the
+/// rate and the time left, redrawn at most ten times a second, and drawn
+/// only when stderr is a terminal.
 #[derive(Clone)]
 pub struct ProgressBar {
-    label: String,
-    enabled: bool,
-    last: std::sync::Arc<std::sync::Mutex<(std::time::Instant, u64)>>,
+    bar: indicatif::ProgressBar,
 }
 
 impl ProgressBar {
-    /// A bar with a label (`pre-faulting`); silent unless stderr is a tty.
+    /// A bar with a label (`pre-faulting`); hidden unless stderr is a tty,
+    /// and drawn from the first [`update`](Self::update) on (so its clock
+    /// and rate start with the work, not with the set-up before it).
     pub fn new(label: &str) -> Self {
-        ProgressBar {
-            label: label.to_string(),
-            enabled: std::io::stderr().is_terminal(),
-            last: std::sync::Arc::new(std::sync::Mutex::new((std::time::Instant::now(), 0))),
+        let bar = indicatif::ProgressBar::hidden();
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:20}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec}, {eta} left",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
         }
+        bar.set_message(label.to_string());
+        ProgressBar { bar }
     }
 
-    /// Draws `done` of `total` bytes (at most ten times a second).
+    /// Sets `done` of `total` bytes (from any thread).
     pub fn update(&self, done: u64, total: u64) {
-        if !self.enabled || total == 0 {
-            return;
+        if self.bar.length() != Some(total) {
+            // The first call: the rate counts from here (what was done
+            // before it took no measured time).
+            self.bar.set_length(total);
+            self.bar.set_position(done);
+            self.bar.reset_elapsed();
+            self.bar.reset_eta();
+            self.bar
+                .set_draw_target(indicatif::ProgressDrawTarget::stderr_with_hz(10));
         }
-        let Ok(mut last) = self.last.lock() else {
-            return;
-        };
-        if done < total && last.0.elapsed() < std::time::Duration::from_millis(100) {
-            return;
-        }
-        *last = (std::time::Instant::now(), done);
-        let width = 30usize;
-        let filled = ((done as f64 / total as f64) * width as f64) as usize;
-        eprint!(
-            "\r{} [{}{}] {} / {} ",
-            self.label,
-            "=".repeat(filled.min(width)),
-            " ".repeat(width - filled.min(width)),
-            hugeshm_parse::size::format_bytes(done),
-            hugeshm_parse::size::format_bytes(total)
-        );
+        self.bar.set_position(done);
     }
 
     /// Clears the bar's line.
     pub fn finish(&self) {
-        if self.enabled {
-            eprint!("\r{}\r", " ".repeat(self.label.len() + 60));
-        }
+        self.bar.finish_and_clear();
     }
 }
 

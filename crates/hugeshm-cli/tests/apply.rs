@@ -205,3 +205,104 @@ fn persist_twice_into_a_staging_root() {
     assert!(codes.contains(&"persisted-differs"), "{codes:?}");
     std::fs::remove_dir_all(Path::new(&root)).unwrap();
 }
+
+fn read_u64(p: &str) -> u64 {
+    std::fs::read_to_string(p)
+        .unwrap_or_else(|e| panic!("{p}: {e}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn apply_demotes_a_free_gigabyte_page() {
+    const T: &str = "apply_demotes_a_free_gigabyte_page";
+    const G1: &str = "/sys/kernel/mm/hugepages/hugepages-1048576kB";
+    const M2DIR: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB";
+    const GIB: u64 = 1 << 30;
+    if skip_unless_root(T) {
+        return;
+    }
+    if !Path::new(&format!("{G1}/demote")).exists() {
+        println!("SKIP {T}: no {G1}/demote (Linux 5.16+ with 1 GiB pages)");
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool lock");
+    let before = HostState::capture().unwrap();
+    // An empty 2 MiB pool: the plan grows it by exactly one gigabyte.
+    std::fs::write(format!("{M2DIR}/nr_hugepages"), "0\n").unwrap();
+    if nr_2m() != 0 {
+        println!(
+            "SKIP {T}: 2 MiB pages in use on this host ({} left)",
+            nr_2m()
+        );
+        pool.restore().expect("restore");
+        return;
+    }
+    if let Err(e) = pool.ensure_free(GIB, 1) {
+        println!("SKIP {T}: no 1 GiB page to be had at run time: {e}");
+        pool.restore().expect("restore");
+        return;
+    }
+    let g_before = read_u64(&format!("{G1}/nr_hugepages"));
+
+    // advise says it, and puts it in the plan with --demote.
+    let adv = json(hugeshm(&[
+        "advise",
+        "--size",
+        "1G",
+        "--page-size",
+        "2m",
+        "--spare",
+        "0",
+        "--json",
+    ]));
+    let w = adv["warnings"].to_string();
+    assert!(w.contains("add --demote") && w.contains("/demote"), "{w}");
+    assert!(adv.get("demote").is_none(), "{adv:#}");
+    let adv = json(hugeshm(&[
+        "advise",
+        "--size",
+        "1G",
+        "--page-size",
+        "2m",
+        "--spare",
+        "0",
+        "--demote",
+        "--json",
+    ]));
+    assert_eq!(adv["demote"][0]["pages"], 1);
+    assert_eq!(
+        adv["config"]["runtime"][0],
+        "echo 1 > /sys/kernel/mm/hugepages/hugepages-1048576kB/demote   # 1 free 1G page becomes 512 2M pages"
+    );
+
+    // apply demotes, then sets the pool: no new contiguous memory needed.
+    let out = json(hugeshm(&[
+        "apply",
+        "--size",
+        "1G",
+        "--page-size",
+        "2m",
+        "--spare",
+        "0",
+        "--demote",
+        "--json",
+    ]));
+    let d = &out["result"]["demoted"][0];
+    assert_eq!(d["pages"], 1, "{out:#}");
+    assert_eq!(d["before"].as_u64(), Some(g_before));
+    assert_eq!(d["after"].as_u64(), Some(g_before - 1));
+    assert_eq!(
+        (d["to_before"].as_u64(), d["to_after"].as_u64()),
+        (Some(0), Some(512))
+    );
+    assert_eq!(out["result"]["changes"][0]["granted"], 512);
+    assert_eq!(out["result"]["complete"], true);
+    // The kernel's own counts agree.
+    assert_eq!(nr_2m(), 512);
+    assert_eq!(read_u64(&format!("{G1}/nr_hugepages")), g_before - 1);
+    pool.restore()
+        .expect("restore (a fresh 1 GiB page for the demoted one)");
+    assert!(before.diff(&HostState::capture().unwrap()).is_empty());
+}

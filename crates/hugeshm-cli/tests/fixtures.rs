@@ -20,6 +20,11 @@
 //!   hugetlb limit (512 MiB) is below its 1 GiB segment, in the unified
 //!   hierarchy and in a v1 `hugetlb` hierarchy: the same numbers from both.
 //!
+//! * `explain`: `clean` with a second SysV segment fallen back to 4 KiB
+//!   pages, a 1 GiB pool of 2 free pages that can be demoted, a low
+//!   `vm.min_free_kbytes`, HVO off and fragmented free memory (the
+//!   `hugeadm --explain` parity: the `tuning` section).
+//!
 //! Assertions marked `// Regression:` pin bugs these fixtures once found.
 
 use serde_json::Value;
@@ -40,6 +45,7 @@ const FIXTURES: &[&str] = &[
     "clean",
     "cgroup-v2",
     "cgroup-v1",
+    "explain",
 ];
 
 /// Keys removed (at any depth) before comparing with a golden file: values
@@ -395,6 +401,7 @@ golden_tests! {
     golden_clean => "clean",
     golden_cgroup_v2 => "cgroup-v2",
     golden_cgroup_v1 => "cgroup-v1",
+    golden_explain => "explain",
 }
 
 #[test]
@@ -1759,6 +1766,8 @@ fn every_json_output_is_a_document_of_this_schema() {
     ]);
     assert!(numa["single_node"].is_boolean(), "{numa:#}");
     assert!(numa["results"].is_array(), "{numa:#}");
+    let lab = check(&["lab", "--quick", "--only", "numa", "--no-reserve", "--json"]);
+    assert_eq!(lab["reproductions"][0]["seed"], "002", "{lab:#}");
     let leaks = before.diff(&hugeshm_testkit::HostState::capture().unwrap());
     drop(lock);
     assert!(leaks.is_empty(), "left behind: {leaks:#?}");
@@ -1810,4 +1819,134 @@ fn apply_reads_plans_of_this_schema() {
         r.stderr
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn explain_status() {
+    let st = status("explain");
+    let t = &st["tuning"];
+    // min_free_kbytes: 2 MiB pageblocks (pagetypeinfo) × 3 zones × 11.
+    assert_eq!(t["min_free"]["current_kib"].as_u64(), Some(11264));
+    assert_eq!(t["min_free"]["recommended_kib"].as_u64(), Some(67584));
+    assert_eq!(t["min_free"]["pageblock_bytes"].as_u64(), Some(M2));
+    assert_eq!(t["min_free"]["zones"].as_array().map(Vec::len), Some(3));
+    // HVO: 7 of 8 vmemmap pages per 2 MiB page, 4095 of 4096 per 1 GiB.
+    let v = &t["vmemmap"];
+    assert_eq!(v["enabled"], false);
+    let saved = |size: u64| {
+        v["sizes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| u(&s["page_size_bytes"]) == size)
+            .map(|s| u(&s["saved_bytes"]))
+            .unwrap()
+    };
+    assert_eq!(saved(M2), 7 * 4096);
+    assert_eq!(saved(GIB), 4095 * 4096);
+    assert_eq!(u(&v["pools_saved_bytes"]), 514 * 7 * 4096 + 2 * 4095 * 4096);
+    // 1 GiB pages: 800 MiB and 600 MiB of free 4 MiB blocks make none.
+    let g = &t["gigantic"];
+    assert_eq!(u(&g["max_block_bytes"]), 4 * MIB);
+    assert_eq!(u(&g["pages_at_most"]), 0);
+    let normal = g["zones"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|z| z["zone"] == "Normal")
+        .unwrap();
+    assert_eq!(u(&normal["free_max_block_bytes"]), 150 * 4 * MIB);
+    assert_eq!(u(&normal["pinned_blocks"]), 1870);
+    // Demotion: the 1 GiB pool's 2 free pages.
+    assert_eq!(t["demote"][0]["page_size_bytes"].as_u64(), Some(GIB));
+    assert_eq!(t["demote"][0]["demote_size_bytes"].as_u64(), Some(M2));
+    assert_eq!(t["demote"][0]["available"].as_u64(), Some(2));
+
+    assert_codes(
+        &st,
+        &[
+            "pool-short",
+            "pool-demote",
+            "min-free-kbytes-low",
+            "hvo-off",
+        ],
+        &["gigantic-runtime"],
+    );
+    let d = finding(&st, "pool-demote");
+    assert!(
+        d["message"].as_str().unwrap().contains("126 pages short"),
+        "{d}"
+    );
+    assert_eq!(
+        d["fix"],
+        "echo 1 > /sys/kernel/mm/hugepages/hugepages-1048576kB/demote   # 1 free 1G page becomes 512 2M pages"
+    );
+    assert_eq!(
+        finding(&st, "min-free-kbytes-low")["fix"],
+        "sysctl -w vm.min_free_kbytes=67584 && echo 'vm.min_free_kbytes = 67584' > /etc/sysctl.d/60-hugeshm-min-free.conf"
+    );
+
+    // The human lines.
+    let r = run("explain", &["status"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    for want in [
+        "  min_free_kbytes    11264 kB, low for growing pools at run time: recommended 67584 kB",
+        "  HVO                hugetlb_optimize_vmemmap=0 (off): on, it would free 28 of the 32 KiB per 2M page, 16380 of the 16384 KiB per 1G page",
+        "  1G at run time     at most 0 pages from free memory now",
+        "  demote             1G pages split into 2M pages (2 free to demote)",
+        "  info  pool-demote: the 2 MiB pool is 126 pages short",
+    ] {
+        assert!(r.stdout.contains(want), "{want:?} missing:\n{}", r.stdout);
+    }
+}
+
+#[test]
+fn one_gig_pool_short_at_boot_gets_hugetlb_cma() {
+    let st = status("one-gig-pool");
+    assert_eq!(u(&st["tuning"]["gigantic"]["pages_at_most"]), 0);
+    let f = finding(&st, "gigantic-runtime");
+    assert_eq!(f["severity"], "warning");
+    assert!(
+        f["message"].as_str().unwrap().contains("(2 more wanted)"),
+        "{f}"
+    );
+    assert!(
+        f["fix"]
+            .as_str()
+            .unwrap()
+            .starts_with("hugepagesz=1G hugepages=8 is on the kernel command line already: boot with hugetlb_cma=8G"),
+        "{f}"
+    );
+}
+
+/// Colour is anstream's decision: `CLICOLOR_FORCE` gives it without a
+/// terminal, `NO_COLOR` and `--color never` win over that; the JSON never
+/// has any.
+#[test]
+fn colour_follows_clicolor_and_no_color() {
+    let dir = fixture_dir("clean");
+    let status = |env: &[(&str, &str)], extra: &[&str]| -> String {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hugeshm"));
+        c.env_remove("NO_COLOR")
+            .env_remove("CLICOLOR")
+            .env_remove("CLICOLOR_FORCE")
+            .env("HUGESHM_PROC_ROOT", dir.join("proc"))
+            .env("HUGESHM_SYS_ROOT", dir.join("sys"))
+            .env("HUGESHM_FS_ROOT", dir.join("fs"))
+            .arg("status")
+            .args(extra);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c.output().expect("run hugeshm");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let forced = status(&[("CLICOLOR_FORCE", "1")], &[]);
+    assert!(forced.contains("\x1b[1mHuge page pools\x1b[0m"), "{forced}");
+    assert!(!status(&[], &[]).contains('\x1b'), "colour without a tty");
+    assert!(!status(&[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")], &[]).contains('\x1b'));
+    assert!(!status(&[("CLICOLOR_FORCE", "1")], &["--color", "never"]).contains('\x1b'));
+    assert!(status(&[], &["--color", "always"]).contains('\x1b'));
+    assert!(!status(&[("CLICOLOR_FORCE", "1")], &["--json"]).contains('\x1b'));
 }

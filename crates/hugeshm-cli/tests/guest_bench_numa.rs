@@ -115,3 +115,41 @@ fn guest_bench_numa_places_and_measures_every_row() {
     let ipcs = run.console.ok("bench.ipcs").unwrap();
     assert_eq!(ipcs.lines().count(), 1, "no segment left: {ipcs}");
 }
+
+#[test]
+fn guest_lab_numa_compares_remote_with_local() {
+    let Some(run) = guest_run("guest_lab_numa_compares_remote_with_local") else {
+        return;
+    };
+    let lab = run
+        .console
+        .json("lab.json")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(lab["memory_nodes"].as_u64(), Some(2), "{lab:#}");
+    let r = &lab["reproductions"][0];
+    assert_eq!(r["seed"], "002", "{lab:#}");
+    assert_eq!(r["error"], Value::Null, "{r:#}");
+    // local, remote and interleave for each page size.
+    let rows = r["table"]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 6, "{r:#}");
+    let remote = r["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["what"] == "remote write time against local")
+        .unwrap_or_else(|| panic!("no remote comparison: {r:#}"));
+    // Measured here (no speed is asserted: the emulated guest has no real
+    // NUMA latency), with its ratio against the field's 1.20x.
+    let ours = remote["ours"].as_f64().expect("ours measured on two nodes");
+    assert!(ours > 0.0, "{remote}");
+    let ratio = remote["ratio"].as_f64().unwrap();
+    assert!((ratio - ours / (1.116 / 0.931)).abs() < 1e-6, "{remote}");
+    assert_eq!(
+        run.console
+            .ok("lab.pools")
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["0", "0"]
+    );
+}

@@ -229,6 +229,79 @@ pub struct Plan {
     /// [`keep_room_for_live`]).
     #[serde(default)]
     pub keep_live: bool,
+    /// Demotions `apply` makes before it grows the pools: free pages of a
+    /// larger pool split into pages of a smaller one that grows
+    /// (`advise --demote`; see [`add_demotion`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub demote: Vec<PlanDemote>,
+}
+
+/// One demotion of a plan: `pages` free pages of `page_size_bytes` become
+/// pages of `to_page_size_bytes` (a write to the larger pool's `demote`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PlanDemote {
+    /// The pool demoted (1 GiB).
+    pub page_size_bytes: u64,
+    /// The size its pages become (2 MiB).
+    pub to_page_size_bytes: u64,
+    /// Pages of `page_size_bytes` to demote.
+    pub pages: u64,
+}
+
+/// Where a host-wide pool of the plan grows and free pages of a larger
+/// pool the plan leaves alone could give the growth by demotion (no new
+/// contiguous memory to find): with `use_it`, puts the demotion into the
+/// plan (and its command first in `config.runtime`); without, says so in a
+/// warning. What a demoted page gives beyond the growth goes back to the
+/// kernel when `apply` sets the pool.
+pub fn add_demotion(plan: &mut Plan, host: &HostSnapshot, use_it: bool) {
+    let planned: Vec<u64> = plan.pools.iter().map(|p| p.page_size_bytes).collect();
+    let mut found = Vec::new();
+    for p in plan.pools.iter().filter(|p| p.node.is_none()) {
+        let growth = p.pages.saturating_sub(p.current_pages);
+        let Some(fix) = crate::tuning::demotion_for(host, p.page_size_bytes, growth) else {
+            continue;
+        };
+        let hugeshm_fix::Fix::Demote {
+            page_size_bytes: from,
+            pages,
+            ..
+        } = fix
+        else {
+            continue;
+        };
+        if planned.contains(&from) {
+            continue;
+        }
+        found.push((p.page_size_bytes, growth, from, pages, fix));
+    }
+    for (to, growth, from, pages, fix) in found {
+        if use_it {
+            plan.demote.push(PlanDemote {
+                page_size_bytes: from,
+                to_page_size_bytes: to,
+                pages,
+            });
+            plan.config.runtime.insert(0, fix.to_string());
+            // The demoted pages come out of the larger pool.
+            let moved = pages.saturating_mul(from);
+            plan.huge_bytes = plan.huge_bytes.saturating_sub(moved);
+            plan.left_bytes = plan
+                .mem_total_bytes
+                .map(|t| t.saturating_sub(plan.huge_bytes));
+        } else {
+            plan.warnings.push(format!(
+                "the {} pool grows by {growth} pages, and {} free {} page{} could give {} of them by demotion, with no new contiguous memory to find (the {} pool shrinks by {pages}): add --demote, or: {fix}",
+                format_bytes(to),
+                pages,
+                format_bytes(from),
+                if pages == 1 { "" } else { "s" },
+                growth.min(pages.saturating_mul(from / to)),
+                format_bytes(from),
+            ));
+        }
+    }
 }
 
 /// One extended resource of a pod: `hugepages-2Mi: 64Mi`.
@@ -588,6 +661,7 @@ pub fn plan(
         config,
         container: None,
         keep_live: false,
+        demote: Vec::new(),
     }
 }
 
@@ -899,6 +973,63 @@ mod tests {
             .iter()
             .find(|x| x.page_size_bytes == size && x.node == node)
             .unwrap_or_else(|| panic!("no pool {size} {node:?} in {:?}", p.pools))
+    }
+
+    #[test]
+    fn demotion_is_said_or_planned() {
+        let mut h = host(1);
+        h.pools[1] = PoolCounters::new(GIB, 3, 2, Some(0), 0, Some(0));
+        h.demote = serde_json::from_value(serde_json::json!([
+            {"page_size_bytes": GIB, "demote_size_bytes": M2}
+        ]))
+        .unwrap();
+        let grow = |use_it: bool| {
+            let mut p = plan(&h, &[Demand::new("sga", 1200 * MIB, M2)], vec![], 2);
+            add_demotion(&mut p, &h, use_it);
+            p
+        };
+        // 602 pages from 10: 592 more, 2 free 1 GiB pages give 1024.
+        let p = grow(false);
+        assert!(p.demote.is_empty());
+        let w = p.warnings.join("\n");
+        assert!(
+            w.contains("grows by 592 pages, and 2 free 1 GiB pages could give 592 of them")
+                && w.contains("add --demote, or: echo 2 > /sys/kernel/mm/hugepages/hugepages-1048576kB/demote"),
+            "{w}"
+        );
+        let before = p.huge_bytes;
+        let p = grow(true);
+        assert_eq!(
+            p.demote,
+            vec![PlanDemote {
+                page_size_bytes: GIB,
+                to_page_size_bytes: M2,
+                pages: 2
+            }]
+        );
+        assert!(
+            p.config.runtime[0].starts_with("echo 2 > "),
+            "{:?}",
+            p.config.runtime
+        );
+        assert_eq!(p.huge_bytes, before - 2 * GIB);
+        // A plan that sets the 1 GiB pool itself demotes nothing.
+        let mut p = plan(
+            &h,
+            &[
+                Demand::new("sga", 1200 * MIB, M2),
+                Demand::new("big", GIB, GIB),
+            ],
+            vec![],
+            2,
+        );
+        add_demotion(&mut p, &h, true);
+        assert!(p.demote.is_empty() && p.warnings.iter().all(|w| !w.contains("demot")));
+        // Old plans without the key still read.
+        let mut v = serde_json::to_value(grow(false)).unwrap();
+        v.as_object_mut().unwrap().remove("demote");
+        let back: Plan = serde_json::from_value(v).unwrap();
+        assert!(back.demote.is_empty());
     }
 
     #[test]

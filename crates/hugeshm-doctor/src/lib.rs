@@ -27,5 +27,6 @@ pub mod numa;
 pub mod pmem;
 pub mod segments;
 pub mod status;
+pub mod tuning;
 
 pub use finding::{Finding, Severity};

@@ -192,6 +192,10 @@ pub struct StatusReport {
     /// device-dax, memory-only nodes; absent on a host with none of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pmem: Option<crate::pmem::PmemReport>,
+    /// `vm.min_free_kbytes`, 1 GiB pages at run time, HVO and demotion:
+    /// what `hugeadm --explain` says, with the numbers.
+    #[serde(default)]
+    pub tuning: crate::tuning::TuningReport,
 }
 
 /// A process that maps huge page shared memory, and its memlock limit.
@@ -612,6 +616,7 @@ pub fn build_from(host: &HostSnapshot, segs: Option<&SegmentsReport>) -> StatusR
         cgroup: None,
         cgroup_pid: None,
         pmem: None,
+        tuning: crate::tuning::build(host),
     };
     report.findings = findings(host, &report, segs);
     report
@@ -849,6 +854,24 @@ fn findings(host: &HostSnapshot, r: &StatusReport, segs: Option<&SegmentsReport>
     }
 
     out.extend(persisted_findings(host, r));
+    let boot_short: Vec<(u64, u64)> = r
+        .pools
+        .iter()
+        .filter(|p| p.node.is_none())
+        .filter_map(|p| {
+            p.boot_pages
+                .filter(|b| *b > p.total)
+                .map(|b| (p.page_size_bytes, b))
+        })
+        .collect();
+    let need_pages: std::collections::BTreeMap<u64, u64> =
+        need_by_size.iter().map(|(s, (n, _))| (*s, *n)).collect();
+    out.extend(crate::tuning::findings(
+        host,
+        &r.tuning,
+        &need_pages,
+        &boot_short,
+    ));
 
     if pool_total_bytes > 0 {
         if r.thp.enabled.as_deref() == Some("always") {

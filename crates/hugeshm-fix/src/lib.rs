@@ -199,6 +199,35 @@ pub enum Fix {
     WaitUntilReady,
     /// The region was made by a newer hugeshm: use that one.
     NewerHugeshm,
+    /// Split free pages of a pool into smaller pages (`demote`, Linux 5.16+).
+    Demote {
+        /// The page size demoted (1 GiB).
+        page_size_bytes: u64,
+        /// The size its pages become (`demote_size`).
+        to_page_size_bytes: u64,
+        /// How many pages of `page_size_bytes` to demote.
+        pages: u64,
+        /// Whether `demote_size` must be set first (it names another size now).
+        set_demote_size: bool,
+    },
+    /// Reserve pages at boot, on the kernel command line, where run-time
+    /// allocation cannot find contiguous memory (1 GiB pages).
+    ReserveAtBoot {
+        /// The page size.
+        page_size_bytes: u64,
+        /// Pages wanted.
+        pages: u64,
+        /// The kernel command line asks for them already (and the kernel
+        /// could not find the memory at boot): only `hugetlb_cma=` is left.
+        on_cmdline: bool,
+    },
+    /// Raise `vm.min_free_kbytes` now and at every boot.
+    MinFreeKbytes {
+        /// The value, in KiB.
+        kib: u64,
+    },
+    /// Turn on HugeTLB Vmemmap Optimization.
+    EnableHvo,
 }
 
 /// Who reads a rendered fix: which words name hugeshm's own operations.
@@ -375,6 +404,57 @@ impl Fix {
                 human(*missing_bytes)
             ),
             Fix::Sysctl { key, value } => format!("sysctl -w {key}={value}"),
+            Fix::Demote {
+                page_size_bytes,
+                to_page_size_bytes,
+                pages,
+                set_demote_size,
+            } => {
+                let dir = nr_hugepages_path(*page_size_bytes, None);
+                let dir = dir.trim_end_matches("/nr_hugepages");
+                let size = if *set_demote_size {
+                    format!("echo {}kB > {dir}/demote_size && ", to_page_size_bytes / 1024)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{size}echo {pages} > {dir}/demote   # {pages} free {} page{} become{} {} {} pages",
+                    short_size(*page_size_bytes),
+                    if *pages == 1 { "" } else { "s" },
+                    if *pages == 1 { "s" } else { "" },
+                    pages.saturating_mul(page_size_bytes / (*to_page_size_bytes).max(1)),
+                    short_size(*to_page_size_bytes)
+                )
+            }
+            Fix::ReserveAtBoot {
+                page_size_bytes,
+                pages,
+                on_cmdline,
+            } => {
+                let gib = pages.saturating_mul(*page_size_bytes).div_ceil(1 << 30).max(1);
+                if *on_cmdline {
+                    return format!(
+                        "hugepagesz={} hugepages={pages} is on the kernel command line already: \
+                         boot with hugetlb_cma={gib}G instead, a CMA area that run-time writes \
+                         to nr_hugepages take them from",
+                        short_size(*page_size_bytes)
+                    );
+                }
+                format!(
+                    "hugepagesz={} hugepages={pages} on the kernel command line (reserved before \
+                     memory fragments), or hugetlb_cma={gib}G to set aside a CMA area that run-time \
+                     writes to nr_hugepages can take them from",
+                    short_size(*page_size_bytes)
+                )
+            }
+            Fix::MinFreeKbytes { kib } => format!(
+                "sysctl -w vm.min_free_kbytes={kib} && echo 'vm.min_free_kbytes = {kib}' > \
+                 /etc/sysctl.d/60-hugeshm-min-free.conf"
+            ),
+            Fix::EnableHvo => "sysctl -w vm.hugetlb_optimize_vmemmap=1, then shrink and regrow \
+                 the pools (pages allocated before keep their struct pages), or boot with \
+                 hugetlb_free_vmemmap=on"
+                .to_owned(),
             Fix::HugetlbShmGroup { gid, memlock_kib } => format!(
                 "sysctl -w vm.hugetlb_shm_group={gid} (persist it in /etc/sysctl.d), \
                  or give the process CAP_IPC_LOCK (systemd: AmbientCapabilities=CAP_IPC_LOCK), \
@@ -586,5 +666,51 @@ mod tests {
         assert_eq!(v["pages"], 12);
         let back: Fix = serde_json::from_value(v).unwrap();
         assert_eq!(back, f);
+    }
+
+    #[test]
+    fn host_tuning_fixes() {
+        let d = Fix::Demote {
+            page_size_bytes: 1 << 30,
+            to_page_size_bytes: 2 << 20,
+            pages: 2,
+            set_demote_size: false,
+        };
+        assert_eq!(
+            d.to_string(),
+            "echo 2 > /sys/kernel/mm/hugepages/hugepages-1048576kB/demote   # 2 free 1G pages become 1024 2M pages"
+        );
+        let d = Fix::Demote {
+            page_size_bytes: 1 << 30,
+            to_page_size_bytes: 2 << 20,
+            pages: 1,
+            set_demote_size: true,
+        };
+        assert!(d.to_string().starts_with(
+            "echo 2048kB > /sys/kernel/mm/hugepages/hugepages-1048576kB/demote_size && echo 1 > "
+        ));
+        let b = Fix::ReserveAtBoot {
+            page_size_bytes: 1 << 30,
+            pages: 4,
+            on_cmdline: false,
+        };
+        assert!(b
+            .to_string()
+            .starts_with("hugepagesz=1G hugepages=4 on the kernel command line"));
+        assert!(b.to_string().contains("hugetlb_cma=4G"));
+        let b = Fix::ReserveAtBoot {
+            page_size_bytes: 1 << 30,
+            pages: 8,
+            on_cmdline: true,
+        };
+        assert!(
+            b.to_string().contains("already: boot with hugetlb_cma=8G"),
+            "{b}"
+        );
+        assert!(Fix::MinFreeKbytes { kib: 67584 }
+            .to_string()
+            .starts_with("sysctl -w vm.min_free_kbytes=67584 && echo 'vm.min_free_kbytes = 67584' > /etc/sysctl.d/"));
+        let v = serde_json::to_value(&d).unwrap();
+        assert_eq!(v["kind"], "demote");
     }
 }

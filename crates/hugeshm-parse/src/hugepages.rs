@@ -16,6 +16,28 @@ pub fn parse_counter(path: &str, text: &str) -> Result<u64, ParseError> {
     parse_u64(path, 1, "page count", line)
 }
 
+/// Parses `demote_size` (`2048kB`): the page size a pool's pages are split
+/// into by a write to `demote` (Linux 5.16+).
+pub fn parse_demote_size(path: &str, text: &str) -> Result<u64, ParseError> {
+    let line = text.lines().next().unwrap_or("").trim();
+    let kb = line.strip_suffix("kB").ok_or_else(|| {
+        ParseError::at(
+            path,
+            1,
+            format!("expected a size such as \"2048kB\", found {line:?}"),
+        )
+    })?;
+    let kb = parse_u64(path, 1, "demote size", kb)?;
+    match kb.checked_mul(1024) {
+        Some(b) if b > 0 => Ok(b),
+        _ => Err(ParseError::at(
+            path,
+            1,
+            format!("demote size {kb} kB is not a page size"),
+        )),
+    }
+}
+
 /// The counters of one pool: one page size, on the whole host or one node.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -77,6 +99,26 @@ impl PoolCounters {
 
 #[cfg(test)]
 mod tests {
+    use super::parse_demote_size;
+
+    #[test]
+    fn demote_size() {
+        let p = "/sys/kernel/mm/hugepages/hugepages-1048576kB/demote_size";
+        assert_eq!(parse_demote_size(p, "2048kB\n").unwrap(), 2 << 20);
+        for bad in [
+            "",
+            "2048",
+            "kB",
+            "0kB",
+            "-1kB",
+            "2 MB",
+            "99999999999999999999kB",
+        ] {
+            let e = parse_demote_size(p, bad).unwrap_err();
+            assert!(e.to_string().starts_with(p), "{bad:?}: {e}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod buddyinfo;
 pub mod cgroup;
 pub mod cmdline;
 pub mod error;
@@ -33,6 +34,7 @@ pub mod mounts;
 pub mod nd;
 pub mod node;
 pub mod numa_maps;
+pub mod pagetypeinfo;
 pub mod pid_limits;
 pub mod pid_status;
 pub mod size;

@@ -2,16 +2,19 @@
 
 use crate::read::{read_parse, read_parse_at, Problem, ReadError};
 use crate::Probe;
+use hugeshm_parse::buddyinfo::BuddyZone;
 use hugeshm_parse::cmdline::KernelCmdline;
 use hugeshm_parse::hugepages::{parse_counter, PoolCounters};
 use hugeshm_parse::meminfo::Meminfo;
 use hugeshm_parse::mounts::Mount;
 use hugeshm_parse::node::NodeMeminfo;
+use hugeshm_parse::pagetypeinfo::PageTypeInfo;
 use hugeshm_parse::pid_limits::PidLimits;
 use hugeshm_parse::sysvipc_shm::ShmSegment;
 use hugeshm_parse::thp::Selector;
 use hugeshm_parse::{
-    cmdline, meminfo, mounts, node, pid_limits, pid_status, size, sysctl, sysvipc_shm, thp,
+    buddyinfo, cmdline, hugepages, meminfo, mounts, node, pagetypeinfo, pid_limits, pid_status,
+    size, sysctl, sysvipc_shm, thp,
 };
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -78,6 +81,22 @@ pub struct Sysctls {
     pub shmall: Option<u64>,
     /// `kernel.shmmni`.
     pub shmmni: Option<u64>,
+    /// `vm.hugetlb_optimize_vmemmap` (HVO: 1 frees most of the `struct
+    /// page` memory of each huge page); `None` where the kernel was built
+    /// without `CONFIG_HUGETLB_PAGE_OPTIMIZE_VMEMMAP`.
+    #[serde(default)]
+    pub hugetlb_optimize_vmemmap: Option<u64>,
+}
+
+/// A pool that can be demoted: a write of N to its `demote` file turns N
+/// free pages of `page_size_bytes` into pages of `demote_size_bytes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DemoteSize {
+    /// The pool's page size.
+    pub page_size_bytes: u64,
+    /// `demote_size`.
+    pub demote_size_bytes: u64,
 }
 
 /// One read of every host-wide file. Files that could not be read are `None`
@@ -116,6 +135,18 @@ pub struct HostSnapshot {
     pub self_uid: Option<u32>,
     /// What sysctl.d and tmpfiles.d will set at the next boot.
     pub persisted: crate::Persisted,
+    /// `/proc/buddyinfo`: free blocks per order in each populated zone.
+    #[serde(default)]
+    pub buddyinfo: Vec<BuddyZone>,
+    /// `/proc/pagetypeinfo`: pageblocks per zone and migrate type (`None`
+    /// when not root: the file is mode 0400).
+    #[serde(default)]
+    pub pagetypeinfo: Option<PageTypeInfo>,
+    /// Per page size, the size its pages are demoted to by a write to its
+    /// `demote` file (`demote_size`, Linux 5.16+); absent where a size
+    /// cannot be demoted.
+    #[serde(default)]
+    pub demote: Vec<DemoteSize>,
     /// Files that could not be read or parsed.
     pub problems: Vec<Problem>,
 }
@@ -240,6 +271,15 @@ impl Probe {
                         continue;
                     };
                     let resv = c.need(counter(&dir, "resv_hugepages"));
+                    if let Some(d) = c.keep(read_parse_at(
+                        &dir.join("demote_size"),
+                        hugepages::parse_demote_size,
+                    )) {
+                        snap.demote.push(DemoteSize {
+                            page_size_bytes: page,
+                            demote_size_bytes: d,
+                        });
+                    }
                     let over = c.keep(counter(&dir, "nr_overcommit_hugepages"));
                     snap.pools
                         .push(PoolCounters::new(page, nr, free, resv, surplus, over));
@@ -325,6 +365,16 @@ impl Probe {
             shmmax: u(&mut c, "sys/kernel/shmmax"),
             shmall: u(&mut c, "sys/kernel/shmall"),
             shmmni: u(&mut c, "sys/kernel/shmmni"),
+            hugetlb_optimize_vmemmap: u(&mut c, "sys/vm/hugetlb_optimize_vmemmap"),
+        };
+        snap.buddyinfo = c
+            .keep(read_parse(&self.proc_path("buddyinfo"), buddyinfo::parse))
+            .unwrap_or_default();
+        // Root only (mode 0400): not being allowed to read it is no problem.
+        snap.pagetypeinfo = match read_parse(&self.proc_path("pagetypeinfo"), pagetypeinfo::parse) {
+            Ok(p) => Some(p),
+            Err(ReadError::PermissionDenied { .. }) => None,
+            Err(e) => c.keep(Err(e)),
         };
 
         snap.cmdline = c.keep(read_parse(&self.proc_path("cmdline"), cmdline::parse));

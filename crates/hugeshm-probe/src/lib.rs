@@ -27,7 +27,7 @@ mod process;
 mod read;
 
 pub use cgroup::{HugetlbCgroup, HugetlbCgroupLevel, HugetlbCgroupSize};
-pub use host::{HostSnapshot, NodeInfo, NodePool, Sysctls, ThpState};
+pub use host::{DemoteSize, HostSnapshot, NodeInfo, NodePool, Sysctls, ThpState};
 pub use persisted::{Persisted, PersistedValue};
 pub use pmem::{DaxDevice, MemoryTier, Namespace, PmemSnapshot};
 pub use process::{dev_major, dev_minor, MountFile, PidFiles, ProcessList};

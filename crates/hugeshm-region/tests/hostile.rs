@@ -83,7 +83,16 @@ fn hammer(name: &str, backend: Backend, poke: impl Fn(u64, &[u8]), original: &[u
         })
         .collect();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ std::process::id() as u64);
-    for round in 0..400 {
+    // At least 400 rounds, and on until the attachers have met both an
+    // intact and a damaged header (on a loaded machine an attach can take
+    // longer than 400 rounds), within a minute.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut round = 0u64;
+    while round < 400
+        || ((refused.load(Ordering::Relaxed) == 0 || attached.load(Ordering::Relaxed) == 0)
+            && std::time::Instant::now() < deadline)
+    {
+        round += 1;
         match round % 3 {
             // Flip one bit of the used header.
             0 => {
@@ -102,7 +111,12 @@ fn hammer(name: &str, backend: Backend, poke: impl Fn(u64, &[u8]), original: &[u
             // Back to the real header.
             _ => poke(0, original),
         }
-        std::thread::yield_now();
+        if round >= 400 {
+            // Give the attachers time to see this state.
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        } else {
+            std::thread::yield_now();
+        }
     }
     stop.store(true, Ordering::Relaxed);
     for t in threads {

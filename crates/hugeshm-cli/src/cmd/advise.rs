@@ -43,6 +43,12 @@ pub struct SourceArgs {
     /// Spare pages added to each pool.
     #[arg(long, default_value_t = DEFAULT_SPARE_PAGES)]
     pub spare: u64,
+    /// Where a pool grows and free pages of a larger pool the plan leaves
+    /// alone (1 GiB) could give the growth, demote them (the kernel's
+    /// `demote`, Linux 5.16+) instead of finding new contiguous memory;
+    /// without it, advise only says so.
+    #[arg(long)]
+    pub demote: bool,
 }
 
 /// `hugeshm advise` options.
@@ -207,6 +213,7 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
         let segs = crowded.then(|| hugeshm_doctor::segments::build_with(probe, host));
         advise::keep_room_for_live(&mut plan, host, segs.as_ref());
     }
+    advise::add_demotion(&mut plan, host, src.demote);
     Ok(plan)
 }
 
@@ -282,6 +289,16 @@ pub fn print(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
         ]);
     }
     t.render(out, "  ")?;
+    for d in &plan.demote {
+        out.line(format!(
+            "  demote: {} free {} page{} into {} {} pages first (--demote)",
+            d.pages,
+            page_size_short(d.page_size_bytes),
+            if d.pages == 1 { "" } else { "s" },
+            d.pages * (d.page_size_bytes / d.to_page_size_bytes.max(1)),
+            page_size_short(d.to_page_size_bytes)
+        ))?;
+    }
     if let (Some(total), Some(left)) = (plan.mem_total_bytes, plan.left_bytes) {
         out.line(format!(
             "  memory: {} in all, {} in huge page pools, {} left to the OS and other processes",

@@ -135,6 +135,20 @@ fn print(
         ))?;
     }
     if let Some(r) = r {
+        for d in &r.demoted {
+            out.line(format!(
+                "demoted {} {} page{}: the {} pool {} -> {}, the {} pool {} -> {}",
+                d.pages,
+                page_size_short(d.page_size_bytes),
+                if d.pages == 1 { "" } else { "s" },
+                page_size_short(d.page_size_bytes),
+                d.before,
+                d.after,
+                page_size_short(d.to_page_size_bytes),
+                d.to_before,
+                d.to_after
+            ))?;
+        }
         let mut t = Table::new(&[
             "size",
             "node",

@@ -41,56 +41,56 @@ pub struct Args {
 
 /// One placement of one page size: where the pages were and how fast.
 #[derive(Debug, serde::Serialize)]
-struct Row {
-    page_size_bytes: u64,
+pub(crate) struct Row {
+    pub(crate) page_size_bytes: u64,
     /// `local`, `remote` or `interleave`.
-    placement: &'static str,
+    pub(crate) placement: &'static str,
     /// The policy it stands for (`bind=0`, `interleave=0,1`).
-    policy: String,
+    pub(crate) policy: String,
     /// Bytes per node, from numa_maps (first run; every run is checked to
     /// match).
-    node_bytes: BTreeMap<String, u64>,
-    write_gbps_best: f64,
-    write_gbps_median: f64,
-    read_gbps_best: f64,
-    read_gbps_median: f64,
-    write_gbps_runs: Vec<f64>,
-    read_gbps_runs: Vec<f64>,
+    pub(crate) node_bytes: BTreeMap<String, u64>,
+    pub(crate) write_gbps_best: f64,
+    pub(crate) write_gbps_median: f64,
+    pub(crate) read_gbps_best: f64,
+    pub(crate) read_gbps_median: f64,
+    pub(crate) write_gbps_runs: Vec<f64>,
+    pub(crate) read_gbps_runs: Vec<f64>,
 }
 
 /// Ratios of best figures within one page size, all from this run.
 #[derive(Debug, serde::Serialize)]
-struct Ratio {
-    page_size_bytes: u64,
-    remote_vs_local_write: Option<f64>,
-    remote_vs_local_read: Option<f64>,
-    interleave_vs_local_write: Option<f64>,
-    interleave_vs_local_read: Option<f64>,
+pub(crate) struct Ratio {
+    pub(crate) page_size_bytes: u64,
+    pub(crate) remote_vs_local_write: Option<f64>,
+    pub(crate) remote_vs_local_read: Option<f64>,
+    pub(crate) interleave_vs_local_write: Option<f64>,
+    pub(crate) interleave_vs_local_read: Option<f64>,
 }
 
 /// A page size the bench could not measure, and why.
 #[derive(Debug, serde::Serialize)]
-struct Skipped {
-    page_size_bytes: u64,
-    reason: String,
+pub(crate) struct Skipped {
+    pub(crate) page_size_bytes: u64,
+    pub(crate) reason: String,
 }
 
 #[derive(Debug, serde::Serialize)]
-struct Report {
+pub(crate) struct Report {
     /// True where there is no memory node besides the CPU node: nothing to
     /// compare, no rows.
-    single_node: bool,
+    pub(crate) single_node: bool,
     /// Why nothing was measured, where nothing was.
-    message: Option<String>,
-    size_bytes: u64,
-    runs: usize,
-    cpu_node: Option<u32>,
-    cpus: Vec<u32>,
-    remote_node: Option<u32>,
-    memory_nodes: Vec<u32>,
-    results: Vec<Row>,
-    ratios: Vec<Ratio>,
-    skipped: Vec<Skipped>,
+    pub(crate) message: Option<String>,
+    pub(crate) size_bytes: u64,
+    pub(crate) runs: usize,
+    pub(crate) cpu_node: Option<u32>,
+    pub(crate) cpus: Vec<u32>,
+    pub(crate) remote_node: Option<u32>,
+    pub(crate) memory_nodes: Vec<u32>,
+    pub(crate) results: Vec<Row>,
+    pub(crate) ratios: Vec<Ratio>,
+    pub(crate) skipped: Vec<Skipped>,
 }
 
 /// The nodes of a run: who computes, where local and remote memory are.
@@ -246,6 +246,22 @@ fn ratios(rows: &[Row], sizes: &[u64]) -> Vec<Ratio> {
 /// Runs the bench.
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let probe = Probe::new(roots.clone());
+    let tty = out.tty && !a.json;
+    let note = |s: &str| {
+        if tty {
+            eprint!("\r{s:<70}");
+        }
+    };
+    let report = measure(&probe, a, &note)?;
+    if tty {
+        eprint!("\r{:<70}\r", "");
+    }
+    print(a, &report, out)
+}
+
+/// Measures every placement and page size (or says why it cannot: one
+/// node), showing progress through `note`.
+pub(crate) fn measure(probe: &Probe, a: &Args, note: &dyn Fn(&str)) -> anyhow::Result<Report> {
     let host = probe.host();
     let mut report = Report {
         single_node: false,
@@ -276,7 +292,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
              hugeshm --test guest_bench_numa -- --nocapture) or on a multi-socket or CXL host"
                 .to_owned(),
         );
-        return print(a, &report, out);
+        return Ok(report);
     };
 
     let mut pages = Vec::new();
@@ -302,7 +318,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
 
     // Pools, node by node: the CPU node and the remote node hold the whole
     // region in turn; the other memory nodes their share of the interleave.
-    let mut reservation = PoolTopUp::new(&probe);
+    let mut reservation = PoolTopUp::new(probe);
     if !a.no_reserve {
         let mut kept = Vec::new();
         for page in pages {
@@ -335,14 +351,8 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let saved = hugeshm_sys::affinity()?;
     hugeshm_sys::set_affinity(&nodes.cpus)
         .with_context(|| format!("pinning the bench to the CPUs of node {}", nodes.cpu))?;
-    let tty = out.tty && !a.json;
-    let note = |s: &str| {
-        if tty {
-            eprint!("\r{s:<70}");
-        }
-    };
     for &page in &pages {
-        match measure_size(a, page, &placements, &note) {
+        match measure_size(a, page, &placements, note) {
             Ok(mut r) => report.results.append(&mut r),
             // One page size failing does not end the bench: it says why.
             Err(e) => report.skipped.push(Skipped {
@@ -351,14 +361,11 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             }),
         }
     }
-    if tty {
-        eprint!("\r{:<70}\r", "");
-    }
     hugeshm_sys::set_affinity(&saved)?;
     drop(reservation);
     let sizes: Vec<u64> = pages.iter().map(|p| p.bytes().unwrap_or(4096)).collect();
     report.ratios = ratios(&report.results, &sizes);
-    print(a, &report, out)
+    Ok(report)
 }
 
 fn print(a: &Args, report: &Report, out: &mut Out) -> anyhow::Result<ExitCode> {

@@ -55,15 +55,8 @@ struct Row {
     attach_seconds_max: f64,
 }
 
-fn page_tables() -> anyhow::Result<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
-    let m = hugeshm_parse::meminfo::parse(&text)?;
-    m.page_tables_bytes
-        .context("/proc/meminfo has no PageTables line")
-}
-
 /// What one attached process should cost, and why.
-fn theory(size: u64, page: u64) -> (u64, String) {
+pub(crate) fn theory(size: u64, page: u64) -> (u64, String) {
     let gib = size.div_ceil(GIB);
     if page == 4096 {
         // 8-byte PTEs for every 4 KiB page: 2 MiB per GiB, plus a PMD page per GiB.
@@ -90,7 +83,66 @@ struct Kid {
     stdout: BufReader<ChildStdout>,
 }
 
-struct Kids(Vec<Kid>);
+/// Idle child processes that attach a named region when told to and hold
+/// it until dropped (then they are reaped, or killed after a grace time).
+/// `hugeshm lab` uses them too.
+pub(crate) struct Kids(Vec<Kid>);
+
+impl Kids {
+    /// Starts `n` idle children (`bench pagetables-child NAME BACKEND`).
+    pub(crate) fn spawn(name: &str, backend: Backend, n: u32) -> anyhow::Result<Kids> {
+        let exe = std::env::current_exe()?;
+        let mut kids = Kids(Vec::new());
+        for i in 0..n {
+            let mut child = Command::new(&exe)
+                .args(["bench", "pagetables-child", name, backend.as_str()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .with_context(|| format!("spawning child {i} of {n}"))?;
+            let stdin = child.stdin.take();
+            let stdout = BufReader::new(child.stdout.take().context("child stdout")?);
+            kids.0.push(Kid {
+                child,
+                stdin,
+                stdout,
+            });
+        }
+        Ok(kids)
+    }
+
+    /// The children's process ids.
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        self.0.iter().map(|k| k.child.id()).collect()
+    }
+
+    /// Tells children `range` to attach and touch every page; returns the
+    /// seconds each took, once all are done.
+    pub(crate) fn attach(&mut self, range: std::ops::Range<usize>) -> anyhow::Result<Vec<f64>> {
+        let started = self.0.len();
+        let kids = self
+            .0
+            .get_mut(range.clone())
+            .with_context(|| format!("children {range:?} asked of {started} started"))?;
+        for k in kids.iter_mut() {
+            if let Some(s) = k.stdin.as_mut() {
+                writeln!(s, "attach")?;
+                s.flush()?;
+            }
+        }
+        let mut times = Vec::new();
+        for k in kids.iter_mut() {
+            let mut line = String::new();
+            k.stdout.read_line(&mut line)?;
+            let secs: f64 = line
+                .strip_prefix("ready ")
+                .and_then(|t| t.trim().parse().ok())
+                .with_context(|| format!("a child failed to attach (said {line:?})"))?;
+            times.push(secs);
+        }
+        Ok(times)
+    }
+}
 
 impl Drop for Kids {
     fn drop(&mut self) {
@@ -102,6 +154,14 @@ impl Drop for Kids {
             Duration::from_secs(30),
         );
     }
+}
+
+/// Host-wide `PageTables` of /proc/meminfo, bytes.
+pub(crate) fn page_tables() -> anyhow::Result<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
+    let m = hugeshm_parse::meminfo::parse(&text)?;
+    m.page_tables_bytes
+        .context("/proc/meminfo has no PageTables line")
 }
 
 /// The hidden child: waits for "attach", attaches and touches, reports its
@@ -135,7 +195,6 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     }
     let probe = Probe::new(roots.clone());
     let host = probe.host();
-    let exe = std::env::current_exe()?;
     let mut rows = Vec::new();
     for ps_text in &a.page_size {
         let page: PageSize = ps_text.parse().map_err(|e: String| anyhow::anyhow!(e))?;
@@ -159,41 +218,11 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
                 .name(name.clone())
                 .create()
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            let mut kids = Kids(Vec::new());
             let outcome = (|| -> anyhow::Result<Row> {
-                for i in 0..a.procs {
-                    let mut child = Command::new(&exe)
-                        .args(["bench", "pagetables-child", &name, a.backend.as_str()])
-                        .stdin(Stdio::piped())
-                        .stdout(Stdio::piped())
-                        .spawn()
-                        .with_context(|| format!("spawning child {i}"))?;
-                    let stdin = child.stdin.take();
-                    let stdout = BufReader::new(child.stdout.take().context("child stdout")?);
-                    kids.0.push(Kid {
-                        child,
-                        stdin,
-                        stdout,
-                    });
-                }
+                let mut kids = Kids::spawn(&name, a.backend, a.procs)?;
                 std::thread::sleep(Duration::from_millis(200));
                 let before = page_tables()?;
-                for k in &mut kids.0 {
-                    if let Some(s) = k.stdin.as_mut() {
-                        writeln!(s, "attach")?;
-                        s.flush()?;
-                    }
-                }
-                let mut times = Vec::new();
-                for k in &mut kids.0 {
-                    let mut line = String::new();
-                    k.stdout.read_line(&mut line)?;
-                    let secs: f64 = line
-                        .strip_prefix("ready ")
-                        .and_then(|t| t.trim().parse().ok())
-                        .with_context(|| format!("a child failed to attach (said {line:?})"))?;
-                    times.push(secs);
-                }
+                let times = kids.attach(0..a.procs as usize)?;
                 let after = page_tables()?;
                 let (t, why) = theory(a.size, ps);
                 Ok(Row {
@@ -211,7 +240,6 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
                     attach_seconds_max: times.iter().copied().fold(0.0, f64::max),
                 })
             })();
-            drop(kids);
             let destroyed = region.destroy().map_err(|e| anyhow::anyhow!("{e}"));
             let row = outcome?;
             destroyed?;

@@ -146,7 +146,7 @@ pub fn print(r: &StatusReport, out: &mut Out) -> anyhow::Result<()> {
         r.thp.defrag.as_deref().unwrap_or("-"),
         r.thp.shmem_enabled.as_deref().unwrap_or("-")
     );
-    let rows: Vec<(String, String)> = vec![
+    let mut rows: Vec<(String, String)> = vec![
         ("THP".into(), thp),
         ("".into(), r.thp.verdict.clone()),
         (
@@ -186,6 +186,7 @@ pub fn print(r: &StatusReport, out: &mut Out) -> anyhow::Result<()> {
         ),
         ("boot".into(), boot_line(r)),
     ];
+    rows.extend(super::status_tuning::rows(&r.tuning));
     for (k, v) in rows {
         out.line(format!("  {:<18} {}", k, v))?;
     }

@@ -14,3 +14,6 @@ block bench.json hugeshm bench numa --size 16M --page-size 4k,2m --runs 2 --json
 block bench.table hugeshm bench numa --size 16M --page-size 4k,2m --runs 2
 block bench.pools cat "$(node_pool 0)" "$(node_pool 1)"
 block bench.ipcs cat /proc/sysvipc/shm
+# `hugeshm lab`'s NUMA reproduction (seed 002) over the same measurement.
+block lab.json hugeshm lab --quick --only numa --json
+block lab.pools cat "$(node_pool 0)" "$(node_pool 1)"

@@ -1,0 +1,302 @@
+//! `hugeshm lab`: the field reports' measurements reproduced on this host,
+//! scaled to its memory and CPUs, each figure beside the report's with the
+//! ratio.
+//!
+//! A reproduction is one small module implementing [`model::Lab`], listed
+//! in [`all`]; it fills a [`model::Reproduction`] (comparisons, a table,
+//! plot data, notes), and the printers here (table, `--json`, `--out`:
+//! JSON, SVG plots and one HTML report) are the same for all of them.
+
+pub mod fallback;
+pub mod html;
+pub mod model;
+pub mod numa;
+pub mod pagetables;
+pub mod plot;
+pub mod pools;
+pub mod startup;
+
+use crate::output::{Out, Table};
+use anyhow::Context;
+use hugeshm_parse::size::{format_bytes, MIB};
+use hugeshm_probe::{Probe, Roots};
+use model::{figure_text, ratio_text, Ceiling, Ctx, Lab, LabReport, Reproduction};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// `hugeshm lab` options.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Run only this reproduction (repeatable): startup, pagetables,
+    /// fallback, numa.
+    #[arg(long)]
+    pub only: Vec<String>,
+    /// Small sizes and one timed run (seconds instead of minutes; for tests).
+    #[arg(long)]
+    pub quick: bool,
+    /// Write lab.json, one SVG per plot and report.html into this directory
+    /// (created if missing).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Do not raise the huge page pools (by default, as root, the lab adds
+    /// the pages each reproduction needs and gives them back after it).
+    #[arg(long)]
+    pub no_reserve: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Every reproduction, in the order the lab runs them.
+pub fn all() -> Vec<Box<dyn Lab>> {
+    vec![
+        Box::new(startup::Startup),
+        Box::new(pagetables::PageTables),
+        Box::new(fallback::Fallback),
+        Box::new(numa::Numa),
+    ]
+}
+
+fn host_line(roots: &Roots, mem: u64, cpus: usize, nodes: usize) -> String {
+    let kernel = std::fs::read_to_string(roots.proc.join("sys/kernel/osrelease"))
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned());
+    format!(
+        "kernel {kernel}, {cpus} CPU{}, {} of memory, {nodes} NUMA node{} with memory",
+        if cpus == 1 { "" } else { "s" },
+        format_bytes(mem),
+        if nodes == 1 { "" } else { "s" }
+    )
+}
+
+/// The 1-minute load average (`/proc/loadavg`): other work on the host
+/// moves every timing.
+fn load_average(roots: &Roots) -> Option<f64> {
+    std::fs::read_to_string(roots.proc.join("loadavg"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Runs the lab.
+pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let labs = all();
+    for name in &a.only {
+        if !labs.iter().any(|l| l.name() == name) {
+            let names: Vec<&str> = labs.iter().map(|l| l.name()).collect();
+            anyhow::bail!(
+                "--only {name}: no such reproduction (there are: {})",
+                names.join(", ")
+            );
+        }
+    }
+    let chosen: Vec<&dyn Lab> = labs
+        .iter()
+        .map(|l| l.as_ref())
+        .filter(|l| a.only.is_empty() || a.only.iter().any(|n| n == l.name()))
+        .collect();
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the --out directory {}", dir.display()))?;
+    }
+    let started = Instant::now();
+    let load_before = load_average(roots);
+    let probe = Probe::new(roots.clone());
+    let host = probe.host();
+    let mem_bytes = host
+        .meminfo
+        .as_ref()
+        .and_then(|m| m.mem_total_bytes)
+        .context("/proc/meminfo has no MemTotal: cannot scale the lab to this host")?;
+    let cpus = hugeshm_region::available_cpus();
+    let memory_nodes = host
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.meminfo
+                .as_ref()
+                .and_then(|m| m.mem_total_bytes)
+                .is_some_and(|b| b > 0)
+        })
+        .count()
+        .max(1);
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr()) && !a.json;
+    let progress = move |s: &str| {
+        if tty {
+            let s: String = s.chars().take(78).collect();
+            eprint!("\r{s:<78}");
+        }
+    };
+
+    // The ceiling, in the same run as everything it is compared with: the
+    // best of two measurements at the start (other work on the host can
+    // halve one), and one more at the end to show how steady it was.
+    let ceiling_bytes = if a.quick { 64 * MIB } else { 512 * MIB };
+    let mut threads = vec![1];
+    if cpus > 1 {
+        threads.push(cpus);
+    }
+    let memset = |t: usize| {
+        progress(&format!("memset ceiling, {t} threads"));
+        hugeshm_region::memset_baseline(ceiling_bytes, t)
+            .map_err(|e| anyhow::anyhow!("memset ceiling: {e}"))
+    };
+    let mut ceiling = Vec::new();
+    for &t in &threads {
+        let (b1, b2) = (memset(t)?, memset(t)?);
+        let b = if b2.gbps > b1.gbps { b2 } else { b1 };
+        ceiling.push(Ceiling {
+            threads: b.threads,
+            size_bytes: b.size_bytes,
+            page_size_bytes: b.page_size_bytes,
+            gbps: b.gbps,
+            gbps_at_end: None,
+        });
+    }
+
+    let ctx = Ctx {
+        probe: &probe,
+        host: &host,
+        mem_bytes,
+        cpus,
+        quick: a.quick,
+        reserve: !a.no_reserve,
+        ceiling: &ceiling,
+        progress: &progress,
+    };
+    let mut reproductions = Vec::new();
+    for lab in chosen {
+        let mut r = Reproduction::new(lab.name(), lab.seed(), lab.title());
+        let t = Instant::now();
+        if let Err(e) = lab.run(&ctx, &mut r) {
+            r.error = Some(format!("{e:#}"));
+        }
+        r.seconds = t.elapsed().as_secs_f64();
+        reproductions.push(r);
+    }
+    for c in ceiling.iter_mut() {
+        c.gbps_at_end = Some(memset(c.threads)?.gbps);
+    }
+    if tty {
+        eprint!("\r{:<78}\r", "");
+    }
+    let report = LabReport {
+        host: host_line(roots, mem_bytes, cpus, memory_nodes),
+        mem_bytes,
+        cpus,
+        memory_nodes,
+        quick: a.quick,
+        load_average: [load_before, load_average(roots)],
+        ceiling,
+        reproductions,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    if let Some(dir) = &a.out {
+        write_out(dir, &report)?;
+    }
+    if a.json {
+        out.json_doc(&report)?;
+    } else {
+        print(&report, a.out.as_deref(), out)?;
+    }
+    Ok(if report.reproductions.iter().any(|r| r.error.is_some()) {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// lab.json, one SVG per plot, report.html.
+fn write_out(dir: &Path, report: &LabReport) -> anyhow::Result<()> {
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))
+    };
+    let mut svgs = Vec::new();
+    for p in report.reproductions.iter().flat_map(|r| &r.plots) {
+        let svg = plot::svg(p)?;
+        write(&format!("{}.svg", p.id), &svg)?;
+        svgs.push((p.id.clone(), svg));
+    }
+    write(
+        "lab.json",
+        &serde_json::to_string_pretty(&crate::output::Envelope::new(report))?,
+    )?;
+    write("report.html", &html::report(report, &svgs))
+}
+
+fn print(report: &LabReport, dir: Option<&Path>, out: &mut Out) -> anyhow::Result<()> {
+    out.line(format!("hugeshm lab: {}", report.host))?;
+    if let [Some(a), Some(b)] = report.load_average {
+        out.line(format!(
+            "load average {a:.2} at the start, {b:.2} at the end (other work on the host moves \
+             every timing; the lab's own processes count in the end figure)"
+        ))?;
+    }
+    let ceiling: Vec<String> = report.ceiling.iter().map(Ceiling::describe).collect();
+    out.line(format!(
+        "memset over faulted memory (the ceiling, this run): {}",
+        ceiling.join(", ")
+    ))?;
+    let mut summary = Table::new(&["seed", "what", ">field report", ">ours", ">ours/field"]);
+    for r in &report.reproductions {
+        for c in &r.comparisons {
+            summary.row(vec![
+                r.seed.clone(),
+                c.what.clone(),
+                figure_text(Some(c.field), &c.unit),
+                figure_text(c.ours, &c.unit),
+                ratio_text(c.ratio),
+            ]);
+        }
+    }
+    for r in &report.reproductions {
+        out.line("")?;
+        out.line(out.bold(&format!(
+            "seed {}: {} ({:.1} s)",
+            r.seed, r.title, r.seconds
+        )))?;
+        if !r.table.rows.is_empty() {
+            let cols: Vec<&str> = r.table.columns.iter().map(String::as_str).collect();
+            let mut t = Table::new(&cols);
+            for row in &r.table.rows {
+                t.row(row.clone());
+            }
+            t.render(out, "  ")?;
+        }
+        for c in &r.comparisons {
+            out.line(format!(
+                "  {}: field {} ({}), ours {} ({}): {}",
+                c.what,
+                figure_text(Some(c.field), &c.unit),
+                c.field_setting,
+                figure_text(c.ours, &c.unit),
+                c.our_setting,
+                ratio_text(c.ratio)
+            ))?;
+            if let Some(n) = &c.note {
+                out.line(format!("    {}", out.dim(n)))?;
+            }
+        }
+        for n in &r.notes {
+            out.line(format!("  {n}"))?;
+        }
+        if let Some(e) = &r.error {
+            out.line(format!("  {}: {e}", out.good("stopped", false)))?;
+        }
+    }
+    out.line("")?;
+    out.line(out.bold("the field reports beside this host"))?;
+    summary.render(out, "  ")?;
+    out.line(format!("lab took {:.0} s", report.seconds))?;
+    if let Some(d) = dir {
+        out.line(format!(
+            "wrote {}/report.html, lab.json and the plots",
+            d.display()
+        ))?;
+    }
+    out.flush()
+}

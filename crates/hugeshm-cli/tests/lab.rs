@@ -1,0 +1,273 @@
+//! `hugeshm lab` on the live host, as root: every reproduction measures
+//! for real (huge pages reserved through the pool top-up and given back,
+//! real attached processes), `--out` writes the JSON, the plots and the
+//! HTML report, and headless Chromium renders that report with every
+//! section and plot in it.
+//!
+//! Run: `cargo test -p hugeshm --test lab -- --nocapture`
+
+mod common;
+
+use common::{cmd, hugeshm as run, json};
+
+use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+fn repro<'a>(lab: &'a Value, seed: &str) -> &'a Value {
+    lab["reproductions"]
+        .as_array()
+        .expect("reproductions")
+        .iter()
+        .find(|r| r["seed"] == seed)
+        .unwrap_or_else(|| panic!("no reproduction of seed {seed}: {lab:#}"))
+}
+
+fn comparison<'a>(r: &'a Value, starts: &str) -> &'a Value {
+    r["comparisons"]
+        .as_array()
+        .expect("comparisons")
+        .iter()
+        .find(|c| c["what"].as_str().is_some_and(|w| w.starts_with(starts)))
+        .unwrap_or_else(|| panic!("no comparison {starts:?}: {r:#}"))
+}
+
+/// The DOM headless Chromium built from the report.
+fn chromium_dom(file: &Path) -> String {
+    let profile = std::env::temp_dir().join(format!("hugeshm-lab-chromium-{}", std::process::id()));
+    let out = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            &format!("--user-data-dir={}", profile.display()),
+            "--dump-dom",
+        ])
+        .arg(format!("file://{}", file.display()))
+        .output()
+        .expect("run chromium");
+    let _ = std::fs::remove_dir_all(&profile);
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn lab_quick_reproduces_every_report_and_writes_a_report_chromium_renders() {
+    const T: &str = "lab_quick_reproduces_every_report_and_writes_a_report_chromium_renders";
+    if skip_unless_root(T) {
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool lock");
+    let before = HostState::capture().unwrap();
+    let dir = std::env::temp_dir().join(format!("hugeshm-lab-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let lab = json(run(&[
+        "lab",
+        "--quick",
+        "--out",
+        dir.to_str().unwrap(),
+        "--json",
+    ]));
+
+    // Every reproduction ran, without error, in the lab's order.
+    let seeds: Vec<&str> = lab["reproductions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["seed"].as_str().unwrap())
+        .collect();
+    assert_eq!(seeds, ["001", "003", "000", "002"], "{lab:#}");
+    for r in lab["reproductions"].as_array().unwrap() {
+        assert_eq!(r["error"], Value::Null, "{r:#}");
+        for c in r["comparisons"].as_array().unwrap() {
+            assert!(c["field"].as_f64().is_some_and(|f| f > 0.0), "{c}");
+            if let (Some(f), Some(o)) = (c["field"].as_f64(), c["ours"].as_f64()) {
+                let ratio = c["ratio"].as_f64().expect("a ratio beside ours");
+                assert!((ratio - o / f).abs() < 1e-9 * ratio.abs().max(1.0), "{c}");
+            }
+        }
+    }
+    // The ceiling was measured in this run, for 1 thread and every CPU.
+    let ceiling = lab["ceiling"].as_array().unwrap();
+    assert!(!ceiling.is_empty() && ceiling.iter().all(|c| c["gbps"].as_f64().unwrap() > 0.0));
+
+    // 001: both page sizes, every size and thread count, warm-up apart.
+    let startup = repro(&lab, "001");
+    let cpus = lab["cpus"].as_u64().unwrap();
+    let threads = if cpus > 1 { 2 } else { 1 };
+    assert_eq!(
+        startup["table"]["rows"].as_array().unwrap().len(),
+        2 * 2 * threads,
+        "{startup:#}"
+    );
+    assert!(
+        comparison(startup, "huge-page start-up rate")["ours"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+
+    // 003: 4 KiB sessions pay about 2 MiB per GiB each; 2 MiB sessions
+    // (64 MiB, no sharing at that size) at most a PMD page each.
+    let pt = repro(&lab, "003");
+    let per_gib_4k = comparison(pt, "4 KiB: page tables per session")["ours"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        (1.5..3.0).contains(&per_gib_4k),
+        "4 KiB: {per_gib_4k} MiB per GiB"
+    );
+    let per_gib_2m = comparison(pt, "2 MiB: page tables per session")["ours"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        per_gib_2m <= 4.0 * 16.0 + 1.0,
+        "2 MiB: {per_gib_2m} KiB per GiB"
+    );
+    let total = pt["plots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "pagetables-total")
+        .expect("the total plot");
+    // PageTables and the sessions' VmPTE, for each page size.
+    assert_eq!(total["series"].as_array().unwrap().len(), 4, "{total:#}");
+
+    // 000: one page short, try fell back to 4 KiB with every free page idle;
+    // only refused with the numbers.
+    let fb = repro(&lab, "000");
+    let rows = fb["table"]["rows"].as_array().unwrap();
+    let row = |start: &str| {
+        rows.iter()
+            .find(|r| r[0] == start)
+            .unwrap_or_else(|| panic!("no row {start:?}: {fb:#}"))
+    };
+    assert_eq!(row("pool holds it, try")[2], "2M");
+    assert_eq!(row("one page short, try")[2], "4k");
+    assert_eq!(row("one page short, only")[2], "refused");
+    assert_eq!(row("one page short, try")[4], "31", "32 needed, 31 idle");
+    let idle = comparison(fb, "fall-back: idle reserved pool")["ours"]
+        .as_f64()
+        .unwrap();
+    assert!((idle - 31.0 / 32.0 * 100.0).abs() < 0.01, "{idle}");
+    let rsvd = comparison(fb, "counters: HugePages_Rsvd")["ours"]
+        .as_f64()
+        .unwrap();
+    assert!(rsvd > 10.0 && rsvd < 25.0, "Rsvd share of the pool: {rsvd}");
+    assert!(fb["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n.as_str().unwrap().contains("required 32, available 31")));
+
+    // 002: one node here says so; several nodes compare.
+    let numa = repro(&lab, "002");
+    let remote = comparison(numa, "remote write time");
+    if lab["memory_nodes"] == 1 {
+        assert_eq!(remote["ours"], Value::Null);
+        assert!(remote["note"].as_str().unwrap().contains("one memory node"));
+    }
+    assert!(
+        comparison(numa, "local write bandwidth")["ours"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+
+    // The files: JSON (the same document), one SVG per plot, the report.
+    let on_disk: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("lab.json")).unwrap()).unwrap();
+    assert_eq!(on_disk["schema"], 1);
+    assert_eq!(
+        on_disk["reproductions"].as_array().unwrap().len(),
+        4,
+        "{on_disk:#}"
+    );
+    let plots: Vec<String> = lab["reproductions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["plots"].as_array().unwrap().iter())
+        .map(|p| p["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(plots.len() >= 5, "{plots:?}");
+    for id in &plots {
+        let svg = std::fs::read_to_string(dir.join(format!("{id}.svg"))).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{id}"
+        );
+    }
+    let html = dir.join("report.html");
+    assert!(html.is_file());
+
+    // The pools are as they were, nothing left behind.
+    let diff = before.diff(&HostState::capture().unwrap());
+    assert!(diff.is_empty(), "left behind: {diff:#?}");
+    pool.restore().expect("restore");
+
+    if !on_path("chromium") {
+        eprintln!("{T}: the Chromium part skipped: no chromium on PATH (apt-get install chromium)");
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    let dom = chromium_dom(&html);
+    for seed in ["001", "003", "000", "002"] {
+        let at = dom
+            .find(&format!("id=\"seed-{seed}\""))
+            .unwrap_or_else(|| panic!("section seed-{seed} not rendered:\n{dom}"));
+        let section = &dom[at..];
+        let end = section[1..]
+            .find("<section")
+            .map(|e| e + 1)
+            .unwrap_or(section.len());
+        let section = &section[..end];
+        assert!(
+            section.contains("The field report beside ours"),
+            "seed {seed}"
+        );
+        assert!(section.contains("<svg"), "seed {seed}: no plot");
+    }
+    for id in &plots {
+        assert!(
+            dom.contains(&format!("id=\"plot-{id}\"")),
+            "plot {id} not rendered"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn lab_only_runs_one_and_refuses_an_unknown_name() {
+    let out = run(&["lab", "--only", "nosuch"]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "--only nosuch: no such reproduction (there are: startup, pagetables, fallback, numa)"
+        ),
+        "{err}"
+    );
+    // numa with --no-reserve reserves nothing: runnable by anyone.
+    let out = cmd(&["lab", "--quick", "--only", "numa", "--no-reserve", "--json"])
+        .output()
+        .unwrap();
+    let lab = json(out);
+    let r = lab["reproductions"].as_array().unwrap();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0]["name"], "numa");
+    assert!(
+        !r[0]["table"]["rows"].as_array().unwrap().is_empty(),
+        "{lab:#}"
+    );
+}

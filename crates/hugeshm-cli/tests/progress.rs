@@ -1,0 +1,74 @@
+//! The pre-fault progress bar (`indicatif`): drawn on a terminal with the
+//! bytes, the rate and the time left; absent when stderr is not a terminal.
+//! A terminal is had from `script` (util-linux); without it the test skips.
+
+mod common;
+
+use common::{cmd, hugeshm};
+use std::process::Command;
+
+#[test]
+fn bar_on_a_terminal_only() {
+    const T: &str = "bar_on_a_terminal_only";
+    if Command::new("script").arg("--version").output().is_err() {
+        println!("SKIP {T}: no `script` (util-linux) to give hugeshm a terminal");
+        return;
+    }
+    let name = format!("pbar{}", std::process::id());
+    let bin = env!("CARGO_BIN_EXE_hugeshm");
+    let create = format!(
+        "NO_COLOR=1 {bin} create {name} --backend posix --size 512M --page-size 4k --policy off --prefault-threads 1"
+    );
+    // On a terminal (script's pty): the bar, with its rate and time left.
+    let log = std::env::temp_dir().join(format!("{name}.log"));
+    let out = Command::new("script")
+        .args(["-qec", &create])
+        .arg(&log)
+        .output()
+        .expect("run script");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    let rm = hugeshm(&["rm", &name, "--backend", "posix"]);
+    assert!(rm.status.success(), "{rm:?}");
+    assert!(out.status.success(), "{out:?}\n{text}");
+    let draws: Vec<&str> = text
+        .split(['\r', '\n'])
+        .filter(|l| l.contains("pre-faulting ["))
+        .collect();
+    assert!(!draws.is_empty(), "no progress bar on a terminal:\n{text}");
+    let last = draws.last().unwrap();
+    assert!(
+        last.contains("512.00 MiB/512.00 MiB") && last.contains("iB/s, ") && last.contains(" left"),
+        "{last:?}"
+    );
+    assert!(
+        text.contains("region ") && text.contains("pre-fault "),
+        "{text}"
+    );
+
+    // stderr a pipe: no bar, and the report on stdout is the same.
+    let out = cmd(&[
+        "create",
+        &name,
+        "--backend",
+        "posix",
+        "--size",
+        "512M",
+        "--page-size",
+        "4k",
+        "--policy",
+        "off",
+    ])
+    .output()
+    .expect("run hugeshm");
+    let rm = hugeshm(&["rm", &name, "--backend", "posix"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(rm.status.success(), "{rm:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("pre-faulting"),
+        "a bar without a terminal: {err:?}"
+    );
+    assert!(!err.contains('\r'), "{err:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("pre-fault "));
+}
