@@ -8,7 +8,7 @@ mod cmd;
 mod metrics;
 mod output;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use hugeshm_probe::{Roots, FS_ROOT_ENV, PROC_ROOT_ENV, SYS_ROOT_ENV};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -72,6 +72,9 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Man pages and shell completions from these definitions (for packagers).
+    #[command(subcommand, hide = true)]
+    Generate(cmd::generate::GenerateCommand),
 }
 
 /// Prints what the libraries report through the `log` facade (cleanup that
@@ -118,6 +121,7 @@ fn main() -> ExitCode {
         Command::Exporter(a) => cmd::exporter::run(&roots, &a, &mut out),
         Command::Lab(a) => cmd::lab::run(&roots, &a, &mut out),
         Command::Bench(b) => cmd::bench::run(&roots, b, &mut out),
+        Command::Generate(g) => cmd::generate::run(Cli::command(), &g, &mut out),
     };
     match result {
         Ok(code) => code,

@@ -10,6 +10,7 @@ use hugeshm_testkit::PoolLock;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -322,4 +323,156 @@ fn prometheus_scrapes_the_kernel_pool() {
         }
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+/// A copy of the `clean` fixture tree whose `proc/meminfo` is a named pipe
+/// nobody writes: reading the host blocks in open(2) until the test writes
+/// the fixture's meminfo into it.
+struct BlockedProc {
+    dir: TempDir,
+    meminfo: String,
+}
+
+impl BlockedProc {
+    fn new() -> BlockedProc {
+        let dir = TempDir::new("blocked");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/clean");
+        let st = Command::new("cp")
+            .arg("-a")
+            .arg(src.join("."))
+            .arg(&dir.0)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let fifo = dir.0.join("proc/meminfo");
+        let meminfo = std::fs::read_to_string(&fifo).unwrap();
+        std::fs::remove_file(&fifo).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        BlockedProc { dir, meminfo }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = common::cmd(&[]);
+        c.arg("--proc-root")
+            .arg(self.dir.0.join("proc"))
+            .arg("--sys-root")
+            .arg(self.dir.0.join("sys"))
+            .arg("--fs-root")
+            .arg(self.dir.0.join("fs"))
+            .args(args);
+        c
+    }
+
+    /// Writes meminfo into the pipe once a reader has it open (waits up to
+    /// 10 s for one); false when none came.
+    fn unblock(&self) -> bool {
+        let fifo = self.dir.0.join("proc/meminfo");
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            // O_NONBLOCK: fails with ENXIO while no reader has it open.
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+                .open(&fifo)
+            {
+                Ok(mut f) => {
+                    // A full pipe would only mean the reader stopped reading.
+                    let _ = f.write_all(self.meminfo.as_bytes());
+                    return true;
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        false
+    }
+}
+
+#[test]
+fn once_with_a_blocked_proc_answers_within_the_timeout() {
+    let blocked = BlockedProc::new();
+    let t = Instant::now();
+    let out = blocked
+        .cmd(&["exporter", "--once", "--timeout", "1"])
+        .output()
+        .unwrap();
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(8), "took {took:?}");
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ran over 1s"), "{err}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let m = parse(&text);
+    assert_eq!(m.get("hugeshm_up"), Some(&0.0), "{text}");
+    assert_eq!(m.get("hugeshm_scrape_errors_total"), Some(&1.0), "{text}");
+    assert!(
+        !m.keys().any(|k| k.starts_with("hugeshm_pool_pages")),
+        "{text}"
+    );
+}
+
+#[test]
+fn http_with_a_blocked_proc_answers_within_the_timeout_and_recovers() {
+    let blocked = BlockedProc::new();
+    let port = free_port();
+    let child = blocked
+        .cmd(&[
+            "exporter",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--timeout",
+            "1",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _exporter = Killed(child);
+    let t = Instant::now();
+    while http(port, "GET", "/nothing", None).is_none() {
+        assert!(t.elapsed() < Duration::from_secs(20), "exporter not up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Two scrapes while /proc hangs: each answers in about the timeout,
+    // with the error metric counting up; the second waits on the same
+    // stuck reading instead of starting another.
+    for n in 1..=2 {
+        let t = Instant::now();
+        let (status, _, body) = http(port, "GET", "/metrics", None).unwrap();
+        let took = t.elapsed();
+        assert_eq!(status, 200);
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+            "scrape {n} took {took:?}"
+        );
+        let m = parse(&body);
+        assert_eq!(m.get("hugeshm_up"), Some(&0.0), "{body}");
+        assert_eq!(
+            m.get("hugeshm_scrape_errors_total"),
+            Some(&f64::from(n)),
+            "{body}"
+        );
+    }
+    // Bad requests are still answered at once meanwhile.
+    let t = Instant::now();
+    assert_eq!(http(port, "GET", "/", None).unwrap().0, 404);
+    assert!(t.elapsed() < Duration::from_secs(1));
+    // /proc answers: the stuck reading completes and the next scrape
+    // serves it (the errors so far stay counted).
+    assert!(blocked.unblock(), "no reader opened the pipe");
+    let (status, _, body) = http(port, "GET", "/metrics", None).unwrap();
+    assert_eq!(status, 200);
+    let m = parse(&body);
+    assert_eq!(m.get("hugeshm_up"), Some(&1.0), "{body}");
+    assert_eq!(m.get("hugeshm_scrape_errors_total"), Some(&2.0), "{body}");
+    assert!(
+        m.contains_key(r#"hugeshm_pool_pages{page_size_bytes="2097152",node="all",state="total"}"#),
+        "{body}"
+    );
 }

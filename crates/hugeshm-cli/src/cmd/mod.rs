@@ -8,6 +8,7 @@ pub mod bench_numa;
 pub mod bench_pagetables;
 pub mod bench_prefault;
 pub mod exporter;
+pub mod generate;
 pub mod lab;
 pub mod region;
 pub mod segments;

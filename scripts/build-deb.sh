@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds the Debian package of hugeshm: target/debian/hugeshm_VERSION-1_ARCH.deb
+#
+# usage: scripts/build-deb.sh
+#
+# Needs cargo-deb (cargo install cargo-deb --locked --version 3.8.0; .ci/run
+# installs it). What the package holds is [package.metadata.deb] in
+# crates/hugeshm-cli/Cargo.toml; this script makes the files cargo-deb does
+# not build itself: the C library with its header and pkg-config file
+# (scripts/install-capi.sh, staged), and the man pages and completions
+# (`hugeshm generate`, from the clap definitions).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+assets="$target_dir/release/deb-assets"
+
+echo "== cargo build --release -p hugeshm -p hugeshm-capi"
+cargo build --release --locked -p hugeshm -p hugeshm-capi
+rm -rf "$assets"
+DESTDIR="$assets/capi" scripts/install-capi.sh --from "$target_dir/release" /usr >/dev/null
+"$target_dir/release/hugeshm" generate man --out "$assets/man" >/dev/null
+# Debian policy: man pages gzipped (cargo-deb leaves files under target/ as
+# they are); -n: no name or time stamp, the same bytes every build.
+gzip -9n "$assets"/man/*.1
+"$target_dir/release/hugeshm" generate completions --out "$assets/completions" >/dev/null
+echo "== cargo deb -p hugeshm --no-build --strip"
+cargo deb -p hugeshm --no-build --locked --strip
