@@ -3,6 +3,7 @@
 
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use hugeshm_sys::{self as sys, Mapping, SysError};
 
@@ -286,6 +287,36 @@ impl Region {
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
         let at = self.data_range("write_at", offset, data.len())?;
         Ok(self.mem.write_at(at, data)?)
+    }
+
+    /// The 32-bit atomic word at data offset `offset` (a multiple of 4):
+    /// for structures that live in the region and are shared by every
+    /// process that maps it (locks, counters, links as offsets).
+    pub fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32, RegionError> {
+        let at = self.data_range("atomic_u32", offset, 4)?;
+        Ok(self.mem.atomic_u32(at)?)
+    }
+
+    /// The 64-bit atomic word at data offset `offset` (a multiple of 8).
+    pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, RegionError> {
+        let at = self.data_range("atomic_u64", offset, 8)?;
+        Ok(self.mem.atomic_u64(at)?)
+    }
+
+    /// Copies `buf.len()` bytes at data offset `offset` out of the region
+    /// as atomic 8-byte words (both multiples of 8): the fast copy for
+    /// blocks that a lock word in the region protects.
+    pub fn load_words(&self, offset: usize, buf: &mut [u8]) -> Result<(), RegionError> {
+        let at = self.data_range("load_words", offset, buf.len())?;
+        Ok(self.mem.load_words(at, buf)?)
+    }
+
+    /// Copies `data` into the region at data offset `offset` as atomic
+    /// 8-byte words (both multiples of 8). Takes `&self`: which process may
+    /// write a block is the protocol of the structure in the region.
+    pub fn store_words(&self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
+        let at = self.data_range("store_words", offset, data.len())?;
+        Ok(self.mem.store_words(at, data)?)
     }
 
     /// Sets every data byte to `byte` (the header is kept).

@@ -43,6 +43,13 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
+mod perf;
+mod process;
+mod words;
+
+pub use perf::{PerfCounter, PerfEvent};
+pub use process::{fork_child, thread_count, wait_child};
+
 use rustix::fs::MemfdFlags;
 use rustix::mm::{Advice, MapFlags, ProtFlags};
 
