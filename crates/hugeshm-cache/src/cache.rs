@@ -122,12 +122,35 @@ impl Cache {
     /// buffers as fit. Other processes [`open`](Cache::open) it after this
     /// returns.
     pub fn create(region: Region, data: &Path, block_size: usize) -> Result<Cache, CacheError> {
+        Cache::create_sized(region, data, block_size, None)
+    }
+
+    /// [`create`](Cache::create) with `buffers` buffers (`None`: as many
+    /// as fit), for a region larger than the cache (rounded up to a 1 GiB
+    /// page, say).
+    pub fn create_sized(
+        region: Region,
+        data: &Path,
+        block_size: usize,
+        buffers: Option<usize>,
+    ) -> Result<Cache, CacheError> {
         if block_size < 64 || !block_size.is_power_of_two() {
             return Err(CacheError::Config(format!(
                 "block size {block_size} must be a power of two of at least 64 bytes"
             )));
         }
-        let layout = Layout::fitting(block_size, region.data_len());
+        let fit = Layout::fitting(block_size, region.data_len());
+        let layout = match buffers {
+            Some(n) if Layout::new(block_size, n).total > region.data_len() => {
+                return Err(CacheError::Config(format!(
+                    "{n} buffers of {block_size} bytes need {} bytes; the region has {}",
+                    Layout::new(block_size, n).total,
+                    region.data_len()
+                )))
+            }
+            Some(n) => Layout::new(block_size, n),
+            None => fit,
+        };
         if layout.buffers == 0 {
             return Err(CacheError::Config(format!(
                 "a region with {} data bytes holds no {block_size}-byte buffer (it needs at least {})",

@@ -329,19 +329,21 @@ pub fn run_cache(
 }
 
 /// Runs the same loop straight on `region`'s data, as a flat array of
-/// `block_size` blocks (no hash table, no pins, no locks): the ceiling the
-/// cache is compared with. Overwrites the region's data.
+/// `blocks` blocks of `block_size` bytes from offset 0 (no hash table, no
+/// pins, no locks): the ceiling the cache is compared with. Overwrites the
+/// region's data.
 pub fn run_raw(
     region: &Region,
     block_size: usize,
+    blocks: u64,
     spec: &Spec,
     rng: &mut Rng,
     duration: Duration,
 ) -> Result<RunResult, CacheError> {
-    let blocks = (region.data_len() / block_size) as u64;
-    if blocks == 0 {
+    let fit = (region.data_len() / block_size) as u64;
+    if blocks == 0 || blocks > fit {
         return Err(CacheError::Config(format!(
-            "the region's {} data bytes hold no {block_size}-byte block",
+            "{blocks} blocks of {block_size} bytes: the region's {} data bytes hold {fit}",
             region.data_len()
         )));
     }

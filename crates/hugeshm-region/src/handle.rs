@@ -156,6 +156,7 @@ impl Region {
 
     /// Mapped length in bytes, header included (a multiple of the page
     /// size).
+    #[inline]
     pub fn len(&self) -> usize {
         self.mem.len()
     }
@@ -166,11 +167,13 @@ impl Region {
     }
 
     /// Where the data start: 4096 (after the header).
+    #[inline]
     pub fn data_offset(&self) -> usize {
         self.header.data_offset as usize
     }
 
     /// Data bytes: [`len`](Region::len) − [`data_offset`](Region::data_offset).
+    #[inline]
     pub fn data_len(&self) -> usize {
         self.len().saturating_sub(self.data_offset())
     }
@@ -264,6 +267,7 @@ impl Region {
         )
     }
 
+    #[inline]
     fn data_range(&self, what: &str, offset: usize, n: usize) -> Result<usize, RegionError> {
         match offset.checked_add(n) {
             Some(end) if end <= self.data_len() => Ok(self.data_offset() + offset),
@@ -292,12 +296,14 @@ impl Region {
     /// The 32-bit atomic word at data offset `offset` (a multiple of 4):
     /// for structures that live in the region and are shared by every
     /// process that maps it (locks, counters, links as offsets).
+    #[inline]
     pub fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32, RegionError> {
         let at = self.data_range("atomic_u32", offset, 4)?;
         Ok(self.mem.atomic_u32(at)?)
     }
 
     /// The 64-bit atomic word at data offset `offset` (a multiple of 8).
+    #[inline]
     pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, RegionError> {
         let at = self.data_range("atomic_u64", offset, 8)?;
         Ok(self.mem.atomic_u64(at)?)

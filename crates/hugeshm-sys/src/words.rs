@@ -18,6 +18,7 @@ const WORD: usize = 8;
 
 impl Mapping {
     /// The address of an aligned `size`-byte word at `offset`, checked.
+    #[inline]
     fn aligned_ptr(&self, what: &str, offset: usize, size: usize) -> Result<*mut u8, SysError> {
         let p = self.range_ptr(what, offset, size)?;
         if p as usize % size != 0 {
@@ -32,6 +33,7 @@ impl Mapping {
     /// A reference to the 32-bit atomic word at `offset` (a multiple of 4,
     /// inside the mapping), valid as long as the mapping. Every process
     /// that touches the word must use atomics too.
+    #[inline]
     pub fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32, SysError> {
         let p = self.aligned_ptr("atomic_u32", offset, 4)?;
         // SAFETY: p is 4-byte aligned inside a live read-write mapping that
@@ -43,6 +45,7 @@ impl Mapping {
 
     /// A reference to the 64-bit atomic word at `offset` (a multiple of 8,
     /// inside the mapping); see [`atomic_u32`](Mapping::atomic_u32).
+    #[inline]
     pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, SysError> {
         let p = self.aligned_ptr("atomic_u64", offset, 8)?;
         // SAFETY: as in atomic_u32, with 8-byte alignment checked.
