@@ -335,8 +335,10 @@ impl Cache {
         Ok(self.region.atomic_u32(self.layout.partition_lock(b))?)
     }
 
-    /// The buffer holding `blk` in bucket `b`'s chain (partition lock held,
-    /// shared or exclusive).
+    /// The buffer holding `blk` in bucket `b`'s chain. With the partition
+    /// lock held (shared or exclusive) the answer is right; without it, a
+    /// hint to check after pinning (the walk may stray into a chain being
+    /// changed; it stops after as many steps as there are buffers).
     fn lookup(&self, b: usize, blk: u64) -> Result<Option<usize>, CacheError> {
         let mut link = self.head(b)?.load(Ordering::Acquire);
         let mut steps = 0;
@@ -345,7 +347,7 @@ impl Cache {
             if self.tag(i)?.load(Ordering::Relaxed) == blk {
                 return Ok(Some(i));
             }
-            link = self.next(i)?.load(Ordering::Relaxed);
+            link = self.next(i)?.load(Ordering::Acquire);
             steps += 1;
         }
         Ok(None)
@@ -531,6 +533,23 @@ impl Cache {
         }
         let b = self.layout.bucket_of(blk);
         let plock = self.partition(b)?;
+        // Fast path, no partition lock: walk the chain, pin what it names,
+        // then check that the pinned buffer still holds the block (a pin
+        // keeps it from being retagged; a retag holds the header lock, so
+        // the pin lands before it, and the retag gives up, or after it).
+        if let Some(i) = self.lookup(b, blk)? {
+            let st = self.state(i)?;
+            Self::pin(st, true);
+            let s = st.load(Ordering::Acquire);
+            if s & TAG_VALID != 0
+                && self.tag(i)?.load(Ordering::Relaxed) == blk
+                && Self::wait_valid(st)
+            {
+                self.count(|s| s.hits += 1);
+                return Ok(i);
+            }
+            Self::unpin(st);
+        }
         loop {
             read_lock(plock);
             let found = self.lookup(b, blk);

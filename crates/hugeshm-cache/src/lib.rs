@@ -52,15 +52,19 @@
 //! Four kinds of lock, all atomics in the region, always taken in this
 //! order (never the other way round):
 //!
-//! 1. **Partition lock** of a hash bucket (reader-writer word): shared to
-//!    look a block up, exclusive to insert or remove a buffer in a chain.
-//!    A miss that moves a buffer from one block to another takes both
-//!    partitions, lower index first.
+//! 1. **Partition lock** of a hash bucket (reader-writer word): exclusive
+//!    to insert or remove a buffer in a chain, shared for a lookup that
+//!    must be sure. A miss that moves a buffer from one block to another
+//!    takes both partitions, lower index first.
 //! 2. **Pin** (the pin count, changed by compare-and-swap while `LOCKED`
-//!    is clear): a pinned buffer is never given another block. A lookup
-//!    pins while still holding the partition lock, so the block cannot
-//!    change between finding and pinning; a pin also raises the usage
-//!    count.
+//!    is clear): a pinned buffer is never given another block; a pin also
+//!    raises the usage count. A lookup first walks the chain *without* the
+//!    partition lock, pins the buffer it finds and then checks that it
+//!    still holds the block and `TAG_VALID` (a retag happens under the
+//!    header lock and only to a buffer pinned once, so the pin either lands
+//!    first and the retag gives up, or lands after and the check fails).
+//!    When that finds nothing, the lookup is done again under the
+//!    partition lock shared, pinning before the lock is released.
 //! 3. **Content lock** (reader-writer word per buffer), only while pinned:
 //!    [`Cache::read`] takes it shared, [`Cache::write`] exclusive; a
 //!    write-back copies the block under it shared.
