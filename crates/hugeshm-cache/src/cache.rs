@@ -178,7 +178,8 @@ impl Cache {
             )));
         }
         let r = &region;
-        r.atomic_u64(control::MAGIC)?.store(MAGIC, Ordering::Relaxed);
+        r.atomic_u64(control::MAGIC)?
+            .store(MAGIC, Ordering::Relaxed);
         r.atomic_u32(control::VERSION)?
             .store(VERSION, Ordering::Relaxed);
         r.atomic_u32(control::BLOCK_SIZE)?

@@ -63,7 +63,10 @@ fn check(blk: u64, buf: &[u8]) -> Result<u64, String> {
         sum = sum.wrapping_add(word(w));
     }
     if sum != word(WORDS - 1) {
-        return Err(format!("block {blk}: checksum {:#x} != {sum:#x}", word(WORDS - 1)));
+        return Err(format!(
+            "block {blk}: checksum {:#x} != {sum:#x}",
+            word(WORDS - 1)
+        ));
     }
     Ok(counter)
 }
@@ -80,7 +83,9 @@ fn stress_child() {
     let (name, backend, data, id) = (parts[0], parts[1], parts[2], parts[3]);
     let backend: Backend = backend.parse().unwrap();
     let id: u64 = id.parse().unwrap();
-    let region = Locator::new(name, backend).attach().expect("attach by name");
+    let region = Locator::new(name, backend)
+        .attach()
+        .expect("attach by name");
     let cache = Cache::open(region, data.as_ref()).expect("open cache");
     let mut rng = Rng::new(id * 7919 + 1);
     let mut incs: BTreeMap<u64, u64> = BTreeMap::new();
@@ -132,7 +137,10 @@ fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64) {
         (buffers as u64) < BLOCKS / 4,
         "{buffers} buffers: the cache must be much smaller than the file"
     );
-    assert_eq!(*cache.layout(), Layout::fitting(BS, cache.region().data_len()));
+    assert_eq!(
+        *cache.layout(),
+        Layout::fitting(BS, cache.region().data_len())
+    );
 
     let exe = std::env::current_exe().unwrap();
     let kids: Vec<_> = (0..CHILDREN)
@@ -154,7 +162,10 @@ fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64) {
     for (i, k) in kids.into_iter().enumerate() {
         let out = k.wait_with_output().expect("wait child");
         let text = String::from_utf8_lossy(&out.stdout);
-        match text.lines().find_map(|l| l.split_once("RESULT ").map(|x| x.1)) {
+        match text
+            .lines()
+            .find_map(|l| l.split_once("RESULT ").map(|x| x.1))
+        {
             Some(json) if out.status.success() => {
                 let v: serde_json::Value = serde_json::from_str(json).unwrap();
                 for (b, n) in v["incs"].as_object().unwrap() {
@@ -163,7 +174,14 @@ fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64) {
                 stats.add(&serde_json::from_value(v["stats"].clone()).unwrap());
             }
             _ => {
-                let tail: String = text.chars().rev().take(3000).collect::<Vec<_>>().into_iter().rev().collect();
+                let tail: String = text
+                    .chars()
+                    .rev()
+                    .take(3000)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
                 failures.push(format!("child {i}: {}\n{tail}", out.status))
             }
         }
@@ -195,10 +213,17 @@ fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64) {
         stats.hits, stats.misses, stats.writes, stats.evictions
     );
     assert!(total > ops / 2, "{total} increments of {ops} operations");
-    assert_eq!(stats.hits + stats.misses, ops, "every operation found its block once");
+    assert_eq!(
+        stats.hits + stats.misses,
+        ops,
+        "every operation found its block once"
+    );
     assert!(stats.evictions > ops / 8, "eviction must happen: {stats:?}");
     assert!(stats.writes > ops / 16, "write-back must happen: {stats:?}");
-    assert!(stats.hits > ops / 8, "the hot blocks must be hits: {stats:?}");
+    assert!(
+        stats.hits > ops / 8,
+        "the hot blocks must be hits: {stats:?}"
+    );
     // Nothing of ours left (other tests on the host may come and go).
     assert!(
         matches!(

@@ -19,15 +19,25 @@ fn check_mode(m: &Value, runs: usize, cache: bool, what: &str) {
     assert_eq!(m["runs"].as_array().unwrap().len(), runs, "{what}");
     let best = f(&m["best_tps"]);
     let median = f(&m["median_tps"]);
-    assert!(best > 0.0 && median > 0.0 && best >= median, "{what}: {best} {median}");
+    assert!(
+        best > 0.0 && median > 0.0 && best >= median,
+        "{what}: {best} {median}"
+    );
     let (p50, p99) = (f(&m["p50_ns"]), f(&m["p99_ns"]));
-    assert!(p50 > 0.0 && p50 <= p99 && p99 < 1e9, "{what}: p50 {p50} p99 {p99}");
+    assert!(
+        p50 > 0.0 && p50 <= p99 && p99 < 1e9,
+        "{what}: p50 {p50} p99 {p99}"
+    );
     for r in m["runs"].as_array().unwrap() {
         let tx = f(&r["transactions"]);
         assert!(tx > 0.0 && f(&r["seconds"]) > 0.0, "{what}: {r:#}");
         let s = &r["stats"];
         if cache {
-            assert_eq!(f(&s["hits"]) + f(&s["misses"]), tx, "{what}: one lookup per transaction");
+            assert_eq!(
+                f(&s["hits"]) + f(&s["misses"]),
+                tx,
+                "{what}: one lookup per transaction"
+            );
             let h = f(&r["hit_ratio"]);
             assert!((0.0..=1.0).contains(&h), "{what}: hit ratio {h}");
         } else {
@@ -99,14 +109,20 @@ fn bench_oltp_small_real_run() {
         check_mode(&r["raw"], 2, false, &format!("{what} raw"));
         // Half the file fits: misses (pread) happen, and hits.
         let h = f(&r["cache"]["hit_ratio"]);
-        assert!(h > 0.2 && h < 0.95, "{what}: hit ratio {h} with a cache half the file");
+        assert!(
+            h > 0.2 && h < 0.95,
+            "{what}: hit ratio {h} with a cache half the file"
+        );
         let writes: f64 = r["cache"]["runs"]
             .as_array()
             .unwrap()
             .iter()
             .map(|x| f(&x["stats"]["writes"]))
             .sum();
-        assert!(writes > 0.0, "{what}: dirty blocks are written back at eviction");
+        assert!(
+            writes > 0.0,
+            "{what}: dirty blocks are written back at eviction"
+        );
         assert!(f(&r["cache_overhead"]) > 0.0, "{what}");
         let pte = r["page_tables_bytes_per_worker"].as_u64().unwrap();
         assert!(pte > 0 && pte < 64 << 20, "{what}: VmPTE {pte}");
@@ -125,7 +141,11 @@ fn bench_oltp_small_real_run() {
         }
     }
     // Nothing left: the data file, our regions, pool pages.
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "data file left");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "data file left"
+    );
     std::fs::remove_dir(&dir).unwrap();
     let after = HostState::capture().expect("capture");
     let ours: Vec<String> = before
@@ -144,11 +164,25 @@ fn bench_oltp_refuses_bad_sizes_and_says_why_a_row_is_missing() {
     let out = hugeshm(&["bench", "oltp", "--block-size", "1000", "--json"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--block-size 1000 must be a power of two"), "{err}");
+    assert!(
+        err.contains("--block-size 1000 must be a power of two"),
+        "{err}"
+    );
 
-    let out = hugeshm(&["bench", "oltp", "--cache-size", "4k", "--data-size", "1M", "--json"]);
+    let out = hugeshm(&[
+        "bench",
+        "oltp",
+        "--cache-size",
+        "4k",
+        "--data-size",
+        "1M",
+        "--json",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("at least one 8192-byte block"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("at least one 8192-byte block"),
+        "{err}"
+    );
 
     // posix files on tmpfs cannot have 1 GiB pages: a row that says why.
     let v = json(hugeshm(&[

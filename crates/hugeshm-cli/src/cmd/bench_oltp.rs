@@ -465,8 +465,8 @@ fn run_all(
         if line.is_empty() {
             bail!("worker {i} (pid {}) ended without an answer", w.pid);
         }
-        let a: Answer = serde_json::from_str(&line)
-            .with_context(|| format!("worker {i} answered {line:?}"))?;
+        let a: Answer =
+            serde_json::from_str(&line).with_context(|| format!("worker {i} answered {line:?}"))?;
         if let Some(e) = a.error {
             bail!("worker {i}: {e}");
         }
@@ -604,7 +604,10 @@ fn measure_row(
         backend.as_str()
     );
     let label = format!("{} {}", page_size_short(ps), backend.as_str());
-    note(&format!("{label}: create + pre-fault {}", format_bytes(region_bytes)));
+    note(&format!(
+        "{label}: create + pre-fault {}",
+        format_bytes(region_bytes)
+    ));
     let page = if ps == 4096 {
         PageSize::Base
     } else {
@@ -689,7 +692,10 @@ pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow
     let host = probe.host();
     std::fs::create_dir_all(&o.data_dir)
         .with_context(|| format!("creating {}", o.data_dir.display()))?;
-    let data = DataFile(o.data_dir.join(format!("hugeshm-oltp-{}.data", std::process::id())));
+    let data = DataFile(
+        o.data_dir
+            .join(format!("hugeshm-oltp-{}.data", std::process::id())),
+    );
     {
         let f = File::create(&data.0).with_context(|| format!("creating {}", data.0.display()))?;
         let blocks = o.data_size_bytes / o.block_size;
