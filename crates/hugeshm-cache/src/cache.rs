@@ -641,7 +641,7 @@ impl Cache {
         }
     }
 
-    fn guard(&self, blk: u64, exclusive: bool) -> Result<Pinned<'_>, CacheError> {
+    fn guard(&self, blk: u64, exclusive: bool) -> Result<Block<'_>, CacheError> {
         let i = self.pin_block(blk)?;
         let st = self.state(i)?;
         let content = match self.content(i) {
@@ -656,7 +656,7 @@ impl Cache {
         } else {
             read_lock(content);
         }
-        Ok(Pinned {
+        Ok(Block {
             cache: self,
             block: blk,
             at: self.layout.block(i),
@@ -712,9 +712,10 @@ impl Drop for Locked<'_> {
     }
 }
 
-/// A pinned, content-locked buffer.
+/// A pinned, content-locked block: what both guards read through
+/// (`Deref`). Word reads and copies, never a reference into the region.
 #[derive(Debug)]
-struct Pinned<'a> {
+pub struct Block<'a> {
     cache: &'a Cache,
     block: u64,
     at: usize,
@@ -722,7 +723,24 @@ struct Pinned<'a> {
     content: &'a AtomicU32,
 }
 
-impl Pinned<'_> {
+impl Block<'_> {
+    /// The block number.
+    pub fn block(&self) -> u64 {
+        self.block
+    }
+
+    /// The 8-byte word `word` of the block.
+    pub fn read_u64(&self, word: usize) -> Result<u64, CacheError> {
+        Ok(self.word(word)?.load(Ordering::Relaxed))
+    }
+
+    /// Copies `buf.len()` bytes at `offset` of the block (both multiples
+    /// of 8).
+    pub fn read_into(&self, offset: usize, buf: &mut [u8]) -> Result<(), CacheError> {
+        self.check(offset, buf.len())?;
+        Ok(self.cache.region.load_words(self.at + offset, buf)?)
+    }
+
     fn word(&self, word: usize) -> Result<&AtomicU64, CacheError> {
         let words = self.cache.layout.block_size / 8;
         if word >= words {
@@ -731,11 +749,6 @@ impl Pinned<'_> {
             )));
         }
         Ok(self.cache.region.atomic_u64(self.at + word * 8)?)
-    }
-
-    fn read_into(&self, offset: usize, buf: &mut [u8]) -> Result<(), CacheError> {
-        self.check(offset, buf.len())?;
-        Ok(self.cache.region.load_words(self.at + offset, buf)?)
     }
 
     fn check(&self, offset: usize, n: usize) -> Result<(), CacheError> {
@@ -750,24 +763,14 @@ impl Pinned<'_> {
 }
 
 /// A block pinned for reading (content lock shared); unpinned on drop.
+/// Reads through [`Block`].
 #[derive(Debug)]
-pub struct ReadGuard<'a>(Pinned<'a>);
+pub struct ReadGuard<'a>(Block<'a>);
 
-impl ReadGuard<'_> {
-    /// The block number.
-    pub fn block(&self) -> u64 {
-        self.0.block
-    }
-
-    /// The 8-byte word `word` of the block.
-    pub fn read_u64(&self, word: usize) -> Result<u64, CacheError> {
-        Ok(self.0.word(word)?.load(Ordering::Relaxed))
-    }
-
-    /// Copies `buf.len()` bytes at `offset` of the block (both multiples
-    /// of 8).
-    pub fn read_into(&self, offset: usize, buf: &mut [u8]) -> Result<(), CacheError> {
-        self.0.read_into(offset, buf)
+impl<'a> std::ops::Deref for ReadGuard<'a> {
+    type Target = Block<'a>;
+    fn deref(&self) -> &Block<'a> {
+        &self.0
     }
 }
 
@@ -779,31 +782,22 @@ impl Drop for ReadGuard<'_> {
 }
 
 /// A block pinned for writing (content lock exclusive); marked dirty and
-/// unpinned on drop.
+/// unpinned on drop. Reads through [`Block`].
 #[derive(Debug)]
-pub struct WriteGuard<'a>(Pinned<'a>);
+pub struct WriteGuard<'a>(Block<'a>);
+
+impl<'a> std::ops::Deref for WriteGuard<'a> {
+    type Target = Block<'a>;
+    fn deref(&self) -> &Block<'a> {
+        &self.0
+    }
+}
 
 impl WriteGuard<'_> {
-    /// The block number.
-    pub fn block(&self) -> u64 {
-        self.0.block
-    }
-
-    /// The 8-byte word `word` of the block.
-    pub fn read_u64(&self, word: usize) -> Result<u64, CacheError> {
-        Ok(self.0.word(word)?.load(Ordering::Relaxed))
-    }
-
     /// Sets the 8-byte word `word` of the block.
     pub fn write_u64(&self, word: usize, value: u64) -> Result<(), CacheError> {
         self.0.word(word)?.store(value, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// Copies `buf.len()` bytes at `offset` of the block (both multiples
-    /// of 8).
-    pub fn read_into(&self, offset: usize, buf: &mut [u8]) -> Result<(), CacheError> {
-        self.0.read_into(offset, buf)
     }
 
     /// Copies `data` into the block at `offset` (both multiples of 8).

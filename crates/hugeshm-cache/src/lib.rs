@@ -123,6 +123,6 @@ pub mod layout;
 mod lock;
 pub mod workload;
 
-pub use cache::{create_data_file, Cache, ReadGuard, Stats, WriteGuard, DEFAULT_BLOCK_SIZE};
+pub use cache::{create_data_file, Block, Cache, ReadGuard, Stats, WriteGuard, DEFAULT_BLOCK_SIZE};
 pub use error::CacheError;
 pub use layout::Layout;

@@ -248,6 +248,9 @@ pub struct RunResult {
     pub writes: u64,
     /// Wall time of the run.
     pub seconds: f64,
+    /// CPU time the worker's thread used in the run (less than `seconds`
+    /// when other processes share the CPUs).
+    pub cpu_seconds: f64,
     /// Cache counters of the run (zero for the raw loop).
     pub stats: Stats,
     /// Sampled operation latencies.
@@ -271,6 +274,7 @@ fn drive(
     let mut r = RunResult::default();
     let every = u64::from(spec.sample_every.max(1));
     let start = Instant::now();
+    let cpu0 = hugeshm_sys::thread_cpu_seconds().unwrap_or(0.0);
     let deadline = start + duration;
     loop {
         for _ in 0..256 {
@@ -292,6 +296,7 @@ fn drive(
         }
     }
     r.seconds = start.elapsed().as_secs_f64();
+    r.cpu_seconds = hugeshm_sys::thread_cpu_seconds().unwrap_or(0.0) - cpu0;
     r.latency.seal();
     Ok(r)
 }

@@ -48,7 +48,7 @@ mod process;
 mod words;
 
 pub use perf::{PerfCounter, PerfEvent};
-pub use process::{fork_child, thread_count, wait_child};
+pub use process::{fork_child, thread_count, thread_cpu_seconds, wait_child};
 
 use rustix::fs::MemfdFlags;
 use rustix::mm::{Advice, MapFlags, ProtFlags};

@@ -68,3 +68,39 @@ pub fn wait_child(pid: u32) -> Result<i32, SysError> {
         Ok(-1)
     }
 }
+
+/// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`), in
+/// seconds: what a benchmark divides by when other processes share the
+/// CPUs.
+pub fn thread_cpu_seconds() -> Result<f64, SysError> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a live timespec the kernel writes.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc < 0 {
+        return Err(SysError::last_os(
+            "clock_gettime(CLOCK_THREAD_CPUTIME_ID)".to_owned(),
+        ));
+    }
+    Ok(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fork_is_refused_with_threads_and_cpu_time_advances() {
+        let _t = std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_millis(300)));
+        let e = fork_child(|| 0).unwrap_err().to_string();
+        assert!(e.contains("threads; fork is only safe"), "{e}");
+        let a = thread_cpu_seconds().unwrap();
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = std::hint::black_box(x.wrapping_add(i));
+        }
+        assert!(thread_cpu_seconds().unwrap() > a);
+    }
+}
