@@ -734,6 +734,16 @@ impl Block<'_> {
         Ok(self.word(word)?.load(Ordering::Relaxed))
     }
 
+    /// The block as 8-byte atomic words (checked once; for loops over a
+    /// row). Reads are relaxed loads; a [`WriteGuard`] may store.
+    #[inline]
+    pub fn words(&self) -> Result<&[AtomicU64], CacheError> {
+        Ok(self
+            .cache
+            .region
+            .atomic_u64s(self.at, self.cache.layout.block_size / 8)?)
+    }
+
     /// Copies `buf.len()` bytes at `offset` of the block (both multiples
     /// of 8).
     pub fn read_into(&self, offset: usize, buf: &mut [u8]) -> Result<(), CacheError> {

@@ -8,7 +8,9 @@
 
 use std::time::{Duration, Instant};
 
-use hugeshm_region::{Region, RegionError};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hugeshm_region::Region;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{Cache, Stats};
@@ -233,8 +235,8 @@ pub struct Spec {
     pub dist: Dist,
     /// Percentage of operations that write (0–100).
     pub write_pct: u32,
-    /// Time one operation in this many (the clock costs about as much as
-    /// an operation; 1 = every one).
+    /// Time one operation in this many (rounded up to a power of two; the
+    /// clock costs about as much as an operation; 1 = every one).
     pub sample_every: u32,
 }
 
@@ -261,6 +263,24 @@ pub struct RunResult {
 
 const ROW_WORDS: usize = 8;
 
+/// A read: the sum of the row's words.
+#[inline]
+fn read_row(row: &[AtomicU64]) -> u64 {
+    row.iter()
+        .fold(0u64, |s, w| s.wrapping_add(w.load(Ordering::Relaxed)))
+}
+
+/// An update: the first word + 1, the others derived from it.
+#[inline]
+fn update_row(row: &[AtomicU64]) -> u64 {
+    let v = row[0].load(Ordering::Relaxed).wrapping_add(1);
+    row[0].store(v, Ordering::Relaxed);
+    for (i, w) in row.iter().enumerate().skip(1) {
+        w.store(v ^ i as u64, Ordering::Relaxed);
+    }
+    v
+}
+
 /// The loop: picks blocks and rows and calls `op(block, first word,
 /// write)` until `duration` has passed.
 fn drive(
@@ -272,7 +292,8 @@ fn drive(
     mut op: impl FnMut(u64, usize, bool) -> Result<u64, CacheError>,
 ) -> Result<RunResult, CacheError> {
     let mut r = RunResult::default();
-    let every = u64::from(spec.sample_every.max(1));
+    // A power of two, so the test is a mask, not a division.
+    let mask = u64::from(spec.sample_every.max(1)).next_power_of_two() - 1;
     let start = Instant::now();
     let cpu0 = hugeshm_sys::thread_cpu_seconds().unwrap_or(0.0);
     let deadline = start + duration;
@@ -281,7 +302,7 @@ fn drive(
             let blk = picker.pick(rng);
             let row = rng.below(rows) as usize * ROW_WORDS;
             let write = rng.below(100) < u64::from(spec.write_pct);
-            if r.ops % every == 0 {
+            if r.ops & mask == 0 {
                 let t = Instant::now();
                 r.checksum = r.checksum.wrapping_add(op(blk, row, write)?);
                 r.latency.record(t.elapsed().as_nanos() as u64);
@@ -314,19 +335,10 @@ pub fn run_cache(
     let mut r = drive(spec, picker, rng, rows, duration, |blk, row, write| {
         if write {
             let g = cache.write(blk)?;
-            let v = g.read_u64(row)?.wrapping_add(1);
-            g.write_u64(row, v)?;
-            for w in 1..ROW_WORDS {
-                g.write_u64(row + w, v ^ w as u64)?;
-            }
-            Ok(v)
+            Ok(update_row(&g.words()?[row..row + ROW_WORDS]))
         } else {
             let g = cache.read(blk)?;
-            let mut s = 0u64;
-            for w in 0..ROW_WORDS {
-                s = s.wrapping_add(g.read_u64(row + w)?);
-            }
-            Ok(s)
+            Ok(read_row(&g.words()?[row..row + ROW_WORDS]))
         }
     })?;
     r.stats = cache.stats();
@@ -356,24 +368,12 @@ pub fn run_raw(
     let rows = (block_size / (ROW_WORDS * 8)) as u64;
     drive(spec, &picker, rng, rows, duration, |blk, row, write| {
         let at = blk as usize * block_size + row * 8;
-        let word = |w: usize| -> Result<&std::sync::atomic::AtomicU64, RegionError> {
-            region.atomic_u64(at + w * 8)
-        };
-        use std::sync::atomic::Ordering::Relaxed;
-        if write {
-            let v = word(0)?.load(Relaxed).wrapping_add(1);
-            word(0)?.store(v, Relaxed);
-            for w in 1..ROW_WORDS {
-                word(w)?.store(v ^ w as u64, Relaxed);
-            }
-            Ok(v)
+        let words = region.atomic_u64s(at, ROW_WORDS)?;
+        Ok(if write {
+            update_row(words)
         } else {
-            let mut s = 0u64;
-            for w in 0..ROW_WORDS {
-                s = s.wrapping_add(word(w)?.load(Relaxed));
-            }
-            Ok(s)
-        }
+            read_row(words)
+        })
     })
 }
 

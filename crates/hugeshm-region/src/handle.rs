@@ -309,6 +309,14 @@ impl Region {
         Ok(self.mem.atomic_u64(at)?)
     }
 
+    /// `n` consecutive 64-bit atomic words at data offset `offset` (a
+    /// multiple of 8), checked once.
+    #[inline]
+    pub fn atomic_u64s(&self, offset: usize, n: usize) -> Result<&[AtomicU64], RegionError> {
+        let at = self.data_range("atomic_u64s", offset, n.saturating_mul(8))?;
+        Ok(self.mem.atomic_u64s(at, n)?)
+    }
+
     /// Copies `buf.len()` bytes at data offset `offset` out of the region
     /// as atomic 8-byte words (both multiples of 8): the fast copy for
     /// blocks that a lock word in the region protects.

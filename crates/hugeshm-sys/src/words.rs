@@ -52,6 +52,25 @@ impl Mapping {
         Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
     }
 
+    /// `n` consecutive 64-bit atomic words from `offset` (a multiple of
+    /// 8), checked once: for loops over a row or a block without a check
+    /// per word.
+    #[inline]
+    pub fn atomic_u64s(&self, offset: usize, n: usize) -> Result<&[AtomicU64], SysError> {
+        let bytes = n.checked_mul(8).ok_or_else(|| {
+            SysError::invalid(self.call("atomic_u64s"), format!("{n} words overflow"))
+        })?;
+        self.range_ptr("atomic_u64s", offset, bytes)?;
+        let p = self
+            .aligned_ptr("atomic_u64s", offset, 8)?
+            .cast::<AtomicU64>();
+        // SAFETY: n 8-byte aligned words inside a live read-write mapping
+        // (checked above) that outlives the slice (bound to `&self`);
+        // AtomicU64 has the size and alignment of u64, and every access
+        // through the slice is atomic.
+        Ok(unsafe { std::slice::from_raw_parts(p, n) })
+    }
+
     /// Checks a word copy: offset 8-byte aligned, length a multiple of 8,
     /// the range inside the mapping.
     fn word_range(&self, what: &str, offset: usize, n: usize) -> Result<*mut u64, SysError> {
@@ -110,6 +129,12 @@ mod tests {
         assert!(m.atomic_u32(2).is_err());
         assert!(m.atomic_u64(4096).is_err());
         assert!(m.atomic_u32(4092).is_ok());
+        let row = m.atomic_u64s(8, 4).unwrap();
+        assert_eq!(row[0].load(Ordering::Relaxed), 8);
+        assert_eq!(row.len(), 4);
+        assert!(m.atomic_u64s(4096 - 16, 3).is_err());
+        assert!(m.atomic_u64s(4, 1).is_err());
+        assert!(m.atomic_u64s(0, usize::MAX).is_err());
         m.release().unwrap();
     }
 

@@ -545,10 +545,7 @@ fn measure_mode(
     }
     let mut tps: Vec<f64> = runs.iter().map(|r| r.tps).collect();
     tps.sort_by(|a, b| a.total_cmp(b));
-    let per_cpu = runs
-        .iter()
-        .map(|r| r.tx_per_cpu_second)
-        .fold(0.0, f64::max);
+    let per_cpu = runs.iter().map(|r| r.tx_per_cpu_second).fold(0.0, f64::max);
     Ok((
         ModeResult {
             warmup,
