@@ -648,7 +648,16 @@ fn measure_row(
     let startup_seconds = t0.elapsed().as_secs_f64();
     let cache = match Cache::create_sized(region, data, bs, Some(layout.buffers)) {
         Ok(c) => c,
-        Err(e) => bail!("{e}"),
+        Err(e) => {
+            // The region went with the error: remove it by name (an anon
+            // region is gone already), or it stays behind.
+            if backend.is_named() {
+                hugeshm_region::remove(&name, backend)
+                    .map_err(crate::cmd::region::region_error)
+                    .with_context(|| format!("removing {name} after: {e}"))?;
+            }
+            bail!("{e}")
+        }
     };
     let result = (|| -> anyhow::Result<Row> {
         // Prewarm: the first blocks of the file, as many as there are buffers.
