@@ -119,10 +119,20 @@ fn stress_child() {
     drop(cache);
 }
 
+/// Removes the data file when the test ends, also by panic.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64) {
     let before = HostState::capture().expect("capture");
     let name = format!("t-cache-{test}-{}", std::process::id());
     let data: PathBuf = std::env::temp_dir().join(format!("{name}.data"));
+    let _remove = RemoveOnDrop(data.clone());
     create_data_file(&data, BLOCKS, BS, |b, buf| fill(b, 0, buf)).expect("data file");
     let (region, _) = RegionBuilder::new(region_bytes)
         .backend(backend)
@@ -205,7 +215,6 @@ fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64) {
         );
         total += c;
     }
-    std::fs::remove_file(&data).unwrap();
     let ops = CHILDREN as u64 * OPS;
     println!(
         "{test}: {buffers} buffers over {BLOCKS} blocks, {CHILDREN} processes: {total} increments, \
