@@ -1968,6 +1968,25 @@ fn every_json_output_is_a_document_of_this_schema() {
     assert!(numa["results"].is_array(), "{numa:#}");
     let lab = check(&["lab", "--quick", "--only", "numa", "--no-reserve", "--json"]);
     assert_eq!(lab["reproductions"][0]["seed"], "002", "{lab:#}");
+    let oltp = check(&[
+        "bench",
+        "oltp",
+        "--cache-size",
+        "1M",
+        "--data-size",
+        "1M",
+        "--duration",
+        "0.1",
+        "--runs",
+        "1",
+        "--page-sizes",
+        "4k",
+        "--backends",
+        "posix",
+        "--no-reserve",
+        "--json",
+    ]);
+    assert!(oltp["rows"][0]["cache"]["best_tps"].is_number(), "{oltp:#}");
     let leaks = before.diff(&hugeshm_testkit::HostState::capture().unwrap());
     drop(lock);
     assert!(leaks.is_empty(), "left behind: {leaks:#?}");

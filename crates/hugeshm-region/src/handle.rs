@@ -3,6 +3,7 @@
 
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use hugeshm_sys::{self as sys, Mapping, SysError};
 
@@ -155,6 +156,7 @@ impl Region {
 
     /// Mapped length in bytes, header included (a multiple of the page
     /// size).
+    #[inline]
     pub fn len(&self) -> usize {
         self.mem.len()
     }
@@ -165,11 +167,13 @@ impl Region {
     }
 
     /// Where the data start: 4096 (after the header).
+    #[inline]
     pub fn data_offset(&self) -> usize {
         self.header.data_offset as usize
     }
 
     /// Data bytes: [`len`](Region::len) − [`data_offset`](Region::data_offset).
+    #[inline]
     pub fn data_len(&self) -> usize {
         self.len().saturating_sub(self.data_offset())
     }
@@ -263,6 +267,7 @@ impl Region {
         )
     }
 
+    #[inline]
     fn data_range(&self, what: &str, offset: usize, n: usize) -> Result<usize, RegionError> {
         match offset.checked_add(n) {
             Some(end) if end <= self.data_len() => Ok(self.data_offset() + offset),
@@ -286,6 +291,46 @@ impl Region {
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
         let at = self.data_range("write_at", offset, data.len())?;
         Ok(self.mem.write_at(at, data)?)
+    }
+
+    /// The 32-bit atomic word at data offset `offset` (a multiple of 4):
+    /// for structures that live in the region and are shared by every
+    /// process that maps it (locks, counters, links as offsets).
+    #[inline]
+    pub fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32, RegionError> {
+        let at = self.data_range("atomic_u32", offset, 4)?;
+        Ok(self.mem.atomic_u32(at)?)
+    }
+
+    /// The 64-bit atomic word at data offset `offset` (a multiple of 8).
+    #[inline]
+    pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, RegionError> {
+        let at = self.data_range("atomic_u64", offset, 8)?;
+        Ok(self.mem.atomic_u64(at)?)
+    }
+
+    /// `n` consecutive 64-bit atomic words at data offset `offset` (a
+    /// multiple of 8), checked once.
+    #[inline]
+    pub fn atomic_u64s(&self, offset: usize, n: usize) -> Result<&[AtomicU64], RegionError> {
+        let at = self.data_range("atomic_u64s", offset, n.saturating_mul(8))?;
+        Ok(self.mem.atomic_u64s(at, n)?)
+    }
+
+    /// Copies `buf.len()` bytes at data offset `offset` out of the region
+    /// as atomic 8-byte words (both multiples of 8): the fast copy for
+    /// blocks that a lock word in the region protects.
+    pub fn load_words(&self, offset: usize, buf: &mut [u8]) -> Result<(), RegionError> {
+        let at = self.data_range("load_words", offset, buf.len())?;
+        Ok(self.mem.load_words(at, buf)?)
+    }
+
+    /// Copies `data` into the region at data offset `offset` as atomic
+    /// 8-byte words (both multiples of 8). Takes `&self`: which process may
+    /// write a block is the protocol of the structure in the region.
+    pub fn store_words(&self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
+        let at = self.data_range("store_words", offset, data.len())?;
+        Ok(self.mem.store_words(at, data)?)
     }
 
     /// Sets every data byte to `byte` (the header is kept).

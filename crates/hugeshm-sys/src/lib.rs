@@ -43,6 +43,13 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
+mod perf;
+mod process;
+mod words;
+
+pub use perf::{PerfCounter, PerfEvent};
+pub use process::{fork_child, thread_count, thread_cpu_seconds, wait_child};
+
 use rustix::fs::MemfdFlags;
 use rustix::mm::{Advice, MapFlags, ProtFlags};
 
@@ -239,6 +246,7 @@ impl fmt::Debug for Mapping {
     }
 }
 
+#[inline]
 fn check_range(
     call: impl FnOnce() -> String,
     offset: usize,
@@ -279,6 +287,7 @@ unsafe fn touch_pages(ptr: *mut u8, len: usize, page: usize) {
 impl Mapping {
     /// Start address. Accessing memory through it is the caller's
     /// responsibility (`unsafe`); it stays valid until `self` is released.
+    #[inline]
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
@@ -289,6 +298,7 @@ impl Mapping {
     }
 
     /// Mapped length in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
@@ -359,6 +369,7 @@ impl Mapping {
     }
 
     /// The address of `offset..offset + n`, checked against the mapping.
+    #[inline]
     fn range_ptr(&self, what: &str, offset: usize, n: usize) -> Result<*mut u8, SysError> {
         check_range(|| self.call(what), offset, n, self.len)?;
         // SAFETY: offset + n <= len: inside (or one past) the mapping.

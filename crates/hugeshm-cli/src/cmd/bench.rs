@@ -23,6 +23,20 @@ pub enum BenchCommand {
     /// Write and read bandwidth of a region placed local, remote and
     /// interleaved, per page size.
     Numa(crate::cmd::bench_numa::Args),
+    /// Worker processes over the shared buffer cache, by page size and
+    /// backend: transactions per second, latency, hit ratio, page tables,
+    /// start-up, dTLB misses; and the same loop without the cache.
+    Oltp(crate::cmd::bench_oltp::Args),
+    /// (internal) a bench oltp worker: attach by name, serve runs on stdin.
+    #[command(hide = true)]
+    OltpWorker {
+        /// The region name.
+        name: String,
+        /// Its backend.
+        backend: hugeshm_region::Backend,
+        /// The data file.
+        data: std::path::PathBuf,
+    },
     /// (internal) attach a named region on request and hold it.
     #[command(hide = true)]
     PagetablesChild {
@@ -94,6 +108,12 @@ pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<Ex
         BenchCommand::Prefault(a) => crate::cmd::bench_prefault::run(roots, &a, out),
         BenchCommand::Pagetables(a) => crate::cmd::bench_pagetables::run(roots, &a, out),
         BenchCommand::Numa(a) => crate::cmd::bench_numa::run(roots, &a, out),
+        BenchCommand::Oltp(a) => crate::cmd::bench_oltp::run(roots, &a, out),
+        BenchCommand::OltpWorker {
+            name,
+            backend,
+            data,
+        } => crate::cmd::bench_oltp::worker(&name, backend, &data),
         BenchCommand::PagetablesChild { name, backend } => {
             crate::cmd::bench_pagetables::child(&name, backend)
         }

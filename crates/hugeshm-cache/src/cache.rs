@@ -1,0 +1,827 @@
+//! [`Cache`]: one process's handle on the shared buffer cache, and the
+//! guards that pin a block.
+
+use std::cell::Cell;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use hugeshm_region::Region;
+use serde::{Deserialize, Serialize};
+
+use crate::error::CacheError;
+use crate::layout::{control, desc, state, Layout, MAGIC, VERSION};
+use crate::lock::{
+    backoff, lock_header, read_lock, read_unlock, unlock_header, wait_unlocked, write_lock,
+    write_unlock,
+};
+
+use state::{DIRTY, IO_IN_PROGRESS, MAX_USAGE, REF_ONE, TAG_VALID, VALID};
+
+/// Default block size: 8 KiB, PostgreSQL's and Oracle's usual block.
+pub const DEFAULT_BLOCK_SIZE: usize = 8192;
+
+/// What one process did through its [`Cache`] handle (process-local
+/// counters: shared counters would be one more contended cache line).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Blocks found in the cache (logical reads that needed no I/O).
+    pub hits: u64,
+    /// Blocks read from the data file (`pread`): physical reads.
+    pub misses: u64,
+    /// Dirty blocks written to the data file (`pwrite`), at eviction or
+    /// checkpoint.
+    pub writes: u64,
+    /// Buffers taken from another block by the clock sweep.
+    pub evictions: u64,
+}
+
+impl Stats {
+    /// Adds another process's counters.
+    pub fn add(&mut self, o: &Stats) {
+        self.hits += o.hits;
+        self.misses += o.misses;
+        self.writes += o.writes;
+        self.evictions += o.evictions;
+    }
+
+    /// `hits / (hits + misses)`, 0 when nothing was read.
+    pub fn hit_ratio(&self) -> f64 {
+        let all = self.hits + self.misses;
+        if all == 0 {
+            0.0
+        } else {
+            self.hits as f64 / all as f64
+        }
+    }
+}
+
+/// One process's handle on a buffer cache that lives in a [`Region`]; see
+/// the [crate docs](crate) for the layout and the protocol.
+///
+/// A handle is used by one thread (`!Sync`); every process (or thread)
+/// opens its own over its own mapping of the region.
+#[derive(Debug)]
+pub struct Cache {
+    region: Region,
+    layout: Layout,
+    data_blocks: u64,
+    file: File,
+    path: PathBuf,
+    stats: Cell<Stats>,
+}
+
+fn open_data(path: &Path) -> Result<File, CacheError> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|source| CacheError::Io {
+            op: "open",
+            path: path.to_owned(),
+            block: 0,
+            offset: 0,
+            bytes: 0,
+            source,
+        })
+}
+
+/// Creates (or truncates) a data file of `blocks` blocks of `block_size`
+/// bytes, each filled by `init(block, bytes)`.
+pub fn create_data_file(
+    path: &Path,
+    blocks: u64,
+    block_size: usize,
+    mut init: impl FnMut(u64, &mut [u8]),
+) -> Result<(), CacheError> {
+    let io = |op, block: u64, source| CacheError::Io {
+        op,
+        path: path.to_owned(),
+        block,
+        offset: block * block_size as u64,
+        bytes: block_size,
+        source,
+    };
+    let f = File::create(path).map_err(|e| io("create", 0, e))?;
+    let mut buf = vec![0u8; block_size];
+    for b in 0..blocks {
+        buf.fill(0);
+        init(b, &mut buf);
+        f.write_all_at(&buf, b * block_size as u64)
+            .map_err(|e| io("pwrite", b, e))?;
+    }
+    f.sync_data().map_err(|e| io("fsync", 0, e))
+}
+
+impl Cache {
+    /// Lays a new, empty cache out in `region` (which this process just
+    /// created; its data must be zero or unused) over the data file at
+    /// `data` (its length a multiple of `block_size`), with as many
+    /// buffers as fit. Other processes [`open`](Cache::open) it after this
+    /// returns.
+    pub fn create(region: Region, data: &Path, block_size: usize) -> Result<Cache, CacheError> {
+        Cache::create_sized(region, data, block_size, None)
+    }
+
+    /// [`create`](Cache::create) with `buffers` buffers (`None`: as many
+    /// as fit), for a region larger than the cache (rounded up to a 1 GiB
+    /// page, say).
+    pub fn create_sized(
+        region: Region,
+        data: &Path,
+        block_size: usize,
+        buffers: Option<usize>,
+    ) -> Result<Cache, CacheError> {
+        if block_size < 64 || !block_size.is_power_of_two() {
+            return Err(CacheError::Config(format!(
+                "block size {block_size} must be a power of two of at least 64 bytes"
+            )));
+        }
+        let fit = Layout::fitting(block_size, region.data_len());
+        let layout = match buffers {
+            Some(n) if Layout::new(block_size, n).total > region.data_len() => {
+                return Err(CacheError::Config(format!(
+                    "{n} buffers of {block_size} bytes need {} bytes; the region has {}",
+                    Layout::new(block_size, n).total,
+                    region.data_len()
+                )))
+            }
+            Some(n) => Layout::new(block_size, n),
+            None => fit,
+        };
+        if layout.buffers == 0 {
+            return Err(CacheError::Config(format!(
+                "a region with {} data bytes holds no {block_size}-byte buffer (it needs at least {})",
+                region.data_len(),
+                Layout::new(block_size, 1).total
+            )));
+        }
+        let file = open_data(data)?;
+        let len = file
+            .metadata()
+            .map_err(|source| CacheError::Io {
+                op: "stat",
+                path: data.to_owned(),
+                block: 0,
+                offset: 0,
+                bytes: 0,
+                source,
+            })?
+            .len();
+        let data_blocks = len / block_size as u64;
+        if data_blocks == 0 || len % block_size as u64 != 0 {
+            return Err(CacheError::Config(format!(
+                "the data file {} is {len} bytes: not a whole, non-zero number of {block_size}-byte blocks",
+                data.display()
+            )));
+        }
+        let r = &region;
+        r.atomic_u64(control::MAGIC)?
+            .store(MAGIC, Ordering::Relaxed);
+        r.atomic_u32(control::VERSION)?
+            .store(VERSION, Ordering::Relaxed);
+        r.atomic_u32(control::BLOCK_SIZE)?
+            .store(block_size as u32, Ordering::Relaxed);
+        r.atomic_u64(control::BUFFERS)?
+            .store(layout.buffers as u64, Ordering::Relaxed);
+        r.atomic_u64(control::BUCKETS)?
+            .store(layout.buckets as u64, Ordering::Relaxed);
+        r.atomic_u32(control::PARTITIONS)?
+            .store(layout.partitions as u32, Ordering::Relaxed);
+        r.atomic_u64(control::DATA_BLOCKS)?
+            .store(data_blocks, Ordering::Relaxed);
+        r.atomic_u64(control::CLOCK_HAND)?
+            .store(0, Ordering::Relaxed);
+        for p in 0..layout.partitions {
+            r.atomic_u32(layout.partition_lock(p))?
+                .store(0, Ordering::Relaxed);
+        }
+        for b in 0..layout.buckets {
+            r.atomic_u32(layout.bucket(b))?.store(0, Ordering::Relaxed);
+        }
+        for i in 0..layout.buffers {
+            let d = layout.desc(i);
+            r.atomic_u64(d + desc::STATE)?.store(0, Ordering::Relaxed);
+            r.atomic_u64(d + desc::TAG)?
+                .store(u64::MAX, Ordering::Relaxed);
+            r.atomic_u32(d + desc::NEXT)?.store(0, Ordering::Relaxed);
+            r.atomic_u32(d + desc::CONTENT_LOCK)?
+                .store(0, Ordering::Relaxed);
+        }
+        // Publish: everything above happens-before a READY seen as 1.
+        r.atomic_u32(control::READY)?.store(1, Ordering::Release);
+        Ok(Cache {
+            region,
+            layout,
+            data_blocks,
+            file,
+            path: data.to_owned(),
+            stats: Cell::new(Stats::default()),
+        })
+    }
+
+    /// Opens the cache another process laid out in `region` (attached by
+    /// name, or inherited over `fork`), over the same data file.
+    pub fn open(region: Region, data: &Path) -> Result<Cache, CacheError> {
+        let r = &region;
+        if r.data_len() < Layout::new(64, 1).total {
+            return Err(CacheError::NotACache(format!(
+                "{} data bytes",
+                r.data_len()
+            )));
+        }
+        if r.atomic_u32(control::READY)?.load(Ordering::Acquire) != 1 {
+            return Err(CacheError::NotACache(
+                "not initialized: Cache::create has not finished".into(),
+            ));
+        }
+        let magic = r.atomic_u64(control::MAGIC)?.load(Ordering::Relaxed);
+        let version = r.atomic_u32(control::VERSION)?.load(Ordering::Relaxed);
+        if magic != MAGIC || version != VERSION {
+            return Err(CacheError::NotACache(format!(
+                "magic {magic:#x}, version {version}; expected {MAGIC:#x}, version {VERSION}"
+            )));
+        }
+        let block_size = r.atomic_u32(control::BLOCK_SIZE)?.load(Ordering::Relaxed) as usize;
+        let buffers = r.atomic_u64(control::BUFFERS)?.load(Ordering::Relaxed) as usize;
+        let data_blocks = r.atomic_u64(control::DATA_BLOCKS)?.load(Ordering::Relaxed);
+        let layout = Layout::new(block_size, buffers);
+        if layout.total > r.data_len()
+            || layout.buckets as u64 != r.atomic_u64(control::BUCKETS)?.load(Ordering::Relaxed)
+        {
+            return Err(CacheError::NotACache(format!(
+                "{buffers} buffers of {block_size} bytes need {} bytes; the region has {}",
+                layout.total,
+                r.data_len()
+            )));
+        }
+        let file = open_data(data)?;
+        Ok(Cache {
+            region,
+            layout,
+            data_blocks,
+            file,
+            path: data.to_owned(),
+            stats: Cell::new(Stats::default()),
+        })
+    }
+
+    /// The layout (block size, buffers, offsets).
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Blocks in the data file.
+    pub fn data_blocks(&self) -> u64 {
+        self.data_blocks
+    }
+
+    /// This handle's counters so far.
+    pub fn stats(&self) -> Stats {
+        self.stats.get()
+    }
+
+    /// Zeroes this handle's counters.
+    pub fn reset_stats(&self) {
+        self.stats.set(Stats::default());
+    }
+
+    /// The region (for its page size, name, verification).
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    /// Gives the region back (the cache in it stays for other processes).
+    pub fn into_region(self) -> Region {
+        self.region
+    }
+
+    fn count(&self, f: impl FnOnce(&mut Stats)) {
+        let mut s = self.stats.get();
+        f(&mut s);
+        self.stats.set(s);
+    }
+
+    #[inline]
+    fn state(&self, i: usize) -> Result<&AtomicU64, CacheError> {
+        Ok(self.region.atomic_u64(self.layout.desc(i) + desc::STATE)?)
+    }
+
+    #[inline]
+    fn tag(&self, i: usize) -> Result<&AtomicU64, CacheError> {
+        Ok(self.region.atomic_u64(self.layout.desc(i) + desc::TAG)?)
+    }
+
+    #[inline]
+    fn next(&self, i: usize) -> Result<&AtomicU32, CacheError> {
+        Ok(self.region.atomic_u32(self.layout.desc(i) + desc::NEXT)?)
+    }
+
+    #[inline]
+    fn content(&self, i: usize) -> Result<&AtomicU32, CacheError> {
+        Ok(self
+            .region
+            .atomic_u32(self.layout.desc(i) + desc::CONTENT_LOCK)?)
+    }
+
+    #[inline]
+    fn head(&self, b: usize) -> Result<&AtomicU32, CacheError> {
+        Ok(self.region.atomic_u32(self.layout.bucket(b))?)
+    }
+
+    #[inline]
+    fn partition(&self, b: usize) -> Result<&AtomicU32, CacheError> {
+        Ok(self.region.atomic_u32(self.layout.partition_lock(b))?)
+    }
+
+    /// The buffer holding `blk` in bucket `b`'s chain. With the partition
+    /// lock held (shared or exclusive) the answer is right; without it, a
+    /// hint to check after pinning (the walk may stray into a chain being
+    /// changed; it stops after as many steps as there are buffers).
+    fn lookup(&self, b: usize, blk: u64) -> Result<Option<usize>, CacheError> {
+        let mut link = self.head(b)?.load(Ordering::Acquire);
+        let mut steps = 0;
+        while link != 0 && steps <= self.layout.buffers {
+            let i = link as usize - 1;
+            if self.tag(i)?.load(Ordering::Relaxed) == blk {
+                return Ok(Some(i));
+            }
+            link = self.next(i)?.load(Ordering::Acquire);
+            steps += 1;
+        }
+        Ok(None)
+    }
+
+    /// Removes buffer `v` from bucket `b`'s chain (partition lock held
+    /// exclusive).
+    fn unlink(&self, b: usize, v: usize) -> Result<(), CacheError> {
+        let head = self.head(b)?;
+        let target = v as u32 + 1;
+        let after = self.next(v)?.load(Ordering::Relaxed);
+        let mut link = head.load(Ordering::Relaxed);
+        if link == target {
+            head.store(after, Ordering::Release);
+            return Ok(());
+        }
+        while link != 0 {
+            let n = self.next(link as usize - 1)?;
+            let l = n.load(Ordering::Relaxed);
+            if l == target {
+                n.store(after, Ordering::Release);
+                return Ok(());
+            }
+            link = l;
+        }
+        Ok(())
+    }
+
+    /// Pins buffer `i` (one more reference; the usage count goes up when
+    /// `bump`).
+    fn pin(st: &AtomicU64, bump: bool) {
+        loop {
+            let s = wait_unlocked(st);
+            let mut n = s + REF_ONE;
+            if bump && state::usage(s) < MAX_USAGE {
+                n = state::with_usage(n, state::usage(s) + 1);
+            }
+            if st
+                .compare_exchange_weak(s, n, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    fn unpin(st: &AtomicU64) {
+        loop {
+            let s = wait_unlocked(st);
+            if st
+                .compare_exchange_weak(s, s - REF_ONE, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Waits while another process reads the block in: true when the
+    /// buffer holds it, false when that read failed.
+    fn wait_valid(st: &AtomicU64) -> bool {
+        let mut tries = 0;
+        loop {
+            let s = st.load(Ordering::Acquire);
+            if s & VALID != 0 {
+                return true;
+            }
+            if s & IO_IN_PROGRESS == 0 {
+                return false;
+            }
+            backoff(&mut tries);
+        }
+    }
+
+    /// A buffer no one has pinned, with usage count 0, pinned for the
+    /// caller (clock sweep).
+    fn victim(&self) -> Result<usize, CacheError> {
+        let hand = self.region.atomic_u64(control::CLOCK_HAND)?;
+        let n = self.layout.buffers;
+        let sweeps = (MAX_USAGE as usize + 1) * 4;
+        for _ in 0..n * sweeps {
+            let i = (hand.fetch_add(1, Ordering::Relaxed) % n as u64) as usize;
+            let st = self.state(i)?;
+            if state::refs(st.load(Ordering::Relaxed)) != 0 {
+                continue;
+            }
+            let s = lock_header(st);
+            if state::refs(s) == 0 {
+                let u = state::usage(s);
+                if u > 0 {
+                    unlock_header(st, state::with_usage(s, u - 1));
+                } else {
+                    unlock_header(st, s + REF_ONE);
+                    return Ok(i);
+                }
+            } else {
+                unlock_header(st, s);
+            }
+        }
+        Err(CacheError::NoFreeBuffer { buffers: n, sweeps })
+    }
+
+    fn io_error(&self, op: &'static str, blk: u64, source: std::io::Error) -> CacheError {
+        CacheError::Io {
+            op,
+            path: self.path.clone(),
+            block: blk,
+            offset: blk * self.layout.block_size as u64,
+            bytes: self.layout.block_size,
+            source,
+        }
+    }
+
+    /// Writes pinned buffer `i` to the data file if it is dirty: under its
+    /// content lock (shared, so no writer changes it meanwhile), `DIRTY`
+    /// cleared before the copy (a writer after the copy sets it again).
+    fn flush(&self, i: usize) -> Result<bool, CacheError> {
+        let cl = self.content(i)?;
+        let st = self.state(i)?;
+        read_lock(cl);
+        let s = lock_header(st);
+        if s & DIRTY == 0 || s & VALID == 0 {
+            unlock_header(st, s);
+            read_unlock(cl);
+            return Ok(false);
+        }
+        unlock_header(st, s & !DIRTY);
+        let blk = self.tag(i)?.load(Ordering::Relaxed);
+        let mut buf = vec![0u8; self.layout.block_size];
+        let r = self
+            .region
+            .load_words(self.layout.block(i), &mut buf)
+            .map_err(CacheError::from)
+            .and_then(|()| {
+                self.file
+                    .write_all_at(&buf, blk * self.layout.block_size as u64)
+                    .map_err(|e| self.io_error("pwrite", blk, e))
+            });
+        if r.is_err() {
+            let s = lock_header(st);
+            unlock_header(st, s | DIRTY);
+        }
+        read_unlock(cl);
+        r?;
+        self.count(|s| s.writes += 1);
+        Ok(true)
+    }
+
+    /// Reads block `blk` into buffer `v` (pinned by this process, flagged
+    /// `IO_IN_PROGRESS`).
+    fn read_in(&self, v: usize, blk: u64) -> Result<(), CacheError> {
+        let mut buf = vec![0u8; self.layout.block_size];
+        self.file
+            .read_exact_at(&mut buf, blk * self.layout.block_size as u64)
+            .map_err(|e| self.io_error("pread", blk, e))?;
+        self.region.store_words(self.layout.block(v), &buf)?;
+        Ok(())
+    }
+
+    fn lock_partitions(&self, a: usize, b: Option<usize>) -> Result<Locked<'_>, CacheError> {
+        let pa = a & (self.layout.partitions - 1);
+        let pb = b.map(|b| b & (self.layout.partitions - 1));
+        let (first, second) = match pb {
+            Some(pb) if pb != pa => (pa.min(pb), Some(pa.max(pb))),
+            _ => (pa, None),
+        };
+        let l1 = self.partition(first)?;
+        let l2 = second.map(|p| self.partition(p)).transpose()?;
+        write_lock(l1);
+        if let Some(l) = l2 {
+            write_lock(l);
+        }
+        Ok(Locked([Some(l1), l2]))
+    }
+
+    /// Pins the buffer holding `blk`, reading it in on a miss.
+    fn pin_block(&self, blk: u64) -> Result<usize, CacheError> {
+        if blk >= self.data_blocks {
+            return Err(CacheError::BlockOutOfRange {
+                block: blk,
+                blocks: self.data_blocks,
+            });
+        }
+        let b = self.layout.bucket_of(blk);
+        let plock = self.partition(b)?;
+        // Fast path, no partition lock: walk the chain, pin what it names,
+        // then check that the pinned buffer still holds the block (a pin
+        // keeps it from being retagged; a retag holds the header lock, so
+        // the pin lands before it, and the retag gives up, or after it).
+        if let Some(i) = self.lookup(b, blk)? {
+            let st = self.state(i)?;
+            Self::pin(st, true);
+            let s = st.load(Ordering::Acquire);
+            if s & TAG_VALID != 0
+                && self.tag(i)?.load(Ordering::Relaxed) == blk
+                && Self::wait_valid(st)
+            {
+                self.count(|s| s.hits += 1);
+                return Ok(i);
+            }
+            Self::unpin(st);
+        }
+        loop {
+            read_lock(plock);
+            let found = self.lookup(b, blk);
+            if let Ok(Some(i)) = found {
+                let st = self.state(i);
+                if let Ok(st) = st {
+                    Self::pin(st, true);
+                }
+                read_unlock(plock);
+                let st = st?;
+                if Self::wait_valid(st) {
+                    self.count(|s| s.hits += 1);
+                    return Ok(i);
+                }
+                Self::unpin(st);
+                continue;
+            }
+            read_unlock(plock);
+            found?;
+
+            // A miss: take a victim, clean it, retag it.
+            let v = self.victim()?;
+            let vst = self.state(v)?;
+            let s = vst.load(Ordering::Acquire);
+            if s & DIRTY != 0 {
+                if let Err(e) = self.flush(v) {
+                    Self::unpin(vst);
+                    return Err(e);
+                }
+            }
+            let old = if s & TAG_VALID != 0 {
+                Some(self.layout.bucket_of(self.tag(v)?.load(Ordering::Relaxed)))
+            } else {
+                None
+            };
+            let locked = self.lock_partitions(b, old)?;
+            // Another process may have read the block in meanwhile.
+            if let Some(i) = self.lookup(b, blk)? {
+                let st = self.state(i)?;
+                Self::pin(st, true);
+                drop(locked);
+                Self::unpin(vst);
+                if Self::wait_valid(st) {
+                    self.count(|s| s.hits += 1);
+                    return Ok(i);
+                }
+                Self::unpin(st);
+                continue;
+            }
+            let s = lock_header(vst);
+            if state::refs(s) != 1 || s & DIRTY != 0 {
+                // Pinned or dirtied by someone else since the sweep.
+                unlock_header(vst, s);
+                drop(locked);
+                Self::unpin(vst);
+                continue;
+            }
+            if let Some(ob) = old {
+                self.unlink(ob, v)?;
+                self.count(|s| s.evictions += 1);
+            }
+            self.tag(v)?.store(blk, Ordering::Relaxed);
+            let head = self.head(b)?;
+            self.next(v)?
+                .store(head.load(Ordering::Relaxed), Ordering::Relaxed);
+            head.store(v as u32 + 1, Ordering::Release);
+            let fresh = state::with_usage(REF_ONE, 1) | TAG_VALID | IO_IN_PROGRESS;
+            unlock_header(vst, fresh);
+            drop(locked);
+
+            match self.read_in(v, blk) {
+                Ok(()) => {
+                    let s = lock_header(vst);
+                    unlock_header(vst, (s | VALID) & !IO_IN_PROGRESS);
+                    self.count(|s| s.misses += 1);
+                    return Ok(v);
+                }
+                Err(e) => {
+                    let locked = self.lock_partitions(b, None)?;
+                    self.unlink(b, v)?;
+                    let s = lock_header(vst);
+                    unlock_header(vst, s & !(TAG_VALID | IO_IN_PROGRESS));
+                    drop(locked);
+                    Self::unpin(vst);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    fn guard(&self, blk: u64, exclusive: bool) -> Result<Block<'_>, CacheError> {
+        let i = self.pin_block(blk)?;
+        let st = self.state(i)?;
+        let content = match self.content(i) {
+            Ok(c) => c,
+            Err(e) => {
+                Self::unpin(st);
+                return Err(e);
+            }
+        };
+        if exclusive {
+            write_lock(content);
+        } else {
+            read_lock(content);
+        }
+        Ok(Block {
+            cache: self,
+            block: blk,
+            at: self.layout.block(i),
+            state: st,
+            content,
+        })
+    }
+
+    /// Pins block `blk` and takes its content lock shared: other readers
+    /// may hold it too, writers wait.
+    pub fn read(&self, blk: u64) -> Result<ReadGuard<'_>, CacheError> {
+        Ok(ReadGuard(self.guard(blk, false)?))
+    }
+
+    /// Pins block `blk` and takes its content lock exclusive; the buffer
+    /// is marked dirty when the guard drops.
+    pub fn write(&self, blk: u64) -> Result<WriteGuard<'_>, CacheError> {
+        Ok(WriteGuard(self.guard(blk, true)?))
+    }
+
+    /// Writes every dirty buffer to the data file, then `fdatasync`s it.
+    /// Runs beside other processes' work; returns the blocks written.
+    pub fn checkpoint(&self) -> Result<u64, CacheError> {
+        let mut written = 0;
+        for i in 0..self.layout.buffers {
+            let st = self.state(i)?;
+            let s = st.load(Ordering::Acquire);
+            if s & (DIRTY | VALID) != DIRTY | VALID {
+                continue;
+            }
+            Self::pin(st, false);
+            let r = self.flush(i);
+            Self::unpin(st);
+            if r? {
+                written += 1;
+            }
+        }
+        self.file
+            .sync_data()
+            .map_err(|e| self.io_error("fdatasync", 0, e))?;
+        Ok(written)
+    }
+}
+
+/// Partition locks held exclusive; released on drop.
+struct Locked<'a>([Option<&'a AtomicU32>; 2]);
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        for l in self.0.iter().rev().flatten() {
+            write_unlock(l);
+        }
+    }
+}
+
+/// A pinned, content-locked block: what both guards read through
+/// (`Deref`). Word reads and copies, never a reference into the region.
+#[derive(Debug)]
+pub struct Block<'a> {
+    cache: &'a Cache,
+    block: u64,
+    at: usize,
+    state: &'a AtomicU64,
+    content: &'a AtomicU32,
+}
+
+impl Block<'_> {
+    /// The block number.
+    pub fn block(&self) -> u64 {
+        self.block
+    }
+
+    /// The 8-byte word `word` of the block.
+    pub fn read_u64(&self, word: usize) -> Result<u64, CacheError> {
+        Ok(self.word(word)?.load(Ordering::Relaxed))
+    }
+
+    /// The block as 8-byte atomic words (checked once; for loops over a
+    /// row). Reads are relaxed loads; a [`WriteGuard`] may store.
+    #[inline]
+    pub fn words(&self) -> Result<&[AtomicU64], CacheError> {
+        Ok(self
+            .cache
+            .region
+            .atomic_u64s(self.at, self.cache.layout.block_size / 8)?)
+    }
+
+    /// Copies `buf.len()` bytes at `offset` of the block (both multiples
+    /// of 8).
+    pub fn read_into(&self, offset: usize, buf: &mut [u8]) -> Result<(), CacheError> {
+        self.check(offset, buf.len())?;
+        Ok(self.cache.region.load_words(self.at + offset, buf)?)
+    }
+
+    fn word(&self, word: usize) -> Result<&AtomicU64, CacheError> {
+        let words = self.cache.layout.block_size / 8;
+        if word >= words {
+            return Err(CacheError::Config(format!(
+                "word {word} is beyond the block's {words} words"
+            )));
+        }
+        Ok(self.cache.region.atomic_u64(self.at + word * 8)?)
+    }
+
+    fn check(&self, offset: usize, n: usize) -> Result<(), CacheError> {
+        match offset.checked_add(n) {
+            Some(e) if e <= self.cache.layout.block_size => Ok(()),
+            _ => Err(CacheError::Config(format!(
+                "range {offset}+{n} is beyond the {}-byte block",
+                self.cache.layout.block_size
+            ))),
+        }
+    }
+}
+
+/// A block pinned for reading (content lock shared); unpinned on drop.
+/// Reads through [`Block`].
+#[derive(Debug)]
+pub struct ReadGuard<'a>(Block<'a>);
+
+impl<'a> std::ops::Deref for ReadGuard<'a> {
+    type Target = Block<'a>;
+    fn deref(&self) -> &Block<'a> {
+        &self.0
+    }
+}
+
+impl Drop for ReadGuard<'_> {
+    fn drop(&mut self) {
+        read_unlock(self.0.content);
+        Cache::unpin(self.0.state);
+    }
+}
+
+/// A block pinned for writing (content lock exclusive); marked dirty and
+/// unpinned on drop. Reads through [`Block`].
+#[derive(Debug)]
+pub struct WriteGuard<'a>(Block<'a>);
+
+impl<'a> std::ops::Deref for WriteGuard<'a> {
+    type Target = Block<'a>;
+    fn deref(&self) -> &Block<'a> {
+        &self.0
+    }
+}
+
+impl WriteGuard<'_> {
+    /// Sets the 8-byte word `word` of the block.
+    pub fn write_u64(&self, word: usize, value: u64) -> Result<(), CacheError> {
+        self.0.word(word)?.store(value, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Copies `data` into the block at `offset` (both multiples of 8).
+    pub fn write_from(&self, offset: usize, data: &[u8]) -> Result<(), CacheError> {
+        self.0.check(offset, data.len())?;
+        Ok(self.0.cache.region.store_words(self.0.at + offset, data)?)
+    }
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        let s = lock_header(self.0.state);
+        unlock_header(self.0.state, s | DIRTY);
+        write_unlock(self.0.content);
+        Cache::unpin(self.0.state);
+    }
+}

@@ -1,0 +1,218 @@
+//! Where everything lives in the region's data: plain offsets, computed
+//! once from the block size and the number of buffers. Imports nothing of
+//! the crate.
+
+/// Bytes of the control block (the first of the data).
+pub const CONTROL_BYTES: usize = 4096;
+/// Bytes of one buffer descriptor (one cache line).
+pub const DESC_BYTES: usize = 64;
+/// Bytes between two partition locks (one cache line each).
+pub const PARTITION_STRIDE: usize = 64;
+/// Magic word at offset 0 of the control block: `"HSHMCACH"`.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"HSHMCACH");
+/// Layout version.
+pub const VERSION: u32 = 1;
+
+/// Control block fields (offsets from the start of the data).
+pub mod control {
+    /// `u64` magic.
+    pub const MAGIC: usize = 0;
+    /// `u32` layout version.
+    pub const VERSION: usize = 8;
+    /// `u32` block size.
+    pub const BLOCK_SIZE: usize = 12;
+    /// `u64` buffers.
+    pub const BUFFERS: usize = 16;
+    /// `u64` hash buckets (a power of two).
+    pub const BUCKETS: usize = 24;
+    /// `u32` partitions (a power of two).
+    pub const PARTITIONS: usize = 32;
+    /// `u32`: 1 once the creator has initialized everything (release).
+    pub const READY: usize = 36;
+    /// `u64` blocks in the data file.
+    pub const DATA_BLOCKS: usize = 40;
+    /// `u64` clock hand, on its own cache line.
+    pub const CLOCK_HAND: usize = 64;
+}
+
+/// Descriptor fields (offsets from the start of a descriptor).
+pub mod desc {
+    /// `u64` state: refcount, usage count and flags (see `state`).
+    pub const STATE: usize = 0;
+    /// `u64` block number of the block the buffer holds.
+    pub const TAG: usize = 8;
+    /// `u32` next buffer in the hash chain, as index + 1 (0: end).
+    pub const NEXT: usize = 16;
+    /// `u32` content lock (a reader-writer lock word).
+    pub const CONTENT_LOCK: usize = 20;
+}
+
+/// The layout of a cache of `buffers` blocks of `block_size` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Block size in bytes.
+    pub block_size: usize,
+    /// Buffers (blocks the cache holds).
+    pub buffers: usize,
+    /// Hash buckets (a power of two, at least `buffers`).
+    pub buckets: usize,
+    /// Hash partitions, each with its own lock (a power of two).
+    pub partitions: usize,
+    /// Offset of the partition locks.
+    pub partitions_at: usize,
+    /// Offset of the bucket heads (`u32` each).
+    pub buckets_at: usize,
+    /// Offset of the descriptors.
+    pub descs_at: usize,
+    /// Offset of the first block (a multiple of the block size).
+    pub blocks_at: usize,
+    /// Bytes the whole layout needs.
+    pub total: usize,
+}
+
+fn round_up(n: usize, to: usize) -> usize {
+    n.div_ceil(to) * to
+}
+
+impl Layout {
+    /// The layout for `buffers` blocks of `block_size` bytes.
+    pub fn new(block_size: usize, buffers: usize) -> Layout {
+        let buckets = buffers.max(1).next_power_of_two();
+        let partitions = buckets.clamp(1, 1024);
+        let partitions_at = CONTROL_BYTES;
+        let buckets_at = partitions_at + partitions * PARTITION_STRIDE;
+        let descs_at = round_up(buckets_at + buckets * 4, DESC_BYTES);
+        let blocks_at = round_up(descs_at + buffers * DESC_BYTES, block_size.max(4096));
+        Layout {
+            block_size,
+            buffers,
+            buckets,
+            partitions,
+            partitions_at,
+            buckets_at,
+            descs_at,
+            blocks_at,
+            total: blocks_at + buffers * block_size,
+        }
+    }
+
+    /// The largest layout whose blocks fit in `bytes` of data.
+    pub fn fitting(block_size: usize, bytes: usize) -> Layout {
+        // Per buffer: the block, the descriptor, at most two bucket heads.
+        let mut n = bytes.saturating_sub(CONTROL_BYTES) / (block_size + DESC_BYTES + 8);
+        while n > 0 && Layout::new(block_size, n).total > bytes {
+            n -= 1;
+        }
+        Layout::new(block_size, n)
+    }
+
+    /// Offset of buffer `i`'s descriptor.
+    #[inline]
+    pub fn desc(&self, i: usize) -> usize {
+        self.descs_at + i * DESC_BYTES
+    }
+
+    /// Offset of buffer `i`'s block.
+    #[inline]
+    pub fn block(&self, i: usize) -> usize {
+        self.blocks_at + i * self.block_size
+    }
+
+    /// Offset of bucket `b`'s head.
+    #[inline]
+    pub fn bucket(&self, b: usize) -> usize {
+        self.buckets_at + b * 4
+    }
+
+    /// Offset of the lock of the partition of bucket `b`.
+    #[inline]
+    pub fn partition_lock(&self, b: usize) -> usize {
+        self.partitions_at + (b & (self.partitions - 1)) * PARTITION_STRIDE
+    }
+
+    /// The bucket of block `blk` (Fibonacci hashing).
+    #[inline]
+    pub fn bucket_of(&self, blk: u64) -> usize {
+        let bits = self.buckets.trailing_zeros();
+        if bits == 0 {
+            return 0;
+        }
+        (blk.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as usize
+    }
+}
+
+/// The buffer state word: `refcount` in bits 0..32, `usage` in 32..36,
+/// flags above.
+pub mod state {
+    /// One pin.
+    pub const REF_ONE: u64 = 1;
+    /// Mask of the pin count.
+    pub const REF_MASK: u64 = 0xFFFF_FFFF;
+    /// Shift of the usage count.
+    pub const USAGE_SHIFT: u32 = 32;
+    /// Mask of the usage count.
+    pub const USAGE_MASK: u64 = 0xF << USAGE_SHIFT;
+    /// Highest usage count (PostgreSQL's `BM_MAX_USAGE_COUNT`).
+    pub const MAX_USAGE: u64 = 5;
+    /// Header spinlock: held while a process changes tag, flags or
+    /// validates the pin count.
+    pub const LOCKED: u64 = 1 << 40;
+    /// The tag names a block and the buffer is in the hash table.
+    pub const TAG_VALID: u64 = 1 << 41;
+    /// The block's bytes are in the buffer.
+    pub const VALID: u64 = 1 << 42;
+    /// The buffer differs from the data file.
+    pub const DIRTY: u64 = 1 << 43;
+    /// A process is reading the block in.
+    pub const IO_IN_PROGRESS: u64 = 1 << 44;
+
+    /// Pins.
+    #[inline]
+    pub fn refs(s: u64) -> u64 {
+        s & REF_MASK
+    }
+
+    /// Usage count.
+    #[inline]
+    pub fn usage(s: u64) -> u64 {
+        (s & USAGE_MASK) >> USAGE_SHIFT
+    }
+
+    /// `s` with usage count `u`.
+    #[inline]
+    pub fn with_usage(s: u64, u: u64) -> u64 {
+        (s & !USAGE_MASK) | (u << USAGE_SHIFT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_is_aligned_and_fits() {
+        let l = Layout::new(8192, 1000);
+        assert_eq!(l.buckets, 1024);
+        assert_eq!(l.partitions, 1024);
+        assert_eq!(l.blocks_at % 8192, 0);
+        assert_eq!(l.descs_at % 64, 0);
+        assert!(l.buckets_at >= l.partitions_at + 1024 * 64);
+        assert_eq!(l.total, l.blocks_at + 1000 * 8192);
+        let f = Layout::fitting(8192, 64 << 20);
+        assert!(f.total <= 64 << 20);
+        assert!(Layout::new(8192, f.buffers + 1).total > 64 << 20);
+        assert!(f.buffers > 8000);
+        assert_eq!(Layout::fitting(8192, 100).buffers, 0);
+    }
+
+    #[test]
+    fn buckets_spread_and_stay_in_range() {
+        let l = Layout::new(8192, 4096);
+        let mut seen = vec![0u32; l.buckets];
+        for blk in 0..4096u64 {
+            seen[l.bucket_of(blk)] += 1;
+        }
+        assert!(seen.iter().all(|&c| c <= 4), "{:?}", seen.iter().max());
+        assert_eq!(Layout::new(8192, 1).bucket_of(77), 0);
+    }
+}

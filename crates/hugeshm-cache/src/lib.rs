@@ -1,0 +1,128 @@
+//! # hugeshm-cache
+//!
+//! A shared buffer cache in one hugeshm [`Region`](hugeshm_region::Region):
+//! what PostgreSQL calls `shared_buffers` and Oracle the SGA's database
+//! buffers. Fixed-size blocks of a data file are cached in the region; any
+//! number of processes (forked, or attached by name) read and write them
+//! at once; a miss reads the block with `pread`, a dirty block is written
+//! back with `pwrite` when its buffer is taken for another block and at
+//! [`Cache::checkpoint`]. Meant as code a server author can start from.
+//!
+//! ```no_run
+//! use hugeshm_cache::{create_data_file, Cache, DEFAULT_BLOCK_SIZE};
+//! use hugeshm_region::{Backend, RegionBuilder};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let data = std::path::Path::new("/var/tmp/example.data");
+//! create_data_file(data, 1024, DEFAULT_BLOCK_SIZE, |blk, b| b[..8].copy_from_slice(&blk.to_le_bytes()))?;
+//! let (region, _) = RegionBuilder::new(1 << 20).backend(Backend::Posix).name("example-cache").create()?;
+//! let cache = Cache::create(region, data, DEFAULT_BLOCK_SIZE)?;
+//! // Another process: Cache::open(Region::attach("example-cache", Backend::Posix)?, data)?
+//! {
+//!     let w = cache.write(7)?;          // pinned, content lock exclusive
+//!     w.write_u64(1, w.read_u64(1)? + 1)?;
+//! }                                     // marked dirty, unlocked, unpinned
+//! assert_eq!(cache.read(7)?.read_u64(0)?, 7);
+//! cache.checkpoint()?;                  // dirty blocks to the file, fdatasync
+//! cache.into_region().destroy()?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Layout in shared memory
+//!
+//! Everything is at fixed offsets from the start of the region's data
+//! ([`Layout`]); nothing in shared memory is a pointer, so every process
+//! may map the region at a different address. Links are buffer indexes + 1
+//! (0 = none).
+//!
+//! | offset | what |
+//! |---|---|
+//! | 0 | control block (4 KiB): magic `HSHMCACH`, version, block size, buffers, buckets, partitions, data-file blocks, `ready`; the clock hand on its own cache line |
+//! | 4096 | partition locks: one reader-writer lock word per 64-byte line, up to 1024 |
+//! | `buckets_at` | hash bucket heads, `u32` each (a power of two, ≥ buffers) |
+//! | `descs_at` | buffer descriptors, 64 bytes each: `state` (u64), `tag` (block number, u64), `next` (chain link, u32), `content lock` (u32) |
+//! | `blocks_at` | the blocks, `block_size` each, aligned to the block size |
+//!
+//! The state word packs the pin count (bits 0–31), the usage count (32–35,
+//! at most 5) and the flags `LOCKED` (the descriptor's spinlock),
+//! `TAG_VALID` (the buffer is in the hash table under `tag`), `VALID` (the
+//! block's bytes are there), `DIRTY`, `IO_IN_PROGRESS` ([`layout::state`]).
+//!
+//! ## Lock protocol
+//!
+//! Four kinds of lock, all atomics in the region, always taken in this
+//! order (never the other way round):
+//!
+//! 1. **Partition lock** of a hash bucket (reader-writer word): exclusive
+//!    to insert or remove a buffer in a chain, shared for a lookup that
+//!    must be sure. A miss that moves a buffer from one block to another
+//!    takes both partitions, lower index first.
+//! 2. **Pin** (the pin count, changed by compare-and-swap while `LOCKED`
+//!    is clear): a pinned buffer is never given another block; a pin also
+//!    raises the usage count. A lookup first walks the chain *without* the
+//!    partition lock, pins the buffer it finds and then checks that it
+//!    still holds the block and `TAG_VALID` (a retag happens under the
+//!    header lock and only to a buffer pinned once, so the pin either lands
+//!    first and the retag gives up, or lands after and the check fails).
+//!    When that finds nothing, the lookup is done again under the
+//!    partition lock shared, pinning before the lock is released.
+//! 3. **Content lock** (reader-writer word per buffer), only while pinned:
+//!    [`Cache::read`] takes it shared, [`Cache::write`] exclusive; a
+//!    write-back copies the block under it shared.
+//! 4. **Header spinlock** (`LOCKED` bit of the state): held for a few
+//!    instructions to change flags or tag, or to check that a victim is
+//!    pinned by nobody else. Nothing else is taken while it is held.
+//!
+//! A **miss**: the clock hand sweeps the descriptors; a buffer pinned by
+//! nobody with usage count 0 is the victim (pinned by the sweeper under
+//! its header lock), one with a higher count has it lowered and is passed.
+//! A dirty victim is written back (under its content lock, `DIRTY`
+//! cleared before the copy). Then the sweeper takes the partition locks,
+//! looks the block up again (another process may have read it in
+//! meanwhile: then it uses that buffer and lets the victim go), checks
+//! under the header lock that the victim is still pinned once and clean
+//! (else retries), moves it to the new chain with `TAG_VALID |
+//! IO_IN_PROGRESS`, releases the partition locks and reads the block.
+//! Processes that find a buffer with `IO_IN_PROGRESS` wait for `VALID`;
+//! a failed read takes the buffer out of the table again and they retry.
+//!
+//! ## Invariants
+//!
+//! - A buffer is in at most one chain, the one of `bucket_of(tag)`, exactly
+//!   when `TAG_VALID` is set; a block is in at most one buffer.
+//! - Tag and chain links change only under the partition lock(s)
+//!   exclusive and only for a buffer pinned once, by the process changing
+//!   them.
+//! - The bytes of a `VALID` buffer change only under its content lock
+//!   exclusive; `DIRTY` is set before that lock is released, so a
+//!   write-back either copies the new bytes or leaves `DIRTY` set.
+//! - The data file holds every block not `DIRTY` in the cache: a dirty
+//!   block is written before its buffer leaves the table.
+//!
+//! ## Limits a server adds on top
+//!
+//! A process that dies while holding a lock or a pin leaves it held (as in
+//! PostgreSQL, whose postmaster then resets shared memory): a server
+//! restarts the cache after a crashed worker. There is no write-ahead log:
+//! [`Cache::checkpoint`] makes the data file current but not atomic. Block
+//! copies and word accesses go through [`Region`](hugeshm_region::Region)'s
+//! bounds-checked atomic accessors, which hugeshm-sys implements; this
+//! crate has no `unsafe`.
+//!
+//! Blocks are read with `pread` into buffers (the classic mode). The
+//! guards hand out word accesses and copies of a block, not references
+//! into the region, so a directly mapped mode (blocks read in place from a
+//! mapped data file on DAX) can give the same guards over the file's
+//! mapping.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod cache;
+mod error;
+pub mod layout;
+mod lock;
+pub mod workload;
+
+pub use cache::{create_data_file, Block, Cache, ReadGuard, Stats, WriteGuard, DEFAULT_BLOCK_SIZE};
+pub use error::CacheError;
+pub use layout::Layout;

@@ -1,0 +1,431 @@
+//! The OLTP-style workload of `hugeshm bench oltp`, as a library: block
+//! choice (uniform or Zipfian), a read/write mix, a latency histogram, and
+//! the same loop run through the [`Cache`] or straight on a region (the
+//! "raw" baseline that shows the cache's overhead).
+//!
+//! One operation touches one 64-byte row of one block: a read loads its 8
+//! words, a write increments the first and stores the other 7.
+
+use std::time::{Duration, Instant};
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hugeshm_region::Region;
+use serde::{Deserialize, Serialize};
+
+use crate::cache::{Cache, Stats};
+use crate::error::CacheError;
+
+/// Which blocks the operations pick.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dist {
+    /// Every block equally likely.
+    Uniform,
+    /// Zipfian with exponent 0.99 (YCSB's), hot blocks scattered over the
+    /// file.
+    Zipf,
+}
+
+impl std::str::FromStr for Dist {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "uniform" => Ok(Dist::Uniform),
+            "zipf" | "zipfian" => Ok(Dist::Zipf),
+            _ => Err(format!("{s:?}: expected uniform or zipf")),
+        }
+    }
+}
+
+impl std::fmt::Display for Dist {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Dist::Uniform => "uniform",
+            Dist::Zipf => "zipf",
+        })
+    }
+}
+
+/// A small, fast generator (xorshift64*), seeded per process.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from `seed` (any value).
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// The next 64 random bits.
+    #[inline]
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    #[inline]
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+
+    /// Uniform in `[0, 1)`.
+    #[inline]
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Block numbers in `0..n` drawn from a [`Dist`].
+#[derive(Debug, Clone)]
+pub struct Picker {
+    n: u64,
+    zipf: Option<Zipf>,
+}
+
+#[derive(Debug, Clone)]
+struct Zipf {
+    theta: f64,
+    zetan: f64,
+    alpha: f64,
+    eta: f64,
+}
+
+fn zeta(n: u64, theta: f64) -> f64 {
+    (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum()
+}
+
+impl Picker {
+    /// A picker over `n` blocks (n > 0).
+    pub fn new(dist: Dist, n: u64) -> Picker {
+        let zipf = (dist == Dist::Zipf && n > 2).then(|| {
+            let theta = 0.99;
+            let zetan = zeta(n, theta);
+            let zeta2 = zeta(2, theta);
+            Zipf {
+                theta,
+                zetan,
+                alpha: 1.0 / (1.0 - theta),
+                eta: (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan),
+            }
+        });
+        Picker { n: n.max(1), zipf }
+    }
+
+    /// The next block.
+    #[inline]
+    pub fn pick(&self, rng: &mut Rng) -> u64 {
+        let Some(z) = &self.zipf else {
+            return rng.below(self.n);
+        };
+        let u = rng.unit();
+        let uz = u * z.zetan;
+        let rank = if uz < 1.0 {
+            0
+        } else if uz < 1.0 + 0.5f64.powf(z.theta) {
+            1
+        } else {
+            ((self.n as f64) * (z.eta * u - z.eta + 1.0).powf(z.alpha)) as u64
+        };
+        // Scatter the hot ranks over the file (FNV-1a of the rank).
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for b in rank.min(self.n - 1).to_le_bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+        h % self.n
+    }
+}
+
+/// A latency histogram: 16 linear buckets below 16 ns, then 16 buckets
+/// per power of two (at most 1/16 relative error).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Histogram {
+    /// `(bucket, count)` for the non-empty buckets, ascending.
+    pub buckets: Vec<(u32, u64)>,
+    #[serde(skip)]
+    dense: Vec<u64>,
+}
+
+const BUCKETS: usize = 16 + 60 * 16;
+
+fn bucket_of(ns: u64) -> usize {
+    if ns < 16 {
+        return ns as usize;
+    }
+    let e = 63 - ns.leading_zeros() as usize;
+    16 + (e - 4) * 16 + ((ns >> (e - 4)) & 15) as usize
+}
+
+fn bucket_low(idx: usize) -> u64 {
+    if idx < 16 {
+        return idx as u64;
+    }
+    let e = (idx - 16) / 16 + 4;
+    let sub = ((idx - 16) % 16) as u64;
+    (16 + sub) << (e - 4)
+}
+
+impl Histogram {
+    /// Records one latency.
+    #[inline]
+    pub fn record(&mut self, ns: u64) {
+        if self.dense.is_empty() {
+            self.dense = vec![0; BUCKETS];
+        }
+        self.dense[bucket_of(ns).min(BUCKETS - 1)] += 1;
+    }
+
+    /// Moves the recorded values into the sparse, serializable form.
+    pub fn seal(&mut self) {
+        let dense = std::mem::take(&mut self.dense);
+        for (i, c) in dense.into_iter().enumerate() {
+            if c > 0 {
+                self.add_bucket(i as u32, c);
+            }
+        }
+    }
+
+    fn add_bucket(&mut self, b: u32, c: u64) {
+        match self.buckets.binary_search_by_key(&b, |&(k, _)| k) {
+            Ok(i) => self.buckets[i].1 += c,
+            Err(i) => self.buckets.insert(i, (b, c)),
+        }
+    }
+
+    /// Adds another (sealed) histogram.
+    pub fn merge(&mut self, o: &Histogram) {
+        for &(b, c) in &o.buckets {
+            self.add_bucket(b, c);
+        }
+    }
+
+    /// Values recorded (sealed).
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().map(|b| b.1).sum()
+    }
+
+    /// The `q` quantile (0..=1) in nanoseconds: the lower bound of its
+    /// bucket; `None` when empty.
+    pub fn quantile(&self, q: f64) -> Option<u64> {
+        let total = self.count();
+        if total == 0 {
+            return None;
+        }
+        let want = ((q * total as f64).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for &(b, c) in &self.buckets {
+            seen += c;
+            if seen >= want {
+                return Some(bucket_low(b as usize));
+            }
+        }
+        self.buckets.last().map(|&(b, _)| bucket_low(b as usize))
+    }
+}
+
+/// What one worker runs.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Spec {
+    /// Block choice.
+    pub dist: Dist,
+    /// Percentage of operations that write (0–100).
+    pub write_pct: u32,
+    /// Time one operation in this many (rounded up to a power of two; the
+    /// clock costs about as much as an operation; 1 = every one).
+    pub sample_every: u32,
+}
+
+/// What one run of one worker did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunResult {
+    /// Operations (one block each).
+    pub ops: u64,
+    /// Of which writes.
+    pub writes: u64,
+    /// Wall time of the run.
+    pub seconds: f64,
+    /// CPU time the worker's thread used in the run (less than `seconds`
+    /// when other processes share the CPUs).
+    pub cpu_seconds: f64,
+    /// Cache counters of the run (zero for the raw loop).
+    pub stats: Stats,
+    /// Sampled operation latencies.
+    pub latency: Histogram,
+    /// A sum of the words read, so no read is optimized away.
+    pub checksum: u64,
+}
+
+const ROW_WORDS: usize = 8;
+
+/// A read: the sum of the row's words.
+#[inline]
+fn read_row(row: &[AtomicU64]) -> u64 {
+    row.iter()
+        .fold(0u64, |s, w| s.wrapping_add(w.load(Ordering::Relaxed)))
+}
+
+/// An update: the first word + 1, the others derived from it.
+#[inline]
+fn update_row(row: &[AtomicU64]) -> u64 {
+    let v = row[0].load(Ordering::Relaxed).wrapping_add(1);
+    row[0].store(v, Ordering::Relaxed);
+    for (i, w) in row.iter().enumerate().skip(1) {
+        w.store(v ^ i as u64, Ordering::Relaxed);
+    }
+    v
+}
+
+/// The loop: picks blocks and rows and calls `op(block, first word,
+/// write)` until `duration` has passed.
+fn drive(
+    spec: &Spec,
+    picker: &Picker,
+    rng: &mut Rng,
+    rows: u64,
+    duration: Duration,
+    mut op: impl FnMut(u64, usize, bool) -> Result<u64, CacheError>,
+) -> Result<RunResult, CacheError> {
+    let mut r = RunResult::default();
+    // A power of two, so the test is a mask, not a division.
+    let mask = u64::from(spec.sample_every.max(1)).next_power_of_two() - 1;
+    let start = Instant::now();
+    let cpu0 = hugeshm_sys::thread_cpu_seconds().unwrap_or(0.0);
+    let deadline = start + duration;
+    loop {
+        for _ in 0..256 {
+            let blk = picker.pick(rng);
+            let row = rng.below(rows) as usize * ROW_WORDS;
+            let write = rng.below(100) < u64::from(spec.write_pct);
+            if r.ops & mask == 0 {
+                let t = Instant::now();
+                r.checksum = r.checksum.wrapping_add(op(blk, row, write)?);
+                r.latency.record(t.elapsed().as_nanos() as u64);
+            } else {
+                r.checksum = r.checksum.wrapping_add(op(blk, row, write)?);
+            }
+            r.ops += 1;
+            r.writes += u64::from(write);
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+    }
+    r.seconds = start.elapsed().as_secs_f64();
+    r.cpu_seconds = hugeshm_sys::thread_cpu_seconds().unwrap_or(0.0) - cpu0;
+    r.latency.seal();
+    Ok(r)
+}
+
+/// Runs the workload through `cache` for `duration`.
+pub fn run_cache(
+    cache: &Cache,
+    spec: &Spec,
+    picker: &Picker,
+    rng: &mut Rng,
+    duration: Duration,
+) -> Result<RunResult, CacheError> {
+    let rows = (cache.layout().block_size / (ROW_WORDS * 8)) as u64;
+    cache.reset_stats();
+    let mut r = drive(spec, picker, rng, rows, duration, |blk, row, write| {
+        if write {
+            let g = cache.write(blk)?;
+            Ok(update_row(&g.words()?[row..row + ROW_WORDS]))
+        } else {
+            let g = cache.read(blk)?;
+            Ok(read_row(&g.words()?[row..row + ROW_WORDS]))
+        }
+    })?;
+    r.stats = cache.stats();
+    Ok(r)
+}
+
+/// Runs the same loop straight on `region`'s data, as a flat array of
+/// `blocks` blocks of `block_size` bytes from offset 0 (no hash table, no
+/// pins, no locks): the ceiling the cache is compared with. Overwrites the
+/// region's data.
+pub fn run_raw(
+    region: &Region,
+    block_size: usize,
+    blocks: u64,
+    spec: &Spec,
+    rng: &mut Rng,
+    duration: Duration,
+) -> Result<RunResult, CacheError> {
+    let fit = (region.data_len() / block_size) as u64;
+    if blocks == 0 || blocks > fit {
+        return Err(CacheError::Config(format!(
+            "{blocks} blocks of {block_size} bytes: the region's {} data bytes hold {fit}",
+            region.data_len()
+        )));
+    }
+    let picker = Picker::new(spec.dist, blocks);
+    let rows = (block_size / (ROW_WORDS * 8)) as u64;
+    drive(spec, &picker, rng, rows, duration, |blk, row, write| {
+        let at = blk as usize * block_size + row * 8;
+        let words = region.atomic_u64s(at, ROW_WORDS)?;
+        Ok(if write {
+            update_row(words)
+        } else {
+            read_row(words)
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles_are_within_a_sixteenth() {
+        let mut h = Histogram::default();
+        for v in 1..=10_000u64 {
+            h.record(v);
+        }
+        h.seal();
+        assert_eq!(h.count(), 10_000);
+        let p50 = h.quantile(0.5).unwrap();
+        assert!((4700..=5000).contains(&p50), "{p50}");
+        let p99 = h.quantile(0.99).unwrap();
+        assert!((9300..=9900).contains(&p99), "{p99}");
+        let mut m = Histogram::default();
+        m.merge(&h);
+        m.merge(&h);
+        assert_eq!(m.count(), 20_000);
+        assert_eq!(m.quantile(0.5), Some(p50));
+        assert_eq!(Histogram::default().quantile(0.5), None);
+    }
+
+    #[test]
+    fn bucket_bounds_roundtrip() {
+        for v in [0u64, 15, 16, 17, 100, 1000, 123_456, u64::MAX / 2] {
+            let b = bucket_of(v);
+            assert!(bucket_low(b) <= v, "{v}");
+            assert!(bucket_low(b + 1) > v, "{v}");
+        }
+    }
+
+    #[test]
+    fn zipf_is_skewed_and_uniform_is_not() {
+        let n = 10_000;
+        let mut rng = Rng::new(1);
+        let count = |p: &Picker, rng: &mut Rng| {
+            let mut c = vec![0u32; n as usize];
+            for _ in 0..200_000 {
+                c[p.pick(rng) as usize] += 1;
+            }
+            c.sort_unstable();
+            c.iter().rev().take(100).map(|&x| x as u64).sum::<u64>()
+        };
+        let top_zipf = count(&Picker::new(Dist::Zipf, n), &mut rng);
+        let top_uniform = count(&Picker::new(Dist::Uniform, n), &mut rng);
+        // 1% of the blocks: about half the accesses under Zipf, ~1% uniform.
+        assert!(top_zipf > 80_000, "{top_zipf}");
+        assert!(top_uniform < 10_000, "{top_uniform}");
+    }
+}

@@ -1,0 +1,273 @@
+//! Many processes hammer one buffer cache that is far smaller than its
+//! data file, so buffers are evicted and dirty blocks written back all the
+//! time; then every block of the data file must carry a valid checksum and
+//! a counter equal to the increments all processes made (no lost update,
+//! no torn block, nothing dirty lost at eviction or checkpoint).
+//!
+//! Children are this test binary re-executed with `HUGESHM_CACHE_STRESS`
+//! set, running only `stress_child`; they attach the region by name.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use hugeshm_cache::workload::Rng;
+use hugeshm_cache::{create_data_file, Cache, Layout, Stats};
+use hugeshm_region::{Backend, Locator, PageSize, Policy, RegionBuilder};
+use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
+
+const CHILD_ENV: &str = "HUGESHM_CACHE_STRESS";
+const BS: usize = 8192;
+const WORDS: usize = BS / 8;
+const BLOCKS: u64 = 2048;
+const CHILDREN: usize = 6;
+const OPS: u64 = 2500;
+const HOT: u64 = 64;
+
+fn mix(blk: u64, counter: u64, w: usize) -> u64 {
+    (blk << 32 ^ counter)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .rotate_left(w as u32 % 64)
+        ^ w as u64
+}
+
+/// Block `blk` at `counter`: word 0 the block number, word 1 the counter,
+/// words 2.. a pattern of both, the last word the sum of the others.
+fn fill(blk: u64, counter: u64, buf: &mut [u8]) {
+    let mut sum = 0u64;
+    for w in 0..WORDS - 1 {
+        let v = match w {
+            0 => blk,
+            1 => counter,
+            _ => mix(blk, counter, w),
+        };
+        sum = sum.wrapping_add(v);
+        buf[w * 8..w * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    buf[BS - 8..].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// The counter of a well-formed block `blk`, or what is wrong with it.
+fn check(blk: u64, buf: &[u8]) -> Result<u64, String> {
+    let word = |w: usize| u64::from_le_bytes(buf[w * 8..w * 8 + 8].try_into().unwrap());
+    if word(0) != blk {
+        return Err(format!("block {blk} holds block {}", word(0)));
+    }
+    let counter = word(1);
+    let mut sum = 0u64;
+    for w in 0..WORDS - 1 {
+        if w >= 2 && word(w) != mix(blk, counter, w) {
+            return Err(format!("block {blk} (counter {counter}): word {w} torn"));
+        }
+        sum = sum.wrapping_add(word(w));
+    }
+    if sum != word(WORDS - 1) {
+        return Err(format!(
+            "block {blk}: checksum {:#x} != {sum:#x}",
+            word(WORDS - 1)
+        ));
+    }
+    Ok(counter)
+}
+
+/// A child: attach by name, then OPS operations on random blocks, a
+/// quarter reads (check), the rest increments (check, counter + 1,
+/// rewrite) under the write lock; child 0 checkpoints now and then.
+#[test]
+fn stress_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let parts: Vec<&str> = spec.split('|').collect();
+    let (name, backend, data, id) = (parts[0], parts[1], parts[2], parts[3]);
+    let backend: Backend = backend.parse().unwrap();
+    let id: u64 = id.parse().unwrap();
+    let region = Locator::new(name, backend)
+        .attach()
+        .expect("attach by name");
+    let cache = Cache::open(region, data.as_ref()).expect("open cache");
+    let mut rng = Rng::new(id * 7919 + 1);
+    let mut incs: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut buf = vec![0u8; BS];
+    for op in 0..OPS {
+        // Half the operations on 64 hot blocks (hits, contended content
+        // locks), half over the whole file (misses, evictions).
+        let blk = if rng.below(2) == 0 {
+            rng.below(HOT)
+        } else {
+            rng.below(BLOCKS)
+        };
+        if rng.below(4) == 0 {
+            let g = cache.read(blk).expect("read");
+            g.read_into(0, &mut buf).unwrap();
+            check(blk, &buf).unwrap_or_else(|e| panic!("child {id} read: {e}"));
+        } else {
+            let g = cache.write(blk).expect("write");
+            g.read_into(0, &mut buf).unwrap();
+            let c = check(blk, &buf).unwrap_or_else(|e| panic!("child {id} write: {e}"));
+            fill(blk, c + 1, &mut buf);
+            g.write_from(0, &buf).unwrap();
+            *incs.entry(blk).or_default() += 1;
+        }
+        if id == 0 && op % 500 == 250 {
+            cache.checkpoint().expect("checkpoint");
+        }
+    }
+    let out = serde_json::json!({ "incs": incs, "stats": cache.stats() });
+    println!("\nRESULT {out}");
+    drop(cache);
+}
+
+/// Removes the data file when the test ends, also by panic.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64) {
+    let before = HostState::capture().expect("capture");
+    let name = format!("t-cache-{test}-{}", std::process::id());
+    let data: PathBuf = std::env::temp_dir().join(format!("{name}.data"));
+    let _remove = RemoveOnDrop(data.clone());
+    create_data_file(&data, BLOCKS, BS, |b, buf| fill(b, 0, buf)).expect("data file");
+    let (region, _) = RegionBuilder::new(region_bytes)
+        .backend(backend)
+        .page_size(page)
+        .policy(Policy::Only)
+        .name(name.clone())
+        .create()
+        .expect("create region");
+    let cache = Cache::create(region, &data, BS).expect("create cache");
+    let buffers = cache.layout().buffers;
+    assert!(
+        (buffers as u64) < BLOCKS / 4,
+        "{buffers} buffers: the cache must be much smaller than the file"
+    );
+    assert_eq!(
+        *cache.layout(),
+        Layout::fitting(BS, cache.region().data_len())
+    );
+
+    let exe = std::env::current_exe().unwrap();
+    let kids: Vec<_> = (0..CHILDREN)
+        .map(|i| {
+            Command::new(&exe)
+                .args(["stress_child", "--exact", "--nocapture", "--test-threads=1"])
+                .env(
+                    CHILD_ENV,
+                    format!("{name}|{}|{}|{i}", backend.as_str(), data.display()),
+                )
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn child")
+        })
+        .collect();
+    let mut expected: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut stats = Stats::default();
+    let mut failures = Vec::new();
+    for (i, k) in kids.into_iter().enumerate() {
+        let out = k.wait_with_output().expect("wait child");
+        let text = String::from_utf8_lossy(&out.stdout);
+        match text
+            .lines()
+            .find_map(|l| l.split_once("RESULT ").map(|x| x.1))
+        {
+            Some(json) if out.status.success() => {
+                let v: serde_json::Value = serde_json::from_str(json).unwrap();
+                for (b, n) in v["incs"].as_object().unwrap() {
+                    *expected.entry(b.parse().unwrap()).or_default() += n.as_u64().unwrap();
+                }
+                stats.add(&serde_json::from_value(v["stats"].clone()).unwrap());
+            }
+            _ => {
+                let tail: String = text
+                    .chars()
+                    .rev()
+                    .take(3000)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                failures.push(format!("child {i}: {}\n{tail}", out.status))
+            }
+        }
+    }
+    // The parent checkpoints, then the file alone must hold every update.
+    let written = cache.checkpoint();
+    cache.into_region().destroy().expect("destroy region");
+    assert!(failures.is_empty(), "{failures:#?}");
+    written.expect("checkpoint");
+
+    let f = std::fs::File::open(&data).unwrap();
+    let mut buf = vec![0u8; BS];
+    let mut total = 0;
+    for blk in 0..BLOCKS {
+        f.read_exact_at(&mut buf, blk * BS as u64).unwrap();
+        let c = check(blk, &buf).unwrap_or_else(|e| panic!("data file: {e}"));
+        assert_eq!(
+            c,
+            expected.get(&blk).copied().unwrap_or(0),
+            "block {blk}: lost updates"
+        );
+        total += c;
+    }
+    let ops = CHILDREN as u64 * OPS;
+    println!(
+        "{test}: {buffers} buffers over {BLOCKS} blocks, {CHILDREN} processes: {total} increments, \
+         hits {} misses {} write-backs {} evictions {}",
+        stats.hits, stats.misses, stats.writes, stats.evictions
+    );
+    assert!(total > ops / 2, "{total} increments of {ops} operations");
+    assert_eq!(
+        stats.hits + stats.misses,
+        ops,
+        "every operation found its block once"
+    );
+    assert!(stats.evictions > ops / 8, "eviction must happen: {stats:?}");
+    assert!(stats.writes > ops / 16, "write-back must happen: {stats:?}");
+    assert!(
+        stats.hits > ops / 8,
+        "the hot blocks must be hits: {stats:?}"
+    );
+    // Nothing of ours left (other tests on the host may come and go).
+    assert!(
+        matches!(
+            Locator::new(&name, backend).locate(),
+            Err(hugeshm_region::RegionError::NotFound { .. })
+        ),
+        "region {name} still there"
+    );
+    let after = HostState::capture().expect("capture");
+    let ours: Vec<String> = before
+        .diff(&after)
+        .into_iter()
+        .filter(|d| d.contains(&name))
+        .collect();
+    assert!(ours.is_empty(), "left behind: {ours:#?}");
+}
+
+/// Base pages, a file in /dev/shm (no huge pages, no root needed).
+#[test]
+fn stress_many_processes_4k() {
+    run_stress("stress-4k", Backend::Posix, PageSize::Base, 1 << 20);
+}
+
+/// 2 MiB pages through the pool guard, a System V segment.
+#[test]
+fn stress_many_processes_2m() {
+    if skip_unless_root("stress_many_processes_2m") {
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool guard");
+    if !pool.page_sizes().contains(&(2 << 20)) {
+        println!("SKIP stress_many_processes_2m: the kernel offers no 2 MiB pages");
+        return;
+    }
+    pool.ensure_free(2 << 20, 2).expect("reserve 2 MiB pages");
+    run_stress("stress-2m", Backend::Sysv, PageSize::HUGE_2M, 2 << 20);
+    pool.restore().expect("restore pool");
+}

@@ -1,0 +1,106 @@
+//! `fork` for single-threaded callers, and waiting for the child: what a
+//! memory that is shared with forked children only (shared anonymous
+//! memory) needs.
+
+use crate::SysError;
+
+/// Threads of the calling process (entries of `/proc/self/task`).
+pub fn thread_count() -> Result<usize, SysError> {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .map_err(|e| SysError::Os {
+            call: "opendir(/proc/self/task)".to_owned(),
+            errno: e.raw_os_error().unwrap_or(libc::EIO),
+        })
+}
+
+/// Forks; the child runs `f` and exits with its value (101 if it panics)
+/// through `_exit`, so nothing of the parent (buffered output, exit
+/// handlers) runs twice. Returns the child's pid in the parent.
+///
+/// Refused when the calling process has more than one thread: a child of a
+/// multi-threaded process inherits locks (the allocator's among them) that
+/// threads which do not exist in it hold forever.
+pub fn fork_child(f: impl FnOnce() -> i32) -> Result<u32, SysError> {
+    let threads = thread_count()?;
+    if threads != 1 {
+        return Err(SysError::invalid(
+            "fork()".to_owned(),
+            format!("the process has {threads} threads; fork is only safe from a single-threaded process"),
+        ));
+    }
+    // SAFETY: the process has one thread (checked above, and no other can
+    // start one meanwhile), so the child inherits no lock held by a thread
+    // that does not exist in it.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(SysError::last_os("fork()".to_owned()));
+    }
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(101);
+        // SAFETY: _exit ends the child without running the parent's exit
+        // handlers or flushing its copied buffers.
+        unsafe { libc::_exit(code) };
+    }
+    Ok(pid as u32)
+}
+
+/// Waits for child `pid` to end: its exit code, or 128 + the signal that
+/// killed it.
+pub fn wait_child(pid: u32) -> Result<i32, SysError> {
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: status is a live c_int the kernel writes.
+        let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
+        if rc >= 0 {
+            break;
+        }
+        let err = SysError::last_os(format!("waitpid({pid})"));
+        if err.errno() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+    if libc::WIFEXITED(status) {
+        Ok(libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        Ok(128 + libc::WTERMSIG(status))
+    } else {
+        Ok(-1)
+    }
+}
+
+/// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`), in
+/// seconds: what a benchmark divides by when other processes share the
+/// CPUs.
+pub fn thread_cpu_seconds() -> Result<f64, SysError> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a live timespec the kernel writes.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc < 0 {
+        return Err(SysError::last_os(
+            "clock_gettime(CLOCK_THREAD_CPUTIME_ID)".to_owned(),
+        ));
+    }
+    Ok(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fork_is_refused_with_threads_and_cpu_time_advances() {
+        let _t = std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_millis(300)));
+        let e = fork_child(|| 0).unwrap_err().to_string();
+        assert!(e.contains("threads; fork is only safe"), "{e}");
+        let a = thread_cpu_seconds().unwrap();
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = std::hint::black_box(x.wrapping_add(i));
+        }
+        assert!(thread_cpu_seconds().unwrap() > a);
+    }
+}

@@ -1,0 +1,154 @@
+//! Shared words and block copies: what a data structure that lives in
+//! shared memory (a buffer cache, a queue) needs from a [`Mapping`].
+//!
+//! Other processes may access the memory at any moment, so every access
+//! here is atomic: [`Mapping::atomic_u32`] and [`Mapping::atomic_u64`]
+//! hand out a reference to an aligned atomic word, and the block copies
+//! ([`Mapping::load_words`], [`Mapping::store_words`]) move 8-byte words
+//! with relaxed atomic loads and stores (plain `mov`s on x86-64). A copy is
+//! therefore never undefined behaviour, even when another process writes
+//! the same bytes at the same time; whether the bytes are *consistent*
+//! is the caller's protocol (a lock word, a sequence number).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::{Mapping, SysError};
+
+const WORD: usize = 8;
+
+impl Mapping {
+    /// The address of an aligned `size`-byte word at `offset`, checked.
+    #[inline]
+    fn aligned_ptr(&self, what: &str, offset: usize, size: usize) -> Result<*mut u8, SysError> {
+        let p = self.range_ptr(what, offset, size)?;
+        if p as usize % size != 0 {
+            return Err(SysError::invalid(
+                self.call(what),
+                format!("offset {offset} is not {size}-byte aligned"),
+            ));
+        }
+        Ok(p)
+    }
+
+    /// A reference to the 32-bit atomic word at `offset` (a multiple of 4,
+    /// inside the mapping), valid as long as the mapping. Every process
+    /// that touches the word must use atomics too.
+    #[inline]
+    pub fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32, SysError> {
+        let p = self.aligned_ptr("atomic_u32", offset, 4)?;
+        // SAFETY: p is 4-byte aligned inside a live read-write mapping that
+        // outlives the returned reference (bound to `&self`); the mapping
+        // hands out no non-atomic references, so every access to the word
+        // from this process is atomic.
+        Ok(unsafe { AtomicU32::from_ptr(p.cast::<u32>()) })
+    }
+
+    /// A reference to the 64-bit atomic word at `offset` (a multiple of 8,
+    /// inside the mapping); see [`atomic_u32`](Mapping::atomic_u32).
+    #[inline]
+    pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, SysError> {
+        let p = self.aligned_ptr("atomic_u64", offset, 8)?;
+        // SAFETY: as in atomic_u32, with 8-byte alignment checked.
+        Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
+    }
+
+    /// `n` consecutive 64-bit atomic words from `offset` (a multiple of
+    /// 8), checked once: for loops over a row or a block without a check
+    /// per word.
+    #[inline]
+    pub fn atomic_u64s(&self, offset: usize, n: usize) -> Result<&[AtomicU64], SysError> {
+        let bytes = n.checked_mul(8).ok_or_else(|| {
+            SysError::invalid(self.call("atomic_u64s"), format!("{n} words overflow"))
+        })?;
+        self.range_ptr("atomic_u64s", offset, bytes)?;
+        let p = self
+            .aligned_ptr("atomic_u64s", offset, 8)?
+            .cast::<AtomicU64>();
+        // SAFETY: n 8-byte aligned words inside a live read-write mapping
+        // (checked above) that outlives the slice (bound to `&self`);
+        // AtomicU64 has the size and alignment of u64, and every access
+        // through the slice is atomic.
+        Ok(unsafe { std::slice::from_raw_parts(p, n) })
+    }
+
+    /// Checks a word copy: offset 8-byte aligned, length a multiple of 8,
+    /// the range inside the mapping.
+    fn word_range(&self, what: &str, offset: usize, n: usize) -> Result<*mut u64, SysError> {
+        if n % WORD != 0 {
+            return Err(SysError::invalid(
+                self.call(what),
+                format!("length {n} is not a multiple of 8"),
+            ));
+        }
+        self.range_ptr(what, offset, n)?;
+        Ok(self.aligned_ptr(what, offset, WORD)?.cast::<u64>())
+    }
+
+    /// Copies `buf.len()` bytes at `offset` out of the mapping as relaxed
+    /// atomic 8-byte loads. `offset` and `buf.len()` must be multiples of 8.
+    pub fn load_words(&self, offset: usize, buf: &mut [u8]) -> Result<(), SysError> {
+        let p = self.word_range("load_words", offset, buf.len())?;
+        for (i, chunk) in buf.chunks_exact_mut(WORD).enumerate() {
+            // SAFETY: word i lies inside the aligned range checked above, in
+            // a live mapping owned by self; the access is atomic.
+            let w = unsafe { AtomicU64::from_ptr(p.add(i)) }.load(Ordering::Relaxed);
+            chunk.copy_from_slice(&w.to_ne_bytes());
+        }
+        Ok(())
+    }
+
+    /// Copies `data` into the mapping at `offset` as relaxed atomic 8-byte
+    /// stores. `offset` and `data.len()` must be multiples of 8. Takes
+    /// `&self`: the stores are atomic, so concurrent writers (threads or
+    /// processes) cannot cause undefined behaviour, only torn blocks if
+    /// the caller's lock protocol lets two of them write at once.
+    pub fn store_words(&self, offset: usize, data: &[u8]) -> Result<(), SysError> {
+        let p = self.word_range("store_words", offset, data.len())?;
+        for (i, chunk) in data.chunks_exact(WORD).enumerate() {
+            let w = u64::from_ne_bytes(chunk.try_into().expect("8-byte chunk"));
+            // SAFETY: as in load_words.
+            unsafe { AtomicU64::from_ptr(p.add(i)) }.store(w, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::mmap_anon;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn atomics_are_checked_for_bounds_and_alignment() {
+        let m = mmap_anon(4096, true, None).expect("mmap");
+        m.atomic_u64(8).unwrap().store(7, Ordering::Release);
+        assert_eq!(m.atomic_u32(8).unwrap().load(Ordering::Acquire), 7);
+        assert_eq!(m.atomic_u64(8).unwrap().fetch_add(1, Ordering::AcqRel), 7);
+        let e = m.atomic_u64(4).unwrap_err().to_string();
+        assert!(e.contains("not 8-byte aligned"), "{e}");
+        assert!(m.atomic_u32(2).is_err());
+        assert!(m.atomic_u64(4096).is_err());
+        assert!(m.atomic_u32(4092).is_ok());
+        let row = m.atomic_u64s(8, 4).unwrap();
+        assert_eq!(row[0].load(Ordering::Relaxed), 8);
+        assert_eq!(row.len(), 4);
+        assert!(m.atomic_u64s(4096 - 16, 3).is_err());
+        assert!(m.atomic_u64s(4, 1).is_err());
+        assert!(m.atomic_u64s(0, usize::MAX).is_err());
+        m.release().unwrap();
+    }
+
+    #[test]
+    fn word_copies_roundtrip_and_refuse_bad_ranges() {
+        let m = mmap_anon(8192, true, None).expect("mmap");
+        let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+        m.store_words(4096, &data).unwrap();
+        let mut back = vec![0u8; 4096];
+        m.load_words(4096, &mut back).unwrap();
+        assert_eq!(back, data);
+        assert!(m.store_words(4100, &data[..8]).is_err());
+        assert!(m.store_words(0, &data[..7]).is_err());
+        assert!(m.load_words(8192 - 8, &mut back[..16]).is_err());
+        m.release().unwrap();
+    }
+}
