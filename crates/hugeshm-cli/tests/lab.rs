@@ -20,14 +20,24 @@ fn on_path(tool: &str) -> bool {
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
 }
 
-fn repro<'a>(lab: &'a Value, seed: &str) -> &'a Value {
+/// The reproduction `name` (seed 000 has two: fallback and oltp).
+fn repro<'a>(lab: &'a Value, name: &str) -> &'a Value {
     lab["reproductions"]
         .as_array()
         .expect("reproductions")
         .iter()
-        .find(|r| r["seed"] == seed)
-        .unwrap_or_else(|| panic!("no reproduction of seed {seed}: {lab:#}"))
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no reproduction {name}: {lab:#}"))
 }
+
+/// Every reproduction with its seed, in the lab's order.
+const NAMES: [(&str, &str); 5] = [
+    ("startup", "001"),
+    ("pagetables", "003"),
+    ("fallback", "000"),
+    ("numa", "002"),
+    ("oltp", "000"),
+];
 
 fn comparison<'a>(r: &'a Value, starts: &str) -> &'a Value {
     r["comparisons"]
@@ -80,13 +90,13 @@ fn lab_quick_reproduces_every_report_and_writes_a_report_chromium_renders() {
     ]));
 
     // Every reproduction ran, without error, in the lab's order.
-    let seeds: Vec<&str> = lab["reproductions"]
+    let seeds: Vec<(&str, &str)> = lab["reproductions"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| r["seed"].as_str().unwrap())
+        .map(|r| (r["name"].as_str().unwrap(), r["seed"].as_str().unwrap()))
         .collect();
-    assert_eq!(seeds, ["001", "003", "000", "002"], "{lab:#}");
+    assert_eq!(seeds, NAMES, "{lab:#}");
     for r in lab["reproductions"].as_array().unwrap() {
         assert_eq!(r["error"], Value::Null, "{r:#}");
         for c in r["comparisons"].as_array().unwrap() {
@@ -102,7 +112,7 @@ fn lab_quick_reproduces_every_report_and_writes_a_report_chromium_renders() {
     assert!(!ceiling.is_empty() && ceiling.iter().all(|c| c["gbps"].as_f64().unwrap() > 0.0));
 
     // 001: both page sizes, every size and thread count, warm-up apart.
-    let startup = repro(&lab, "001");
+    let startup = repro(&lab, "startup");
     let cpus = lab["cpus"].as_u64().unwrap();
     let threads = if cpus > 1 { 2 } else { 1 };
     assert_eq!(
@@ -119,7 +129,7 @@ fn lab_quick_reproduces_every_report_and_writes_a_report_chromium_renders() {
 
     // 003: 4 KiB sessions pay about 2 MiB per GiB each; 2 MiB sessions
     // (64 MiB, no sharing at that size) at most a PMD page each.
-    let pt = repro(&lab, "003");
+    let pt = repro(&lab, "pagetables");
     let per_gib_4k = comparison(pt, "4 KiB: page tables per session")["ours"]
         .as_f64()
         .unwrap();
@@ -145,7 +155,7 @@ fn lab_quick_reproduces_every_report_and_writes_a_report_chromium_renders() {
 
     // 000: one page short, try fell back to 4 KiB with every free page idle;
     // only refused with the numbers.
-    let fb = repro(&lab, "000");
+    let fb = repro(&lab, "fallback");
     let rows = fb["table"]["rows"].as_array().unwrap();
     let row = |start: &str| {
         rows.iter()
@@ -171,7 +181,7 @@ fn lab_quick_reproduces_every_report_and_writes_a_report_chromium_renders() {
         .any(|n| n.as_str().unwrap().contains("required 32, available 31")));
 
     // 002: one node here says so; several nodes compare.
-    let numa = repro(&lab, "002");
+    let numa = repro(&lab, "numa");
     let remote = comparison(numa, "remote write time");
     if lab["memory_nodes"] == 1 {
         assert_eq!(remote["ours"], Value::Null);
@@ -184,13 +194,53 @@ fn lab_quick_reproduces_every_report_and_writes_a_report_chromium_renders() {
             > 0.0
     );
 
+    // 000, OLTP: AMM's /dev/shm on 4 KiB pages and SysV on 4 KiB and
+    // 2 MiB pages, for a cache smaller than its data and one that holds it
+    // all; the huge page sessions' page tables are the smaller.
+    let oltp = repro(&lab, "oltp");
+    let rows = oltp["table"]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 6, "{oltp:#}");
+    for r in rows {
+        let tps: f64 = r[2].as_str().unwrap().parse().unwrap();
+        assert!(tps > 0.0, "{r}");
+    }
+    let pt_of = |layout: &str| -> Vec<f64> {
+        rows.iter()
+            .filter(|r| r[1] == layout)
+            .map(|r| {
+                let s = r[5].as_str().unwrap();
+                let (n, unit) = s.split_once(' ').unwrap();
+                let n: f64 = n.parse().unwrap();
+                n * match unit {
+                    "B" => 1.0 / 1024.0,
+                    "KiB" => 1.0,
+                    "MiB" => 1024.0,
+                    _ => panic!("page tables {s}"),
+                }
+            })
+            .collect()
+    };
+    let (small, huge) = (
+        pt_of("SysV segment on 4 KiB"),
+        pt_of("SysV segment on 2 MiB"),
+    );
+    assert_eq!((small.len(), huge.len()), (2, 2), "{oltp:#}");
+    assert!(
+        small.iter().zip(&huge).all(|(s, h)| h <= s),
+        "{small:?} {huge:?}"
+    );
+    assert_eq!(oltp["comparisons"].as_array().unwrap().len(), 2);
+    for c in oltp["comparisons"].as_array().unwrap() {
+        assert!(c["ours"].as_f64().is_some_and(|o| o > 0.0), "{c}");
+    }
+
     // The files: JSON (the same document), one SVG per plot, the report.
     let on_disk: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("lab.json")).unwrap()).unwrap();
     assert_eq!(on_disk["schema"], 1);
     assert_eq!(
         on_disk["reproductions"].as_array().unwrap().len(),
-        4,
+        NAMES.len(),
         "{on_disk:#}"
     );
     let plots: Vec<String> = lab["reproductions"]
@@ -222,10 +272,10 @@ fn lab_quick_reproduces_every_report_and_writes_a_report_chromium_renders() {
         return;
     }
     let dom = chromium_dom(&html);
-    for seed in ["001", "003", "000", "002"] {
+    for (name, seed) in NAMES {
         let at = dom
-            .find(&format!("id=\"seed-{seed}\""))
-            .unwrap_or_else(|| panic!("section seed-{seed} not rendered:\n{dom}"));
+            .find(&format!("id=\"lab-{name}\""))
+            .unwrap_or_else(|| panic!("section lab-{name} (seed {seed}) not rendered:\n{dom}"));
         let section = &dom[at..];
         let end = section[1..]
             .find("<section")
@@ -254,7 +304,7 @@ fn lab_only_runs_one_and_refuses_an_unknown_name() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(
-            "--only nosuch: no such reproduction (there are: startup, pagetables, fallback, numa)"
+            "--only nosuch: no such reproduction (there are: startup, pagetables, fallback, numa, oltp)"
         ),
         "{err}"
     );

@@ -1,5 +1,5 @@
 //! The lab's one self-contained HTML report: every reproduction as a
-//! section (`id="seed-NNN"`) with the field report's figures beside ours,
+//! section (`id="lab-NAME"`, NAME as `--only` takes it; two may share a seed) with the field report's figures beside ours,
 //! the measured rows and the plots inlined as SVG. No script, no external
 //! file.
 
@@ -51,7 +51,7 @@ fn table(t: &DataTable) -> String {
 
 fn section(r: &Reproduction, svgs: &[(String, String)]) -> String {
     let mut h = format!(
-        "<section id=\"seed-{seed}\" class=\"reproduction\" data-name=\"{name}\">\n<h2>Seed {seed}: {title}</h2>\n",
+        "<section id=\"lab-{name}\" class=\"reproduction\" data-name=\"{name}\">\n<h2>Seed {seed}: {title}</h2>\n",
         seed = escape(&r.seed),
         name = escape(&r.name),
         title = escape(&r.title)
@@ -135,7 +135,8 @@ pub fn report(lab: &LabReport, svgs: &[(String, String)]) -> String {
     h.push_str("<ul>\n");
     for r in &lab.reproductions {
         h.push_str(&format!(
-            "<li><a href=\"#seed-{s}\">Seed {s}: {t}</a></li>\n",
+            "<li><a href=\"#lab-{n}\">Seed {s}: {t}</a></li>\n",
+            n = escape(&r.name),
             s = escape(&r.seed),
             t = escape(&r.title)
         ));

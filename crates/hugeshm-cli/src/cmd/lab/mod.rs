@@ -11,6 +11,7 @@ pub mod fallback;
 pub mod html;
 pub mod model;
 pub mod numa;
+pub mod oltp;
 pub mod pagetables;
 pub mod plot;
 pub mod pools;
@@ -29,7 +30,7 @@ use std::time::Instant;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Run only this reproduction (repeatable): startup, pagetables,
-    /// fallback, numa.
+    /// fallback, numa, oltp.
     #[arg(long)]
     pub only: Vec<String>,
     /// Small sizes and one timed run (seconds instead of minutes; for tests).
@@ -55,6 +56,7 @@ pub fn all() -> Vec<Box<dyn Lab>> {
         Box::new(pagetables::PageTables),
         Box::new(fallback::Fallback),
         Box::new(numa::Numa),
+        Box::new(oltp::Oltp),
     ]
 }
 
