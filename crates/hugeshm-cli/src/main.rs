@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod cmd;
+mod interrupt;
 mod metrics;
 mod output;
 

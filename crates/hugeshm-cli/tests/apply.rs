@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{hugeshm, json};
+use common::{hugeshm, json, nr_2m};
 use hugeshm_probe::FS_ROOT_ENV;
 
 use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard, TestProc};
@@ -38,14 +38,6 @@ fn all_pools() -> Vec<(PathBuf, u64)> {
     }
     files.sort();
     files
-}
-
-fn nr_2m() -> u64 {
-    std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages")
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 #[test]

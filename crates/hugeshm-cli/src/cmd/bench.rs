@@ -37,6 +37,16 @@ pub enum BenchCommand {
         /// The data file.
         data: std::path::PathBuf,
     },
+    /// (internal) what an interrupted bench re-executes as: removes its
+    /// regions (BACKEND:NAME) once nothing holds them.
+    #[command(hide = true)]
+    Interrupted {
+        /// The signal that interrupted it.
+        #[arg(long)]
+        signal: i32,
+        /// BACKEND:NAME of each region.
+        regions: Vec<String>,
+    },
     /// (internal) attach a named region on request and hold it.
     #[command(hide = true)]
     PagetablesChild {
@@ -114,6 +124,9 @@ pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<Ex
             backend,
             data,
         } => crate::cmd::bench_oltp::worker(&name, backend, &data),
+        BenchCommand::Interrupted { signal, regions } => {
+            Ok(crate::interrupt::finish(signal, &regions))
+        }
         BenchCommand::PagetablesChild { name, backend } => {
             crate::cmd::bench_pagetables::child(&name, backend)
         }

@@ -42,6 +42,8 @@ pub(crate) struct PoolTopUp<'a> {
     pools: SysfsPools<'a>,
     /// (page size, node (`None`: host-wide), nr_hugepages before).
     restore: Vec<(u64, Option<u32>, u64)>,
+    /// The same, done by the interrupt handler if the run is interrupted.
+    on_interrupt: Vec<crate::interrupt::Undo>,
 }
 
 impl<'a> PoolTopUp<'a> {
@@ -50,6 +52,7 @@ impl<'a> PoolTopUp<'a> {
         PoolTopUp {
             pools: SysfsPools::new(probe),
             restore: Vec::new(),
+            on_interrupt: Vec::new(),
         }
     }
 
@@ -99,6 +102,12 @@ impl<'a> PoolTopUp<'a> {
         }
         let on = node.map(|n| format!(" on node {n}")).unwrap_or_default();
         let target = nr + (pages - available);
+        // Registered before the write, so an interrupt in between still
+        // gives it back.
+        let undo = crate::interrupt::undo(crate::interrupt::Give::Pool {
+            path: self.pools.describe(page_size, node).into(),
+            pages: nr,
+        });
         self.pools.set_nr(page_size, node, target).with_context(|| {
             format!(
                 "reserving {pages} {} pages{on} for the bench (run as root, or --no-reserve with a pool that holds them)",
@@ -106,6 +115,7 @@ impl<'a> PoolTopUp<'a> {
             )
         })?;
         self.restore.push((page_size, node, nr));
+        self.on_interrupt.push(undo);
         let got = self.pools.nr(page_size, node)?;
         if got < target {
             anyhow::bail!(

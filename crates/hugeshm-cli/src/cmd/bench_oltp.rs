@@ -600,11 +600,25 @@ fn pages_fix(page_size: u64, pages: u64) -> String {
 }
 
 /// Removes the data file on drop.
-struct DataFile(PathBuf);
+struct DataFile {
+    path: PathBuf,
+    _on_interrupt: crate::interrupt::Undo,
+}
+
+impl DataFile {
+    /// Deleted when dropped, or by the interrupt handler.
+    fn new(path: PathBuf) -> Self {
+        let undo = crate::interrupt::undo(crate::interrupt::Give::File(path.clone()));
+        DataFile {
+            path,
+            _on_interrupt: undo,
+        }
+    }
+}
 
 impl Drop for DataFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -640,9 +654,15 @@ fn measure_row(
         .backend(backend)
         .page_size(page)
         .policy(Policy::Only);
-    if backend.is_named() {
+    let _on_interrupt = if backend.is_named() {
         b = b.name(name.clone());
-    }
+        Some(crate::interrupt::undo(crate::interrupt::Give::Region {
+            name: name.clone(),
+            backend,
+        }))
+    } else {
+        None
+    };
     let t0 = Instant::now();
     let (region, report) = b.create().map_err(crate::cmd::region::region_error)?;
     let startup_seconds = t0.elapsed().as_secs_f64();
@@ -729,15 +749,16 @@ pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow
     let host = probe.host();
     std::fs::create_dir_all(&o.data_dir)
         .with_context(|| format!("creating {}", o.data_dir.display()))?;
-    let data = DataFile(
+    let data = DataFile::new(
         o.data_dir
             .join(format!("hugeshm-oltp-{}.data", std::process::id())),
     );
     {
-        let f = File::create(&data.0).with_context(|| format!("creating {}", data.0.display()))?;
+        let f = File::create(&data.path)
+            .with_context(|| format!("creating {}", data.path.display()))?;
         let blocks = o.data_size_bytes / o.block_size;
         f.set_len(blocks * o.block_size)
-            .with_context(|| format!("sizing {}", data.0.display()))?;
+            .with_context(|| format!("sizing {}", data.path.display()))?;
     }
     let layout = Layout::new(
         o.block_size as usize,
@@ -769,7 +790,7 @@ pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow
                 rows.push(empty_row(ps, backend, why.clone(), fix.clone()));
                 continue;
             }
-            match measure_row(o, ps, backend, &data.0, note) {
+            match measure_row(o, ps, backend, &data.path, note) {
                 Ok(r) => rows.push(r),
                 Err(e) => rows.push(empty_row(ps, backend, format!("{e:#}"), None)),
             }

@@ -210,6 +210,10 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             std::process::id(),
             page_size_short(ps)
         );
+        let _on_interrupt = crate::interrupt::undo(crate::interrupt::Give::Region {
+            name: name.clone(),
+            backend: a.backend,
+        });
         let result = (|| -> anyhow::Result<Row> {
             let (region, _report) = RegionBuilder::new(a.size)
                 .backend(a.backend)

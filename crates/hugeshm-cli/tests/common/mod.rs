@@ -35,3 +35,12 @@ pub fn json(out: Output) -> Value {
     assert_eq!(v["schema"].as_u64(), Some(1), "schema of {v:#}");
     v
 }
+
+/// The host-wide 2 MiB pool's `nr_hugepages`.
+pub fn nr_2m() -> u64 {
+    std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}

@@ -13,6 +13,7 @@
 use super::model::{Comparison, Ctx, DataTable, Lab, Plot, PlotKind, Reproduction, Series};
 use super::pools::make_available;
 use crate::cmd::bench_common::PoolTopUp;
+use crate::interrupt::{self, Give};
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB, MIB};
 use hugeshm_region::{Backend, PageSize, Policy, RegionBuilder};
 
@@ -58,13 +59,14 @@ fn start(ctx: &Ctx<'_>, label: &'static str, size: u64, policy: Policy) -> anyho
         format_bytes(size),
         policy.as_str()
     ));
+    let name = format!("lab-fallback-{}-{}", std::process::id(), policy.as_str());
+    let _on_interrupt = interrupt::undo(Give::Region {
+        name: name.clone(),
+        backend: Backend::Sysv,
+    });
     let created = RegionBuilder::new(size)
         .backend(Backend::Sysv)
-        .name(format!(
-            "lab-fallback-{}-{}",
-            std::process::id(),
-            policy.as_str()
-        ))
+        .name(name)
         .page_size(PageSize::Huge(huge))
         .policy(policy)
         .probe(ctx.probe.clone())
@@ -124,9 +126,14 @@ fn rsvd(ctx: &Ctx<'_>, size: u64) -> anyhow::Result<Rsvd> {
         "fall-back: {} reserved, touched to {target} pages",
         format_bytes(size)
     ));
+    let name = format!("lab-rsvd-{}", std::process::id());
+    let _on_interrupt = interrupt::undo(Give::Region {
+        name: name.clone(),
+        backend: Backend::Sysv,
+    });
     let (mut region, _) = RegionBuilder::new(size)
         .backend(Backend::Sysv)
-        .name(format!("lab-rsvd-{}", std::process::id()))
+        .name(name)
         .page_size(PageSize::Huge(huge))
         .policy(Policy::Only)
         .prefault_threads(0)

@@ -89,6 +89,10 @@ fn measure(ctx: &Ctx<'_>, page: u64, size: u64, steps: &[u32]) -> anyhow::Result
         std::process::id(),
         page_size_short(page)
     );
+    let _on_interrupt = crate::interrupt::undo(crate::interrupt::Give::Region {
+        name: name.clone(),
+        backend: Backend::Sysv,
+    });
     let (region, _) = RegionBuilder::new(size)
         .backend(Backend::Sysv)
         .page_size(ps)
