@@ -852,6 +852,22 @@ impl Piece<'_> {
         // mapping, disjoint from every other piece, borrowed mutably.
         unsafe { std::ptr::write_bytes(self.ptr, byte, self.len) };
     }
+
+    /// Writes `byte` to the first byte of every `page` bytes of the piece
+    /// (a plain store, not atomic): the touch loop of a JVM's
+    /// AlwaysPreTouch or a database touching its buffers in, which
+    /// write-faults each page once.
+    pub fn touch_pages(&mut self, page: usize, byte: u8) {
+        let page = page.max(1);
+        let mut off = 0;
+        while off < self.len {
+            // SAFETY: off < len, in bounds of the live read-write mapping,
+            // disjoint from every other piece, borrowed mutably; volatile so
+            // that the store is not elided.
+            unsafe { std::ptr::write_volatile(self.ptr.add(off), byte) };
+            off += page;
+        }
+    }
 }
 
 fn describe_map_flags(shared: bool, anon: bool, huge: Option<u64>) -> String {
@@ -890,10 +906,34 @@ pub fn mmap_anon_placed(
     huge_page_size: Option<u64>,
     align: Option<usize>,
 ) -> Result<Mapping, SysError> {
+    mmap_anon_inner(len, shared, huge_page_size, align, false)
+}
+
+/// [`mmap_anon`] with `MAP_POPULATE`: the kernel faults every page in
+/// before the call returns, on the calling thread (how DPDK and Seastar
+/// pre-fault their memory). A page it cannot supply makes the call fail
+/// for hugetlb (the pool is reserved first) and may be left unfaulted for
+/// base pages; the benches use it as the peers' method to compare with.
+pub fn mmap_anon_populate(
+    len: usize,
+    shared: bool,
+    huge_page_size: Option<u64>,
+) -> Result<Mapping, SysError> {
+    mmap_anon_inner(len, shared, huge_page_size, None, true)
+}
+
+fn mmap_anon_inner(
+    len: usize,
+    shared: bool,
+    huge_page_size: Option<u64>,
+    align: Option<usize>,
+    populate: bool,
+) -> Result<Mapping, SysError> {
     let call = || {
         format!(
-            "mmap(len={len}, {}{})",
+            "mmap(len={len}, {}{}{})",
             describe_map_flags(shared, true, huge_page_size),
+            if populate { "|MAP_POPULATE" } else { "" },
             describe_align(align)
         )
     };
@@ -915,6 +955,9 @@ pub fn mmap_anon_placed(
         }
         None => base_page_size(),
     };
+    if populate {
+        flags |= MapFlags::POPULATE;
+    }
     let rounded =
         round_up(len, page).ok_or_else(|| SysError::invalid(call(), "length overflows"))?;
     let ptr = placed(&call, rounded, page, align, |at| {

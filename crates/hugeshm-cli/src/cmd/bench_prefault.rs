@@ -5,7 +5,8 @@ use crate::cmd::bench_common::{parse_size_arg, PoolTopUp};
 use crate::output::{Out, Table};
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{Probe, Roots};
-use hugeshm_region::{bench_prefault, memset_baseline, Backend, PageSize};
+use hugeshm_region::{bench_peer, bench_prefault, memset_baseline, Backend, PageSize, PeerMethod};
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 /// `bench prefault` options.
@@ -31,6 +32,10 @@ pub struct Args {
     /// bench adds the pages it needs and gives them back afterwards).
     #[arg(long)]
     pub no_reserve: bool,
+    /// Leave out the peers' methods (one MAP_POPULATE mmap, first touch by
+    /// one thread, a touch loop on N threads).
+    #[arg(long)]
+    pub no_peers: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -50,6 +55,22 @@ struct Row {
     vs_4k: Option<f64>,
     vs_one_thread: Option<f64>,
     vs_memset: Option<f64>,
+    /// Ready rate over each peer method's rate at this page size and
+    /// thread count (map-populate and first-touch run on one thread).
+    vs_peers: BTreeMap<&'static str, f64>,
+    /// Ready rate over the fastest peer's.
+    vs_best_peer: Option<f64>,
+}
+
+/// A peer's method, best of the runs, on the same size and page size.
+#[derive(Debug, serde::Serialize)]
+struct PeerRow {
+    page_size_bytes: u64,
+    method: PeerMethod,
+    used_by: &'static str,
+    threads: usize,
+    seconds: f64,
+    gbps: f64,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -72,8 +93,15 @@ struct Report {
     runs: usize,
     memset: Vec<Baseline>,
     results: Vec<Row>,
+    /// The peers' methods, per page size (and thread count for the touch loop).
+    peers: Vec<PeerRow>,
     /// Page sizes that could not be had (the others still ran).
     skipped: Vec<Skipped>,
+}
+
+/// A ratio with two decimals (`1.04x`), or `-`.
+fn ratio2(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
 }
 
 /// How to get pages of `page_size` that the running host cannot give.
@@ -98,7 +126,7 @@ fn measure_size(
     ps: u64,
     threads: &[usize],
     note: &dyn Fn(&str),
-) -> anyhow::Result<Vec<Row>> {
+) -> anyhow::Result<(Vec<Row>, Vec<PeerRow>)> {
     let mut rows = Vec::new();
     let (backend, page) = if ps == 4096 {
         (Backend::Posix, PageSize::Base)
@@ -139,9 +167,59 @@ fn measure_size(
             vs_4k: None,
             vs_one_thread: None,
             vs_memset: None,
+            vs_peers: BTreeMap::new(),
+            vs_best_peer: None,
         });
     }
-    Ok(rows)
+    let peers = if a.no_peers {
+        Vec::new()
+    } else {
+        measure_peers(a, ps, threads, note)?
+    };
+    Ok((rows, peers))
+}
+
+/// The peers' methods at one page size: map-populate and first-touch once
+/// (one thread each), the touch loop per thread count; best of `a.runs`.
+fn measure_peers(
+    a: &Args,
+    ps: u64,
+    threads: &[usize],
+    note: &dyn Fn(&str),
+) -> anyhow::Result<Vec<PeerRow>> {
+    let mut out = Vec::new();
+    for m in PeerMethod::ALL {
+        let counts: Vec<usize> = if m.threads(2) == 1 {
+            vec![1]
+        } else {
+            threads.to_vec()
+        };
+        for t in counts {
+            let mut best: Option<hugeshm_region::PeerSample> = None;
+            for r in 0..a.runs.max(1) {
+                note(&format!(
+                    "{} pages, {} on {t} threads, run {}",
+                    page_size_short(ps),
+                    m.as_str(),
+                    r + 1
+                ));
+                let s = bench_peer(a.size, ps, m, t).map_err(|e| anyhow::anyhow!("{e}"))?;
+                if best.as_ref().is_none_or(|b| s.seconds < b.seconds) {
+                    best = Some(s);
+                }
+            }
+            let s = best.expect("at least one run");
+            out.push(PeerRow {
+                page_size_bytes: ps,
+                method: m,
+                used_by: m.used_by(),
+                threads: s.threads,
+                seconds: s.seconds,
+                gbps: s.gbps,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// Runs the bench.
@@ -216,9 +294,13 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         });
     }
     let mut rows: Vec<Row> = Vec::new();
+    let mut peers: Vec<PeerRow> = Vec::new();
     for &ps in &sizes {
         match measure_size(a, ps, &threads, &note) {
-            Ok(mut r) => rows.append(&mut r),
+            Ok((mut r, mut p)) => {
+                rows.append(&mut r);
+                peers.append(&mut p);
+            }
             // One page size failing (e.g. pages taken meanwhile) does not
             // end the bench: its rows say why.
             Err(e) => skipped.push(Skipped {
@@ -260,12 +342,21 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             .filter(|o| *o > 0.0 && r.threads != threads[0])
             .map(|o| r.ready_gbps / o);
         r.vs_memset = ms.filter(|m| *m > 0.0).map(|m| r.gbps / m);
+        for p in peers.iter().filter(|p| {
+            p.page_size_bytes == r.page_size_bytes
+                && p.threads == p.method.threads(r.threads)
+                && p.gbps > 0.0
+        }) {
+            r.vs_peers.insert(p.method.as_str(), r.ready_gbps / p.gbps);
+        }
+        r.vs_best_peer = r.vs_peers.values().copied().reduce(f64::min);
     }
     let report = Report {
         size_bytes: a.size,
         runs: a.runs,
         memset,
         results: rows,
+        peers,
         skipped,
     };
     if a.json {
@@ -311,6 +402,53 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         ]);
     }
     t.render(out, "")?;
+    if !report.peers.is_empty() {
+        out.line("")?;
+        out.line("against the peers' methods on the same size and page size (shared anonymous memory; GB/s from mmap to the last page faulted):")?;
+        let mut heads = vec!["page".to_owned(), ">threads".to_owned()];
+        for m in PeerMethod::ALL {
+            heads.push(format!(">{} GB/s", m.as_str()));
+        }
+        heads.push(">hugeshm GB/s".to_owned());
+        for m in PeerMethod::ALL {
+            heads.push(format!(">x {}", m.as_str()));
+        }
+        heads.push(">x best".to_owned());
+        let heads: Vec<&str> = heads.iter().map(String::as_str).collect();
+        let mut pt = Table::new(&heads);
+        for r in &report.results {
+            let mut row = vec![page_size_short(r.page_size_bytes), r.threads.to_string()];
+            for m in PeerMethod::ALL {
+                row.push(
+                    report
+                        .peers
+                        .iter()
+                        .find(|p| {
+                            p.page_size_bytes == r.page_size_bytes
+                                && p.method == m
+                                && p.threads == m.threads(r.threads)
+                        })
+                        .map(|p| format!("{:.1}", p.gbps))
+                        .unwrap_or_else(|| "-".into()),
+                );
+            }
+            row.push(format!("{:.1}", r.ready_gbps));
+            for m in PeerMethod::ALL {
+                row.push(ratio2(r.vs_peers.get(m.as_str()).copied()));
+            }
+            row.push(ratio2(r.vs_best_peer));
+            pt.row(row);
+        }
+        pt.render(out, "")?;
+        out.line(format!(
+            "peers: {}",
+            PeerMethod::ALL
+                .iter()
+                .map(|m| format!("{} ({})", m.as_str(), m.used_by()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))?;
+    }
     for sk in &report.skipped {
         out.line(format!(
             "{} pages not measured: {}",
