@@ -255,9 +255,16 @@ fn check_range(
 }
 
 /// Write-faults every page of `ptr..ptr + len` with one atomic
-/// `fetch_or(0)` per `page` bytes, which preserves contents even while
-/// other processes write. Any stride no larger than the real page size is
-/// correct, merely slower when smaller.
+/// compare-and-swap of a byte with itself per `page` bytes, which
+/// preserves contents even while other processes write. Any stride no
+/// larger than the real page size is correct, merely slower when smaller.
+///
+/// Not `fetch_or(0)`: LLVM turns an idempotent read-modify-write into a
+/// plain load, and drops a relaxed load whose value is unused, so a
+/// release build touched nothing (a region pre-faulted this way had only
+/// its header page resident). A compare-and-swap is kept, and on x86-64
+/// `lock cmpxchg` writes whether or not it succeeds, so the page is
+/// write-faulted; where it fails, another writer has just faulted it.
 ///
 /// # Safety
 /// `ptr..ptr + len` must be a live, writable mapping that no other thread
@@ -269,7 +276,10 @@ unsafe fn touch_pages(ptr: *mut u8, len: usize, page: usize) {
         // SAFETY: off < len, so the byte lies in the caller's writable
         // mapping; u8 atomics need no alignment and the caller excludes
         // concurrent non-atomic access.
-        unsafe { AtomicU8::from_ptr(ptr.add(off)) }.fetch_or(0, Ordering::Relaxed);
+        let byte = unsafe { AtomicU8::from_ptr(ptr.add(off)) };
+        let v = byte.load(Ordering::Relaxed);
+        let _ =
+            std::hint::black_box(byte.compare_exchange(v, v, Ordering::Relaxed, Ordering::Relaxed));
         // Next page boundary after start + off.
         let addr = start + off;
         off = (addr / page + 1) * page - start;
@@ -1884,6 +1894,42 @@ mod tests {
             assert_eq!(buf[0], 0x5a, "touch/populate must preserve contents");
         }
         drop(m);
+    }
+
+    /// Rss of the mapping at `addr` in /proc/self/smaps, in kB.
+    fn rss_kb(addr: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let head = format!("{addr:x}-");
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
+        assert!(lines.next().is_some(), "no smaps entry at {head}");
+        lines
+            .find_map(|l| l.strip_prefix("Rss:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    /// Touching faults every page in (a release build once compiled the
+    /// idempotent atomic away and touched nothing: run these tests with
+    /// `--release` too), and so does the peers' plain touch loop.
+    #[test]
+    fn touch_faults_every_page_in() {
+        let n = 64;
+        let m = mmap_anon(n * page(), true, None).unwrap();
+        assert_eq!(rss_kb(m.addr()), 0);
+        m.touch();
+        assert_eq!(rss_kb(m.addr()), (n * page() / 1024) as u64);
+        let mut m = mmap_anon(n * page(), true, None).unwrap();
+        let pieces = m.pieces_mut(&[(0, n * page())]).unwrap();
+        for mut p in pieces {
+            p.touch_pages(page(), 1);
+        }
+        assert_eq!(rss_kb(m.addr()), (n * page() / 1024) as u64);
+        let mut b = [0u8];
+        m.read_at(5 * page(), &mut b).unwrap();
+        assert_eq!(b[0], 1);
+        // MAP_POPULATE faults everything before mmap returns.
+        let m = mmap_anon_populate(n * page(), true, None).unwrap();
+        assert_eq!(rss_kb(m.addr()), (n * page() / 1024) as u64);
     }
 
     #[test]
