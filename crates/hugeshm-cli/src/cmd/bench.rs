@@ -1,6 +1,6 @@
 //! `hugeshm bench ...`: benchmarks that reproduce the field reports.
 
-use crate::cmd::bench_common::{parse_size_arg, reap};
+use crate::cmd::bench_common::{parse_size_arg, reap, slope};
 use crate::output::{Out, Table};
 use hugeshm_doctor::segments::SegmentKind;
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -127,20 +127,6 @@ struct ScanResult {
     slope_ms_per_1000: Option<f64>,
     /// The same for the plain maps read.
     maps_slope_ms_per_1000: Option<f64>,
-}
-
-/// Least-squares slope of `y` over `x`; `None` with fewer than two
-/// distinct `x`.
-pub(crate) fn slope(points: &[(f64, f64)]) -> Option<f64> {
-    let n = points.len() as f64;
-    if points.len() < 2 {
-        return None;
-    }
-    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
-    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
-    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
-    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-    (sxx > 0.0).then(|| sxy / sxx)
 }
 
 fn min_median(v: &[f64]) -> (f64, f64) {

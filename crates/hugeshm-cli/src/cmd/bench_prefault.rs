@@ -418,7 +418,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
                 .iter()
                 .map(|r| (r.size_bytes as f64 / 1e9, r.ready_seconds))
                 .collect();
-            let Some(k) = crate::cmd::bench::slope(&pts) else {
+            let Some(k) = crate::cmd::bench_common::slope(&pts) else {
                 continue;
             };
             let n = pts.len() as f64;
