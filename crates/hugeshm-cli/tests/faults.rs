@@ -22,8 +22,8 @@ const M2: u64 = 2 << 20;
 const STEPS: [&str; 6] = [
     "name-claimed",
     "mapped",
-    "prefaulting",
     "header-written",
+    "prefaulting",
     "verified",
     "ready",
 ];

@@ -884,15 +884,14 @@ impl RegionBuilder {
                 .unwrap_or(0);
             pool::fault_refused(&self.probe, plan, resident, e)
         };
+        // State `initializing` before the pre-fault: a crash from here on
+        // leaves a region that says so.
+        if let Err(e) = guard.region_mut().write_header() {
+            return Err(refused(guard.region(), e));
+        }
+        checkpoint("header-written");
         let setup_seconds = t0.elapsed().as_secs_f64();
-        // The pre-fault comes before the header: writing the header first
-        // would fault the first page on this thread alone before the
-        // parallel pre-fault starts, which for 1 GiB pages is a large share
-        // of the region (a 2 GiB region: half of it, one thread). A crash
-        // during the pre-fault leaves an all-zero header, which every reader
-        // takes as "creator has not written it yet" (crashed once the
-        // creator is gone, as at `mapped`); other processes cannot attach
-        // it before it is ready either way.
+        // Other processes cannot attach it before it is ready.
         let outcome = prefault::prefault(
             guard.region().mapping(),
             plan.page_size as usize,
@@ -902,11 +901,6 @@ impl RegionBuilder {
             self.progress.as_ref(),
         )
         .map_err(|e| refused(guard.region(), e))?;
-        // State `initializing` until verified: the page is faulted already.
-        if let Err(e) = guard.region_mut().write_header() {
-            return Err(refused(guard.region(), e));
-        }
-        checkpoint("header-written");
         Ok((guard, outcome, setup_seconds))
     }
 

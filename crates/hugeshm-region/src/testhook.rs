@@ -8,9 +8,8 @@
 //! pool under it). The
 //! steps, in order: `name-claimed` (the name is taken: segment, linked
 //! file or memfd record), `mapped` (memory reserved and mapped),
-//! `prefaulting` (after the first pre-fault chunk; the header is still
-//! all zero), `header-written` (state *initializing*), `verified`,
-//! `ready`. Without the variable this costs
+//! `header-written` (state *initializing*), `prefaulting` (after the first
+//! pre-fault chunk), `verified`, `ready`. Without the variable this costs
 //! one environment lookup per step.
 
 /// The environment variable: `STEP:FILE`.
