@@ -1952,6 +1952,21 @@ fn every_json_output_is_a_document_of_this_schema() {
         1,
         "{pagetables:#}"
     );
+    let attach = check(&[
+        "bench",
+        "attach",
+        "--size",
+        "1M",
+        "--page-size",
+        "4k",
+        "--backend",
+        "posix",
+        "--runs",
+        "1",
+        "--no-reserve",
+        "--json",
+    ]);
+    assert_eq!(attach["runs"].as_array().expect("runs").len(), 1);
     let numa = check(&[
         "bench",
         "numa",

@@ -257,6 +257,30 @@ fn bench_prefault_reports_every_combination() {
         .find(|x| x["page_size_bytes"].as_u64() == Some(M2) && x["threads"] == 2)
         .unwrap();
     assert!(huge2["vs_4k"].as_f64().is_some() && huge2["vs_one_thread"].as_f64().is_some());
+    // The peers' methods ran on the same size and page size: map-populate
+    // and first-touch once per page size (one thread), the touch loop per
+    // thread count; every hugeshm row has its ratio to each and to the best.
+    let peers = r["peers"].as_array().unwrap();
+    assert_eq!(peers.len(), 2 * (1 + 1 + 2), "{r:#}");
+    for p in peers {
+        assert!(p["gbps"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["size_bytes"].as_u64().unwrap() >= 64 << 20, "{p}");
+    }
+    for row in rows {
+        let vs = row["vs_peers"].as_object().unwrap();
+        assert_eq!(vs.len(), 3, "{row}");
+        let best = vs
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .fold(f64::MAX, f64::min);
+        assert_eq!(row["vs_best_peer"].as_f64(), Some(best), "{row}");
+    }
+    let touch2 = peers.iter().find(|p| {
+        p["method"] == "touch-loop"
+            && p["page_size_bytes"].as_u64() == Some(M2)
+            && p["threads"] == 2
+    });
+    assert!(touch2.is_some(), "{r:#}");
     // The bench gave back the pages it reserved.
     let diff = before.diff(&HostState::capture().unwrap());
     assert!(diff.is_empty(), "left behind: {diff:#?}");
@@ -646,5 +670,190 @@ fn bench_prefault_goes_on_without_a_page_size() {
         skipped["fix"].as_str().unwrap().contains("nr_hugepages"),
         "{r:#}"
     );
+    pool.restore().unwrap();
+}
+
+/// `bench prefault` where 1 GiB pages cannot be had (the pool emptied,
+/// `--no-reserve`): the 1 GiB rows are skipped with the reason and the
+/// boot-time fix, the 2 MiB rows (and their peers) run, exit 0.
+#[test]
+fn bench_prefault_goes_on_without_1g_pages_and_says_the_boot_fix() {
+    const T: &str = "bench_prefault_goes_on_without_1g_pages_and_says_the_boot_fix";
+    if skip_unless_root(T) {
+        return;
+    }
+    let g1 = "/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages";
+    if !std::path::Path::new(g1).exists() {
+        println!("SKIP {T}: this kernel has no 1 GiB pages");
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool lock");
+    pool.ensure_free(M2, 40).expect("40 free 2 MiB pages");
+    std::fs::write(g1, "0").expect("empty the 1 GiB pool (the guard restores it)");
+    let before = HostState::capture().unwrap();
+    let out = run(&[
+        "bench",
+        "prefault",
+        "--size",
+        "32M",
+        "--page-size",
+        "2m,1g",
+        "--threads",
+        "1",
+        "--runs",
+        "1",
+        "--no-reserve",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = json(out);
+    let rows = r["results"].as_array().unwrap();
+    assert!(
+        !rows.is_empty()
+            && rows
+                .iter()
+                .all(|x| x["page_size_bytes"].as_u64() == Some(M2)),
+        "{r:#}"
+    );
+    let skipped = &r["skipped"].as_array().unwrap()[0];
+    assert_eq!(skipped["page_size_bytes"].as_u64(), Some(1 << 30), "{r:#}");
+    assert!(!skipped["reason"].as_str().unwrap().is_empty(), "{r:#}");
+    assert!(
+        skipped["fix"].as_str().unwrap().contains("hugepagesz=1G"),
+        "{r:#}"
+    );
+    // The human table says it too.
+    let text = String::from_utf8_lossy(
+        &run(&[
+            "bench",
+            "prefault",
+            "--size",
+            "32M",
+            "--page-size",
+            "1g",
+            "--threads",
+            "1",
+            "--runs",
+            "1",
+            "--no-reserve",
+            "--no-peers",
+        ])
+        .stdout,
+    )
+    .into_owned();
+    assert!(text.contains("1G pages not measured"), "{text}");
+    assert!(text.contains("hugepagesz=1G"), "{text}");
+    let diff = before.diff(&HostState::capture().unwrap());
+    assert!(diff.is_empty(), "left behind: {diff:#?}");
+    pool.restore().unwrap();
+}
+
+/// `bench prefault --size A,B`: rows per size and the growth line per
+/// page size and thread count (4 KiB pages: no pool involved).
+#[test]
+fn bench_prefault_sweeps_size_with_the_slope() {
+    const T: &str = "bench_prefault_sweeps_size_with_the_slope";
+    if skip_unless_root(T) {
+        return;
+    }
+    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
+    let before = HostState::capture().unwrap();
+    let r = json(run(&[
+        "bench",
+        "prefault",
+        "--size",
+        "16M,32M,64M",
+        "--page-size",
+        "4k",
+        "--threads",
+        "1",
+        "--runs",
+        "1",
+        "--no-peers",
+        "--json",
+    ]));
+    assert_eq!(
+        r["sizes"],
+        serde_json::json!([16 << 20, 32 << 20, 64 << 20]),
+        "{r:#}"
+    );
+    assert_eq!(r["results"].as_array().unwrap().len(), 3, "{r:#}");
+    assert_eq!(r["memset"].as_array().unwrap().len(), 3, "{r:#}");
+    let g = &r["growth"].as_array().unwrap()[0];
+    assert_eq!(g["page_size_bytes"], 4096, "{r:#}");
+    assert_eq!(g["gbps"].as_array().unwrap().len(), 3, "{r:#}");
+    assert!(g["seconds_per_gb"].as_f64().unwrap().is_finite(), "{r:#}");
+    let diff = before.diff(&HostState::capture().unwrap());
+    assert!(diff.is_empty(), "left behind: {diff:#?}");
+}
+
+/// `bench scan --procs 3,6`: both counts scanned, every child found
+/// attached, the maps baseline timed beside it, the slope, nothing left.
+#[test]
+fn bench_scan_sweeps_process_counts_against_the_maps_read() {
+    const T: &str = "bench_scan_sweeps_process_counts_against_the_maps_read";
+    if skip_unless_root(T) {
+        return;
+    }
+    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
+    let before = HostState::capture().unwrap();
+    let r = json(run(&[
+        "bench", "scan", "--procs", "6,3", "--size", "1M", "--runs", "2", "--json",
+    ]));
+    let sweep = r["sweep"].as_array().unwrap();
+    assert_eq!(sweep.len(), 2, "{r:#}");
+    for (row, n) in sweep.iter().zip([3u64, 6]) {
+        assert_eq!(row["procs"], n, "{r:#}");
+        // The children and the bench itself.
+        assert_eq!(row["attached_found"].as_u64(), Some(n + 1), "{r:#}");
+        assert!(row["maps_median_ms"].as_f64().unwrap() > 0.0, "{r:#}");
+        assert!(row["maps_bytes"].as_u64().unwrap() > 0, "{r:#}");
+        assert_eq!(row["runs_ms"].as_array().unwrap().len(), 2, "{r:#}");
+        assert!(row["vs_maps"].as_f64().unwrap() > 0.0, "{r:#}");
+    }
+    assert_eq!(r["procs"], 6, "{r:#}");
+    assert!(r["slope_ms_per_1000"].as_f64().is_some(), "{r:#}");
+    assert!(r["maps_slope_ms_per_1000"].as_f64().is_some(), "{r:#}");
+    let diff = before.diff(&HostState::capture().unwrap());
+    assert!(diff.is_empty(), "left behind: {diff:#?}");
+}
+
+/// `bench attach`: new processes attach a 2 MiB-page SysV region, map
+/// every page and verify it; the pages it reserved are given back.
+#[test]
+fn bench_attach_times_attach_touch_and_verify() {
+    const T: &str = "bench_attach_times_attach_touch_and_verify";
+    if skip_unless_root(T) {
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool lock");
+    let before = HostState::capture().unwrap();
+    let r = json(run(&[
+        "bench",
+        "attach",
+        "--size",
+        "64M",
+        "--page-size",
+        "2m",
+        "--runs",
+        "2",
+        "--json",
+    ]));
+    let runs = r["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{r:#}");
+    for run in runs {
+        assert_eq!(run["verified_page_size_bytes"].as_u64(), Some(M2), "{r:#}");
+        assert!(run["attach_seconds"].as_f64().unwrap() > 0.0, "{r:#}");
+        assert!(run["touch_seconds"].as_f64().unwrap() > 0.0, "{r:#}");
+        assert!(run["verify_seconds"].as_f64().unwrap() > 0.0, "{r:#}");
+    }
+    let ready = r["ready_ms"].as_f64().unwrap();
+    assert!(r["ready_verified_ms"].as_f64().unwrap() >= ready, "{r:#}");
+    let diff = before.diff(&HostState::capture().unwrap());
+    assert!(diff.is_empty(), "left behind: {diff:#?}");
     pool.restore().unwrap();
 }

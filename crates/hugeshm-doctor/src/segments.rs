@@ -366,8 +366,10 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
         }
     };
     let mut vanished = 0u64;
-    for &pid in &pids {
-        let maps = match probe.pid(pid).maps() {
+    // Only the lines that can be shared memory or huge pages, read on
+    // every CPU (the kernel's formatting of maps is most of the cost).
+    for (pid, maps) in probe.read_each(&pids, 0, |p| p.maps_candidates()) {
+        let maps = match maps {
             Ok(m) => m,
             Err(e) => {
                 record(&mut unreadable, &mut vanished, pid, e);
@@ -480,8 +482,9 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
     }
     let attached_pids: BTreeSet<u32> = objs.values().flat_map(|o| o.maps.keys().copied()).collect();
     let mut status = HashMap::new();
-    for &pid in &attached_pids {
-        match probe.pid(pid).status() {
+    let attached_list: Vec<u32> = attached_pids.iter().copied().collect();
+    for (pid, st) in probe.read_each(&attached_list, 0, |p| p.status()) {
+        match st {
             Ok(s) => {
                 status.insert(pid, s);
             }

@@ -1,6 +1,6 @@
 //! Per-process files and the files on shared-memory mounts.
 
-use crate::read::{io_error, read_parse, ReadError};
+use crate::read::{io_error, read_parse, read_parse_reused, ReadError};
 use crate::Probe;
 use hugeshm_parse::maps::MapsEntry;
 use hugeshm_parse::numa_maps::NumaMapsEntry;
@@ -30,7 +30,7 @@ pub struct PidFiles {
 impl PidFiles {
     /// `/proc/PID/status`.
     pub fn status(&self) -> Result<PidStatus, ReadError> {
-        read_parse(&self.dir.join("status"), pid_status::parse)
+        read_parse_reused(&self.dir.join("status"), pid_status::parse)
     }
     /// `/proc/PID/limits`.
     pub fn limits(&self) -> Result<PidLimits, ReadError> {
@@ -39,6 +39,12 @@ impl PidFiles {
     /// `/proc/PID/maps`.
     pub fn maps(&self) -> Result<Vec<MapsEntry>, ReadError> {
         read_parse(&self.dir.join("maps"), maps::parse)
+    }
+    /// The lines of `/proc/PID/maps` that can be shared memory or huge
+    /// pages ([`maps::parse_candidates`]): what a segment scan needs, read
+    /// through a reused buffer.
+    pub fn maps_candidates(&self) -> Result<Vec<MapsEntry>, ReadError> {
+        read_parse_reused(&self.dir.join("maps"), maps::parse_candidates)
     }
     /// `/proc/PID/smaps`.
     pub fn smaps(&self) -> Result<Vec<SmapsEntry>, ReadError> {
@@ -143,6 +149,78 @@ impl Probe {
             .collect();
         pids.sort_unstable();
         Ok(ProcessList { pids })
+    }
+
+    /// `read(files of pid)` for every pid, on up to `threads` threads (each
+    /// a contiguous share of `pids`; 0 = the CPUs this process may use,
+    /// at most 4), in the order of `pids`. For scans that read one or two
+    /// files of thousands of processes: the kernel formats those files on
+    /// the reading CPU, so the work spreads over the cores.
+    pub fn read_each<T: Send>(
+        &self,
+        pids: &[u32],
+        threads: usize,
+        read: impl Fn(&PidFiles) -> T + Sync,
+    ) -> Vec<(u32, T)> {
+        let threads = match threads {
+            0 => std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+                .min(4),
+            n => n,
+        }
+        .clamp(1, pids.len().max(1));
+        // Below this many processes a thread costs more than it saves.
+        if threads == 1 || pids.len() < 64 {
+            return pids.iter().map(|&p| (p, read(&self.pid(p)))).collect();
+        }
+        let read = &read;
+        let chunk = pids.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = pids
+                .chunks(chunk)
+                .map(|part| {
+                    scope.spawn(move || {
+                        part.iter()
+                            .map(|&p| (p, read(&self.pid(p))))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| match h.join() {
+                    Ok(v) => v,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                })
+                .collect()
+        })
+    }
+
+    /// Reads every listed process's `maps` once into one reused buffer,
+    /// parsing nothing: the floor for any scan that must look at every
+    /// process (`hugeshm bench scan` compares the `segments` scan with it).
+    /// Returns the processes read and the bytes read; a process that
+    /// vanished or cannot be read is skipped.
+    pub fn read_every_maps(&self, pids: &[u32]) -> (u64, u64) {
+        use std::io::Read;
+        let mut buf = Vec::with_capacity(64 << 10);
+        let mut path = self.roots.proc.clone();
+        let (mut n, mut bytes) = (0u64, 0u64);
+        for &pid in pids {
+            path.push(pid.to_string());
+            path.push("maps");
+            buf.clear();
+            if let Ok(mut f) = std::fs::File::open(&path) {
+                if let Ok(k) = f.read_to_end(&mut buf) {
+                    n += 1;
+                    bytes += k as u64;
+                }
+            }
+            path.pop();
+            path.pop();
+        }
+        (n, bytes)
     }
 
     /// The files of one process.

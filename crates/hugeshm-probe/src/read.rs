@@ -127,6 +127,40 @@ pub(crate) fn read_text(path: &Path) -> Result<String, ReadError> {
     }
 }
 
+thread_local! {
+    /// The buffer [`read_parse_reused`] reads into, kept per thread.
+    static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(64 << 10));
+}
+
+/// [`read_parse`] through one buffer per thread that is reused from call
+/// to call: no allocation per file and no size query (`statx`) first,
+/// for the files a scan reads once per process (`maps`, `status`).
+pub(crate) fn read_parse_reused<T>(
+    path: &Path,
+    parse: impl FnOnce(&str) -> Result<T, ParseError>,
+) -> Result<T, ReadError> {
+    use std::io::Read;
+    let parse_at = |text: &str| {
+        parse(text).map_err(|e| ReadError::Parse(e.with_path(path.display().to_string())))
+    };
+    BUF.with(|cell| {
+        let Ok(mut buf) = cell.try_borrow_mut() else {
+            // Re-entered from `parse` (not done today): a fresh buffer.
+            let text = read_text(path)?;
+            return parse_at(&text);
+        };
+        buf.clear();
+        let read = std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut buf));
+        if let Err(e) = read {
+            return Err(io_error(path.display().to_string(), e));
+        }
+        match std::str::from_utf8(&buf) {
+            Ok(text) => parse_at(text),
+            Err(_) => parse_at(&String::from_utf8_lossy(&buf)),
+        }
+    })
+}
+
 pub(crate) fn io_error(path: String, e: io::Error) -> ReadError {
     match e.kind() {
         io::ErrorKind::NotFound => ReadError::NotFound { path },

@@ -83,6 +83,128 @@ pub fn bench_prefault(
     })
 }
 
+/// How the peers of hugeshm pre-fault a shared region, the methods
+/// `hugeshm bench prefault` compares with (each on a `MAP_SHARED |
+/// MAP_ANONYMOUS` mapping of the same size and page size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum PeerMethod {
+    /// One `mmap` with `MAP_POPULATE`: the kernel faults every page on the
+    /// calling thread (DPDK, Seastar).
+    MapPopulate,
+    /// One thread writes one byte per page (PostgreSQL faults its shared
+    /// memory in on demand, in effect one backend at a time).
+    FirstTouch,
+    /// N threads, each writing one byte per page of its own contiguous
+    /// range (the JVM's `-XX:+AlwaysPreTouch`).
+    TouchLoop,
+}
+
+impl PeerMethod {
+    /// Every method, in the order the bench prints them.
+    pub const ALL: [PeerMethod; 3] = [
+        PeerMethod::MapPopulate,
+        PeerMethod::FirstTouch,
+        PeerMethod::TouchLoop,
+    ];
+
+    /// The name used in tables and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PeerMethod::MapPopulate => "map-populate",
+            PeerMethod::FirstTouch => "first-touch",
+            PeerMethod::TouchLoop => "touch-loop",
+        }
+    }
+
+    /// Who does it this way.
+    pub fn used_by(self) -> &'static str {
+        match self {
+            PeerMethod::MapPopulate => "DPDK, Seastar",
+            PeerMethod::FirstTouch => "PostgreSQL (on demand)",
+            PeerMethod::TouchLoop => "JVM AlwaysPreTouch",
+        }
+    }
+
+    /// Threads the method uses when asked for `threads`.
+    pub fn threads(self, threads: usize) -> usize {
+        match self {
+            PeerMethod::MapPopulate | PeerMethod::FirstTouch => 1,
+            PeerMethod::TouchLoop => threads.max(1),
+        }
+    }
+}
+
+/// One peer method run over a fresh shared anonymous mapping.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PeerSample {
+    /// The method.
+    pub method: PeerMethod,
+    /// Page size.
+    pub page_size_bytes: u64,
+    /// Bytes mapped and faulted.
+    pub size_bytes: u64,
+    /// Threads that faulted.
+    pub threads: usize,
+    /// From the `mmap` call to the last page faulted (unmapping not
+    /// included): comparable with a region's ready time.
+    pub seconds: f64,
+    /// `size / seconds`, decimal GB/s.
+    pub gbps: f64,
+}
+
+/// Maps `size_bytes` of shared anonymous memory on `page_size_bytes`
+/// pages (4096: base pages, else `MAP_HUGETLB` of that size: the pool
+/// must hold them) and faults every page in as `method` does, with
+/// `threads` threads for [`PeerMethod::TouchLoop`]; unmaps it after.
+pub fn bench_peer(
+    size_bytes: u64,
+    page_size_bytes: u64,
+    method: PeerMethod,
+    threads: usize,
+) -> Result<PeerSample, RegionError> {
+    let len = usize::try_from(size_bytes).map_err(|_| RegionError::InvalidSize {
+        requested_bytes: size_bytes,
+        reason: "does not fit in usize".to_owned(),
+        fix: None,
+    })?;
+    let huge = (page_size_bytes > hugeshm_sys::base_page_size() as u64).then_some(page_size_bytes);
+    let threads = method.threads(threads);
+    let t0 = Instant::now();
+    let mut map = match method {
+        PeerMethod::MapPopulate => hugeshm_sys::mmap_anon_populate(len, true, huge)?,
+        PeerMethod::FirstTouch | PeerMethod::TouchLoop => hugeshm_sys::mmap_anon(len, true, huge)?,
+    };
+    let page = map.page_size();
+    if method != PeerMethod::MapPopulate {
+        let pages = map.len() / page;
+        let ranges: Vec<(usize, usize)> = (0..threads)
+            .map(|t| (pages * t / threads * page, pages * (t + 1) / threads * page))
+            .filter(|(a, b)| b > a)
+            .map(|(a, b)| (a, b - a))
+            .collect();
+        let pieces = map.pieces_mut(&ranges)?;
+        std::thread::scope(|scope| {
+            for mut piece in pieces {
+                scope.spawn(move || piece.touch_pages(page, 1));
+            }
+        });
+    }
+    let seconds = t0.elapsed().as_secs_f64();
+    let size = map.len() as u64;
+    map.release()?;
+    Ok(PeerSample {
+        method,
+        page_size_bytes: page as u64,
+        size_bytes: size,
+        threads,
+        seconds,
+        gbps: crate::prefault::gbps(size, seconds),
+    })
+}
+
 /// How a process pays for a region's page tables in
 /// [`attach_and_touch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -169,7 +169,10 @@ pub mod testhook;
 mod verify;
 
 pub use attach::{remove, Locator};
-pub use bench::{bench_numa, bench_prefault, AttachSample, NumaSample, PrefaultSample};
+pub use bench::{
+    bench_numa, bench_peer, bench_prefault, AttachSample, NumaSample, PeerMethod, PeerSample,
+    PrefaultSample,
+};
 pub use create::RegionBuilder;
 pub use error::RegionError;
 pub use handle::Region;

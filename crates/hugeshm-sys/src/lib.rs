@@ -263,9 +263,16 @@ fn check_range(
 }
 
 /// Write-faults every page of `ptr..ptr + len` with one atomic
-/// `fetch_or(0)` per `page` bytes, which preserves contents even while
-/// other processes write. Any stride no larger than the real page size is
-/// correct, merely slower when smaller.
+/// compare-and-swap of a byte with itself per `page` bytes, which
+/// preserves contents even while other processes write. Any stride no
+/// larger than the real page size is correct, merely slower when smaller.
+///
+/// Not `fetch_or(0)`: LLVM turns an idempotent read-modify-write into a
+/// plain load, and drops a relaxed load whose value is unused, so a
+/// release build touched nothing (a region pre-faulted this way had only
+/// its header page resident). A compare-and-swap is kept, and on x86-64
+/// `lock cmpxchg` writes whether or not it succeeds, so the page is
+/// write-faulted; where it fails, another writer has just faulted it.
 ///
 /// # Safety
 /// `ptr..ptr + len` must be a live, writable mapping that no other thread
@@ -277,7 +284,10 @@ unsafe fn touch_pages(ptr: *mut u8, len: usize, page: usize) {
         // SAFETY: off < len, so the byte lies in the caller's writable
         // mapping; u8 atomics need no alignment and the caller excludes
         // concurrent non-atomic access.
-        unsafe { AtomicU8::from_ptr(ptr.add(off)) }.fetch_or(0, Ordering::Relaxed);
+        let byte = unsafe { AtomicU8::from_ptr(ptr.add(off)) };
+        let v = byte.load(Ordering::Relaxed);
+        let _ =
+            std::hint::black_box(byte.compare_exchange(v, v, Ordering::Relaxed, Ordering::Relaxed));
         // Next page boundary after start + off.
         let addr = start + off;
         off = (addr / page + 1) * page - start;
@@ -863,6 +873,22 @@ impl Piece<'_> {
         // mapping, disjoint from every other piece, borrowed mutably.
         unsafe { std::ptr::write_bytes(self.ptr, byte, self.len) };
     }
+
+    /// Writes `byte` to the first byte of every `page` bytes of the piece
+    /// (a plain store, not atomic): the touch loop of a JVM's
+    /// AlwaysPreTouch or a database touching its buffers in, which
+    /// write-faults each page once.
+    pub fn touch_pages(&mut self, page: usize, byte: u8) {
+        let page = page.max(1);
+        let mut off = 0;
+        while off < self.len {
+            // SAFETY: off < len, in bounds of the live read-write mapping,
+            // disjoint from every other piece, borrowed mutably; volatile so
+            // that the store is not elided.
+            unsafe { std::ptr::write_volatile(self.ptr.add(off), byte) };
+            off += page;
+        }
+    }
 }
 
 fn describe_map_flags(shared: bool, anon: bool, huge: Option<u64>) -> String {
@@ -901,10 +927,34 @@ pub fn mmap_anon_placed(
     huge_page_size: Option<u64>,
     align: Option<usize>,
 ) -> Result<Mapping, SysError> {
+    mmap_anon_inner(len, shared, huge_page_size, align, false)
+}
+
+/// [`mmap_anon`] with `MAP_POPULATE`: the kernel faults every page in
+/// before the call returns, on the calling thread (how DPDK and Seastar
+/// pre-fault their memory). A page it cannot supply makes the call fail
+/// for hugetlb (the pool is reserved first) and may be left unfaulted for
+/// base pages; the benches use it as the peers' method to compare with.
+pub fn mmap_anon_populate(
+    len: usize,
+    shared: bool,
+    huge_page_size: Option<u64>,
+) -> Result<Mapping, SysError> {
+    mmap_anon_inner(len, shared, huge_page_size, None, true)
+}
+
+fn mmap_anon_inner(
+    len: usize,
+    shared: bool,
+    huge_page_size: Option<u64>,
+    align: Option<usize>,
+    populate: bool,
+) -> Result<Mapping, SysError> {
     let call = || {
         format!(
-            "mmap(len={len}, {}{})",
+            "mmap(len={len}, {}{}{})",
             describe_map_flags(shared, true, huge_page_size),
+            if populate { "|MAP_POPULATE" } else { "" },
             describe_align(align)
         )
     };
@@ -926,6 +976,9 @@ pub fn mmap_anon_placed(
         }
         None => base_page_size(),
     };
+    if populate {
+        flags |= MapFlags::POPULATE;
+    }
     let rounded =
         round_up(len, page).ok_or_else(|| SysError::invalid(call(), "length overflows"))?;
     let ptr = placed(&call, rounded, page, align, |at| {
@@ -1852,6 +1905,42 @@ mod tests {
             assert_eq!(buf[0], 0x5a, "touch/populate must preserve contents");
         }
         drop(m);
+    }
+
+    /// Rss of the mapping at `addr` in /proc/self/smaps, in kB.
+    fn rss_kb(addr: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let head = format!("{addr:x}-");
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
+        assert!(lines.next().is_some(), "no smaps entry at {head}");
+        lines
+            .find_map(|l| l.strip_prefix("Rss:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    /// Touching faults every page in (a release build once compiled the
+    /// idempotent atomic away and touched nothing: run these tests with
+    /// `--release` too), and so does the peers' plain touch loop.
+    #[test]
+    fn touch_faults_every_page_in() {
+        let n = 64;
+        let m = mmap_anon(n * page(), true, None).unwrap();
+        assert_eq!(rss_kb(m.addr()), 0);
+        m.touch();
+        assert_eq!(rss_kb(m.addr()), (n * page() / 1024) as u64);
+        let mut m = mmap_anon(n * page(), true, None).unwrap();
+        let pieces = m.pieces_mut(&[(0, n * page())]).unwrap();
+        for mut p in pieces {
+            p.touch_pages(page(), 1);
+        }
+        assert_eq!(rss_kb(m.addr()), (n * page() / 1024) as u64);
+        let mut b = [0u8];
+        m.read_at(5 * page(), &mut b).unwrap();
+        assert_eq!(b[0], 1);
+        // MAP_POPULATE faults everything before mmap returns.
+        let m = mmap_anon_populate(n * page(), true, None).unwrap();
+        assert_eq!(rss_kb(m.addr()), (n * page() / 1024) as u64);
     }
 
     #[test]

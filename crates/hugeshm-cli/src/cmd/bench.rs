@@ -1,6 +1,6 @@
 //! `hugeshm bench ...`: benchmarks that reproduce the field reports.
 
-use crate::cmd::bench_common::{parse_size_arg, reap};
+use crate::cmd::bench_common::{parse_size_arg, reap, slope};
 use crate::output::{Out, Table};
 use hugeshm_doctor::segments::SegmentKind;
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -47,6 +47,17 @@ pub enum BenchCommand {
         /// BACKEND:NAME of each region.
         regions: Vec<String>,
     },
+    /// How long a new process takes to attach a large region and map every
+    /// page, with and without the smaps verification.
+    Attach(crate::cmd::bench_attach::Args),
+    /// (internal) attach a region by name, map every page, verify, print times.
+    #[command(hide = true)]
+    AttachTimeChild {
+        /// The region name.
+        name: String,
+        /// Its backend.
+        backend: hugeshm_region::Backend,
+    },
     /// (internal) attach a named region on request and hold it.
     #[command(hide = true)]
     PagetablesChild {
@@ -79,9 +90,10 @@ pub enum BenchCommand {
 /// `bench scan` options.
 #[derive(Debug, clap::Args)]
 pub struct ScanArgs {
-    /// Processes attached to the segment.
-    #[arg(long, default_value_t = 1000)]
-    pub procs: u32,
+    /// Processes attached to the segment; several (comma-separated, e.g.
+    /// 1000,2000,5000) make a sweep with the slope per 1,000 processes.
+    #[arg(long, value_delimiter = ',', default_value = "1000")]
+    pub procs: Vec<u32>,
     /// Segment size.
     #[arg(long, default_value = "64M", value_parser = parse_size_arg)]
     pub size: u64,
@@ -96,7 +108,29 @@ pub struct ScanArgs {
     pub json: bool,
 }
 
-/// What `bench scan --json` prints.
+/// One process count of `bench scan`: the `segments` scan and the plain
+/// read of every process's maps, timed alternately in the same run.
+#[derive(Debug, Clone, serde::Serialize)]
+struct ScanRow {
+    procs: u32,
+    processes_scanned: u64,
+    attached_found: usize,
+    page_size_found: Option<u64>,
+    runs_ms: Vec<f64>,
+    min_ms: f64,
+    median_ms: f64,
+    /// Reading every process's `maps` once, parsing nothing.
+    maps_runs_ms: Vec<f64>,
+    maps_min_ms: f64,
+    maps_median_ms: f64,
+    /// Bytes of `maps` read in one pass.
+    maps_bytes: u64,
+    /// `median_ms / maps_median_ms`.
+    vs_maps: f64,
+}
+
+/// What `bench scan --json` prints: the top-level figures are those of
+/// the largest process count; `sweep` has every count.
 #[derive(Debug, serde::Serialize)]
 struct ScanResult {
     procs: u32,
@@ -109,6 +143,23 @@ struct ScanResult {
     runs_ms: Vec<f64>,
     min_ms: f64,
     median_ms: f64,
+    maps_median_ms: f64,
+    vs_maps: f64,
+    sweep: Vec<ScanRow>,
+    /// Least-squares slope of the median scan time, ms per 1,000 processes
+    /// (with two or more counts).
+    slope_ms_per_1000: Option<f64>,
+    /// The same for the plain maps read.
+    maps_slope_ms_per_1000: Option<f64>,
+}
+
+fn min_median(v: &[f64]) -> (f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(|x, y| x.total_cmp(y));
+    (
+        s.first().copied().unwrap_or(0.0),
+        s.get(s.len() / 2).copied().unwrap_or(0.0),
+    )
 }
 
 /// Runs a benchmark.
@@ -126,6 +177,10 @@ pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<Ex
         } => crate::cmd::bench_oltp::worker(&name, backend, &data),
         BenchCommand::Interrupted { signal, regions } => {
             Ok(crate::interrupt::finish(signal, &regions))
+        }
+        BenchCommand::Attach(a) => crate::cmd::bench_attach::run(roots, &a, out),
+        BenchCommand::AttachTimeChild { name, backend } => {
+            crate::cmd::bench_attach::child(&name, backend)
         }
         BenchCommand::PagetablesChild { name, backend } => {
             crate::cmd::bench_pagetables::child(&name, backend)
@@ -179,8 +234,10 @@ fn dax_child(
 }
 
 fn attach_child(shmid: i32) -> anyhow::Result<ExitCode> {
+    // Attached, not touched: the scan reads maps, which do not depend on
+    // residency, and 5,000 processes faulting a 64 MiB segment page by
+    // page would take minutes (page tables are `bench pagetables`' part).
     let att = sys::shm_attach(shmid)?;
-    att.touch();
     // Block until the parent closes the pipe (or dies).
     let mut buf = [0u8; 1];
     let _ = std::io::stdin().read(&mut buf);
@@ -233,27 +290,114 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
         children: Vec::new(),
         writer: Some(writer),
     };
-    let t0 = Instant::now();
+    let mut counts = a.procs.clone();
+    counts.sort_unstable();
+    counts.dedup();
+    anyhow::ensure!(!counts.is_empty(), "--procs needs at least one count");
     let bar = out.tty && !a.json;
-    for i in 0..a.procs {
-        let child = Command::new(&exe)
-            .args(["bench", "attach-child", &shmid.to_string()])
-            .stdin(Stdio::from(reader.try_clone()?))
-            .stdout(Stdio::null())
-            .spawn()
-            .map_err(|e| anyhow::anyhow!("spawning child {i} of {}: {e}", a.procs))?;
-        fleet.children.push(child);
-        if bar && i % 50 == 0 {
-            eprint!("\rspawning {i}/{} processes", a.procs);
+    let probe = Probe::new(roots.clone());
+    let mut sweep = Vec::new();
+    let mut spawn_seconds = 0.0;
+    for &n in &counts {
+        let t0 = Instant::now();
+        while fleet.children.len() < n as usize {
+            let i = fleet.children.len();
+            let child = Command::new(&exe)
+                .args(["bench", "attach-child", &shmid.to_string()])
+                .stdin(Stdio::from(reader.try_clone()?))
+                .stdout(Stdio::null())
+                .spawn()
+                .map_err(|e| anyhow::anyhow!("spawning child {i} of {n}: {e}"))?;
+            fleet.children.push(child);
+            if bar && i % 50 == 0 {
+                eprint!("\rspawning {i}/{n} processes");
+            }
         }
+        wait_attached(shmid, n, &mut fleet)?;
+        spawn_seconds += t0.elapsed().as_secs_f64();
+        if bar {
+            eprintln!("\r{n} processes attached in {spawn_seconds:.1} s");
+        }
+        sweep.push(scan_once(&probe, a, n, shmid)?);
     }
     drop(reader);
-    // Wait until every child is attached.
+    drop(fleet);
+    parent.release()?;
+    let last = sweep.last().expect("at least one count").clone();
+    let pts = |f: fn(&ScanRow) -> f64| -> Vec<(f64, f64)> {
+        sweep
+            .iter()
+            .map(|r| (f64::from(r.procs) / 1000.0, f(r)))
+            .collect()
+    };
+    let res = ScanResult {
+        procs: last.procs,
+        size_bytes: a.size,
+        page_size_bytes: a.page_size,
+        processes_scanned: last.processes_scanned,
+        attached_found: last.attached_found,
+        page_size_found: last.page_size_found,
+        spawn_seconds,
+        runs_ms: last.runs_ms.clone(),
+        min_ms: last.min_ms,
+        median_ms: last.median_ms,
+        maps_median_ms: last.maps_median_ms,
+        vs_maps: last.vs_maps,
+        slope_ms_per_1000: slope(&pts(|r| r.median_ms)),
+        maps_slope_ms_per_1000: slope(&pts(|r| r.maps_median_ms)),
+        sweep,
+    };
+    if a.json {
+        out.json_doc(&res)?;
+    } else {
+        out.line(format!(
+            "segments scan with N processes attached to one {} segment on {} pages, against reading every process's maps once (median of {} runs each, alternating)",
+            format_bytes(res.size_bytes),
+            page_size_short(res.page_size_bytes),
+            a.runs.max(1)
+        ))?;
+        let mut t = Table::new(&[
+            ">procs",
+            ">scanned",
+            ">attached found",
+            ">scan min ms",
+            ">scan median ms",
+            ">maps min ms",
+            ">maps median ms",
+            ">maps KiB",
+            ">scan / maps",
+        ]);
+        for r in &res.sweep {
+            t.row(vec![
+                r.procs.to_string(),
+                r.processes_scanned.to_string(),
+                r.attached_found.to_string(),
+                format!("{:.1}", r.min_ms),
+                format!("{:.1}", r.median_ms),
+                format!("{:.1}", r.maps_min_ms),
+                format!("{:.1}", r.maps_median_ms),
+                (r.maps_bytes / 1024).to_string(),
+                format!("{:.2}x", r.vs_maps),
+            ]);
+        }
+        t.render(out, "")?;
+        if let (Some(s), Some(m)) = (res.slope_ms_per_1000, res.maps_slope_ms_per_1000) {
+            out.line(format!(
+                "slope: scan {s:.1} ms per 1,000 processes, maps read {m:.1} ms per 1,000"
+            ))?;
+        }
+        out.flush()?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Waits until `n` children (and the parent) are attached to `shmid`.
+fn wait_attached(shmid: i32, n: u32, fleet: &mut Fleet) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let st = sys::shm_stat(shmid)?;
-        if st.nattch > u64::from(a.procs) {
-            break;
+        if st.nattch > u64::from(n) {
+            return Ok(());
         }
         if let Some(dead) = fleet
             .children
@@ -261,81 +405,59 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
             .find_map(|c| c.try_wait().ok().flatten())
         {
             anyhow::bail!(
-                "a child exited before attaching ({dead}); {} of {} attached",
+                "a child exited before attaching ({dead}); {} of {n} attached",
                 st.nattch.saturating_sub(1),
-                a.procs
             );
         }
         if Instant::now() > deadline {
             anyhow::bail!(
-                "only {} of {} children attached after 120 s",
+                "only {} of {n} children attached after 120 s",
                 st.nattch.saturating_sub(1),
-                a.procs
             );
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let spawn_seconds = t0.elapsed().as_secs_f64();
-    if bar {
-        eprintln!("\r{} processes attached in {:.1} s", a.procs, spawn_seconds);
-    }
+}
 
-    let probe = Probe::new(roots.clone());
+/// One warm-up scan, then `a.runs` scans alternating with plain reads of
+/// every process's maps.
+fn scan_once(probe: &Probe, a: &ScanArgs, n: u32, shmid: i32) -> anyhow::Result<ScanRow> {
     let mut runs = Vec::new();
-    let mut last = None;
-    for i in 0..=a.runs {
+    let mut maps_runs = Vec::new();
+    let mut maps_bytes = 0;
+    let mut last = hugeshm_doctor::segments::build(probe);
+    for _ in 0..a.runs.max(1) {
         let t = Instant::now();
-        let r = hugeshm_doctor::segments::build(&probe);
-        let ms = t.elapsed().as_secs_f64() * 1000.0;
-        if i > 0 {
-            runs.push(ms);
-        }
-        last = Some(r);
+        let pids = probe.processes().map(|l| l.pids).unwrap_or_default();
+        let (_, bytes) = probe.read_every_maps(&pids);
+        maps_runs.push(t.elapsed().as_secs_f64() * 1000.0);
+        maps_bytes = bytes;
+        let t = Instant::now();
+        last = hugeshm_doctor::segments::build(probe);
+        runs.push(t.elapsed().as_secs_f64() * 1000.0);
     }
-    let r = last.expect("at least one scan ran");
-    let seg = r
+    let seg = last
         .segments
         .iter()
         .find(|s| s.kind == SegmentKind::Sysv && s.id == Some(shmid as u64));
-    let mut sorted = runs.clone();
-    sorted.sort_by(|x, y| x.total_cmp(y));
-    let res = ScanResult {
-        procs: a.procs,
-        size_bytes: a.size,
-        page_size_bytes: a.page_size,
-        processes_scanned: r.processes_scanned,
+    let (min_ms, median_ms) = min_median(&runs);
+    let (maps_min_ms, maps_median_ms) = min_median(&maps_runs);
+    Ok(ScanRow {
+        procs: n,
+        processes_scanned: last.processes_scanned,
         attached_found: seg.map(|s| s.attached_pids.len()).unwrap_or(0),
         page_size_found: seg.and_then(|s| s.page_size_bytes),
-        spawn_seconds,
-        min_ms: sorted.first().copied().unwrap_or(0.0),
-        median_ms: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
         runs_ms: runs,
-    };
-    drop(fleet);
-    parent.release()?;
-    if a.json {
-        out.json_doc(&res)?;
-    } else {
-        let mut t = Table::new(&[
-            ">procs",
-            ">segment",
-            "page",
-            ">scanned",
-            ">attached found",
-            ">min ms",
-            ">median ms",
-        ]);
-        t.row(vec![
-            res.procs.to_string(),
-            format_bytes(res.size_bytes),
-            page_size_short(res.page_size_bytes),
-            res.processes_scanned.to_string(),
-            res.attached_found.to_string(),
-            format!("{:.1}", res.min_ms),
-            format!("{:.1}", res.median_ms),
-        ]);
-        t.render(out, "")?;
-        out.flush()?;
-    }
-    Ok(ExitCode::SUCCESS)
+        min_ms,
+        median_ms,
+        maps_runs_ms: maps_runs,
+        maps_min_ms,
+        maps_median_ms,
+        maps_bytes,
+        vs_maps: if maps_median_ms > 0.0 {
+            median_ms / maps_median_ms
+        } else {
+            0.0
+        },
+    })
 }

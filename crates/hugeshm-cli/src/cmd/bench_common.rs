@@ -8,6 +8,20 @@ use hugeshm_probe::{HostSnapshot, Probe};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+/// Least-squares slope of `y` over `x`; `None` with fewer than two
+/// distinct `x`.
+pub(crate) fn slope(points: &[(f64, f64)]) -> Option<f64> {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return None;
+    }
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    (sxx > 0.0).then(|| sxy / sxx)
+}
+
 /// Parses a size argument (`64M`, `2m`, `1G`, `4096`).
 pub fn parse_size_arg(s: &str) -> Result<u64, String> {
     match parse_size(s) {
@@ -139,5 +153,17 @@ impl Drop for PoolTopUp<'_> {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slope;
+
+    #[test]
+    fn slope_is_the_least_squares_line() {
+        assert_eq!(slope(&[(1.0, 3.0), (2.0, 5.0), (3.0, 7.0)]), Some(2.0));
+        assert_eq!(slope(&[(1.0, 3.0)]), None);
+        assert_eq!(slope(&[(1.0, 3.0), (1.0, 4.0)]), None);
     }
 }

@@ -5,15 +5,18 @@ use crate::cmd::bench_common::{parse_size_arg, PoolTopUp};
 use crate::output::{Out, Table};
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{Probe, Roots};
-use hugeshm_region::{bench_prefault, memset_baseline, Backend, PageSize};
+use hugeshm_region::{bench_peer, bench_prefault, memset_baseline, Backend, PageSize, PeerMethod};
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 /// `bench prefault` options.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Region size.
-    #[arg(long, default_value = "4G", value_parser = parse_size_arg)]
-    pub size: u64,
+    /// Region size; several (comma-separated, e.g. 1G,2G,4G) make a sweep
+    /// with GB/s per size and the slope (seconds per GB) per page size and
+    /// thread count.
+    #[arg(long, value_delimiter = ',', default_value = "4G", value_parser = parse_size_arg)]
+    pub size: Vec<u64>,
     /// Page sizes to compare (comma-separated): 4k, 2m, 1g.
     #[arg(long, value_delimiter = ',', default_value = "4k,2m")]
     pub page_size: Vec<String>,
@@ -31,6 +34,10 @@ pub struct Args {
     /// bench adds the pages it needs and gives them back afterwards).
     #[arg(long)]
     pub no_reserve: bool,
+    /// Leave out the peers' methods (one MAP_POPULATE mmap, first touch by
+    /// one thread, a touch loop on N threads).
+    #[arg(long)]
+    pub no_peers: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -38,6 +45,7 @@ pub struct Args {
 
 #[derive(Debug, serde::Serialize)]
 struct Row {
+    size_bytes: u64,
     page_size_bytes: u64,
     backend: Backend,
     threads: usize,
@@ -50,10 +58,28 @@ struct Row {
     vs_4k: Option<f64>,
     vs_one_thread: Option<f64>,
     vs_memset: Option<f64>,
+    /// Ready rate over each peer method's rate at this page size and
+    /// thread count (map-populate and first-touch run on one thread).
+    vs_peers: BTreeMap<&'static str, f64>,
+    /// Ready rate over the fastest peer's.
+    vs_best_peer: Option<f64>,
+}
+
+/// A peer's method, best of the runs, on the same size and page size.
+#[derive(Debug, serde::Serialize)]
+struct PeerRow {
+    size_bytes: u64,
+    page_size_bytes: u64,
+    method: PeerMethod,
+    used_by: &'static str,
+    threads: usize,
+    seconds: f64,
+    gbps: f64,
 }
 
 #[derive(Debug, serde::Serialize)]
 struct Baseline {
+    size_bytes: u64,
     threads: usize,
     gbps: f64,
 }
@@ -68,12 +94,41 @@ struct Skipped {
 
 #[derive(Debug, serde::Serialize)]
 struct Report {
+    /// The largest size measured (every row has its own `size_bytes`).
     size_bytes: u64,
+    /// Every size measured, ascending.
+    sizes: Vec<u64>,
     runs: usize,
     memset: Vec<Baseline>,
     results: Vec<Row>,
+    /// The peers' methods, per page size (and thread count for the touch loop).
+    peers: Vec<PeerRow>,
     /// Page sizes that could not be had (the others still ran).
     skipped: Vec<Skipped>,
+    /// With several sizes: ready seconds against size, per page size and
+    /// thread count.
+    growth: Vec<Growth>,
+}
+
+/// How ready time grows with size for one page size and thread count: a
+/// least-squares line through (GB, ready seconds).
+#[derive(Debug, serde::Serialize)]
+struct Growth {
+    page_size_bytes: u64,
+    threads: usize,
+    /// Ready GB/s at each size, ascending size.
+    gbps: Vec<f64>,
+    /// Seconds per decimal GB (the slope).
+    seconds_per_gb: f64,
+    /// `1 / seconds_per_gb`: the rate the cost grows at.
+    marginal_gbps: f64,
+    /// Seconds at size 0 (the line's intercept): fixed cost.
+    fixed_seconds: f64,
+}
+
+/// A ratio with two decimals (`1.04x`), or `-`.
+fn ratio2(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
 }
 
 /// How to get pages of `page_size` that the running host cannot give.
@@ -95,10 +150,11 @@ fn pages_fix(page_size: u64, pages: u64) -> String {
 /// per thread count.
 fn measure_size(
     a: &Args,
+    size: u64,
     ps: u64,
     threads: &[usize],
     note: &dyn Fn(&str),
-) -> anyhow::Result<Vec<Row>> {
+) -> anyhow::Result<(Vec<Row>, Vec<PeerRow>)> {
     let mut rows = Vec::new();
     let (backend, page) = if ps == 4096 {
         (Backend::Posix, PageSize::Base)
@@ -107,7 +163,7 @@ fn measure_size(
     };
     // Warm-up: the first touch of guest memory in a VM is slow; reported as cold.
     note(&format!("{} warm-up", page_size_short(ps)));
-    let cold = bench_prefault(a.size, backend, page, *threads.last().unwrap_or(&1))
+    let cold = bench_prefault(size, backend, page, *threads.last().unwrap_or(&1))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     for &t in threads {
         let mut best: Option<hugeshm_region::PrefaultSample> = None;
@@ -117,7 +173,7 @@ fn measure_size(
                 page_size_short(ps),
                 r + 1
             ));
-            let s = bench_prefault(a.size, backend, page, t).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let s = bench_prefault(size, backend, page, t).map_err(|e| anyhow::anyhow!("{e}"))?;
             if best
                 .as_ref()
                 .is_none_or(|b| s.ready_seconds < b.ready_seconds)
@@ -127,6 +183,7 @@ fn measure_size(
         }
         let s = best.expect("at least one run");
         rows.push(Row {
+            size_bytes: size,
             page_size_bytes: ps,
             backend,
             threads: t,
@@ -139,9 +196,61 @@ fn measure_size(
             vs_4k: None,
             vs_one_thread: None,
             vs_memset: None,
+            vs_peers: BTreeMap::new(),
+            vs_best_peer: None,
         });
     }
-    Ok(rows)
+    let peers = if a.no_peers {
+        Vec::new()
+    } else {
+        measure_peers(a, size, ps, threads, note)?
+    };
+    Ok((rows, peers))
+}
+
+/// The peers' methods at one page size: map-populate and first-touch once
+/// (one thread each), the touch loop per thread count; best of `a.runs`.
+fn measure_peers(
+    a: &Args,
+    size: u64,
+    ps: u64,
+    threads: &[usize],
+    note: &dyn Fn(&str),
+) -> anyhow::Result<Vec<PeerRow>> {
+    let mut out = Vec::new();
+    for m in PeerMethod::ALL {
+        let counts: Vec<usize> = if m.threads(2) == 1 {
+            vec![1]
+        } else {
+            threads.to_vec()
+        };
+        for t in counts {
+            let mut best: Option<hugeshm_region::PeerSample> = None;
+            for r in 0..a.runs.max(1) {
+                note(&format!(
+                    "{} pages, {} on {t} threads, run {}",
+                    page_size_short(ps),
+                    m.as_str(),
+                    r + 1
+                ));
+                let s = bench_peer(size, ps, m, t).map_err(|e| anyhow::anyhow!("{e}"))?;
+                if best.as_ref().is_none_or(|b| s.seconds < b.seconds) {
+                    best = Some(s);
+                }
+            }
+            let s = best.expect("at least one run");
+            out.push(PeerRow {
+                size_bytes: size,
+                page_size_bytes: ps,
+                method: m,
+                used_by: m.used_by(),
+                threads: s.threads,
+                seconds: s.seconds,
+                gbps: s.gbps,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// Runs the bench.
@@ -178,13 +287,20 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         "--threads needs at least one count above 0"
     );
 
+    let mut region_sizes = a.size.clone();
+    region_sizes.sort_unstable();
+    region_sizes.dedup();
+    let largest = *region_sizes
+        .last()
+        .ok_or_else(|| anyhow::anyhow!("--size needs at least one size"))?;
+
     // Pools: add what the bench needs (root only), restore afterwards. A
     // size whose pages cannot be had is reported as such; the others run.
     let mut reservation = PoolTopUp::new(&probe);
     if !a.no_reserve {
         let mut kept = Vec::new();
         for ps in sizes {
-            let pages = a.size.div_ceil(ps);
+            let pages = largest.div_ceil(ps);
             match (ps > 4096)
                 .then(|| reservation.ensure(&host, ps, pages))
                 .transpose()
@@ -207,26 +323,41 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         }
     };
     let mut memset = Vec::new();
-    for &t in &threads {
-        note(&format!("memset baseline, {t} threads"));
-        let b = memset_baseline(a.size, t).map_err(|e| anyhow::anyhow!("{e}"))?;
-        memset.push(Baseline {
-            threads: t,
-            gbps: b.gbps,
-        });
-    }
     let mut rows: Vec<Row> = Vec::new();
-    for &ps in &sizes {
-        match measure_size(a, ps, &threads, &note) {
-            Ok(mut r) => rows.append(&mut r),
-            // One page size failing (e.g. pages taken meanwhile) does not
-            // end the bench: its rows say why.
-            Err(e) => skipped.push(Skipped {
-                page_size_bytes: ps,
-                reason: format!("{e:#}"),
-                fix: Some(pages_fix(ps, a.size.div_ceil(ps))),
-            }),
+    let mut peers: Vec<PeerRow> = Vec::new();
+    for &size in &region_sizes {
+        for &t in &threads {
+            note(&format!(
+                "{} memset baseline, {t} threads",
+                format_bytes(size)
+            ));
+            let b = memset_baseline(size, t).map_err(|e| anyhow::anyhow!("{e}"))?;
+            memset.push(Baseline {
+                size_bytes: size,
+                threads: t,
+                gbps: b.gbps,
+            });
         }
+        let mut failed = Vec::new();
+        for &ps in &sizes {
+            match measure_size(a, size, ps, &threads, &note) {
+                Ok((mut r, mut p)) => {
+                    rows.append(&mut r);
+                    peers.append(&mut p);
+                }
+                // One page size failing (e.g. pages taken meanwhile) does not
+                // end the bench: its rows say why.
+                Err(e) => {
+                    failed.push(ps);
+                    skipped.push(Skipped {
+                        page_size_bytes: ps,
+                        reason: format!("{} region: {e:#}", format_bytes(size)),
+                        fix: Some(pages_fix(ps, size.div_ceil(ps))),
+                    });
+                }
+            }
+        }
+        sizes.retain(|ps| !failed.contains(ps));
     }
     if tty {
         eprint!("\r{:<70}\r", "");
@@ -236,22 +367,22 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     // x 4k and x 1 thread compare ready rates (for posix the zeroing happens
     // in fallocate, before the pre-fault); "of memset" compares the pre-fault
     // itself with writing already-faulted memory.
-    let snapshot: Vec<(u64, usize, f64)> = rows
+    let snapshot: Vec<(u64, u64, usize, f64)> = rows
         .iter()
-        .map(|r| (r.page_size_bytes, r.threads, r.ready_gbps))
+        .map(|r| (r.size_bytes, r.page_size_bytes, r.threads, r.ready_gbps))
         .collect();
     for r in rows.iter_mut() {
         let base4k = snapshot
             .iter()
-            .find(|(p, t, _)| *p == 4096 && *t == r.threads)
-            .map(|x| x.2);
+            .find(|(s, p, t, _)| *s == r.size_bytes && *p == 4096 && *t == r.threads)
+            .map(|x| x.3);
         let one = snapshot
             .iter()
-            .find(|(p, t, _)| *p == r.page_size_bytes && *t == threads[0])
-            .map(|x| x.2);
+            .find(|(s, p, t, _)| *s == r.size_bytes && *p == r.page_size_bytes && *t == threads[0])
+            .map(|x| x.3);
         let ms = memset
             .iter()
-            .find(|b| b.threads == r.threads)
+            .find(|b| b.size_bytes == r.size_bytes && b.threads == r.threads)
             .map(|b| b.gbps);
         r.vs_4k = base4k
             .filter(|b| *b > 0.0 && r.page_size_bytes != 4096)
@@ -260,24 +391,79 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             .filter(|o| *o > 0.0 && r.threads != threads[0])
             .map(|o| r.ready_gbps / o);
         r.vs_memset = ms.filter(|m| *m > 0.0).map(|m| r.gbps / m);
+        for p in peers.iter().filter(|p| {
+            p.size_bytes == r.size_bytes
+                && p.page_size_bytes == r.page_size_bytes
+                && p.threads == p.method.threads(r.threads)
+                && p.gbps > 0.0
+        }) {
+            r.vs_peers.insert(p.method.as_str(), r.ready_gbps / p.gbps);
+        }
+        r.vs_best_peer = r.vs_peers.values().copied().reduce(f64::min);
+    }
+    let mut growth = Vec::new();
+    if region_sizes.len() > 1 {
+        let mut keys: Vec<(u64, usize)> = rows
+            .iter()
+            .map(|r| (r.page_size_bytes, r.threads))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for (ps, t) in keys {
+            let mine: Vec<&Row> = rows
+                .iter()
+                .filter(|r| r.page_size_bytes == ps && r.threads == t)
+                .collect();
+            let pts: Vec<(f64, f64)> = mine
+                .iter()
+                .map(|r| (r.size_bytes as f64 / 1e9, r.ready_seconds))
+                .collect();
+            let Some(k) = crate::cmd::bench_common::slope(&pts) else {
+                continue;
+            };
+            let n = pts.len() as f64;
+            let fixed = pts.iter().map(|p| p.1).sum::<f64>() / n
+                - k * pts.iter().map(|p| p.0).sum::<f64>() / n;
+            growth.push(Growth {
+                page_size_bytes: ps,
+                threads: t,
+                gbps: mine.iter().map(|r| r.ready_gbps).collect(),
+                seconds_per_gb: k,
+                marginal_gbps: if k > 0.0 { 1.0 / k } else { 0.0 },
+                fixed_seconds: fixed,
+            });
+        }
     }
     let report = Report {
-        size_bytes: a.size,
+        size_bytes: largest,
+        sizes: region_sizes,
         runs: a.runs,
         memset,
         results: rows,
+        peers,
         skipped,
+        growth,
     };
     if a.json {
         out.json_doc(&report)?;
         return Ok(ExitCode::SUCCESS);
     }
+    let sweep = report.sizes.len() > 1;
+    let sizes_text: Vec<String> = report.sizes.iter().map(|b| format_bytes(*b)).collect();
     out.line(format!(
         "pre-fault of a {} region (best of {} runs after a warm-up; GB/s = decimal)",
-        format_bytes(a.size),
+        sizes_text.join(", "),
         a.runs
     ))?;
-    let mut t = Table::new(&[
+    let lead = |heads: &[&'static str]| -> Vec<&'static str> {
+        let mut h = Vec::new();
+        if sweep {
+            h.push(">size");
+        }
+        h.extend_from_slice(heads);
+        h
+    };
+    let mut t = Table::new(&lead(&[
         "page",
         "backend",
         ">threads",
@@ -289,11 +475,19 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         ">pre-fault GB/s",
         ">of memset",
         "method",
-    ]);
+    ]));
     let ratio = |v: Option<f64>| v.map(|x| format!("{x:.1}x")).unwrap_or_else(|| "-".into());
+    let first = |r: &Row| -> Vec<String> {
+        let mut v = Vec::new();
+        if sweep {
+            v.push(format_bytes(r.size_bytes));
+        }
+        v.push(page_size_short(r.page_size_bytes));
+        v
+    };
     for r in &report.results {
-        t.row(vec![
-            page_size_short(r.page_size_bytes),
+        let mut row = first(r);
+        row.extend([
             r.backend.to_string(),
             r.threads.to_string(),
             r.cold_seconds
@@ -309,8 +503,61 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
                 .unwrap_or_else(|| "-".into()),
             r.method.clone(),
         ]);
+        t.row(row);
     }
     t.render(out, "")?;
+    if !report.peers.is_empty() {
+        out.line("")?;
+        out.line("against the peers' methods on the same size and page size (shared anonymous memory; GB/s from mmap to the last page faulted):")?;
+        let mut heads: Vec<String> = lead(&["page", ">threads"])
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        for m in PeerMethod::ALL {
+            heads.push(format!(">{} GB/s", m.as_str()));
+        }
+        heads.push(">hugeshm GB/s".to_owned());
+        for m in PeerMethod::ALL {
+            heads.push(format!(">x {}", m.as_str()));
+        }
+        heads.push(">x best".to_owned());
+        let heads: Vec<&str> = heads.iter().map(String::as_str).collect();
+        let mut pt = Table::new(&heads);
+        for r in &report.results {
+            let mut row = first(r);
+            row.push(r.threads.to_string());
+            for m in PeerMethod::ALL {
+                row.push(
+                    report
+                        .peers
+                        .iter()
+                        .find(|p| {
+                            p.size_bytes == r.size_bytes
+                                && p.page_size_bytes == r.page_size_bytes
+                                && p.method == m
+                                && p.threads == m.threads(r.threads)
+                        })
+                        .map(|p| format!("{:.1}", p.gbps))
+                        .unwrap_or_else(|| "-".into()),
+                );
+            }
+            row.push(format!("{:.1}", r.ready_gbps));
+            for m in PeerMethod::ALL {
+                row.push(ratio2(r.vs_peers.get(m.as_str()).copied()));
+            }
+            row.push(ratio2(r.vs_best_peer));
+            pt.row(row);
+        }
+        pt.render(out, "")?;
+        out.line(format!(
+            "peers: {}",
+            PeerMethod::ALL
+                .iter()
+                .map(|m| format!("{} ({})", m.as_str(), m.used_by()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))?;
+    }
     for sk in &report.skipped {
         out.line(format!(
             "{} pages not measured: {}",
@@ -321,22 +568,43 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             out.line(format!("  to fix: {f}"))?;
         }
     }
-    let ms: Vec<String> = report
-        .memset
-        .iter()
-        .map(|b| {
-            format!(
-                "{} thread{}: {:.1} GB/s",
-                b.threads,
-                if b.threads == 1 { "" } else { "s" },
-                b.gbps
-            )
-        })
-        .collect();
-    out.line(format!(
-        "memset over already-faulted memory (the machine's write bandwidth): {}",
-        ms.join(", ")
-    ))?;
+    for &size in &report.sizes {
+        let ms: Vec<String> = report
+            .memset
+            .iter()
+            .filter(|b| b.size_bytes == size)
+            .map(|b| {
+                format!(
+                    "{} thread{}: {:.1} GB/s",
+                    b.threads,
+                    if b.threads == 1 { "" } else { "s" },
+                    b.gbps
+                )
+            })
+            .collect();
+        out.line(format!(
+            "memset over already-faulted memory (the machine's write bandwidth){}: {}",
+            if sweep {
+                format!(", {}", format_bytes(size))
+            } else {
+                String::new()
+            },
+            ms.join(", ")
+        ))?;
+    }
+    for g in &report.growth {
+        let per: Vec<String> = g.gbps.iter().map(|x| format!("{x:.1}")).collect();
+        out.line(format!(
+            "growth {} on {} thread{}: ready GB/s {} by size; {:.4} s per GB (marginal {:.1} GB/s), fixed {:.1} ms",
+            page_size_short(g.page_size_bytes),
+            g.threads,
+            if g.threads == 1 { "" } else { "s" },
+            per.join(" / "),
+            g.seconds_per_gb,
+            g.marginal_gbps,
+            g.fixed_seconds * 1000.0
+        ))?;
+    }
     out.line("ready = create + pre-fault (for posix this includes fallocate, where tmpfs zeroes its pages); x 4k and x 1 thread compare ready rates, of memset the pre-fault rate")?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)

@@ -3,6 +3,7 @@
 pub mod advise;
 pub mod apply;
 pub mod bench;
+pub mod bench_attach;
 pub mod bench_common;
 pub mod bench_numa;
 pub mod bench_oltp;

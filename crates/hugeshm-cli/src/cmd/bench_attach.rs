@@ -1,0 +1,215 @@
+//! `hugeshm bench attach`: how long a new process takes to attach a large
+//! region and map every page of it (page tables shared with the creator
+//! where the region is hugetlb and 1 GiB-aligned), with and without the
+//! smaps verification that `hugeshm attach` does.
+//!
+//! The region is created and pre-faulted once; then `--runs` fresh
+//! processes, one after another, each attach it (find, check the header,
+//! map), map every page with `MADV_POPULATE_READ`, read their own
+//! `/proc/self/smaps` for the region (the verification), and report the
+//! three times.
+
+use crate::cmd::bench_common::{parse_size_arg, PoolTopUp};
+use crate::output::{Out, Table};
+use anyhow::{bail, Context};
+use hugeshm_parse::size::{format_bytes, page_size_short};
+use hugeshm_probe::{Probe, Roots};
+use hugeshm_region::bench::{attach_and_touch, Touch};
+use hugeshm_region::{Backend, Locator, PageSize, Policy, RegionBuilder};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Instant;
+
+/// `bench attach` options.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Region size.
+    #[arg(long, default_value = "4G", value_parser = parse_size_arg)]
+    pub size: u64,
+    /// Page size: 4k, 2m or 1g.
+    #[arg(long, default_value = "2m")]
+    pub page_size: String,
+    /// Backend of the region (named: sysv, hugetlbfs or posix).
+    #[arg(long, default_value = "sysv")]
+    pub backend: Backend,
+    /// New processes that attach, one after another (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub runs: u32,
+    /// Do not raise the huge page pools for the run.
+    #[arg(long)]
+    pub no_reserve: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What one attaching process measured (its stdout, one JSON line).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct ChildSample {
+    attach_seconds: f64,
+    touch_seconds: f64,
+    verify_seconds: f64,
+    verified_page_size_bytes: u64,
+    aligned_for_pmd_sharing: bool,
+    pmd_shareable_bytes: u64,
+    vm_pte_bytes: Option<u64>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Report {
+    size_bytes: u64,
+    page_size_bytes: u64,
+    backend: Backend,
+    runs: Vec<ChildSample>,
+    /// Medians over the runs, in milliseconds.
+    attach_ms: f64,
+    touch_ms: f64,
+    verify_ms: f64,
+    /// attach + touch: a process ready to use the region, unverified.
+    ready_ms: f64,
+    /// attach + touch + verification (what `hugeshm attach` does).
+    ready_verified_ms: f64,
+    /// Bytes whose page tables the attacher shares.
+    pmd_shareable_bytes: u64,
+    aligned_for_pmd_sharing: bool,
+    /// The attacher's own page-table bytes (VmPTE; the kernel charges a
+    /// shared PMD page to every process using it), median.
+    vm_pte_bytes: Option<u64>,
+}
+
+/// The hidden child: attach, touch, verify, print the times.
+pub fn child(name: &str, backend: Backend) -> anyhow::Result<ExitCode> {
+    let (region, s) = attach_and_touch(&Locator::new(name, backend), Touch::Read)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let t = Instant::now();
+    let v = region.verify().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let verify_seconds = t.elapsed().as_secs_f64();
+    let out = ChildSample {
+        attach_seconds: s.attach_seconds,
+        touch_seconds: s.touch_seconds,
+        verify_seconds,
+        verified_page_size_bytes: v.page_size_bytes,
+        aligned_for_pmd_sharing: s.aligned_for_pmd_sharing,
+        pmd_shareable_bytes: s.pmd_shareable_bytes,
+        vm_pte_bytes: s.vm_pte_bytes,
+    };
+    println!("{}", serde_json::to_string(&out)?);
+    region.close().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Runs the bench.
+pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
+    if !a.backend.is_named() {
+        bail!(
+            "--backend must be a named backend (sysv, hugetlbfs or posix): the attaching processes find it by name"
+        );
+    }
+    let page: PageSize = a
+        .page_size
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!(e))?;
+    let ps = page
+        .bytes()
+        .context("--page-size takes an explicit size (4k, 2m, 1g)")?;
+    let probe = Probe::new(roots.clone());
+    let host = probe.host();
+    let mut reservation = PoolTopUp::new(&probe);
+    if ps > 4096 && !a.no_reserve {
+        reservation.ensure(&host, ps, a.size.div_ceil(ps))?;
+    }
+    let name = format!("bench-attach-{}", std::process::id());
+    let (region, _) = RegionBuilder::new(a.size)
+        .backend(a.backend)
+        .page_size(page)
+        .policy(Policy::Only)
+        .name(name.clone())
+        .create()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let exe = std::env::current_exe()?;
+    let runs = (|| -> anyhow::Result<Vec<ChildSample>> {
+        let mut runs = Vec::new();
+        for i in 0..a.runs.max(1) {
+            let o = Command::new(&exe)
+                .args(["bench", "attach-time-child", &name, a.backend.as_str()])
+                .stdin(Stdio::null())
+                .output()
+                .with_context(|| format!("spawning attacher {i}"))?;
+            if !o.status.success() {
+                bail!(
+                    "attacher {i} failed ({}): {}",
+                    o.status,
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+            }
+            let line = String::from_utf8_lossy(&o.stdout);
+            runs.push(
+                serde_json::from_str(line.trim())
+                    .with_context(|| format!("attacher {i} said {line:?}"))?,
+            );
+        }
+        Ok(runs)
+    })();
+    let destroyed = region.destroy().map_err(|e| anyhow::anyhow!("{e}"));
+    drop(reservation);
+    let runs = runs?;
+    destroyed?;
+    let ms = |f: fn(&ChildSample) -> f64| median(runs.iter().map(|r| f(r) * 1000.0).collect());
+    let last = runs.last().expect("at least one run").clone();
+    let mut pte: Vec<u64> = runs.iter().filter_map(|r| r.vm_pte_bytes).collect();
+    pte.sort_unstable();
+    let report = Report {
+        size_bytes: a.size,
+        page_size_bytes: ps,
+        backend: a.backend,
+        attach_ms: ms(|r| r.attach_seconds),
+        touch_ms: ms(|r| r.touch_seconds),
+        verify_ms: ms(|r| r.verify_seconds),
+        ready_ms: ms(|r| r.attach_seconds + r.touch_seconds),
+        ready_verified_ms: ms(|r| r.attach_seconds + r.touch_seconds + r.verify_seconds),
+        pmd_shareable_bytes: last.pmd_shareable_bytes,
+        aligned_for_pmd_sharing: last.aligned_for_pmd_sharing,
+        vm_pte_bytes: pte.get(pte.len() / 2).copied(),
+        runs,
+    };
+    if a.json {
+        out.json_doc(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    out.line(format!(
+        "a new process attaching a {} {} region on {} pages and mapping every page (median of {} processes)",
+        format_bytes(report.size_bytes),
+        report.backend,
+        page_size_short(report.page_size_bytes),
+        report.runs.len()
+    ))?;
+    let mut t = Table::new(&[
+        ">attach ms",
+        ">touch ms",
+        ">ready ms",
+        ">verify ms",
+        ">ready+verify ms",
+        ">shared page tables",
+        ">VmPTE",
+    ]);
+    t.row(vec![
+        format!("{:.3}", report.attach_ms),
+        format!("{:.3}", report.touch_ms),
+        format!("{:.3}", report.ready_ms),
+        format!("{:.3}", report.verify_ms),
+        format!("{:.3}", report.ready_verified_ms),
+        format_bytes(report.pmd_shareable_bytes),
+        report
+            .vm_pte_bytes
+            .map(format_bytes)
+            .unwrap_or_else(|| "-".into()),
+    ]);
+    t.render(out, "")?;
+    out.line("attach = find, check the header, map; touch = MADV_POPULATE_READ of every page; verify = read /proc/self/smaps for the region")?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
