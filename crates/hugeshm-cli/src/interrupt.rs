@@ -20,7 +20,7 @@
 
 use hugeshm_region::{Backend, Locator, RegionError};
 use std::path::PathBuf;
-use std::sync::{Mutex, Once};
+use std::sync::Mutex;
 
 /// What to give back.
 #[derive(Debug, Clone)]
@@ -46,7 +46,16 @@ pub enum Give {
 
 static PENDING: Mutex<Vec<(u64, Give)>> = Mutex::new(Vec::new());
 static NEXT: Mutex<u64> = Mutex::new(0);
-static HANDLER: Once = Once::new();
+static HANDLER: Mutex<Handler> = Mutex::new(Handler::NotStarted);
+
+/// The thread that waits for the signals.
+enum Handler {
+    NotStarted,
+    Running(signal_hook::iterator::Handle, std::thread::JoinHandle<()>),
+    /// No handler could be installed: an interrupt ends the process as
+    /// before.
+    Unavailable,
+}
 
 /// A registration; dropping it forgets the entry.
 #[must_use = "the entry is forgotten when this is dropped"]
@@ -63,7 +72,12 @@ impl Drop for Undo {
 /// Registers `give` to be done if the process is interrupted before the
 /// returned [`Undo`] is dropped.
 pub fn undo(give: Give) -> Undo {
-    HANDLER.call_once(start_handler);
+    {
+        let mut h = HANDLER.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(*h, Handler::NotStarted) {
+            *h = start_handler();
+        }
+    }
     let id = {
         let mut n = NEXT.lock().unwrap_or_else(|e| e.into_inner());
         *n += 1;
@@ -76,13 +90,30 @@ pub fn undo(give: Give) -> Undo {
     Undo(id)
 }
 
-fn start_handler() {
+/// Runs `f` (a `fork`, which needs a process of one thread) with the
+/// handler's thread stopped, and starts it again afterwards. Termination
+/// signals that arrive meanwhile (microseconds) are ignored.
+pub fn paused<T>(f: impl FnOnce() -> T) -> T {
+    let mut h = HANDLER.lock().unwrap_or_else(|e| e.into_inner());
+    let was_running = matches!(*h, Handler::Running(..));
+    if let Handler::Running(handle, thread) = std::mem::replace(&mut *h, Handler::NotStarted) {
+        handle.close();
+        let _ = thread.join();
+    }
+    let out = f();
+    if was_running {
+        *h = start_handler();
+    }
+    out
+}
+
+fn start_handler() -> Handler {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
-        // Without a handler an interrupt ends the process as before.
-        return;
+        return Handler::Unavailable;
     };
-    std::thread::spawn(move || {
+    let handle = signals.handle();
+    let thread = std::thread::spawn(move || {
         if let Some(sig) = signals.forever().next() {
             let pending = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
             let regions = give_back_now(pending);
@@ -114,6 +145,7 @@ fn start_handler() {
             std::process::exit(128 + sig);
         }
     });
+    Handler::Running(handle, thread)
 }
 
 /// Gives back the pools and files, last registered first, one line each

@@ -16,7 +16,8 @@ pub fn thread_count() -> Result<usize, SysError> {
 
 /// Forks; the child runs `f` and exits with its value (101 if it panics)
 /// through `_exit`, so nothing of the parent (buffered output, exit
-/// handlers) runs twice. Returns the child's pid in the parent.
+/// handlers) runs twice. Returns the child's pid in the parent. The child
+/// starts with the default actions of SIGINT, SIGTERM and SIGHUP.
 ///
 /// Refused when the calling process has more than one thread: a child of a
 /// multi-threaded process inherits locks (the allocator's among them) that
@@ -37,6 +38,14 @@ pub fn fork_child(f: impl FnOnce() -> i32) -> Result<u32, SysError> {
         return Err(SysError::last_os("fork()".to_owned()));
     }
     if pid == 0 {
+        // The child starts with the default actions of the termination
+        // signals: a handler the parent installed (its thread does not
+        // exist here) would leave the child deaf to Ctrl-C and SIGTERM.
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: signal() with SIG_DFL is async-signal-safe and
+            // touches only this (single-threaded) child's dispositions.
+            unsafe { libc::signal(sig, libc::SIG_DFL) };
+        }
         let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(101);
         // SAFETY: _exit ends the child without running the parent's exit
         // handlers or flushing its copied buffers.

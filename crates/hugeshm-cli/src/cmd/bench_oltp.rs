@@ -417,13 +417,16 @@ fn start_workers(
             let (res_r, res_w) = pipe()?;
             let pid = {
                 let (cmd_r, res_w) = (&cmd_r, &res_w);
-                hugeshm_sys::fork_child(move || {
-                    let input = BufReader::new(File::from(cmd_r.try_clone().expect("dup")));
-                    let output = File::from(res_w.try_clone().expect("dup"));
-                    match serve(cache, input, output) {
-                        Ok(()) => 0,
-                        Err(_) => 1,
-                    }
+                // fork needs one thread: the interrupt handler's waits.
+                crate::interrupt::paused(|| {
+                    hugeshm_sys::fork_child(move || {
+                        let input = BufReader::new(File::from(cmd_r.try_clone().expect("dup")));
+                        let output = File::from(res_w.try_clone().expect("dup"));
+                        match serve(cache, input, output) {
+                            Ok(()) => 0,
+                            Err(_) => 1,
+                        }
+                    })
                 })
                 .map_err(|e| {
                     anyhow::anyhow!("{e} (anon regions are shared with forked workers only)")
