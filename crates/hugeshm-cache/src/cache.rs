@@ -146,9 +146,17 @@ struct Direct {
 
 /// Maps the whole data file shared, at a 2 MiB-aligned address (so a DAX
 /// file system can serve it with 2 MiB faults).
-fn map_data(file: &File, path: &Path, blocks: u64, block_size: usize) -> Result<Direct, CacheError> {
+fn map_data(
+    file: &File,
+    path: &Path,
+    blocks: u64,
+    block_size: usize,
+) -> Result<Direct, CacheError> {
     let len = usize::try_from(blocks * block_size as u64).map_err(|_| {
-        CacheError::Config(format!("the data file {} is too large to map", path.display()))
+        CacheError::Config(format!(
+            "the data file {} is too large to map",
+            path.display()
+        ))
     })?;
     let map = hugeshm_sys::mmap_fd_placed(file.as_fd(), len, 0, Some(2 << 20))?;
     let dax = hugeshm_sys::is_dax_file(file.as_fd())?;

@@ -101,7 +101,10 @@ fn write_back_blocked_by_own_reader_is_an_error() {
     cache.write(1).unwrap().write_u64(0, 9).unwrap();
     let e = cache.write(2).unwrap_err();
     assert!(
-        matches!(e, hugeshm_cache::CacheError::WriteBackBlocked { buffers: 1, .. }),
+        matches!(
+            e,
+            hugeshm_cache::CacheError::WriteBackBlocked { buffers: 1, .. }
+        ),
         "{e}"
     );
     drop(reader);

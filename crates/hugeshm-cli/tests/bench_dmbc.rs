@@ -61,7 +61,10 @@ fn bench_dmbc_small_real_run() {
         );
         assert_eq!(f(&m["physical_reads"]), f(&s["misses"]));
         assert_eq!(f(&m["bytes_copied"]), f(&m["physical_reads"]) * 8192.0);
-        assert!(f(&m["write_backs"]) > 0.0, "updates are written back: {m:#}");
+        assert!(
+            f(&m["write_backs"]) > 0.0,
+            "updates are written back: {m:#}"
+        );
     }
     // The classic mode copies every block it reads in; the direct mode
     // reads in place and copies only blocks about to be updated.

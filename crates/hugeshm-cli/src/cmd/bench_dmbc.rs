@@ -333,7 +333,11 @@ pub fn measure(roots: &Roots, o: &Options) -> anyhow::Result<Report> {
         o.data_size_bytes,
         o.block_size
     );
-    anyhow::ensure!(o.write_pct <= 100, "--write-pct {} is above 100", o.write_pct);
+    anyhow::ensure!(
+        o.write_pct <= 100,
+        "--write-pct {} is above 100",
+        o.write_pct
+    );
     let path = o
         .dir
         .join(format!("hugeshm-dmbc-{}.data", std::process::id()));
