@@ -1043,10 +1043,11 @@ impl Block<'_> {
     /// of 8).
     pub fn read_into(&self, offset: usize, buf: &mut [u8]) -> Result<(), CacheError> {
         self.check(offset, buf.len())?;
-        Ok(match self.mapped() {
+        match self.mapped() {
             Some(m) => m.load_words(self.at + offset, buf)?,
             None => self.cache.region.load_words(self.at + offset, buf)?,
-        })
+        }
+        Ok(())
     }
 
     fn word(&self, word: usize) -> Result<&AtomicU64, CacheError> {
