@@ -3,18 +3,20 @@
 
 use std::cell::Cell;
 use std::fs::File;
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use hugeshm_region::Region;
+use hugeshm_sys::Mapping;
 use serde::{Deserialize, Serialize};
 
 use crate::error::CacheError;
 use crate::layout::{control, desc, state, Layout, MAGIC, VERSION};
 use crate::lock::{
-    backoff, lock_header, read_lock, read_unlock, unlock_header, wait_unlocked, write_lock,
-    write_unlock,
+    backoff, lock_header, read_lock, read_unlock, try_write_lock, unlock_header, wait_unlocked,
+    write_lock, write_unlock,
 };
 
 use state::{DIRTY, IO_IN_PROGRESS, MAX_USAGE, REF_ONE, TAG_VALID, VALID};
@@ -22,15 +24,63 @@ use state::{DIRTY, IO_IN_PROGRESS, MAX_USAGE, REF_ONE, TAG_VALID, VALID};
 /// Default block size: 8 KiB, PostgreSQL's and Oracle's usual block.
 pub const DEFAULT_BLOCK_SIZE: usize = 8192;
 
+/// How a cache reads the blocks of its data file; chosen at
+/// [`Cache::create_with`], kept in the control block, the same for every
+/// process.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Every block a process reads or writes is copied into a buffer
+    /// first (`pread`), as a database treats any file system.
+    #[default]
+    Classic,
+    /// The directly mapped buffer cache: every process maps the whole
+    /// data file (`MAP_SHARED`) and reads a block that is in no buffer in
+    /// place, through the mapping, copying nothing; on a DAX file system
+    /// the mapping is the persistent memory itself (without DAX it is the
+    /// page cache). A block to be *written* is copied into a buffer and
+    /// written back with `pwrite` as in the classic mode, so a write never
+    /// changes the file under a reader; readers find a block that is in a
+    /// buffer there (it may be newer than the file).
+    Direct,
+}
+
+impl Mode {
+    /// Its name, lower case.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Classic => "classic",
+            Mode::Direct => "direct",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What one process did through its [`Cache`] handle (process-local
 /// counters: shared counters would be one more contended cache line).
+///
+/// Logical reads are `hits + misses + direct_reads`; physical reads (a
+/// block copied in from the data file) are `misses`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Blocks found in the cache (logical reads that needed no I/O).
+    /// Blocks found in a buffer (logical reads that needed no I/O).
     pub hits: u64,
-    /// Blocks read from the data file (`pread`): physical reads.
+    /// Blocks copied into a buffer from the data file (`pread`; in the
+    /// direct mode, a copy out of the mapping for a write): physical reads.
     pub misses: u64,
+    /// Blocks read in place through the data file's mapping (direct mode):
+    /// logical reads that copied nothing.
+    #[serde(default)]
+    pub direct_reads: u64,
+    /// Bytes copied into buffers by the physical reads.
+    #[serde(default)]
+    pub bytes_copied: u64,
     /// Dirty blocks written to the data file (`pwrite`), at eviction or
     /// checkpoint.
     pub writes: u64,
@@ -43,8 +93,20 @@ impl Stats {
     pub fn add(&mut self, o: &Stats) {
         self.hits += o.hits;
         self.misses += o.misses;
+        self.direct_reads += o.direct_reads;
+        self.bytes_copied += o.bytes_copied;
         self.writes += o.writes;
         self.evictions += o.evictions;
+    }
+
+    /// Blocks read or written, wherever they were found.
+    pub fn logical_reads(&self) -> u64 {
+        self.hits + self.misses + self.direct_reads
+    }
+
+    /// Blocks copied in from the data file.
+    pub fn physical_reads(&self) -> u64 {
+        self.misses
     }
 
     /// `hits / (hits + misses)`, 0 when nothing was read.
@@ -71,6 +133,34 @@ pub struct Cache {
     file: File,
     path: PathBuf,
     stats: Cell<Stats>,
+    /// The data file's mapping, in the direct mode.
+    direct: Option<Direct>,
+}
+
+/// This process's shared mapping of the whole data file (direct mode).
+#[derive(Debug)]
+struct Direct {
+    map: Mapping,
+    dax: Option<bool>,
+}
+
+/// Maps the whole data file shared, at a 2 MiB-aligned address (so a DAX
+/// file system can serve it with 2 MiB faults).
+fn map_data(
+    file: &File,
+    path: &Path,
+    blocks: u64,
+    block_size: usize,
+) -> Result<Direct, CacheError> {
+    let len = usize::try_from(blocks * block_size as u64).map_err(|_| {
+        CacheError::Config(format!(
+            "the data file {} is too large to map",
+            path.display()
+        ))
+    })?;
+    let map = hugeshm_sys::mmap_fd_placed(file.as_fd(), len, 0, Some(2 << 20))?;
+    let dax = hugeshm_sys::is_dax_file(file.as_fd())?;
+    Ok(Direct { map, dax })
 }
 
 fn open_data(path: &Path) -> Result<File, CacheError> {
@@ -134,6 +224,18 @@ impl Cache {
         block_size: usize,
         buffers: Option<usize>,
     ) -> Result<Cache, CacheError> {
+        Cache::create_with(region, data, block_size, buffers, Mode::Classic)
+    }
+
+    /// [`create_sized`](Cache::create_sized) in `mode`: [`Mode::Direct`]
+    /// maps the data file (every process that opens the cache does too).
+    pub fn create_with(
+        region: Region,
+        data: &Path,
+        block_size: usize,
+        buffers: Option<usize>,
+        mode: Mode,
+    ) -> Result<Cache, CacheError> {
         if block_size < 64 || !block_size.is_power_of_two() {
             return Err(CacheError::Config(format!(
                 "block size {block_size} must be a power of two of at least 64 bytes"
@@ -177,9 +279,15 @@ impl Cache {
                 data.display()
             )));
         }
+        let direct = match mode {
+            Mode::Direct => Some(map_data(&file, data, data_blocks, block_size)?),
+            Mode::Classic => None,
+        };
         let r = &region;
         r.atomic_u64(control::MAGIC)?
             .store(MAGIC, Ordering::Relaxed);
+        r.atomic_u32(control::MODE)?
+            .store(u32::from(mode == Mode::Direct), Ordering::Relaxed);
         r.atomic_u32(control::VERSION)?
             .store(VERSION, Ordering::Relaxed);
         r.atomic_u32(control::BLOCK_SIZE)?
@@ -196,6 +304,10 @@ impl Cache {
             .store(0, Ordering::Relaxed);
         for p in 0..layout.partitions {
             r.atomic_u32(layout.partition_lock(p))?
+                .store(0, Ordering::Relaxed);
+        }
+        for st in 0..crate::layout::STRIPES {
+            r.atomic_u32(layout.stripe_lock(st as u64))?
                 .store(0, Ordering::Relaxed);
         }
         for b in 0..layout.buckets {
@@ -219,6 +331,7 @@ impl Cache {
             file,
             path: data.to_owned(),
             stats: Cell::new(Stats::default()),
+            direct,
         })
     }
 
@@ -258,6 +371,11 @@ impl Cache {
             )));
         }
         let file = open_data(data)?;
+        let direct = match r.atomic_u32(control::MODE)?.load(Ordering::Relaxed) {
+            0 => None,
+            1 => Some(map_data(&file, data, data_blocks, block_size)?),
+            m => return Err(CacheError::NotACache(format!("mode {m}; expected 0 or 1"))),
+        };
         Ok(Cache {
             region,
             layout,
@@ -265,12 +383,36 @@ impl Cache {
             file,
             path: data.to_owned(),
             stats: Cell::new(Stats::default()),
+            direct,
         })
     }
 
     /// The layout (block size, buffers, offsets).
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// How blocks are read.
+    pub fn mode(&self) -> Mode {
+        if self.direct.is_some() {
+            Mode::Direct
+        } else {
+            Mode::Classic
+        }
+    }
+
+    /// In the direct mode, whether the kernel says the data file is served
+    /// by DAX (`statx`'s `STATX_ATTR_DAX`): `Some(false)` means the mapping
+    /// is the page cache. `None` in the classic mode, or where the kernel
+    /// does not report it.
+    pub fn data_is_dax(&self) -> Option<bool> {
+        self.direct.as_ref().and_then(|d| d.dax)
+    }
+
+    /// In the direct mode, the address and length of this process's
+    /// mapping of the data file (for `/proc/self/smaps` and pagemap).
+    pub fn data_mapping(&self) -> Option<(usize, usize)> {
+        self.direct.as_ref().map(|d| (d.map.addr(), d.map.len()))
     }
 
     /// Blocks in the data file.
@@ -465,7 +607,33 @@ impl Cache {
     /// Writes pinned buffer `i` to the data file if it is dirty: under its
     /// content lock (shared, so no writer changes it meanwhile), `DIRTY`
     /// cleared before the copy (a writer after the copy sets it again).
-    fn flush(&self, i: usize) -> Result<bool, CacheError> {
+    /// In the direct mode the block's stripe lock is taken exclusive
+    /// first, so no process is reading the block in place while the file
+    /// changes: `wait` false gives up (false, still dirty) when a reader
+    /// holds it.
+    fn flush(&self, i: usize, wait: bool) -> Result<bool, CacheError> {
+        let stripe = match &self.direct {
+            Some(_) => {
+                // Pinned by this process: the tag cannot change.
+                let blk = self.tag(i)?.load(Ordering::Relaxed);
+                let l = self.region.atomic_u32(self.layout.stripe_lock(blk))?;
+                if wait {
+                    write_lock(l);
+                } else if !try_write_lock(l) {
+                    return Ok(false);
+                }
+                Some(l)
+            }
+            None => None,
+        };
+        let r = self.flush_locked(i);
+        if let Some(l) = stripe {
+            write_unlock(l);
+        }
+        r
+    }
+
+    fn flush_locked(&self, i: usize) -> Result<bool, CacheError> {
         let cl = self.content(i)?;
         let st = self.state(i)?;
         read_lock(cl);
@@ -501,9 +669,15 @@ impl Cache {
     /// `IO_IN_PROGRESS`).
     fn read_in(&self, v: usize, blk: u64) -> Result<(), CacheError> {
         let mut buf = vec![0u8; self.layout.block_size];
-        self.file
-            .read_exact_at(&mut buf, blk * self.layout.block_size as u64)
-            .map_err(|e| self.io_error("pread", blk, e))?;
+        let at = blk * self.layout.block_size as u64;
+        match &self.direct {
+            // The block is in no buffer, so no write-back changes it now.
+            Some(d) => d.map.load_words(at as usize, &mut buf)?,
+            None => self
+                .file
+                .read_exact_at(&mut buf, at)
+                .map_err(|e| self.io_error("pread", blk, e))?,
+        }
         self.region.store_words(self.layout.block(v), &buf)?;
         Ok(())
     }
@@ -524,20 +698,13 @@ impl Cache {
         Ok(Locked([Some(l1), l2]))
     }
 
-    /// Pins the buffer holding `blk`, reading it in on a miss.
-    fn pin_block(&self, blk: u64) -> Result<usize, CacheError> {
-        if blk >= self.data_blocks {
-            return Err(CacheError::BlockOutOfRange {
-                block: blk,
-                blocks: self.data_blocks,
-            });
-        }
-        let b = self.layout.bucket_of(blk);
-        let plock = self.partition(b)?;
-        // Fast path, no partition lock: walk the chain, pin what it names,
-        // then check that the pinned buffer still holds the block (a pin
-        // keeps it from being retagged; a retag holds the header lock, so
-        // the pin lands before it, and the retag gives up, or after it).
+    /// Fast path, no partition lock: walks bucket `b`'s chain, pins what
+    /// it names, then checks that the pinned buffer still holds `blk` (a
+    /// pin keeps it from being retagged; a retag holds the header lock, so
+    /// the pin lands before it, and the retag gives up, or after it).
+    /// `None` when that finds nothing (the block may still be there: look
+    /// again under the partition lock).
+    fn find_pinned(&self, b: usize, blk: u64) -> Result<Option<usize>, CacheError> {
         if let Some(i) = self.lookup(b, blk)? {
             let st = self.state(i)?;
             Self::pin(st, true);
@@ -547,10 +714,75 @@ impl Cache {
                 && Self::wait_valid(st)
             {
                 self.count(|s| s.hits += 1);
-                return Ok(i);
+                return Ok(Some(i));
             }
             Self::unpin(st);
         }
+        Ok(None)
+    }
+
+    fn check_block(&self, blk: u64) -> Result<(), CacheError> {
+        if blk >= self.data_blocks {
+            return Err(CacheError::BlockOutOfRange {
+                block: blk,
+                blocks: self.data_blocks,
+            });
+        }
+        Ok(())
+    }
+
+    /// A read in the direct mode: the buffer that holds `blk` (pinned) if
+    /// one does, else `None` with `blk`'s stripe lock held shared, so no
+    /// write-back changes the block in the file until it is released.
+    fn pin_or_stripe(&self, blk: u64) -> Result<Result<usize, &AtomicU32>, CacheError> {
+        self.check_block(blk)?;
+        let b = self.layout.bucket_of(blk);
+        if let Some(i) = self.find_pinned(b, blk)? {
+            return Ok(Ok(i));
+        }
+        let stripe = self.region.atomic_u32(self.layout.stripe_lock(blk))?;
+        let plock = self.partition(b)?;
+        loop {
+            read_lock(stripe);
+            // What the table says now holds until the stripe is released: a
+            // block leaves the table only after its write-back, which needs
+            // the stripe exclusive.
+            read_lock(plock);
+            let found = self.lookup(b, blk);
+            let Ok(Some(i)) = found else {
+                read_unlock(plock);
+                if let Err(e) = found {
+                    read_unlock(stripe);
+                    return Err(e);
+                }
+                self.count(|s| s.direct_reads += 1);
+                return Ok(Err(stripe));
+            };
+            let st = self.state(i);
+            if let Ok(st) = st {
+                Self::pin(st, true);
+            }
+            read_unlock(plock);
+            read_unlock(stripe);
+            let st = st?;
+            if Self::wait_valid(st) {
+                self.count(|s| s.hits += 1);
+                return Ok(Ok(i));
+            }
+            Self::unpin(st);
+        }
+    }
+
+    /// Pins the buffer holding `blk`, reading it in on a miss.
+    fn pin_block(&self, blk: u64) -> Result<usize, CacheError> {
+        self.check_block(blk)?;
+        let b = self.layout.bucket_of(blk);
+        let plock = self.partition(b)?;
+        if let Some(i) = self.find_pinned(b, blk)? {
+            return Ok(i);
+        }
+        // Dirty victims passed because their block is being read in place.
+        let mut passed = 0usize;
         loop {
             read_lock(plock);
             let found = self.lookup(b, blk);
@@ -576,7 +808,7 @@ impl Cache {
             let vst = self.state(v)?;
             let s = vst.load(Ordering::Acquire);
             if s & DIRTY != 0 {
-                if let Err(e) = self.flush(v) {
+                if let Err(e) = self.flush(v, false) {
                     Self::unpin(vst);
                     return Err(e);
                 }
@@ -602,10 +834,22 @@ impl Cache {
             }
             let s = lock_header(vst);
             if state::refs(s) != 1 || s & DIRTY != 0 {
-                // Pinned or dirtied by someone else since the sweep.
+                // Pinned or dirtied by someone else since the sweep, or
+                // (direct mode) not written back: its block is being read
+                // in place.
                 unlock_header(vst, s);
                 drop(locked);
                 Self::unpin(vst);
+                if self.direct.is_some() && s & DIRTY != 0 {
+                    passed += 1;
+                    if passed > self.layout.buffers * 64 + 1024 {
+                        return Err(CacheError::WriteBackBlocked {
+                            buffers: self.layout.buffers,
+                            passed,
+                        });
+                    }
+                    std::thread::yield_now();
+                }
                 continue;
             }
             if let Some(ob) = old {
@@ -625,7 +869,11 @@ impl Cache {
                 Ok(()) => {
                     let s = lock_header(vst);
                     unlock_header(vst, (s | VALID) & !IO_IN_PROGRESS);
-                    self.count(|s| s.misses += 1);
+                    let bs = self.layout.block_size as u64;
+                    self.count(|s| {
+                        s.misses += 1;
+                        s.bytes_copied += bs;
+                    });
                     return Ok(v);
                 }
                 Err(e) => {
@@ -642,7 +890,21 @@ impl Cache {
     }
 
     fn guard(&self, blk: u64, exclusive: bool) -> Result<Block<'_>, CacheError> {
-        let i = self.pin_block(blk)?;
+        let i = if exclusive || self.direct.is_none() {
+            self.pin_block(blk)?
+        } else {
+            match self.pin_or_stripe(blk)? {
+                Ok(i) => i,
+                Err(stripe) => {
+                    return Ok(Block {
+                        cache: self,
+                        block: blk,
+                        at: blk as usize * self.layout.block_size,
+                        held: Held::InPlace(stripe),
+                    })
+                }
+            }
+        };
         let st = self.state(i)?;
         let content = match self.content(i) {
             Ok(c) => c,
@@ -660,13 +922,15 @@ impl Cache {
             cache: self,
             block: blk,
             at: self.layout.block(i),
-            state: st,
-            content,
+            held: Held::Buffer { state: st, content },
         })
     }
 
     /// Pins block `blk` and takes its content lock shared: other readers
-    /// may hold it too, writers wait.
+    /// may hold it too, writers wait. In the direct mode a block that is
+    /// in no buffer is read in place through the mapping of the data file
+    /// instead (nothing copied): its stripe lock is held shared, which
+    /// keeps write-backs of that block (not writers to a buffer) waiting.
     pub fn read(&self, blk: u64) -> Result<ReadGuard<'_>, CacheError> {
         Ok(ReadGuard(self.guard(blk, false)?))
     }
@@ -678,7 +942,9 @@ impl Cache {
     }
 
     /// Writes every dirty buffer to the data file, then `fdatasync`s it.
-    /// Runs beside other processes' work; returns the blocks written.
+    /// Runs beside other processes' work; returns the blocks written. In
+    /// the direct mode it waits for in-place readers of each block it
+    /// writes: do not call it while holding a guard.
     pub fn checkpoint(&self) -> Result<u64, CacheError> {
         let mut written = 0;
         for i in 0..self.layout.buffers {
@@ -688,7 +954,7 @@ impl Cache {
                 continue;
             }
             Self::pin(st, false);
-            let r = self.flush(i);
+            let r = self.flush(i, true);
             Self::unpin(st);
             if r? {
                 written += 1;
@@ -712,21 +978,49 @@ impl Drop for Locked<'_> {
     }
 }
 
-/// A pinned, content-locked block: what both guards read through
-/// (`Deref`). Word reads and copies, never a reference into the region.
+/// What a [`Block`] holds.
+#[derive(Debug)]
+enum Held<'a> {
+    /// A buffer: pinned, content lock held.
+    Buffer {
+        state: &'a AtomicU64,
+        content: &'a AtomicU32,
+    },
+    /// The block in place in the data file's mapping (direct mode), its
+    /// stripe lock held shared.
+    InPlace(&'a AtomicU32),
+}
+
+/// A pinned, content-locked block, or (direct mode) a block read in place
+/// from the mapped data file: what both guards read through (`Deref`).
+/// Word reads and copies, never a plain reference into shared memory.
 #[derive(Debug)]
 pub struct Block<'a> {
     cache: &'a Cache,
     block: u64,
+    /// Offset in the region (a buffer) or in the data file's mapping.
     at: usize,
-    state: &'a AtomicU64,
-    content: &'a AtomicU32,
+    held: Held<'a>,
 }
 
 impl Block<'_> {
     /// The block number.
     pub fn block(&self) -> u64 {
         self.block
+    }
+
+    /// Whether this view is the data file itself, through its mapping
+    /// (direct mode, nothing copied), rather than a buffer.
+    pub fn in_place(&self) -> bool {
+        matches!(self.held, Held::InPlace(_))
+    }
+
+    /// The mapping of the data file, for an in-place view.
+    fn mapped(&self) -> Option<&Mapping> {
+        match self.held {
+            Held::InPlace(_) => self.cache.direct.as_ref().map(|d| &d.map),
+            Held::Buffer { .. } => None,
+        }
     }
 
     /// The 8-byte word `word` of the block.
@@ -738,17 +1032,22 @@ impl Block<'_> {
     /// row). Reads are relaxed loads; a [`WriteGuard`] may store.
     #[inline]
     pub fn words(&self) -> Result<&[AtomicU64], CacheError> {
-        Ok(self
-            .cache
-            .region
-            .atomic_u64s(self.at, self.cache.layout.block_size / 8)?)
+        let n = self.cache.layout.block_size / 8;
+        Ok(match self.mapped() {
+            Some(m) => m.atomic_u64s(self.at, n)?,
+            None => self.cache.region.atomic_u64s(self.at, n)?,
+        })
     }
 
     /// Copies `buf.len()` bytes at `offset` of the block (both multiples
     /// of 8).
     pub fn read_into(&self, offset: usize, buf: &mut [u8]) -> Result<(), CacheError> {
         self.check(offset, buf.len())?;
-        Ok(self.cache.region.load_words(self.at + offset, buf)?)
+        match self.mapped() {
+            Some(m) => m.load_words(self.at + offset, buf)?,
+            None => self.cache.region.load_words(self.at + offset, buf)?,
+        }
+        Ok(())
     }
 
     fn word(&self, word: usize) -> Result<&AtomicU64, CacheError> {
@@ -758,7 +1057,10 @@ impl Block<'_> {
                 "word {word} is beyond the block's {words} words"
             )));
         }
-        Ok(self.cache.region.atomic_u64(self.at + word * 8)?)
+        Ok(match self.mapped() {
+            Some(m) => m.atomic_u64(self.at + word * 8)?,
+            None => self.cache.region.atomic_u64(self.at + word * 8)?,
+        })
     }
 
     fn check(&self, offset: usize, n: usize) -> Result<(), CacheError> {
@@ -786,8 +1088,13 @@ impl<'a> std::ops::Deref for ReadGuard<'a> {
 
 impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
-        read_unlock(self.0.content);
-        Cache::unpin(self.0.state);
+        match self.0.held {
+            Held::Buffer { state, content } => {
+                read_unlock(content);
+                Cache::unpin(state);
+            }
+            Held::InPlace(stripe) => read_unlock(stripe),
+        }
     }
 }
 
@@ -819,9 +1126,12 @@ impl WriteGuard<'_> {
 
 impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
-        let s = lock_header(self.0.state);
-        unlock_header(self.0.state, s | DIRTY);
-        write_unlock(self.0.content);
-        Cache::unpin(self.0.state);
+        // A write guard always holds a buffer (`Cache::write`).
+        if let Held::Buffer { state, content } = self.0.held {
+            let s = lock_header(state);
+            unlock_header(state, s | DIRTY);
+            write_unlock(content);
+            Cache::unpin(state);
+        }
     }
 }

@@ -12,6 +12,10 @@ pub enum CacheError {
     /// small for it).
     #[error(transparent)]
     Region(#[from] RegionError),
+    /// Mapping the data file (direct mode) or an access through that
+    /// mapping failed.
+    #[error("the data file's mapping: {0}")]
+    Mapping(#[from] hugeshm_sys::SysError),
     /// Reading or writing the data file failed.
     #[error("{op} block {block} ({bytes} bytes at offset {offset}) of {}: {source}", path.display())]
     Io {
@@ -46,6 +50,19 @@ pub enum CacheError {
         buffers: usize,
         /// Full passes of the clock hand tried.
         sweeps: usize,
+    },
+    /// Direct mode: every victim the sweep found was dirty with a block
+    /// that is being read in place, so none could be written back.
+    #[error(
+        "no buffer could be written back: {passed} dirty victims in a row (of {buffers} buffers) \
+         hold blocks that are being read in place (a process holding in-place read guards while \
+         it writes: drop them first, or make the cache larger)"
+    )]
+    WriteBackBlocked {
+        /// Buffers in the cache.
+        buffers: usize,
+        /// Victims passed.
+        passed: usize,
     },
     /// The region is too small for even one buffer, or the options are
     /// invalid.

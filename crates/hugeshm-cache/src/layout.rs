@@ -8,10 +8,12 @@ pub const CONTROL_BYTES: usize = 4096;
 pub const DESC_BYTES: usize = 64;
 /// Bytes between two partition locks (one cache line each).
 pub const PARTITION_STRIDE: usize = 64;
+/// Stripe locks of the direct mode (block `b` has stripe `b mod STRIPES`).
+pub const STRIPES: usize = 1024;
 /// Magic word at offset 0 of the control block: `"HSHMCACH"`.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HSHMCACH");
 /// Layout version.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Control block fields (offsets from the start of the data).
 pub mod control {
@@ -31,6 +33,8 @@ pub mod control {
     pub const READY: usize = 36;
     /// `u64` blocks in the data file.
     pub const DATA_BLOCKS: usize = 40;
+    /// `u32` [`Mode`](crate::Mode): 0 classic, 1 direct.
+    pub const MODE: usize = 48;
     /// `u64` clock hand, on its own cache line.
     pub const CLOCK_HAND: usize = 64;
 }
@@ -60,6 +64,10 @@ pub struct Layout {
     pub partitions: usize,
     /// Offset of the partition locks.
     pub partitions_at: usize,
+    /// Offset of the [`STRIPES`] block-range locks of the direct mode (a
+    /// reader-writer word per 64-byte line): readers in place
+    /// hold one shared, a write-back to the data file exclusive.
+    pub stripes_at: usize,
     /// Offset of the bucket heads (`u32` each).
     pub buckets_at: usize,
     /// Offset of the descriptors.
@@ -80,7 +88,8 @@ impl Layout {
         let buckets = buffers.max(1).next_power_of_two();
         let partitions = buckets.clamp(1, 1024);
         let partitions_at = CONTROL_BYTES;
-        let buckets_at = partitions_at + partitions * PARTITION_STRIDE;
+        let stripes_at = partitions_at + partitions * PARTITION_STRIDE;
+        let buckets_at = stripes_at + STRIPES * PARTITION_STRIDE;
         let descs_at = round_up(buckets_at + buckets * 4, DESC_BYTES);
         let blocks_at = round_up(descs_at + buffers * DESC_BYTES, block_size.max(4096));
         Layout {
@@ -89,6 +98,7 @@ impl Layout {
             buckets,
             partitions,
             partitions_at,
+            stripes_at,
             buckets_at,
             descs_at,
             blocks_at,
@@ -99,6 +109,7 @@ impl Layout {
     /// The largest layout whose blocks fit in `bytes` of data.
     pub fn fitting(block_size: usize, bytes: usize) -> Layout {
         // Per buffer: the block, the descriptor, at most two bucket heads.
+        // (Partition and stripe lines are counted by the loop below.)
         let mut n = bytes.saturating_sub(CONTROL_BYTES) / (block_size + DESC_BYTES + 8);
         while n > 0 && Layout::new(block_size, n).total > bytes {
             n -= 1;
@@ -128,6 +139,12 @@ impl Layout {
     #[inline]
     pub fn partition_lock(&self, b: usize) -> usize {
         self.partitions_at + (b & (self.partitions - 1)) * PARTITION_STRIDE
+    }
+
+    /// Offset of the block-range lock of block `blk` (direct mode).
+    #[inline]
+    pub fn stripe_lock(&self, blk: u64) -> usize {
+        self.stripes_at + (blk % STRIPES as u64) as usize * PARTITION_STRIDE
     }
 
     /// The bucket of block `blk` (Fibonacci hashing).
@@ -196,7 +213,9 @@ mod tests {
         assert_eq!(l.partitions, 1024);
         assert_eq!(l.blocks_at % 8192, 0);
         assert_eq!(l.descs_at % 64, 0);
-        assert!(l.buckets_at >= l.partitions_at + 1024 * 64);
+        assert!(l.stripes_at >= l.partitions_at + 1024 * 64);
+        assert!(l.buckets_at >= l.stripes_at + 1024 * 64);
+        assert_eq!(l.stripe_lock(1025), l.stripes_at + 64);
         assert_eq!(l.total, l.blocks_at + 1000 * 8192);
         let f = Layout::fitting(8192, 64 << 20);
         assert!(f.total <= 64 << 20);

@@ -38,6 +38,7 @@
 //! |---|---|
 //! | 0 | control block (4 KiB): magic `HSHMCACH`, version, block size, buffers, buckets, partitions, data-file blocks, `ready`; the clock hand on its own cache line |
 //! | 4096 | partition locks: one reader-writer lock word per 64-byte line, up to 1024 |
+//! | `stripes_at` | stripe locks of the direct mode, as many as partitions, one per line: block `b` has stripe `b mod partitions` |
 //! | `buckets_at` | hash bucket heads, `u32` each (a power of two, ≥ buffers) |
 //! | `descs_at` | buffer descriptors, 64 bytes each: `state` (u64), `tag` (block number, u64), `next` (chain link, u32), `content lock` (u32) |
 //! | `blocks_at` | the blocks, `block_size` each, aligned to the block size |
@@ -108,11 +109,37 @@
 //! bounds-checked atomic accessors, which hugeshm-sys implements; this
 //! crate has no `unsafe`.
 //!
-//! Blocks are read with `pread` into buffers (the classic mode). The
-//! guards hand out word accesses and copies of a block, not references
-//! into the region, so a directly mapped mode (blocks read in place from a
-//! mapped data file on DAX) can give the same guards over the file's
-//! mapping.
+//! ## Classic and direct mode
+//!
+//! In the classic mode ([`Mode::Classic`]) every block is read with
+//! `pread` into a buffer. The direct mode ([`Mode::Direct`], Oracle's
+//! "directly mapped buffer cache" for data files on persistent memory)
+//! maps the whole data file shared in every process; a read of a block
+//! that is in no buffer hands out the same [`Block`] view over the
+//! mapping, copying nothing ([`Stats::direct_reads`]). On a file system
+//! mounted `-o dax` that mapping is the device's memory; elsewhere it is
+//! the page cache ([`Cache::data_is_dax`] says which).
+//!
+//! Writes in the direct mode go through a buffer, as in the classic mode:
+//! [`Cache::write`] copies the block out of the mapping into a buffer (a
+//! physical read), the writer changes the buffer, and the block goes back
+//! to the file with `pwrite` at eviction or checkpoint (then `fdatasync`).
+//! So the file changes only at a write-back, never under a guard, and a
+//! write is as durable as in the classic mode (not byte by byte with
+//! cache-line flushes: a server adds a log for that). Readers look in the
+//! table first: a block in a buffer (perhaps newer than the file) is read
+//! there. An in-place reader holds the block's **stripe lock** shared,
+//! taken before it checks the table and kept until its guard drops; a
+//! write-back takes it exclusive (so a reader never sees a half-written
+//! block) before the content lock. The stripe comes first in the order of
+//! locks above; a sweeper that finds a dirty victim's stripe held passes
+//! to another victim rather than wait, so holding in-place read guards
+//! never stalls another process's miss, but [`Cache::checkpoint`] waits.
+//! Data file and mapping must keep their length (a truncated file raises
+//! SIGBUS in the readers).
+//!
+//! The guards hand out word accesses and copies of a block, never plain
+//! references, in both modes.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -123,6 +150,8 @@ pub mod layout;
 mod lock;
 pub mod workload;
 
-pub use cache::{create_data_file, Block, Cache, ReadGuard, Stats, WriteGuard, DEFAULT_BLOCK_SIZE};
+pub use cache::{
+    create_data_file, Block, Cache, Mode, ReadGuard, Stats, WriteGuard, DEFAULT_BLOCK_SIZE,
+};
 pub use error::CacheError;
 pub use layout::Layout;

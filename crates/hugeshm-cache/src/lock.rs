@@ -58,6 +58,13 @@ pub(crate) fn write_lock(w: &AtomicU32) {
     }
 }
 
+/// Takes `w` exclusive if no one holds it; false otherwise.
+#[inline]
+pub(crate) fn try_write_lock(w: &AtomicU32) -> bool {
+    w.compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
+        .is_ok()
+}
+
 /// Releases an exclusive hold of `w`.
 #[inline]
 pub(crate) fn write_unlock(w: &AtomicU32) {
@@ -109,8 +116,12 @@ mod tests {
         assert_eq!(w.load(Ordering::Relaxed), 2);
         read_unlock(&w);
         read_unlock(&w);
+        read_lock(&w);
+        assert!(!try_write_lock(&w));
+        read_unlock(&w);
         write_lock(&w);
         assert_eq!(w.load(Ordering::Relaxed), WRITER);
+        assert!(!try_write_lock(&w));
         write_unlock(&w);
         assert_eq!(w.load(Ordering::Relaxed), 0);
     }

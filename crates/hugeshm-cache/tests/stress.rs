@@ -4,6 +4,10 @@
 //! a counter equal to the increments all processes made (no lost update,
 //! no torn block, nothing dirty lost at eviction or checkpoint).
 //!
+//! The direct mode runs the same: reads of blocks in no buffer go in place
+//! through the mapped data file while other processes write blocks back
+//! to it, so a torn in-place read would fail the checksum.
+//!
 //! Children are this test binary re-executed with `HUGESHM_CACHE_STRESS`
 //! set, running only `stress_child`; they attach the region by name.
 
@@ -13,7 +17,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use hugeshm_cache::workload::Rng;
-use hugeshm_cache::{create_data_file, Cache, Layout, Stats};
+use hugeshm_cache::{create_data_file, Cache, Layout, Mode, Stats};
 use hugeshm_region::{Backend, Locator, PageSize, Policy, RegionBuilder};
 use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
 
@@ -128,7 +132,7 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64) {
+fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64, mode: Mode) {
     let before = HostState::capture().expect("capture");
     let name = format!("t-cache-{test}-{}", std::process::id());
     let data: PathBuf = std::env::temp_dir().join(format!("{name}.data"));
@@ -141,7 +145,8 @@ fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64) {
         .name(name.clone())
         .create()
         .expect("create region");
-    let cache = Cache::create(region, &data, BS).expect("create cache");
+    let cache = Cache::create_with(region, &data, BS, None, mode).expect("create cache");
+    assert_eq!(cache.mode(), mode);
     let buffers = cache.layout().buffers;
     assert!(
         (buffers as u64) < BLOCKS / 4,
@@ -218,15 +223,21 @@ fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64) {
     let ops = CHILDREN as u64 * OPS;
     println!(
         "{test}: {buffers} buffers over {BLOCKS} blocks, {CHILDREN} processes: {total} increments, \
-         hits {} misses {} write-backs {} evictions {}",
-        stats.hits, stats.misses, stats.writes, stats.evictions
+         hits {} misses {} in place {} write-backs {} evictions {}",
+        stats.hits, stats.misses, stats.direct_reads, stats.writes, stats.evictions
     );
     assert!(total > ops / 2, "{total} increments of {ops} operations");
     assert_eq!(
-        stats.hits + stats.misses,
+        stats.logical_reads(),
         ops,
         "every operation found its block once"
     );
+    assert_eq!(stats.bytes_copied, stats.misses * BS as u64, "{stats:?}");
+    match mode {
+        Mode::Classic => assert_eq!(stats.direct_reads, 0, "{stats:?}"),
+        // A quarter of the operations read, half of them over the whole file.
+        _ => assert!(stats.direct_reads > ops / 32, "in-place reads: {stats:?}"),
+    }
     assert!(stats.evictions > ops / 8, "eviction must happen: {stats:?}");
     assert!(stats.writes > ops / 16, "write-back must happen: {stats:?}");
     assert!(
@@ -253,7 +264,26 @@ fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64) {
 /// Base pages, a file in /dev/shm (no huge pages, no root needed).
 #[test]
 fn stress_many_processes_4k() {
-    run_stress("stress-4k", Backend::Posix, PageSize::Base, 1 << 20);
+    run_stress(
+        "stress-4k",
+        Backend::Posix,
+        PageSize::Base,
+        1 << 20,
+        Mode::Classic,
+    );
+}
+
+/// The direct mode: in-place reads of the mapped data file beside
+/// write-backs to it, from many processes.
+#[test]
+fn stress_many_processes_direct() {
+    run_stress(
+        "stress-direct",
+        Backend::Posix,
+        PageSize::Base,
+        1 << 20,
+        Mode::Direct,
+    );
 }
 
 /// 2 MiB pages through the pool guard, a System V segment.
@@ -268,6 +298,12 @@ fn stress_many_processes_2m() {
         return;
     }
     pool.ensure_free(2 << 20, 2).expect("reserve 2 MiB pages");
-    run_stress("stress-2m", Backend::Sysv, PageSize::HUGE_2M, 2 << 20);
+    run_stress(
+        "stress-2m",
+        Backend::Sysv,
+        PageSize::HUGE_2M,
+        2 << 20,
+        Mode::Classic,
+    );
     pool.restore().expect("restore pool");
 }

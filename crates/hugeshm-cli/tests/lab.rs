@@ -31,12 +31,13 @@ fn repro<'a>(lab: &'a Value, name: &str) -> &'a Value {
 }
 
 /// Every reproduction with its seed, in the lab's order.
-const NAMES: [(&str, &str); 5] = [
+const NAMES: [(&str, &str); 6] = [
     ("startup", "001"),
     ("pagetables", "003"),
     ("fallback", "000"),
     ("numa", "002"),
     ("oltp", "000"),
+    ("dmbc", "004"),
 ];
 
 fn comparison<'a>(r: &'a Value, starts: &str) -> &'a Value {
@@ -234,6 +235,44 @@ fn lab_quick_reproduces_every_report_and_writes_a_report_chromium_renders() {
         assert!(c["ours"].as_f64().is_some_and(|o| o > 0.0), "{c}");
     }
 
+    // 004, directly mapped buffer cache: classic and direct mode, the
+    // direct one copying nothing on reads and fewer physical reads; where
+    // the host has no DAX mount, a note says the mapping was page cache.
+    let dmbc = repro(&lab, "dmbc");
+    let rows = dmbc["table"]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{dmbc:#}");
+    assert_eq!(
+        (rows[0][0].as_str(), rows[1][0].as_str()),
+        (Some("classic"), Some("direct"))
+    );
+    let num = |r: &Value, i: usize| -> f64 { r[i].as_str().unwrap().parse().unwrap() };
+    assert!(num(&rows[0], 5) > 0.0 && num(&rows[1], 5) > 0.0, "{dmbc:#}");
+    assert!(
+        num(&rows[1], 3) < num(&rows[0], 3),
+        "physical reads/s: {dmbc:#}"
+    );
+    assert_eq!(
+        rows[1][6], "0 B",
+        "the direct mode copies nothing on reads: {dmbc:#}"
+    );
+    assert_eq!(dmbc["comparisons"].as_array().unwrap().len(), 2);
+    let phys = comparison(dmbc, "physical reads per second");
+    assert!((phys["field"].as_f64().unwrap() - 30_594.4 / 5_211.5).abs() < 1e-9);
+    assert!(phys["ours"].as_f64().is_some_and(|o| o > 1.0), "{phys}");
+    let dax_mount = std::fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .any(|l| {
+            l.split_whitespace()
+                .nth(3)
+                .is_some_and(|o| o.split(',').any(|x| x == "dax" || x == "dax=always"))
+        });
+    let notes = dmbc["notes"].to_string();
+    if !dax_mount {
+        assert_eq!(rows[1][1], "page cache (in place)", "{dmbc:#}");
+        assert!(notes.contains("no DAX mount"), "{notes}");
+    }
+
     // The files: JSON (the same document), one SVG per plot, the report.
     let on_disk: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("lab.json")).unwrap()).unwrap();
@@ -304,7 +343,7 @@ fn lab_only_runs_one_and_refuses_an_unknown_name() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(
-            "--only nosuch: no such reproduction (there are: startup, pagetables, fallback, numa, oltp)"
+            "--only nosuch: no such reproduction (there are: startup, pagetables, fallback, numa, oltp, dmbc)"
         ),
         "{err}"
     );

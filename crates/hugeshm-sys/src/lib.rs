@@ -1285,6 +1285,24 @@ pub fn set_len(fd: BorrowedFd<'_>, len: u64) -> Result<(), SysError> {
         .map_err(|e| SysError::os(format!("ftruncate(fd={}, len={len})", fd.as_raw_fd()), e))
 }
 
+/// Whether the kernel serves the open file `fd` by DAX (its pages are the
+/// device's memory, no page cache): `statx`'s `STATX_ATTR_DAX`. `None`
+/// where the kernel does not report the attribute (before 5.8).
+pub fn is_dax_file(fd: BorrowedFd<'_>) -> Result<Option<bool>, SysError> {
+    let st = rustix::fs::statx(
+        fd,
+        "",
+        rustix::fs::AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::BASIC_STATS,
+    )
+    .map_err(|e| SysError::os(format!("statx(fd={}, AT_EMPTY_PATH)", fd.as_raw_fd()), e))?;
+    let dax = rustix::fs::StatxAttributes::DAX;
+    Ok(st
+        .stx_attributes_mask
+        .contains(dax)
+        .then_some(st.stx_attributes.contains(dax)))
+}
+
 /// `open(dir, O_TMPFILE|O_RDWR|O_CLOEXEC, mode)`: an unnamed file in `dir`
 /// (tmpfs and hugetlbfs support it) that vanishes with its last reference
 /// unless [`link_tmpfile`] gives it a name.

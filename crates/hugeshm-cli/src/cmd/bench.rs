@@ -27,6 +27,11 @@ pub enum BenchCommand {
     /// backend: transactions per second, latency, hit ratio, page tables,
     /// start-up, dTLB misses; and the same loop without the cache.
     Oltp(crate::cmd::bench_oltp::Args),
+    /// The directly mapped buffer cache: the same workload with blocks
+    /// copied into buffers (classic) and read in place from a mapped data
+    /// file (direct, in place on DAX): logical and physical reads, tps,
+    /// bytes copied.
+    Dmbc(crate::cmd::bench_dmbc::Args),
     /// (internal) a bench oltp worker: attach by name, serve runs on stdin.
     #[command(hide = true)]
     OltpWorker {
@@ -170,6 +175,7 @@ pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<Ex
         BenchCommand::Pagetables(a) => crate::cmd::bench_pagetables::run(roots, &a, out),
         BenchCommand::Numa(a) => crate::cmd::bench_numa::run(roots, &a, out),
         BenchCommand::Oltp(a) => crate::cmd::bench_oltp::run(roots, &a, out),
+        BenchCommand::Dmbc(a) => crate::cmd::bench_dmbc::run(roots, &a, out),
         BenchCommand::OltpWorker {
             name,
             backend,

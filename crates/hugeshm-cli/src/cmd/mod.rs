@@ -5,6 +5,7 @@ pub mod apply;
 pub mod bench;
 pub mod bench_attach;
 pub mod bench_common;
+pub mod bench_dmbc;
 pub mod bench_numa;
 pub mod bench_oltp;
 pub mod bench_pagetables;

@@ -7,6 +7,7 @@
 //! plot data, notes), and the printers here (table, `--json`, `--out`:
 //! JSON, SVG plots and one HTML report) are the same for all of them.
 
+pub mod dmbc;
 pub mod fallback;
 pub mod html;
 pub mod model;
@@ -30,7 +31,7 @@ use std::time::Instant;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Run only this reproduction (repeatable): startup, pagetables,
-    /// fallback, numa, oltp.
+    /// fallback, numa, oltp, dmbc.
     #[arg(long)]
     pub only: Vec<String>,
     /// Small sizes and one timed run (seconds instead of minutes; for tests).
@@ -57,6 +58,7 @@ pub fn all() -> Vec<Box<dyn Lab>> {
         Box::new(fallback::Fallback),
         Box::new(numa::Numa),
         Box::new(oltp::Oltp),
+        Box::new(dmbc::Dmbc),
     ]
 }
 

@@ -1,0 +1,492 @@
+//! `hugeshm bench dmbc`: the directly mapped buffer cache of the fifth field
+//! report. The same OLTP-like workload runs over the shared buffer cache
+//! (hugeshm-cache) in its classic mode (every block copied in with `pread`)
+//! and in its direct mode (blocks in no buffer read in place through a
+//! shared mapping of the data file); the report counts logical reads,
+//! physical reads (blocks copied in), bytes copied and transactions, per
+//! second and per transaction, like the report's table.
+//!
+//! The data file goes to `--dir`: on a file system mounted `-o dax` the
+//! direct mode reads persistent memory in place; elsewhere its mapping is
+//! the page cache, and the report says so ([`ModeRun::mapping`]).
+//!
+//! [`measure`] builds the [`Report`] (what `hugeshm lab` calls); [`run`]
+//! prints it.
+
+use crate::cmd::bench_common::parse_size_arg;
+use crate::output::{Out, Table};
+use anyhow::Context;
+use hugeshm_cache::workload::{Dist, Picker, Rng};
+use hugeshm_cache::{create_data_file, Cache, Layout, Mode, Stats};
+use hugeshm_parse::size::format_bytes;
+use hugeshm_probe::{Probe, Roots};
+use hugeshm_region::{Backend, PageSize, Policy, RegionBuilder};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// `bench dmbc` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Directory of the data file (a DAX mount such as /mnt/pmem for the
+    /// real thing); the file is removed afterwards.
+    #[arg(long, default_value = "/var/tmp")]
+    pub dir: PathBuf,
+    /// Size of the data file.
+    #[arg(long, default_value = "256M", value_parser = parse_size_arg)]
+    pub data_size: u64,
+    /// Bytes of buffers (the DRAM buffer cache; the field report's was
+    /// under 100 MB for a 900 MB tablespace).
+    #[arg(long, default_value = "32M", value_parser = parse_size_arg)]
+    pub cache_size: u64,
+    /// Block size.
+    #[arg(long, default_value = "8k", value_parser = parse_size_arg)]
+    pub block_size: u64,
+    /// Block accesses per transaction.
+    #[arg(long, default_value_t = 20)]
+    pub blocks_per_tx: u32,
+    /// Percentage of block accesses that update the block.
+    #[arg(long, default_value_t = 10)]
+    pub write_pct: u32,
+    /// Block choice: uniform or zipf.
+    #[arg(long, default_value = "zipf")]
+    pub dist: Dist,
+    /// Seconds of the timed run of each mode (after a warm-up run as long).
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The options a report was measured with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Options {
+    /// Directory of the data file.
+    pub dir: PathBuf,
+    /// Bytes of the data file.
+    pub data_size_bytes: u64,
+    /// Bytes of buffers.
+    pub cache_size_bytes: u64,
+    /// Block size.
+    pub block_size: u64,
+    /// Block accesses per transaction.
+    pub blocks_per_tx: u32,
+    /// Percentage of accesses that write.
+    pub write_pct: u32,
+    /// Block choice.
+    pub dist: Dist,
+    /// Seconds of each timed run.
+    pub duration_seconds: f64,
+}
+
+impl Args {
+    /// The options of the command line.
+    pub fn options(&self) -> Options {
+        Options {
+            dir: self.dir.clone(),
+            data_size_bytes: self.data_size,
+            cache_size_bytes: self.cache_size,
+            block_size: self.block_size,
+            blocks_per_tx: self.blocks_per_tx,
+            write_pct: self.write_pct,
+            dist: self.dist,
+            duration_seconds: self.duration,
+        }
+    }
+}
+
+/// Where the data file lives.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DataFile {
+    /// Its path (removed after the run).
+    pub path: PathBuf,
+    /// Mount point of its file system.
+    pub mount: Option<String>,
+    /// File system type.
+    pub fs_type: Option<String>,
+    /// The mount has `dax` / `dax=always` (from the mount table).
+    pub mount_dax: bool,
+    /// The kernel serves the file by DAX (`statx` `STATX_ATTR_DAX`);
+    /// `None` where the kernel does not say.
+    pub file_dax: Option<bool>,
+}
+
+/// One mode's timed run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModeRun {
+    /// Classic or direct.
+    pub mode: Mode,
+    /// What the direct mode's mapping is: `dax` (persistent memory in
+    /// place) or `page cache`; `None` for the classic mode.
+    pub mapping: Option<String>,
+    /// Buffers in the cache.
+    pub buffers: u64,
+    /// Seconds of the timed run.
+    pub seconds: f64,
+    /// Transactions.
+    pub transactions: u64,
+    /// Transactions per second.
+    pub tps: f64,
+    /// Block accesses (reads and updates), wherever the block was found.
+    pub logical_reads: u64,
+    /// Blocks copied into a buffer from the data file.
+    pub physical_reads: u64,
+    /// Blocks read in place through the mapping (direct mode).
+    pub in_place_reads: u64,
+    /// Bytes copied into buffers by the physical reads.
+    pub bytes_copied: u64,
+    /// Bytes copied by accesses that only read (no update): zero in the
+    /// direct mode unless the block was already in a buffer.
+    pub bytes_copied_by_reads: u64,
+    /// Dirty blocks written back.
+    pub write_backs: u64,
+    /// Logical reads per second.
+    pub logical_per_second: f64,
+    /// Physical reads per second.
+    pub physical_per_second: f64,
+    /// Logical reads per transaction.
+    pub logical_per_tx: f64,
+    /// Physical reads per transaction.
+    pub physical_per_tx: f64,
+    /// The cache's counters of the run.
+    pub stats: Stats,
+}
+
+/// The field report's AWR figures (per second), for comparison.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FieldFigures {
+    /// Logical reads per second, PMEM filestore (directly mapped).
+    pub direct_logical: f64,
+    /// Logical reads per second, XFS on NVDIMM (classic).
+    pub classic_logical: f64,
+    /// Physical reads per second, directly mapped.
+    pub direct_physical: f64,
+    /// Physical reads per second, classic.
+    pub classic_physical: f64,
+    /// Transactions per second, directly mapped.
+    pub direct_tps: f64,
+    /// Transactions per second, classic.
+    pub classic_tps: f64,
+}
+
+/// Seed 004 (Oracle 21c, SLOB, NVDIMM emulated under KVM).
+pub const FIELD: FieldFigures = FieldFigures {
+    direct_logical: 39_777.5,
+    classic_logical: 36_529.7,
+    direct_physical: 5_211.5,
+    classic_physical: 30_594.4,
+    direct_tps: 215.2,
+    classic_tps: 196.8,
+};
+
+/// What `bench dmbc` reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// The options.
+    pub options: Options,
+    /// The data file.
+    pub data: DataFile,
+    /// Whether the direct mode read persistent memory in place (the file is
+    /// served by DAX); false: it read the page cache through a mapping.
+    pub dax: bool,
+    /// A sentence on what was measured (DAX or not).
+    pub note: String,
+    /// The classic mode.
+    pub classic: ModeRun,
+    /// The direct mode.
+    pub direct: ModeRun,
+    /// classic physical reads per second / direct's (`None` when direct
+    /// did none).
+    pub physical_ratio: Option<f64>,
+    /// direct tps / classic tps.
+    pub tps_ratio: Option<f64>,
+    /// The field report's figures.
+    pub field: FieldFigures,
+}
+
+/// Removes the data file on drop.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Counters of one run beside the cache's.
+#[derive(Default)]
+struct Loop {
+    transactions: u64,
+    read_copies: u64,
+    checksum: u64,
+}
+
+/// Transactions over `cache` until `duration` has passed.
+fn drive(
+    cache: &Cache,
+    o: &Options,
+    picker: &Picker,
+    seed: u64,
+    duration: Duration,
+) -> anyhow::Result<(Loop, f64)> {
+    let mut rng = Rng::new(seed);
+    let rows = (o.block_size / 64).max(1);
+    let mut l = Loop::default();
+    let start = Instant::now();
+    let deadline = start + duration;
+    while Instant::now() < deadline {
+        for _ in 0..o.blocks_per_tx.max(1) {
+            let blk = picker.pick(&mut rng);
+            let row = rng.below(rows) as usize * 8;
+            if rng.below(100) < u64::from(o.write_pct) {
+                let g = cache.write(blk)?;
+                let w = &g.words()?[row..row + 8];
+                let v = w[0].load(Ordering::Relaxed).wrapping_add(1);
+                for (i, x) in w.iter().enumerate() {
+                    x.store(v ^ i as u64, Ordering::Relaxed);
+                }
+            } else {
+                let copied = cache.stats().bytes_copied;
+                let g = cache.read(blk)?;
+                for x in &g.words()?[row..row + 8] {
+                    l.checksum = l.checksum.wrapping_add(x.load(Ordering::Relaxed));
+                }
+                l.read_copies += cache.stats().bytes_copied - copied;
+            }
+        }
+        l.transactions += 1;
+    }
+    Ok((l, start.elapsed().as_secs_f64()))
+}
+
+/// One mode: a cache in a fresh anonymous region of base pages over the
+/// data file, a warm-up run, a timed run, a checkpoint.
+fn measure_mode(o: &Options, data: &Path, mode: Mode) -> anyhow::Result<(ModeRun, Option<bool>)> {
+    let bs = o.block_size as usize;
+    let layout = Layout::new(bs, (o.cache_size_bytes / o.block_size) as usize);
+    let region_bytes = (layout.total as u64 + 4096).div_ceil(4096) * 4096;
+    let (region, _) = RegionBuilder::new(region_bytes)
+        .backend(Backend::Anon)
+        .page_size(PageSize::Base)
+        .policy(Policy::Only)
+        .create()
+        .map_err(crate::cmd::region::region_error)?;
+    let cache = Cache::create_with(region, data, bs, Some(layout.buffers), mode)?;
+    let picker = Picker::new(o.dist, cache.data_blocks());
+    let d = Duration::from_secs_f64(o.duration_seconds);
+    drive(&cache, o, &picker, 1, d)?;
+    cache.reset_stats();
+    let (l, seconds) = drive(&cache, o, &picker, 2, d)?;
+    let stats = cache.stats();
+    cache.checkpoint()?;
+    let dax = cache.data_is_dax();
+    let per = |n: u64, by: f64| if by > 0.0 { n as f64 / by } else { 0.0 };
+    let run = ModeRun {
+        mode,
+        mapping: (mode == Mode::Direct).then(|| {
+            if dax == Some(true) {
+                "dax".to_owned()
+            } else {
+                "page cache".to_owned()
+            }
+        }),
+        buffers: layout.buffers as u64,
+        seconds,
+        transactions: l.transactions,
+        tps: per(l.transactions, seconds),
+        logical_reads: stats.logical_reads(),
+        physical_reads: stats.physical_reads(),
+        in_place_reads: stats.direct_reads,
+        bytes_copied: stats.bytes_copied,
+        bytes_copied_by_reads: l.read_copies,
+        write_backs: stats.writes,
+        logical_per_second: per(stats.logical_reads(), seconds),
+        physical_per_second: per(stats.physical_reads(), seconds),
+        logical_per_tx: per(stats.logical_reads(), l.transactions as f64),
+        physical_per_tx: per(stats.physical_reads(), l.transactions as f64),
+        stats,
+    };
+    std::hint::black_box(l.checksum);
+    cache
+        .into_region()
+        .destroy()
+        .map_err(crate::cmd::region::region_error)?;
+    Ok((run, dax))
+}
+
+/// Runs both modes over one data file in `o.dir` and returns the report
+/// (the data file removed whatever happens).
+pub fn measure(roots: &Roots, o: &Options) -> anyhow::Result<Report> {
+    anyhow::ensure!(o.duration_seconds > 0.0, "--duration must be above 0");
+    anyhow::ensure!(
+        o.block_size.is_power_of_two() && (512..=1 << 20).contains(&o.block_size),
+        "--block-size {} must be a power of two from 512 bytes to 1 MiB",
+        o.block_size
+    );
+    anyhow::ensure!(
+        o.cache_size_bytes >= o.block_size && o.data_size_bytes >= o.block_size,
+        "--cache-size ({}) and --data-size ({}) must hold at least one {}-byte block",
+        o.cache_size_bytes,
+        o.data_size_bytes,
+        o.block_size
+    );
+    anyhow::ensure!(
+        o.write_pct <= 100,
+        "--write-pct {} is above 100",
+        o.write_pct
+    );
+    let path = o
+        .dir
+        .join(format!("hugeshm-dmbc-{}.data", std::process::id()));
+    let _remove = RemoveOnDrop(path.clone());
+    let blocks = o.data_size_bytes / o.block_size;
+    create_data_file(&path, blocks, o.block_size as usize, |b, buf| {
+        buf[..8].copy_from_slice(&b.to_le_bytes())
+    })
+    .with_context(|| {
+        format!(
+            "writing the {} data file in {} (make --data-size smaller or free space there)",
+            format_bytes(blocks * o.block_size),
+            o.dir.display()
+        )
+    })?;
+    let mounts = Probe::new(roots.clone()).mounts().unwrap_or_default();
+    let canon = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+    let m = hugeshm_region::pool::mount_of(&mounts, &canon);
+    let (classic, _) = measure_mode(o, &path, Mode::Classic)?;
+    let (direct, file_dax) = measure_mode(o, &path, Mode::Direct)?;
+    let data = DataFile {
+        path: path.clone(),
+        mount: m.map(|m| m.target.clone()),
+        fs_type: m.map(|m| m.fstype.clone()),
+        mount_dax: m.is_some_and(|m| m.is_dax()),
+        file_dax,
+    };
+    let dax = file_dax == Some(true);
+    let fs = format!(
+        "{} on {}",
+        data.fs_type.as_deref().unwrap_or("?"),
+        data.mount.as_deref().unwrap_or("?")
+    );
+    let note = if dax {
+        format!("the data file is on DAX ({fs}): the direct mode read persistent memory in place")
+    } else {
+        format!(
+            "the data file is not on DAX ({fs}): the direct mode read the page cache through a \
+             shared mapping, not persistent memory (give --dir a file system mounted -o dax)"
+        )
+    };
+    Ok(Report {
+        options: o.clone(),
+        physical_ratio: (direct.physical_per_second > 0.0)
+            .then(|| classic.physical_per_second / direct.physical_per_second),
+        tps_ratio: (classic.tps > 0.0).then(|| direct.tps / classic.tps),
+        data,
+        dax,
+        note,
+        classic,
+        direct,
+        field: FIELD,
+    })
+}
+
+fn num(v: f64) -> String {
+    let s = format!("{v:.1}");
+    let (int, frac) = s.split_once('.').unwrap_or((&s, "0"));
+    let mut out = String::new();
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 && c != '-' {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    format!("{out}.{frac}")
+}
+
+/// Runs the bench and prints it.
+pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let o = a.options();
+    let r = measure(roots, &o)?;
+    if a.json {
+        out.json_doc(&r)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    out.line(format!(
+        "Directly mapped buffer cache: {} data file in {}, {} of buffers ({} blocks of {}), \
+         {} blocks per transaction, {}% updates, {} access; {} s per mode after a warm-up",
+        format_bytes(o.data_size_bytes),
+        o.dir.display(),
+        format_bytes(o.cache_size_bytes),
+        r.classic.buffers,
+        format_bytes(o.block_size),
+        o.blocks_per_tx,
+        o.write_pct,
+        o.dist,
+        o.duration_seconds
+    ))?;
+    out.line(r.note.clone())?;
+    let mut t = Table::new(&[
+        "",
+        ">direct/s",
+        ">classic/s",
+        ">direct/tx",
+        ">classic/tx",
+        ">field: direct/s",
+        ">field: classic/s",
+    ]);
+    let (d, c, f) = (&r.direct, &r.classic, &r.field);
+    t.row(vec![
+        "logical reads (blocks)".into(),
+        num(d.logical_per_second),
+        num(c.logical_per_second),
+        num(d.logical_per_tx),
+        num(c.logical_per_tx),
+        num(f.direct_logical),
+        num(f.classic_logical),
+    ]);
+    t.row(vec![
+        "physical reads (blocks)".into(),
+        num(d.physical_per_second),
+        num(c.physical_per_second),
+        num(d.physical_per_tx),
+        num(c.physical_per_tx),
+        num(f.direct_physical),
+        num(f.classic_physical),
+    ]);
+    t.row(vec![
+        "transactions".into(),
+        num(d.tps),
+        num(c.tps),
+        "-".into(),
+        "-".into(),
+        num(f.direct_tps),
+        num(f.classic_tps),
+    ]);
+    t.render(out, "")?;
+    let ratio = |v: Option<f64>| v.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into());
+    out.line(format!(
+        "physical reads classic/direct: {} (field report {:.2}x); tps direct/classic: {} (field report {:.2}x)",
+        ratio(r.physical_ratio),
+        f.classic_physical / f.direct_physical,
+        ratio(r.tps_ratio),
+        f.direct_tps / f.classic_tps
+    ))?;
+    out.line(format!(
+        "bytes copied into buffers: direct {} ({} by reads, {} blocks read in place), classic {} ({} by reads)",
+        format_bytes(d.bytes_copied),
+        format_bytes(d.bytes_copied_by_reads),
+        d.in_place_reads,
+        format_bytes(c.bytes_copied),
+        format_bytes(c.bytes_copied_by_reads)
+    ))?;
+    out.line(
+        "direct = blocks in no buffer read in place through a shared mapping of the data file; \
+         updates copy the block into a buffer (a physical read) and write it back; \
+         field = seed 004's AWR figures (Oracle PMEM filestore vs XFS on NVDIMM)",
+    )?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
