@@ -2002,6 +2002,21 @@ fn every_json_output_is_a_document_of_this_schema() {
         "--json",
     ]);
     assert!(oltp["rows"][0]["cache"]["best_tps"].is_number(), "{oltp:#}");
+    let dmbc = check(&[
+        "bench",
+        "dmbc",
+        "--data-size",
+        "2M",
+        "--cache-size",
+        "256k",
+        "--duration",
+        "0.1",
+        "--json",
+    ]);
+    assert!(
+        dmbc["direct"]["tps"].as_f64().is_some_and(|t| t > 0.0),
+        "{dmbc:#}"
+    );
     let leaks = before.diff(&hugeshm_testkit::HostState::capture().unwrap());
     drop(lock);
     assert!(leaks.is_empty(), "left behind: {leaks:#?}");
