@@ -45,6 +45,8 @@ pub enum Give {
 }
 
 static PENDING: Mutex<Vec<(u64, Give)>> = Mutex::new(Vec::new());
+/// Set by the handler as soon as a signal arrives.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 static NEXT: Mutex<u64> = Mutex::new(0);
 static HANDLER: Mutex<Handler> = Mutex::new(Handler::NotStarted);
 
@@ -90,6 +92,19 @@ pub fn undo(give: Give) -> Undo {
     Undo(id)
 }
 
+/// When an interrupt's handler has started, waits for it to end the
+/// process (it exits or re-executes); returns at once otherwise. The main
+/// thread calls this before it returns, so a run that ends because its
+/// workers died of the same Ctrl-C neither exits 0 nor cuts the giving
+/// back short.
+pub fn wait_if_interrupted() {
+    if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
 /// Runs `f` (a `fork`, which needs a process of one thread) with the
 /// handler's thread stopped, and starts it again afterwards. Termination
 /// signals that arrive meanwhile (microseconds) are ignored.
@@ -115,6 +130,7 @@ fn start_handler() -> Handler {
     let handle = signals.handle();
     let thread = std::thread::spawn(move || {
         if let Some(sig) = signals.forever().next() {
+            INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
             let pending = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
             let regions = give_back_now(pending);
             stop_children();

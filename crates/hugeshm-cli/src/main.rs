@@ -124,6 +124,10 @@ fn main() -> ExitCode {
         Command::Bench(b) => cmd::bench::run(&roots, b, &mut out),
         Command::Generate(g) => cmd::generate::run(Cli::command(), &g, &mut out),
     };
+    // An interrupt's handler is giving back what the run took (and ends
+    // the process with 128 + the signal): the run it cut short must not
+    // end the process first.
+    interrupt::wait_if_interrupted();
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -83,10 +83,9 @@ fn ctrl_c_during_bench_oltp_gives_back_the_pool_region_and_file() {
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{err}");
-    assert!(
-        err.contains("hugeshm: interrupted: removed the sysv region bench-oltp-"),
-        "{err}"
-    );
+    // The region is removed by the handler, or by the bench itself when its
+    // workers (killed by the same Ctrl-C) ended the run first; either way it
+    // is gone (checked below).
     assert!(err.contains("nr_hugepages set back to"), "{err}");
     assert!(err.contains("deleted"), "{err}");
 
