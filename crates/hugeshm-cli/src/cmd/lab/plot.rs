@@ -81,6 +81,7 @@ fn lines(
         .configure_mesh()
         .x_desc(plot.x_label.as_str())
         .y_desc(plot.y_label.as_str())
+        .y_label_formatter(&|v: &f64| short_number(*v))
         .label_style(("sans-serif", 12))
         .draw()
         .map_err(err(plot))?;
@@ -134,6 +135,7 @@ fn bars(
         .x_label_formatter(&name_of)
         .x_desc(plot.x_label.as_str())
         .y_desc(plot.y_label.as_str())
+        .y_label_formatter(&|v: &f64| short_number(*v))
         .label_style(("sans-serif", 12))
         .draw()
         .map_err(err(plot))?;
@@ -162,8 +164,43 @@ fn bars(
     Ok(())
 }
 
+/// An axis label: `8M`, `1.5k`, `40`, `0.25` (not `8000000.0`).
+fn short_number(v: f64) -> String {
+    let trim = |s: String| {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_owned()
+        } else {
+            s
+        }
+    };
+    let a = v.abs();
+    if a >= 1e9 {
+        trim(format!("{:.2}", v / 1e9)) + "G"
+    } else if a >= 1e6 {
+        trim(format!("{:.2}", v / 1e6)) + "M"
+    } else if a >= 1e4 {
+        trim(format!("{:.1}", v / 1e3)) + "k"
+    } else if a >= 10.0 || a == 0.0 {
+        format!("{v:.0}")
+    } else {
+        trim(format!("{v:.2}"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn axis_labels_are_short() {
+        let f = super::short_number;
+        assert_eq!(f(8_000_000.0), "8M");
+        assert_eq!(f(1_500_000.0), "1.5M");
+        assert_eq!(f(25_000.0), "25k");
+        assert_eq!(f(40.0), "40");
+        assert_eq!(f(0.0), "0");
+        assert_eq!(f(0.25), "0.25");
+        assert_eq!(f(2.5e9), "2.5G");
+    }
+
     use super::*;
     use crate::cmd::lab::model::Series;
 
