@@ -55,6 +55,32 @@ impl BuddyZone {
     }
 }
 
+/// The rest of a `Node N, zone NAME c0 c1 ...` line after `Node` (the
+/// shape of `/proc/buddyinfo` and of `/proc/pagetypeinfo`'s block
+/// counts): node, zone and the counts (`what` names them in errors).
+/// `at` is (file, line number, the whole line) for errors.
+pub(crate) fn node_zone_counts(
+    (path, n, line): (&'static str, usize, &str),
+    rest: &str,
+    no_comma: &str,
+    what: &str,
+) -> Result<(u32, String, Vec<u64>), ParseError> {
+    let bad = |why: &str| ParseError::at(path, n, format!("{why}: {line:?}"));
+    let (node, rest) = rest.split_once(',').ok_or_else(|| bad(no_comma))?;
+    let node = u32::try_from(parse_u64(path, n, "node", node)?)
+        .map_err(|_| bad("node number too large"))?;
+    let rest = rest
+        .trim_start()
+        .strip_prefix("zone")
+        .ok_or_else(|| bad("expected \"zone NAME\" after the node"))?;
+    let mut words = rest.split_whitespace();
+    let zone = words.next().ok_or_else(|| bad("no zone name"))?.to_string();
+    let counts = words
+        .map(|w| parse_u64(path, n, what, w))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((node, zone, counts))
+}
+
 /// Parses `/proc/buddyinfo`. Every line must be `Node N, zone NAME c0 c1 ...`
 /// with the same number of orders.
 pub fn parse(text: &str) -> Result<Vec<BuddyZone>, ParseError> {
@@ -69,20 +95,12 @@ pub fn parse(text: &str) -> Result<Vec<BuddyZone>, ParseError> {
             .trim()
             .strip_prefix("Node")
             .ok_or_else(|| bad("expected \"Node N, zone NAME counts...\""))?;
-        let (node, rest) = rest
-            .split_once(',')
-            .ok_or_else(|| bad("expected a comma after the node number"))?;
-        let node = u32::try_from(parse_u64(PATH, n, "node", node)?)
-            .map_err(|_| bad("node number too large"))?;
-        let rest = rest
-            .trim_start()
-            .strip_prefix("zone")
-            .ok_or_else(|| bad("expected \"zone NAME\" after the node"))?;
-        let mut words = rest.split_whitespace();
-        let zone = words.next().ok_or_else(|| bad("no zone name"))?.to_string();
-        let free_blocks = words
-            .map(|w| parse_u64(PATH, n, "free blocks", w))
-            .collect::<Result<Vec<_>, _>>()?;
+        let (node, zone, free_blocks) = node_zone_counts(
+            (PATH, n, line.trim()),
+            rest,
+            "expected a comma after the node number",
+            "free blocks",
+        )?;
         if free_blocks.is_empty() {
             return Err(bad("no free block counts"));
         }

@@ -82,20 +82,12 @@ pub fn parse(text: &str) -> Result<PageTypeInfo, ParseError> {
             types = Some(names);
         } else if let (Some(names), Some(rest)) = (&types, t.strip_prefix("Node")) {
             let bad = |why: &str| ParseError::at(PATH, n, format!("{why}: {t:?}"));
-            let (node, rest) = rest
-                .split_once(',')
-                .ok_or_else(|| bad("expected \"Node N, zone NAME counts...\""))?;
-            let node = u32::try_from(parse_u64(PATH, n, "node", node)?)
-                .map_err(|_| bad("node number too large"))?;
-            let rest = rest
-                .trim_start()
-                .strip_prefix("zone")
-                .ok_or_else(|| bad("expected \"zone NAME\" after the node"))?;
-            let mut words = rest.split_whitespace();
-            let zone = words.next().ok_or_else(|| bad("no zone name"))?.to_string();
-            let counts = words
-                .map(|w| parse_u64(PATH, n, "pageblocks", w))
-                .collect::<Result<Vec<_>, _>>()?;
+            let (node, zone, counts) = crate::buddyinfo::node_zone_counts(
+                (PATH, n, t),
+                rest,
+                "expected \"Node N, zone NAME counts...\"",
+                "pageblocks",
+            )?;
             if counts.len() != names.len() {
                 return Err(bad(&format!(
                     "{} counts for {} migrate types",
