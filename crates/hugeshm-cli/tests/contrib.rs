@@ -13,7 +13,7 @@
 
 mod common;
 
-use hugeshm_testkit::PoolGuard;
+use hugeshm_testkit::{PoolGuard, TempDir};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -39,27 +39,6 @@ fn skip_without(bin: &str, test: &str) -> bool {
     }
     eprintln!("{test}: skipped: no {bin} on PATH");
     true
-}
-
-/// A scratch directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> TempDir {
-        let nanos = Instant::now().elapsed().as_nanos();
-        let p = std::env::temp_dir().join(format!(
-            "hugeshm-contrib-{what}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn check(out: &Output, what: &str) {
@@ -287,7 +266,7 @@ fn grafana_dashboard_is_valid_and_uses_emitted_metrics() {
     if skip_without("promtool", "grafana_dashboard PromQL") {
         return;
     }
-    let dir = TempDir::new("dashboard");
+    let dir = TempDir::new("contrib-dashboard");
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
     for (i, e) in exprs
         .iter()
@@ -302,7 +281,7 @@ fn grafana_dashboard_is_valid_and_uses_emitted_metrics() {
             serde_json::to_string(&e).unwrap()
         ));
     }
-    let file = dir.0.join("dashboard.rules.yml");
+    let file = dir.path().join("dashboard.rules.yml");
     std::fs::write(&file, &rules).unwrap();
     let out = Command::new("promtool")
         .args(["check", "rules"])
@@ -342,17 +321,17 @@ fn systemd_units_pass_systemd_analyze_verify() {
     if skip_without("systemd-analyze", test) {
         return;
     }
-    let dir = TempDir::new("units");
+    let dir = TempDir::new("contrib-units");
     // Documentation=man:hugeshm-apply(1) must resolve: the generated pages.
-    let man1 = dir.0.join("man/man1");
+    let man1 = dir.path().join("man/man1");
     check(
         &common::hugeshm(&["generate", "man", "--out", man1.to_str().unwrap()]),
         "hugeshm generate man",
     );
-    let plan = dir.0.join("plan.toml");
+    let plan = dir.path().join("plan.toml");
     let units: Vec<PathBuf> = ["hugeshm-apply.service", "hugeshm-exporter.service"]
         .iter()
-        .map(|u| unit_copy(&dir.0, u, &plan))
+        .map(|u| unit_copy(&dir.path(), u, &plan))
         .collect();
     // Without man(1), systemd-analyze cannot look the pages up.
     let man = if on_path("man") {
@@ -365,7 +344,7 @@ fn systemd_units_pass_systemd_analyze_verify() {
         Command::new("systemd-analyze")
             .args(["verify", man])
             .args(units)
-            .env("MANPATH", dir.0.join("man"))
+            .env("MANPATH", dir.path().join("man"))
             .env("SYSTEMD_LOG_COLOR", "0")
             .output()
             .unwrap()
@@ -380,7 +359,7 @@ fn systemd_units_pass_systemd_analyze_verify() {
         );
     }
     // The check is real: a unit whose binary does not exist fails it.
-    let broken = dir.0.join("hugeshm-broken.service");
+    let broken = dir.path().join("hugeshm-broken.service");
     let text = std::fs::read_to_string(&units[1])
         .unwrap()
         .replace(env!("CARGO_BIN_EXE_hugeshm"), "/nonexistent/hugeshm");
@@ -538,9 +517,10 @@ fn apply_unit_command_reserves_the_plan_file_or_fails_loudly() {
         return;
     }
     let guard = PoolGuard::new().expect("pool guard");
-    let dir = TempDir::new("apply");
-    let plan = dir.0.join("plan.toml");
-    let unit = std::fs::read_to_string(unit_copy(&dir.0, "hugeshm-apply.service", &plan)).unwrap();
+    let dir = TempDir::new("contrib-apply");
+    let plan = dir.path().join("plan.toml");
+    let unit =
+        std::fs::read_to_string(unit_copy(&dir.path(), "hugeshm-apply.service", &plan)).unwrap();
     let exec = unit_value(&unit, "ExecStart");
     let words: Vec<&str> = exec.split_whitespace().collect();
     let run = || {
@@ -678,10 +658,10 @@ fn exporter_unit_syscall_filter_allows_what_the_exporter_calls() {
         return;
     }
     let allowed = unit_allowed_syscalls();
-    let dir = TempDir::new("strace");
+    let dir = TempDir::new("contrib-strace");
     let bin = env!("CARGO_BIN_EXE_hugeshm");
     // One scrape on stdout, and the HTTP server answering a scrape and a 404.
-    let once = dir.0.join("once.log");
+    let once = dir.path().join("once.log");
     let out = Command::new("strace")
         .args(["-f", "-qq", "-o"])
         .arg(&once)
@@ -690,7 +670,7 @@ fn exporter_unit_syscall_filter_allows_what_the_exporter_calls() {
         .output()
         .unwrap();
     check(&out, "strace hugeshm exporter --once");
-    let serve = dir.0.join("serve.log");
+    let serve = dir.path().join("serve.log");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -6,12 +6,12 @@
 
 mod common;
 
-use hugeshm_testkit::PoolLock;
+use hugeshm_testkit::{PoolLock, TempDir};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -50,28 +50,6 @@ fn parse(text: &str) -> BTreeMap<String, f64> {
         );
     }
     m
-}
-
-/// A scratch directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!(
-            "hugeshm-exporter-{what}-{}-{:?}",
-            std::process::id(),
-            Instant::now()
-        ));
-        let p = PathBuf::from(p.to_string_lossy().replace([' ', '{', '}', ':', ','], ""));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A child process killed and reaped on drop (every path, panics included).
@@ -203,8 +181,8 @@ fn promtool_check_metrics_passes() {
 #[test]
 fn textfile_is_written_whole_and_alone() {
     let _lock = PoolLock::acquire().ok();
-    let dir = TempDir::new("textfile");
-    let d = dir.0.to_str().unwrap();
+    let dir = TempDir::new("exporter-textfile");
+    let d = dir.path().to_str().unwrap();
     let out = common::hugeshm(&["exporter", "--textfile", d]);
     assert!(
         out.status.success(),
@@ -212,18 +190,18 @@ fn textfile_is_written_whole_and_alone() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.stdout.is_empty());
-    let names: Vec<String> = std::fs::read_dir(&dir.0)
+    let names: Vec<String> = std::fs::read_dir(&dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(names, ["hugeshm.prom"], "only the file, no temporary left");
-    let text = std::fs::read_to_string(Path::new(&dir.0).join("hugeshm.prom")).unwrap();
+    let text = std::fs::read_to_string(Path::new(&dir.path()).join("hugeshm.prom")).unwrap();
     let m = parse(&text);
     if let Some(nr) = kernel_2m_pages("textfile_is_written_whole_and_alone") {
         assert_eq!(m.get(POOL_2M_TOTAL), Some(&(nr as f64)), "{text}");
     }
     // A directory that does not exist is an error, not a crash.
-    let missing = dir.0.join("missing");
+    let missing = dir.path().join("missing");
     let out = common::hugeshm(&["exporter", "--textfile", missing.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write"));
@@ -280,8 +258,8 @@ fn prometheus_scrapes_the_kernel_pool() {
         return;
     };
     let (_exporter, port) = start_exporter();
-    let dir = TempDir::new("prometheus");
-    let config = dir.0.join("prometheus.yml");
+    let dir = TempDir::new("exporter-prometheus");
+    let config = dir.path().join("prometheus.yml");
     std::fs::write(
         &config,
         format!(
@@ -291,12 +269,12 @@ fn prometheus_scrapes_the_kernel_pool() {
     )
     .unwrap();
     let prom_port = free_port();
-    let log = std::fs::File::create(dir.0.join("prometheus.log")).unwrap();
+    let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
     let prom = Command::new("prometheus")
         .arg(format!("--config.file={}", config.display()))
         .arg(format!(
             "--storage.tsdb.path={}",
-            dir.0.join("data").display()
+            dir.path().join("data").display()
         ))
         .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
         .stdout(Stdio::null())
@@ -318,7 +296,8 @@ fn prometheus_scrapes_the_kernel_pool() {
             last = body;
         }
         if t.elapsed() > Duration::from_secs(90) {
-            let log = std::fs::read_to_string(dir.0.join("prometheus.log")).unwrap_or_default();
+            let log =
+                std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default();
             panic!("Prometheus never had the pool metric; last answer {last}\nlog:\n{log}");
         }
         std::thread::sleep(Duration::from_millis(250));
@@ -335,16 +314,16 @@ struct BlockedProc {
 
 impl BlockedProc {
     fn new() -> BlockedProc {
-        let dir = TempDir::new("blocked");
+        let dir = TempDir::new("exporter-blocked");
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/clean");
         let st = Command::new("cp")
             .arg("-a")
             .arg(src.join("."))
-            .arg(&dir.0)
+            .arg(&dir.path())
             .status()
             .unwrap();
         assert!(st.success());
-        let fifo = dir.0.join("proc/meminfo");
+        let fifo = dir.path().join("proc/meminfo");
         let meminfo = std::fs::read_to_string(&fifo).unwrap();
         std::fs::remove_file(&fifo).unwrap();
         rustix::fs::mknodat(
@@ -361,11 +340,11 @@ impl BlockedProc {
     fn cmd(&self, args: &[&str]) -> Command {
         let mut c = common::cmd(&[]);
         c.arg("--proc-root")
-            .arg(self.dir.0.join("proc"))
+            .arg(self.dir.path().join("proc"))
             .arg("--sys-root")
-            .arg(self.dir.0.join("sys"))
+            .arg(self.dir.path().join("sys"))
             .arg("--fs-root")
-            .arg(self.dir.0.join("fs"))
+            .arg(self.dir.path().join("fs"))
             .args(args);
         c
     }
@@ -373,7 +352,7 @@ impl BlockedProc {
     /// Writes meminfo into the pipe once a reader has it open (waits up to
     /// 10 s for one); false when none came.
     fn unblock(&self) -> bool {
-        let fifo = self.dir.0.join("proc/meminfo");
+        let fifo = self.dir.path().join("proc/meminfo");
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(10) {
             // O_NONBLOCK: fails with ENXIO while no reader has it open.

@@ -6,31 +6,10 @@
 
 mod common;
 
+use hugeshm_testkit::TempDir;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
-
-/// A scratch directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> TempDir {
-        let nanos = Instant::now().elapsed().as_nanos();
-        let p = std::env::temp_dir().join(format!(
-            "hugeshm-generate-{what}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn help(path: &[String]) -> String {
     let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
@@ -118,8 +97,8 @@ fn generate(what: &str, dir: &Path) -> BTreeSet<String> {
 
 #[test]
 fn a_man_page_for_every_subcommand_with_its_options() {
-    let dir = TempDir::new("man");
-    let files = generate("man", &dir.0);
+    let dir = TempDir::new("generate-man");
+    let files = generate("man", &dir.path());
     let tree = command_tree();
     assert!(tree.len() >= 14, "{tree:?}");
     let mut expected = BTreeSet::new();
@@ -127,7 +106,7 @@ fn a_man_page_for_every_subcommand_with_its_options() {
         let mut name = vec!["hugeshm".to_string()];
         name.extend(path.iter().cloned());
         let file = format!("{}.1", name.join("-"));
-        let page = std::fs::read_to_string(dir.0.join(&file))
+        let page = std::fs::read_to_string(dir.path().join(&file))
             .unwrap_or_else(|e| panic!("no man page {file} for `{}`: {e}", name.join(" ")));
         assert!(page.starts_with(".ie"), "{file} is roff: {page}");
         assert!(page.contains(".TH "), "{file}");
@@ -145,7 +124,7 @@ fn a_man_page_for_every_subcommand_with_its_options() {
     // man(1) formats it.
     if let Ok(out) = Command::new("man")
         .arg("-l")
-        .arg(dir.0.join("hugeshm-exporter.1"))
+        .arg(dir.path().join("hugeshm-exporter.1"))
         .env("MANWIDTH", "100")
         .output()
     {
@@ -175,15 +154,15 @@ fn a_man_page_for_every_subcommand_with_its_options() {
 
 #[test]
 fn completions_for_every_subcommand_and_option_in_three_shells() {
-    let dir = TempDir::new("completions");
-    let files = generate("completions", &dir.0);
+    let dir = TempDir::new("generate-completions");
+    let files = generate("completions", &dir.path());
     assert_eq!(
         files,
         ["_hugeshm", "hugeshm.bash", "hugeshm.fish"]
             .map(String::from)
             .into(),
     );
-    let read = |f: &str| std::fs::read_to_string(dir.0.join(f)).unwrap();
+    let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
     let (bash, zsh, fish) = (read("hugeshm.bash"), read("_hugeshm"), read("hugeshm.fish"));
     assert!(zsh.starts_with("#compdef hugeshm"), "{zsh}");
     for (path, h) in command_tree() {
@@ -212,7 +191,7 @@ fn completions_for_every_subcommand_and_option_in_three_shells() {
             "source {}; read -ra COMP_WORDS <<< \"{line}\"; [[ \"{line}\" == *' ' ]] && COMP_WORDS+=(''); \
              COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); COMP_LINE=\"{line}\"; COMP_POINT=${{#COMP_LINE}}; \
              _hugeshm hugeshm \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
-            dir.0.join("hugeshm.bash").display()
+            dir.path().join("hugeshm.bash").display()
         );
         let out = Command::new("bash").arg("-c").arg(&script).output();
         let out = out.expect("run bash");
@@ -240,7 +219,11 @@ fn completions_for_every_subcommand_and_option_in_three_shells() {
         ("zsh", "-n", "_hugeshm"),
         ("fish", "--no-execute", "hugeshm.fish"),
     ] {
-        match Command::new(shell).arg(flag).arg(dir.0.join(file)).output() {
+        match Command::new(shell)
+            .arg(flag)
+            .arg(dir.path().join(file))
+            .output()
+        {
             Ok(out) => assert!(
                 out.status.success(),
                 "{shell} {flag}: {}",

@@ -47,11 +47,13 @@ pub mod guest;
 mod host;
 mod pool;
 pub mod postgres;
+mod tempdir;
 mod testproc;
 
 pub use cgroup::TestCgroup;
 pub use host::{HostState, PoolCounts, SysvSegment};
 pub use pool::{PoolGuard, PoolLock, HUGEPAGES_SYSFS, NODE_SYSFS, POOL_LOCK_PATH};
+pub use tempdir::TempDir;
 pub use testproc::{
     testproc_built, testproc_path, TestObject, TestProc, TestProcReport, TESTPROC_ENV,
 };
