@@ -12,8 +12,6 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::*;
 use hugeshm_region::{
     remove, AllocationReport, AttachReport, Backend, HeaderState, Locator, PageSize, Policy,
@@ -101,17 +99,7 @@ fn unrelated_processes_attach_by_name() {
         Backend::Memfd,
     ] {
         let before = HostState::capture().unwrap();
-        let name = unique("attach");
-        let dir = if backend == Backend::Hugetlbfs {
-            mount.path().display().to_string()
-        } else {
-            String::new()
-        };
-        let _cleanup = RemoveOnDrop::new(
-            &name,
-            backend,
-            Some(Path::new(&dir)).filter(|_| !dir.is_empty()),
-        );
+        let (name, dir, _cleanup) = named("attach", backend, &mount);
         let spec = |how: &str| format!("{how}:{backend}:{name}:{dir}");
 
         let mut creator = Kid::spawn("attach_child", ENV, &spec("create"));

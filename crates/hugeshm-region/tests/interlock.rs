@@ -16,8 +16,6 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::*;
 use hugeshm_region::{
     naming::sysv_key, AllocationReport, Backend, Locator, PageSize, Policy, Reclaim, Region,
@@ -342,17 +340,7 @@ fn concurrent_creators_exactly_one_wins() {
         Backend::Memfd,
     ] {
         let before = HostState::capture().unwrap();
-        let name = unique("race");
-        let dir = if backend == Backend::Hugetlbfs {
-            mount.path().display().to_string()
-        } else {
-            String::new()
-        };
-        let _cleanup = RemoveOnDrop::new(
-            &name,
-            backend,
-            Some(Path::new(&dir)).filter(|_| !dir.is_empty()),
-        );
+        let (name, dir, _cleanup) = named("race", backend, &mount);
         let mut kids: Vec<Kid> = (0..N)
             .map(|_| child("race", backend, &name, &dir, 4 << 20))
             .collect();
@@ -416,17 +404,7 @@ fn sigkill_mid_prefault_then_recovery() {
         Backend::Memfd,
     ] {
         let before = HostState::capture().unwrap();
-        let name = unique("crash");
-        let dir = if backend == Backend::Hugetlbfs {
-            mount.path().display().to_string()
-        } else {
-            String::new()
-        };
-        let _cleanup = RemoveOnDrop::new(
-            &name,
-            backend,
-            Some(Path::new(&dir)).filter(|_| !dir.is_empty()),
-        );
+        let (name, dir, _cleanup) = named("crash", backend, &mount);
         let mut kid = child("crash", backend, &name, &dir, SIZE);
         let progress = kid.expect("PROGRESS");
         let creator = kid.pid;
@@ -552,17 +530,7 @@ fn orphan_ready_region_is_reused_with_its_contents() {
     let mount = TempMount::new("hugetlbfs", "pagesize=2M");
     for backend in [Backend::Sysv, Backend::Hugetlbfs, Backend::Posix] {
         let before = HostState::capture().unwrap();
-        let name = unique("reuse");
-        let dir = if backend == Backend::Hugetlbfs {
-            mount.path().display().to_string()
-        } else {
-            String::new()
-        };
-        let _cleanup = RemoveOnDrop::new(
-            &name,
-            backend,
-            Some(Path::new(&dir)).filter(|_| !dir.is_empty()),
-        );
+        let (name, dir, _cleanup) = named("reuse", backend, &mount);
         let mut kid = child("hold", backend, &name, &dir, 6 << 20);
         let created: AllocationReport = serde_json::from_str(&kid.expect("READY")).unwrap();
         // While the creator lives, nothing is reclaimed.
@@ -646,17 +614,7 @@ fn another_user_cannot_attach_a_0600_region() {
         Backend::Memfd,
     ] {
         let before = HostState::capture().unwrap();
-        let name = unique("perm");
-        let dir = if backend == Backend::Hugetlbfs {
-            mount.path().display().to_string()
-        } else {
-            String::new()
-        };
-        let _cleanup = RemoveOnDrop::new(
-            &name,
-            backend,
-            Some(Path::new(&dir)).filter(|_| !dir.is_empty()),
-        );
+        let (name, dir, _cleanup) = named("perm", backend, &mount);
         let (region, report) = builder(backend, &name, &dir, 4 << 20)
             .mode(0o600)
             .create()
@@ -717,11 +675,7 @@ fn another_users_region_is_never_used_or_removed() {
     ] {
         let before = HostState::capture().unwrap();
         let name = unique("squat");
-        let dir = if backend == Backend::Hugetlbfs {
-            mount.path().display().to_string()
-        } else {
-            String::new()
-        };
+        let dir = dir_for(backend, &mount);
         let size = 4 << 20;
         let mut kid = Kid::spawn_as_nobody(
             "interlock_child",

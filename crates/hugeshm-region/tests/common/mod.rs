@@ -168,6 +168,33 @@ impl Drop for RemoveOnDrop {
     }
 }
 
+/// The directory a test region of `backend` lives in: the hugetlbfs mount
+/// for the hugetlbfs backend, "" (the backend's default) otherwise.
+pub fn dir_for(backend: hugeshm_region::Backend, mount: &TempMount) -> String {
+    if backend == hugeshm_region::Backend::Hugetlbfs {
+        mount.path().display().to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// A unique name tagged `tag`, its directory ([`dir_for`]) and a guard
+/// that removes the region when the test ends, passed or not.
+pub fn named(
+    tag: &str,
+    backend: hugeshm_region::Backend,
+    mount: &TempMount,
+) -> (String, String, RemoveOnDrop) {
+    let name = unique(tag);
+    let dir = dir_for(backend, mount);
+    let cleanup = RemoveOnDrop::new(
+        &name,
+        backend,
+        Some(Path::new(&dir)).filter(|_| !dir.is_empty()),
+    );
+    (name, dir, cleanup)
+}
+
 /// A re-executed copy of this test binary running one child test function,
 /// talking over stdin/stdout lines (children print `MARKER rest`; libtest
 /// may put its own text before it on the line).
