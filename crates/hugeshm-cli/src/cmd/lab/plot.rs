@@ -41,17 +41,21 @@ pub fn svg(plot: &Plot) -> anyhow::Result<String> {
     Ok(text)
 }
 
+/// The y axis's top: room above the highest point for the legend box
+/// (one 16 px row per series and its padding, in a plot area of about
+/// `HEIGHT - 110` px), so that no bar or line ends behind it.
 fn y_top(plot: &Plot) -> f64 {
     let top = plot
         .series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1))
         .fold(0.0f64, f64::max);
-    if top > 0.0 {
-        top * 1.12
-    } else {
-        1.0
+    if top <= 0.0 {
+        return 1.0;
     }
+    let area = f64::from(HEIGHT).max(220.0) - 110.0;
+    let legend = (16.0 * plot.series.len() as f64 + 24.0) / area;
+    top * 1.04 / (1.0 - legend.min(0.6))
 }
 
 fn lines(
