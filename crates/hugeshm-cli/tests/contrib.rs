@@ -331,7 +331,7 @@ fn systemd_units_pass_systemd_analyze_verify() {
     let plan = dir.path().join("plan.toml");
     let units: Vec<PathBuf> = ["hugeshm-apply.service", "hugeshm-exporter.service"]
         .iter()
-        .map(|u| unit_copy(&dir.path(), u, &plan))
+        .map(|u| unit_copy(dir.path(), u, &plan))
         .collect();
     // Without man(1), systemd-analyze cannot look the pages up.
     let man = if on_path("man") {
@@ -520,7 +520,7 @@ fn apply_unit_command_reserves_the_plan_file_or_fails_loudly() {
     let dir = TempDir::new("contrib-apply");
     let plan = dir.path().join("plan.toml");
     let unit =
-        std::fs::read_to_string(unit_copy(&dir.path(), "hugeshm-apply.service", &plan)).unwrap();
+        std::fs::read_to_string(unit_copy(dir.path(), "hugeshm-apply.service", &plan)).unwrap();
     let exec = unit_value(&unit, "ExecStart");
     let words: Vec<&str> = exec.split_whitespace().collect();
     let run = || {

@@ -190,12 +190,12 @@ fn textfile_is_written_whole_and_alone() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.stdout.is_empty());
-    let names: Vec<String> = std::fs::read_dir(&dir.path())
+    let names: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(names, ["hugeshm.prom"], "only the file, no temporary left");
-    let text = std::fs::read_to_string(Path::new(&dir.path()).join("hugeshm.prom")).unwrap();
+    let text = std::fs::read_to_string(Path::new(dir.path()).join("hugeshm.prom")).unwrap();
     let m = parse(&text);
     if let Some(nr) = kernel_2m_pages("textfile_is_written_whole_and_alone") {
         assert_eq!(m.get(POOL_2M_TOTAL), Some(&(nr as f64)), "{text}");
@@ -319,7 +319,7 @@ impl BlockedProc {
         let st = Command::new("cp")
             .arg("-a")
             .arg(src.join("."))
-            .arg(&dir.path())
+            .arg(dir.path())
             .status()
             .unwrap();
         assert!(st.success());

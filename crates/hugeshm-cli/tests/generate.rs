@@ -98,7 +98,7 @@ fn generate(what: &str, dir: &Path) -> BTreeSet<String> {
 #[test]
 fn a_man_page_for_every_subcommand_with_its_options() {
     let dir = TempDir::new("generate-man");
-    let files = generate("man", &dir.path());
+    let files = generate("man", dir.path());
     let tree = command_tree();
     assert!(tree.len() >= 14, "{tree:?}");
     let mut expected = BTreeSet::new();
@@ -155,7 +155,7 @@ fn a_man_page_for_every_subcommand_with_its_options() {
 #[test]
 fn completions_for_every_subcommand_and_option_in_three_shells() {
     let dir = TempDir::new("generate-completions");
-    let files = generate("completions", &dir.path());
+    let files = generate("completions", dir.path());
     assert_eq!(
         files,
         ["_hugeshm", "hugeshm.bash", "hugeshm.fish"]
