@@ -880,7 +880,7 @@ impl RegionBuilder {
         t0: Instant,
     ) -> Result<(CreateGuard, prefault::Outcome, f64), RegionError> {
         let region = self.materialize(plan, fault.method, fault.threads, host, generation)?;
-        let mut guard = CreateGuard::new(region);
+        let guard = CreateGuard::new(region);
         checkpoint("mapped");
         // Placed before any page is touched (the header's included).
         if let Some(p) = self.mbind_policy(host) {
@@ -913,23 +913,27 @@ impl RegionBuilder {
                 .unwrap_or(0);
             pool::fault_refused(&self.probe, plan, resident, e)
         };
-        // State `initializing` before the pre-fault: a crash from here on
-        // leaves a region that says so.
-        if let Err(e) = guard.region_mut().write_header() {
-            return Err(refused(guard.region(), e));
-        }
-        checkpoint("header-written");
         let setup_seconds = t0.elapsed().as_secs_f64();
+        // The creating thread writes the header (state `initializing`, so
+        // a crash from then on leaves a region that says so) first thing,
+        // on the run that holds the header's page, while the other threads
+        // fault theirs; no progress is reported before it is written.
         // Other processes cannot attach it before it is ready.
-        let outcome = prefault::prefault(
-            guard.region().mapping(),
+        let region = guard.region();
+        let outcome = prefault::prefault_after(
+            region.mapping(),
             plan.page_size as usize,
             fault.threads,
             fault.cpus,
             fault.method,
             self.progress.as_ref(),
+            || {
+                region.write_header()?;
+                checkpoint("header-written");
+                Ok(())
+            },
         )
-        .map_err(|e| refused(guard.region(), e))?;
+        .map_err(|e| refused(region, e))?;
         Ok((guard, outcome, setup_seconds))
     }
 

@@ -111,7 +111,10 @@ impl Region {
 
     /// Writes the header (state as in `self.header`, normally
     /// `initializing`) into a region this process just created.
-    pub(crate) fn write_header(&mut self) -> Result<(), RegionError> {
+    /// Takes `&self`: the pre-fault threads fault the rest of the region
+    /// while the creating thread writes it (with 1 GiB pages faulting the
+    /// header's page zeroes 1 GiB).
+    pub(crate) fn write_header(&self) -> Result<(), RegionError> {
         // Fault the header page in first, where a failure is an error
         // (MADV_POPULATE_WRITE), not SIGBUS (full tmpfs, hugetlb cgroup
         // limit at fault time).
@@ -126,8 +129,14 @@ impl Region {
                 })?;
         }
         let bytes = header::encode(&self.header);
-        self.mem.write_at(0, &bytes)?;
-        self.set_state(self.header.state)
+        // Atomic word stores (`&self`: the pre-fault threads share the
+        // mapping meanwhile, on other pages).
+        self.mem.store_words(0, &bytes)?;
+        // The state word last, with release: a reader that sees it sees
+        // the rest.
+        self.mem
+            .store_u32_release(STATE_OFFSET, self.header.state.word())?;
+        Ok(())
     }
 
     /// Publishes a header state with one aligned atomic store.

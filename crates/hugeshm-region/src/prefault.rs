@@ -113,9 +113,27 @@ pub(crate) fn prefault(
     method: PrefaultMethod,
     progress: Option<&Progress>,
 ) -> Result<Outcome, RegionError> {
+    prefault_after(map, page, threads, cpus, method, progress, || Ok(()))
+}
+
+/// [`prefault`], with `first` run by the calling thread before it faults
+/// the first run of pages (the one holding offset 0), while the other
+/// threads already fault theirs. Progress and the `prefaulting` test
+/// checkpoint wait until `first` has returned; its error stops the
+/// others and is returned. `first` runs even when nothing is faulted.
+pub(crate) fn prefault_after(
+    map: &Mapping,
+    page: usize,
+    threads: usize,
+    cpus: &[u32],
+    method: PrefaultMethod,
+    progress: Option<&Progress>,
+    first: impl FnOnce() -> Result<(), RegionError>,
+) -> Result<Outcome, RegionError> {
     let start = Instant::now();
     let len = map.len();
     if method == PrefaultMethod::None || len == 0 {
+        first()?;
         return Ok(Outcome {
             method: PrefaultMethod::None,
             threads: 0,
@@ -131,6 +149,15 @@ pub(crate) fn prefault(
     let done = Mutex::new(0u64);
     let stop = AtomicBool::new(false);
     let failure: Mutex<Option<RegionError>> = Mutex::new(None);
+    let fail = |e: RegionError| {
+        stop.store(true, Ordering::Relaxed);
+        let mut slot = failure.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+    };
+    // Set once `first` has returned: progress is reported from then on.
+    let reporting = AtomicBool::new(false);
 
     let worker = |first: usize, count: usize| {
         let mut off = first * page;
@@ -142,23 +169,21 @@ pub(crate) fn prefault(
                 _ => map.touch_range(off, n, page),
             };
             if let Err(source) = result {
-                stop.store(true, Ordering::Relaxed);
-                let mut slot = failure.lock().unwrap_or_else(|p| p.into_inner());
-                if slot.is_none() {
-                    *slot = Some(RegionError::Prefault {
-                        method,
-                        offset: off as u64,
-                        source,
-                    });
-                }
+                fail(RegionError::Prefault {
+                    method,
+                    offset: off as u64,
+                    source,
+                });
                 return;
             }
             off += n;
-            crate::testhook::checkpoint("prefaulting");
             let mut d = done.lock().unwrap_or_else(|p| p.into_inner());
             *d += n as u64;
-            if let Some(cb) = progress {
-                cb(*d, total);
+            if reporting.load(Ordering::Acquire) {
+                crate::testhook::checkpoint("prefaulting");
+                if let Some(cb) = progress {
+                    cb(*d, total);
+                }
             }
         }
     };
@@ -173,7 +198,7 @@ pub(crate) fn prefault(
     std::thread::scope(|scope| {
         let worker = &worker;
         let gate = &gate;
-        let (last, rest) = runs.split_last().expect("at least one run");
+        let (head, rest) = runs.split_first().expect("at least one run");
         let mut unspawned = Vec::new();
         for &(first, count) in rest {
             let spawned = std::thread::Builder::new()
@@ -191,13 +216,26 @@ pub(crate) fn prefault(
             }
         }
         gate.open_when_arrived(used - 1);
-        // The calling thread takes the unspawned runs and the last one
-        // (on `cpus` meanwhile).
+        // The calling thread runs `first`, then takes the first run and
+        // the unspawned ones (on `cpus` meanwhile).
         let _pinned = Pinned::to(cpus);
+        match first() {
+            Ok(()) => {
+                let d = done.lock().unwrap_or_else(|p| p.into_inner());
+                reporting.store(true, Ordering::Release);
+                if *d > 0 {
+                    crate::testhook::checkpoint("prefaulting");
+                    if let Some(cb) = progress {
+                        cb(*d, total);
+                    }
+                }
+            }
+            Err(e) => fail(e),
+        }
+        worker(head.0, head.1);
         for (first, count) in unspawned {
             worker(first, count);
         }
-        worker(last.0, last.1);
     });
 
     if let Some(err) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
