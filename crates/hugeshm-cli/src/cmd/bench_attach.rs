@@ -5,7 +5,8 @@
 //!
 //! The region is created and pre-faulted once; then `--runs` fresh
 //! processes, one after another, each attach it (find, check the header,
-//! map), map every page with `MADV_POPULATE_READ`, read their own
+//! map), map every page (`Region::populate_read`: one read fault per GiB
+//! where the page tables are shared, `MADV_POPULATE_READ` elsewhere), read their own
 //! `/proc/self/smaps` for the region (the verification), and report the
 //! three times.
 
@@ -209,7 +210,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|| "-".into()),
     ]);
     t.render(out, "")?;
-    out.line("attach = find, check the header, map; touch = MADV_POPULATE_READ of every page; verify = read /proc/self/smaps for the region")?;
+    out.line("attach = find, check the header, map; touch = map every page (one read fault per GiB where page tables are shared, MADV_POPULATE_READ elsewhere); verify = read /proc/self/smaps for the region")?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
