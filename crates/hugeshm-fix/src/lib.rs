@@ -111,6 +111,18 @@ pub enum Fix {
         /// Bytes missing.
         missing_bytes: u64,
     },
+    /// A region larger than the device-dax it is created on: a smaller
+    /// size, or a larger `devdax` namespace.
+    GrowDeviceDax {
+        /// The device (`/dev/dax0.0`).
+        device: String,
+        /// Its capacity.
+        size_bytes: u64,
+        /// Its alignment (regions are rounded up to it).
+        align_bytes: u64,
+        /// Bytes missing.
+        missing_bytes: u64,
+    },
     /// A DAX mapping served by 4 KiB page-table entries: what keeps the
     /// kernel from 2 MiB (PMD) ones, and how to remove it.
     AlignDax {
@@ -436,6 +448,19 @@ impl Fix {
                 "free {} on {mount}, or put it on a larger persistent memory namespace \
                  (ndctl list -N shows them; ndctl create-namespace --mode=fsdax --align=2M --size=<bytes>)",
                 human(*missing_bytes)
+            ),
+            Fix::GrowDeviceDax {
+                device,
+                size_bytes,
+                align_bytes,
+                missing_bytes,
+            } => format!(
+                "ask for at most {} (the capacity of {device}), or give it a namespace {} larger \
+                 (ndctl destroy-namespace, then ndctl create-namespace --mode=devdax --align={} \
+                 --size=<bytes>)",
+                human(*size_bytes),
+                human(*missing_bytes),
+                short_size(*align_bytes)
             ),
             Fix::AlignDax {
                 causes,

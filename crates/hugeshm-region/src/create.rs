@@ -614,12 +614,18 @@ impl RegionBuilder {
         } else {
             self.size.max(HEADER_BYTES + 1)
         };
+        // A dax region's "directory" may be a device-dax.
+        let device = match (&self.directory, self.backend) {
+            (Some(d), Backend::Dax) => backend::devdax::resolve(d, &self.probe)?,
+            _ => None,
+        };
         let req = Request {
             backend: self.backend,
             page_size: self.page_size,
             policy: self.policy,
             requested_bytes: requested,
             directory,
+            device,
         };
         let mut plan = pool::plan(&req, host, extra)?;
         // The hugetlb cgroup's room, before anything is created: `only`

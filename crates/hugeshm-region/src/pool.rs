@@ -209,6 +209,8 @@ pub(crate) struct Request {
     /// The builder's directory: for `hugetlbfs` with its page size (from
     /// `statfs`), for `posix` the tmpfs directory.
     pub directory: Option<(PathBuf, Option<u64>)>,
+    /// For `dax`: the device-dax that `directory` names.
+    pub device: Option<crate::backend::devdax::DevDax>,
 }
 
 /// What the host offers, beyond the snapshot.
@@ -580,6 +582,9 @@ pub(crate) const DAX_PMD: u64 = 2 << 20;
 /// first such mount), 2 MiB-aligned and -sized unless base pages are asked
 /// for (PMD faults need both). No pool: the memory is the device's.
 fn dax_plan(req: &Request, host: &HostSnapshot, extra: &HostExtra) -> Result<Plan, RegionError> {
+    if let Some(dev) = &req.device {
+        return device_plan(req, dev);
+    }
     let page = match req.page_size {
         PageSize::Base => extra.base,
         PageSize::Largest => DAX_PMD,
@@ -634,6 +639,40 @@ fn dax_plan(req: &Request, host: &HostSnapshot, extra: &HostExtra) -> Result<Pla
         size_bytes: size_for(req.requested_bytes, page)?,
         backing: Backing::Dax,
         dir: Some(dir),
+        fallback: None,
+        warnings: Vec::new(),
+    })
+}
+
+/// A DAX region on a device-dax: the device faults (and maps) in units
+/// of its alignment, so that is the page size whatever was asked, and the
+/// size is rounded up to it; a region larger than the device is `NoSpace`
+/// with the numbers, before anything is opened.
+fn device_plan(req: &Request, dev: &crate::backend::devdax::DevDax) -> Result<Plan, RegionError> {
+    let align = dev.align_bytes;
+    match req.page_size {
+        PageSize::Largest => {}
+        PageSize::Huge(p) if p == align => {}
+        PageSize::Huge(p) => {
+            return Err(RegionError::UnsupportedPageSize {
+                page_size_bytes: p,
+                offered: vec![align],
+            })
+        }
+        PageSize::Base => {
+            return Err(RegionError::UnsupportedPageSize {
+                page_size_bytes: hugeshm_sys::base_page_size() as u64,
+                offered: vec![align],
+            })
+        }
+    }
+    let size = crate::backend::devdax::region_size(req.requested_bytes, align, dev.size_bytes)
+        .map_err(|needed| crate::backend::devdax::too_big(dev, needed))?;
+    Ok(Plan {
+        page_size: align,
+        size_bytes: size,
+        backing: Backing::Dax,
+        dir: Some(dev.path.clone()),
         fallback: None,
         warnings: Vec::new(),
     })
@@ -790,6 +829,7 @@ mod tests {
             policy,
             requested_bytes: bytes,
             directory: None,
+            device: None,
         }
     }
 

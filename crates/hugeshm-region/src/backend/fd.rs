@@ -73,6 +73,7 @@ pub(crate) fn map_region_file(
     fd: &OwnedFd,
     size: u64,
     exp: &Expect,
+    device_align: Option<u64>,
 ) -> Result<(Mapping, Option<u64>), RegionError> {
     let hugetlb_page = sys::hugetlbfs_page_size(fd.as_fd()).map(|p| p as u64);
     let len = usize::try_from(size).map_err(|_| RegionError::InvalidSize {
@@ -87,6 +88,12 @@ pub(crate) fn map_region_file(
     // A dax region: MAP_SYNC where the file system can (its creator's
     // policy decided whether it had to), at the 2 MiB alignment PMD faults
     // need when its size allows.
+    if let Some(a) = device_align {
+        // A device-dax region: always MAP_SYNC, at the device's alignment
+        // (the kernel refuses any other).
+        let a = usize::try_from(a).ok();
+        return Ok((sys::mmap_fd_sync_placed(fd.as_fd(), len, 0, a)?, None));
+    }
     if exp.backend == Some(crate::model::Backend::Dax) {
         let align = (size % crate::pool::DAX_PMD == 0).then_some(crate::pool::DAX_PMD as usize);
         return match sys::mmap_fd_sync_placed(fd.as_fd(), len, 0, align) {
