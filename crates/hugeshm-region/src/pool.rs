@@ -1155,4 +1155,52 @@ mod tests {
         .unwrap();
         assert!(p.fallback.unwrap().reason.contains("[deny]"));
     }
+
+    #[test]
+    fn a_device_dax_plan_takes_the_device_alignment_and_capacity() {
+        use crate::backend::devdax::DevDax;
+        let dev = |align: u64| DevDax {
+            path: PathBuf::from("/dev/dax0.0"),
+            name: "dax0.0".to_owned(),
+            size_bytes: 110 * MIB2 / 2,
+            align_bytes: align,
+        };
+        let h = HostSnapshot::default();
+        let r = |page_size: PageSize, bytes: u64, d: DevDax| Request {
+            device: Some(d),
+            directory: Some((PathBuf::from("/dev/dax0.0"), None)),
+            ..req(Backend::Dax, page_size, Policy::Only, bytes)
+        };
+        let p = plan(&r(PageSize::Largest, 5 * MIB2 + 1, dev(MIB2)), &h, &extra()).unwrap();
+        assert_eq!(p.page_size, MIB2);
+        assert_eq!(p.size_bytes, 6 * MIB2);
+        assert_eq!(p.backing, Backing::Dax);
+        assert_eq!(p.dir, Some(PathBuf::from("/dev/dax0.0")));
+        // The page size is the device's: 2 MiB may be named, others not.
+        assert!(plan(&r(PageSize::Huge(MIB2), MIB2, dev(MIB2)), &h, &extra()).is_ok());
+        for ps in [PageSize::Base, PageSize::Huge(1 << 30)] {
+            let e = plan(&r(ps, MIB2, dev(MIB2)), &h, &extra()).unwrap_err();
+            assert!(
+                matches!(&e, RegionError::UnsupportedPageSize { offered, .. } if offered == &[MIB2]),
+                "{e}"
+            );
+        }
+        // Beyond the capacity: the rounded size and the capacity.
+        let e = plan(&r(PageSize::Largest, 56 * MIB2, dev(MIB2)), &h, &extra()).unwrap_err();
+        match &e {
+            RegionError::NoSpace {
+                needed_bytes,
+                free_bytes,
+                fstype,
+                ..
+            } => {
+                assert_eq!((*needed_bytes, *free_bytes), (56 * MIB2, 55 * MIB2));
+                assert_eq!(fstype, "device-dax");
+            }
+            e => panic!("{e}"),
+        }
+        // A 1 GiB-aligned device: one 1 GiB unit does not fit 110 MiB.
+        let e = plan(&r(PageSize::Largest, MIB2, dev(1 << 30)), &h, &extra()).unwrap_err();
+        assert!(e.to_string().contains("needed 1073741824 bytes (1 GiB)"), "{e}");
+    }
 }
