@@ -220,6 +220,18 @@ fn guest_devdax_region_is_map_sync_held_and_refuses_others() {
             .any(|x| x["name"] == "dd" && x["object"]["path"] == dev.as_str()),
         "{ls:#}"
     );
+    // Not trusted: a node owned by another user, or writable by others.
+    for (block, why) in [
+        ("devdax.foreign", "it is owned by uid 1000, not uid 0"),
+        ("devdax.foreignrm", "it is owned by uid 1000, not uid 0"),
+        ("devdax.writable", "its mode 0666 lets its group and others write it"),
+    ] {
+        assert_ne!(run.console.block(block).unwrap().rc, 0, "{block}");
+        let err = stderr(run, block);
+        println!("{block}: {err}");
+        assert!(err.contains(&format!("{dev}: {why}")), "{block}: {err}");
+        assert!(err.contains("will not use or remove another user's"), "{err}");
+    }
     // Another name, and a size beyond the device: refused, nothing written
     // (the region is still there after the power-off, below).
     let taken = stderr(run, "devdax.taken");

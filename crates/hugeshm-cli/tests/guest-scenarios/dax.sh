@@ -74,6 +74,15 @@ else
         --policy only --json
     block devdax.attach hugeshm attach dd --backend dax --json
     block devdax.ls hugeshm ls --json
+    # Ownership: a device node another user owns (whatever the header
+    # says), or one that others may write, is not trusted.
+    chown 1000 "$dev"
+    block devdax.foreign hugeshm attach dd --backend dax
+    block devdax.foreignrm hugeshm rm dd
+    chown 0 "$dev"
+    chmod 0666 "$dev"
+    block devdax.writable hugeshm attach dd --backend dax
+    chmod 0600 "$dev"
     block devdax.taken hugeshm create other --backend dax --device "$dev" --size 8M
     block devdax.big hugeshm create big --backend dax --device "$dev" --size 1G
     block devdax.write hugeshm bench dax-child write dd 13 "device-survives"
