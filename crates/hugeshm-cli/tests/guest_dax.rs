@@ -213,6 +213,27 @@ fn guest_devdax_region_is_map_sync_held_and_refuses_others() {
         a["header"]["generation"], r["header"]["generation"],
         "{a:#}"
     );
+    // Nobody holds it: the name is refused with the ways out; reuse keeps
+    // it (same generation), recreate (found by name, no --device) makes it
+    // anew on the same device.
+    let again = stderr(run, "devdax.again");
+    assert!(
+        again.contains(&format!(
+            "dax region \"dd\" ({dev}) exists but no process holds it"
+        )),
+        "{again}"
+    );
+    let reuse = json(run, "devdax.reuse");
+    assert_eq!(reuse["reclaimed"]["action"], "reuse", "{reuse:#}");
+    assert_eq!(reuse["path"], dev.as_str(), "{reuse:#}");
+    assert_eq!(reuse["header"]["generation"], r["header"]["generation"]);
+    let re = json(run, "devdax.recreate");
+    println!("{re:#}");
+    assert_eq!(re["reclaimed"]["action"], "recreate", "{re:#}");
+    assert_eq!(re["reclaimed"]["previous_object"], dev.as_str(), "{re:#}");
+    assert_eq!(re["path"], dev.as_str(), "{re:#}");
+    assert_eq!(re["map_sync"], true, "{re:#}");
+    assert_ne!(re["header"]["generation"], r["header"]["generation"]);
     let ls = json(run, "devdax.ls");
     assert!(
         regions(&ls)
@@ -224,13 +245,19 @@ fn guest_devdax_region_is_map_sync_held_and_refuses_others() {
     for (block, why) in [
         ("devdax.foreign", "it is owned by uid 1000, not uid 0"),
         ("devdax.foreignrm", "it is owned by uid 1000, not uid 0"),
-        ("devdax.writable", "its mode 0666 lets its group and others write it"),
+        (
+            "devdax.writable",
+            "its mode 0666 lets its group and others write it",
+        ),
     ] {
         assert_ne!(run.console.block(block).unwrap().rc, 0, "{block}");
         let err = stderr(run, block);
         println!("{block}: {err}");
         assert!(err.contains(&format!("{dev}: {why}")), "{block}: {err}");
-        assert!(err.contains("will not use or remove another user's"), "{err}");
+        assert!(
+            err.contains("will not use or remove another user's"),
+            "{err}"
+        );
     }
     // Another name, and a size beyond the device: refused, nothing written
     // (the region is still there after the power-off, below).

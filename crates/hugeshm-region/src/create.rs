@@ -357,7 +357,7 @@ impl RegionBuilder {
     ///
     /// On error nothing is left behind: no SysV segment, file, memfd,
     /// record, mapping or huge page reservation.
-    pub fn create(self) -> Result<(Region, AllocationReport), RegionError> {
+    pub fn create(mut self) -> Result<(Region, AllocationReport), RegionError> {
         let t0 = Instant::now();
         if self.numa == Placement::PerNode {
             return Err(RegionError::Unsupported(
@@ -383,7 +383,20 @@ impl RegionBuilder {
             if let Some(found) = self.inspect_existing()? {
                 match self.resolve(found, t0)? {
                     Resolved::Reused(done) => return Ok(*done),
-                    Resolved::Removed(r) => reclaimed = Some(r),
+                    Resolved::Removed(r) => {
+                        // A device-dax region is recreated on its device
+                        // unless another place is given (it is found by
+                        // name, without --device).
+                        if self.backend == Backend::Dax
+                            && self.directory.is_none()
+                            && backend::devdax::is_char_device(std::path::Path::new(
+                                &r.previous_object,
+                            ))
+                        {
+                            self.directory = Some(PathBuf::from(&r.previous_object));
+                        }
+                        reclaimed = Some(r)
+                    }
                 }
             }
             match self.create_new(t0, reclaimed.clone()) {

@@ -1201,6 +1201,9 @@ mod tests {
         }
         // A 1 GiB-aligned device: one 1 GiB unit does not fit 110 MiB.
         let e = plan(&r(PageSize::Largest, MIB2, dev(1 << 30)), &h, &extra()).unwrap_err();
-        assert!(e.to_string().contains("needed 1073741824 bytes (1 GiB)"), "{e}");
+        assert!(
+            e.to_string().contains("needed 1073741824 bytes (1 GiB)"),
+            "{e}"
+        );
     }
 }

@@ -73,6 +73,14 @@ else
     block devdax.create hugeshm create dd --backend dax --device "$dev" --size 32M \
         --policy only --json
     block devdax.attach hugeshm attach dd --backend dax --json
+    # Nobody holds it now: create refuses the name, reuse keeps the
+    # region, recreate makes it anew on the same device.
+    block devdax.again hugeshm create dd --backend dax --device "$dev" --size 32M
+    block devdax.reuse hugeshm create dd --backend dax --device "$dev" --size 32M \
+        --reclaim reuse --json
+    # (found by name: recreated on its device without --device)
+    block devdax.recreate hugeshm create dd --backend dax --size 32M --reclaim recreate \
+        --json
     block devdax.ls hugeshm ls --json
     # Ownership: a device node another user owns (whatever the header
     # says), or one that others may write, is not trusted.
