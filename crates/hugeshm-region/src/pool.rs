@@ -210,7 +210,7 @@ pub(crate) struct Request {
     /// `statfs`), for `posix` the tmpfs directory.
     pub directory: Option<(PathBuf, Option<u64>)>,
     /// For `dax`: the device-dax that `directory` names.
-    pub device: Option<crate::backend::devdax::DevDax>,
+    pub device: Option<DevDax>,
 }
 
 /// What the host offers, beyond the snapshot.
@@ -644,11 +644,55 @@ fn dax_plan(req: &Request, host: &HostSnapshot, extra: &HostExtra) -> Result<Pla
     })
 }
 
+/// A device-dax character device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DevDax {
+    /// The device node (`/dev/dax0.0`).
+    pub path: PathBuf,
+    /// `dax0.0`.
+    pub name: String,
+    /// Its capacity.
+    pub size_bytes: u64,
+    /// Its fault and mapping granularity (sysfs `align`).
+    pub align_bytes: u64,
+}
+
+/// The size of a region of `requested` bytes on a device of `size_bytes`
+/// faulting `align` bytes at a time: rounded up to `align`, or `Err` with
+/// the rounded size when the device cannot hold it.
+pub(crate) fn region_size(requested: u64, align: u64, size_bytes: u64) -> Result<u64, u64> {
+    let align = align.max(1);
+    let rounded = requested
+        .checked_next_multiple_of(align)
+        .unwrap_or(u64::MAX);
+    if rounded > size_bytes {
+        Err(rounded)
+    } else {
+        Ok(rounded)
+    }
+}
+
+/// A region too large for the device: the numbers, and the fix.
+pub(crate) fn too_big(dev: &DevDax, needed: u64) -> RegionError {
+    RegionError::NoSpace {
+        path: dev.path.display().to_string(),
+        fstype: "device-dax".to_owned(),
+        needed_bytes: needed,
+        free_bytes: dev.size_bytes,
+        fix: Box::new(Fix::GrowDeviceDax {
+            device: dev.path.display().to_string(),
+            size_bytes: dev.size_bytes,
+            align_bytes: dev.align_bytes,
+            missing_bytes: needed.saturating_sub(dev.size_bytes),
+        }),
+    }
+}
+
 /// A DAX region on a device-dax: the device faults (and maps) in units
 /// of its alignment, so that is the page size whatever was asked, and the
 /// size is rounded up to it; a region larger than the device is `NoSpace`
 /// with the numbers, before anything is opened.
-fn device_plan(req: &Request, dev: &crate::backend::devdax::DevDax) -> Result<Plan, RegionError> {
+fn device_plan(req: &Request, dev: &DevDax) -> Result<Plan, RegionError> {
     let align = dev.align_bytes;
     match req.page_size {
         PageSize::Largest => {}
@@ -666,8 +710,8 @@ fn device_plan(req: &Request, dev: &crate::backend::devdax::DevDax) -> Result<Pl
             })
         }
     }
-    let size = crate::backend::devdax::region_size(req.requested_bytes, align, dev.size_bytes)
-        .map_err(|needed| crate::backend::devdax::too_big(dev, needed))?;
+    let size = region_size(req.requested_bytes, align, dev.size_bytes)
+        .map_err(|needed| too_big(dev, needed))?;
     Ok(Plan {
         page_size: align,
         size_bytes: size,
@@ -1158,7 +1202,6 @@ mod tests {
 
     #[test]
     fn a_device_dax_plan_takes_the_device_alignment_and_capacity() {
-        use crate::backend::devdax::DevDax;
         let dev = |align: u64| DevDax {
             path: PathBuf::from("/dev/dax0.0"),
             name: "dax0.0".to_owned(),
@@ -1205,5 +1248,21 @@ mod tests {
             e.to_string().contains("needed 1073741824 bytes (1 GiB)"),
             "{e}"
         );
+    }
+    #[test]
+    fn sizes_round_to_the_device_alignment_and_must_fit() {
+        assert_eq!(region_size(32 << 20, MIB2, 110 << 20), Ok(32 << 20));
+        assert_eq!(region_size((32 << 20) + 1, MIB2, 110 << 20), Ok(34 << 20));
+        assert_eq!(region_size(4097, MIB2, 110 << 20), Ok(MIB2));
+        // 1 GiB alignment: one fault unit at least.
+        assert_eq!(region_size(8 << 20, 1 << 30, 4 << 30), Ok(1 << 30));
+        // Too big: the rounded size, for the message.
+        assert_eq!(region_size(1 << 30, MIB2, 110 << 20), Err(1 << 30));
+        assert_eq!(region_size((109 << 20) + 1, MIB2, 110 << 20), Ok(110 << 20));
+        assert_eq!(
+            region_size((110 << 20) + 1, MIB2, 110 << 20),
+            Err(112 << 20)
+        );
+        assert_eq!(region_size(u64::MAX - 5, MIB2, 110 << 20), Err(u64::MAX));
     }
 }

@@ -17,7 +17,6 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use hugeshm_fix::Fix;
 use hugeshm_parse::size::format_bytes;
 use hugeshm_probe::{dev_major, dev_minor, Probe};
 use hugeshm_sys::{self as sys, Mapping};
@@ -27,19 +26,7 @@ use super::fd;
 use crate::error::RegionError;
 use crate::header::{self, Decoded, HEADER_BYTES, USED_BYTES};
 use crate::model::Owner;
-
-/// A device-dax character device.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct DevDax {
-    /// The device node (`/dev/dax0.0`).
-    pub path: PathBuf,
-    /// `dax0.0`.
-    pub name: String,
-    /// Its capacity.
-    pub size_bytes: u64,
-    /// Its fault and mapping granularity (sysfs `align`).
-    pub align_bytes: u64,
-}
+pub(crate) use crate::pool::{too_big, DevDax};
 
 /// The alignment of a device whose sysfs lacks `align` (kernels before
 /// 5.10 fault at the region's alignment, 2 MiB unless set otherwise).
@@ -130,37 +117,6 @@ pub(crate) fn all(probe: &Probe) -> Vec<DevDax> {
     out
 }
 
-/// The size of a region of `requested` bytes on a device of `size_bytes`
-/// faulting `align` bytes at a time: rounded up to `align`, or `Err` with
-/// the rounded size when the device cannot hold it.
-pub(crate) fn region_size(requested: u64, align: u64, size_bytes: u64) -> Result<u64, u64> {
-    let align = align.max(1);
-    let rounded = requested
-        .checked_next_multiple_of(align)
-        .unwrap_or(u64::MAX);
-    if rounded > size_bytes {
-        Err(rounded)
-    } else {
-        Ok(rounded)
-    }
-}
-
-/// A region too large for the device: the numbers, and the fix.
-pub(crate) fn too_big(dev: &DevDax, needed: u64) -> RegionError {
-    RegionError::NoSpace {
-        path: dev.path.display().to_string(),
-        fstype: "device-dax".to_owned(),
-        needed_bytes: needed,
-        free_bytes: dev.size_bytes,
-        fix: Box::new(Fix::GrowDeviceDax {
-            device: dev.path.display().to_string(),
-            size_bytes: dev.size_bytes,
-            align_bytes: dev.align_bytes,
-            missing_bytes: needed.saturating_sub(dev.size_bytes),
-        }),
-    }
-}
-
 /// What the first bytes of a device say about creating region `name` on
 /// it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,7 +171,7 @@ pub(crate) fn object_size(head: &[u8], dev_size: u64) -> u64 {
 /// Who owns a device's region: the header's creator, unless the node
 /// belongs to a third user (neither that uid nor root); the node's mode.
 pub(crate) fn owner(head: &[u8], node: &rustix::fs::Stat) -> Owner {
-    let node_owner = super::file::owner_of(node);
+    let node_owner = fd::owner_of(node);
     match header::decode(head) {
         Decoded::Valid(h) if node_owner.uid == h.creator_uid || node_owner.uid == 0 => Owner {
             uid: h.creator_uid,
@@ -310,20 +266,6 @@ mod tests {
     use crate::model::Backend;
 
     const M2: u64 = 2 << 20;
-
-    #[test]
-    fn sizes_round_to_the_device_alignment_and_must_fit() {
-        assert_eq!(region_size(32 << 20, M2, 110 << 20), Ok(32 << 20));
-        assert_eq!(region_size((32 << 20) + 1, M2, 110 << 20), Ok(34 << 20));
-        assert_eq!(region_size(4097, M2, 110 << 20), Ok(M2));
-        // 1 GiB alignment: one fault unit at least.
-        assert_eq!(region_size(8 << 20, 1 << 30, 4 << 30), Ok(1 << 30));
-        // Too big: the rounded size, for the message.
-        assert_eq!(region_size(1 << 30, M2, 110 << 20), Err(1 << 30));
-        assert_eq!(region_size((109 << 20) + 1, M2, 110 << 20), Ok(110 << 20));
-        assert_eq!(region_size((110 << 20) + 1, M2, 110 << 20), Err(112 << 20));
-        assert_eq!(region_size(u64::MAX - 5, M2, 110 << 20), Err(u64::MAX));
-    }
 
     fn head_of(name: &str, state: HeaderState) -> Vec<u8> {
         let mut h = new_header(Some(name), Backend::Dax, 32 << 20, 32 << 20, M2, 7);

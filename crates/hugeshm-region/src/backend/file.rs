@@ -19,7 +19,7 @@ use hugeshm_sys::{self as sys, SysError};
 use rustix::fs::{FlockOperation, Mode, OFlags};
 
 use super::devdax::{self, DevDax};
-use super::fd::{self, OpenFd, UndoUnlink};
+use super::fd::{self, owner_of, OpenFd, UndoUnlink};
 use super::{
     foreign_handle, Handle, Inspected, Made, Object, Opened, OpenedInner, Place, Room, Spec,
 };
@@ -117,15 +117,6 @@ fn statfs_type(path: &Path) -> Result<(u64, u64), RegionError> {
     #[allow(clippy::unnecessary_cast)]
     let bsize = st.f_bsize as u64;
     Ok((f_type, bsize))
-}
-
-/// A file's owner and permission bits.
-#[allow(clippy::unnecessary_cast)]
-pub(crate) fn owner_of(st: &rustix::fs::Stat) -> Owner {
-    Owner {
-        uid: st.st_uid as u32,
-        mode: st.st_mode as u32 & 0o777,
-    }
 }
 
 /// The page size of a directory on hugetlbfs, `None` elsewhere.
