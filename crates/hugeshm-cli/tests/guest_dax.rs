@@ -193,6 +193,32 @@ fn guest_devdax_region_is_map_sync_held_and_refuses_others() {
         "{free:#}"
     );
 
+    // Four creators race for the free device: exactly one wins, and it is
+    // the one region on the device; the others say why; rm frees it.
+    let rcs = run.console.ok("devdax.race").unwrap();
+    println!("{rcs}");
+    let winners: Vec<&str> = rcs.lines().filter_map(|l| l.strip_suffix(" 0")).collect();
+    assert_eq!(winners.len(), 1, "{rcs}");
+    assert_eq!(rcs.lines().count(), 4, "{rcs}");
+    let errs = run.console.ok("devdax.raceerr").unwrap();
+    println!("{errs}");
+    let refused = errs
+        .lines()
+        .filter(|l| {
+            l.contains("it holds the dax region \"race") || l.contains("another process holds it")
+        })
+        .count();
+    assert_eq!(refused, 3, "{errs}");
+    let ls = json(run, "devdax.racels");
+    let on_dev: Vec<&Value> = regions(&ls)
+        .iter()
+        .filter(|x| x["object"]["path"] == dev.as_str())
+        .collect();
+    assert_eq!(on_dev.len(), 1, "{ls:#}");
+    assert_eq!(on_dev[0]["name"], winners[0], "{ls:#}");
+    let rm = json(run, "devdax.racerm");
+    assert_eq!(rm["removed"][0]["object"], dev.as_str(), "{rm:#}");
+
     // The region that meets the power-off: MAP_SYNC, verified on PMD
     // entries (pagemap), every byte present; attached by name.
     let r = json(run, "devdax.create");

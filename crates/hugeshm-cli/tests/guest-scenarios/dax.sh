@@ -67,6 +67,25 @@ else
     wait "$held"
     block devdax.rmheld hugeshm rm dh --json
     block devdax.freels hugeshm ls --json
+    # Four creators of different names race for the free device: one wins,
+    # the others are refused; rm frees it again.
+    pids=""
+    for n in 1 2 3 4; do
+        hugeshm create "race$n" --backend dax --device "$dev" --size 4M \
+            >/dev/null 2>"/tmp/race$n.err" &
+        pids="$pids $!"
+    done
+    n=0
+    : >/tmp/race.rc
+    for p in $pids; do
+        n=$((n + 1))
+        wait "$p"
+        echo "race$n $?" >>/tmp/race.rc
+    done
+    block devdax.race cat /tmp/race.rc
+    block devdax.raceerr sh -c 'cat /tmp/race*.err'
+    block devdax.racels hugeshm ls --json
+    block devdax.racerm hugeshm rm "$(awk '$2 == 0 { print $1 }' /tmp/race.rc)" --json
     # The region that meets the power-off, attached by name from another
     # process; another name on the device, and one larger than it, are
     # refused with the numbers.

@@ -24,7 +24,7 @@ use rustix::fs::{FlockOperation, Mode, OFlags};
 
 use super::fd;
 use crate::error::RegionError;
-use crate::header::{self, Decoded, HEADER_BYTES, USED_BYTES};
+use crate::header::{self, Decoded, HeaderState, HEADER_BYTES, USED_BYTES};
 use crate::model::Owner;
 pub(crate) use crate::pool::{too_big, DevDax};
 
@@ -215,9 +215,9 @@ pub(crate) fn clear_head(fd: BorrowedFd<'_>, align: u64) -> Result<(), RegionErr
     Ok(m.release()?)
 }
 
-/// Opens `dev` for a new region `name`: free (an all-zero header) and
-/// exclusively locked (nobody holds it), then share-locked like every
-/// holder. Returns the descriptor.
+/// Opens `dev` for a new region `name`: free (no header) and exclusively
+/// locked (nobody holds it). Returns the descriptor, still exclusively
+/// locked ([`write_claim`] lets go of that).
 pub(crate) fn claim_for_create(
     dev: &DevDax,
     name: Option<&str>,
@@ -254,15 +254,30 @@ pub(crate) fn claim_for_create(
         }
         Claim::Taken(reason) => return Err(RegionError::NotOurs { object, reason }),
     }
-    // Holders keep shared locks; ours replaces the exclusive one.
-    sys::flock(fd.as_fd(), FlockOperation::LockShared)?;
     Ok(fd)
+}
+
+/// Writes the new region's header, state `initializing`, into its mapping
+/// and makes it durable, while the creator still holds the device's
+/// exclusive lock; then turns that lock into the shared one every holder
+/// keeps. (`flock` drops a lock before it takes the new one: a creator that
+/// gets the device in between finds it claimed, never free.)
+pub(crate) fn write_claim(
+    fd: BorrowedFd<'_>,
+    mem: &mut Mapping,
+    h: &header::RegionHeader,
+) -> Result<(), RegionError> {
+    mem.write_at(0, &header::encode(h))?;
+    mem.store_u32_release(header::STATE_OFFSET, HeaderState::Initializing.word())?;
+    mem.persist_range(0, HEADER_BYTES as usize)?;
+    sys::flock(fd, FlockOperation::LockShared)?;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::header::{encode, new_header, HeaderState};
+    use crate::header::{encode, new_header};
     use crate::model::Backend;
 
     const M2: u64 = 2 << 20;

@@ -576,7 +576,8 @@ fn map_dax(
 }
 
 /// A region on a device-dax, from offset 0: the device claimed (nobody
-/// holds it; free), then mapped whole, `MAP_SYNC` (the device has no file
+/// holds it; free), then mapped whole and its header written (before the
+/// lock turns shared), `MAP_SYNC` (the device has no file
 /// system metadata to make durable, and always accepts it: `persist`
 /// flushes CPU caches whatever the policy), at an address aligned like the
 /// device (the kernel refuses others).
@@ -593,7 +594,17 @@ fn create_on_device(spec: &Spec<'_>, dev: &DevDax) -> Result<Made, RegionError> 
     let fd = devdax::claim_for_create(dev, spec.name, spec.backend)?;
     crate::testhook::checkpoint("name-claimed");
     let align = usize::try_from(dev.align_bytes).ok();
-    let mem = sys::mmap_fd_sync_placed(fd.as_fd(), len, 0, align)?;
+    let mut mem = sys::mmap_fd_sync_placed(fd.as_fd(), len, 0, align)?;
+    if let Err(e) = devdax::write_claim(fd.as_fd(), &mut mem, spec.header) {
+        // Whatever part of the header got there goes again.
+        if let Err(c) = devdax::clear_head(fd.as_fd(), dev.align_bytes) {
+            log::warn!(
+                "cleanup: clearing the header of {}: {c}",
+                dev.path.display()
+            );
+        }
+        return Err(e);
+    }
     Ok(Made {
         mem,
         object: Object::File(RegionFile {
