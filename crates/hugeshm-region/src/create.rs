@@ -293,7 +293,10 @@ impl RegionBuilder {
 
     /// The directory for file backends: for `hugetlbfs` a hugetlbfs mount
     /// of the page size (instead of searching `/proc/mounts`), for `posix`
-    /// a tmpfs directory (instead of `/dev/shm`).
+    /// a tmpfs directory (instead of `/dev/shm`), for `dax` a directory on
+    /// a `-o dax` mount (instead of the first one) or a device-dax
+    /// (`/dev/dax0.0`: the region takes the device from offset 0, its page
+    /// size is the device's `align`, and it must fit the device).
     pub fn directory(mut self, dir: impl Into<PathBuf>) -> Self {
         self.directory = Some(dir.into());
         self
