@@ -880,4 +880,24 @@ mod tests {
         let v = serde_json::to_value(&d).unwrap();
         assert_eq!(v["kind"], "demote");
     }
+
+    #[test]
+    fn grow_device_dax_names_the_capacity_and_the_devdax_namespace() {
+        let f = Fix::GrowDeviceDax {
+            device: "/dev/dax0.1".to_owned(),
+            size_bytes: 110 << 20,
+            align_bytes: 2 << 20,
+            missing_bytes: 914 << 20,
+        };
+        let t = f.render(Renderer::Cli);
+        assert!(
+            t.starts_with("ask for at most 110 MiB (the capacity of /dev/dax0.1)"),
+            "{t}"
+        );
+        assert!(t.contains("a namespace 914 MiB larger"), "{t}");
+        assert!(t.contains("--mode=devdax --align=2M"), "{t}");
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(v["kind"], "grow-device-dax");
+        assert_eq!(serde_json::from_value::<Fix>(v).unwrap(), f);
+    }
 }
