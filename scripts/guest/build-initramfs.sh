@@ -17,8 +17,8 @@
 #
 # What goes in: busybox (static, with a symlink per applet), the binaries,
 # numactl, ndctl and mkfs.ext4 (mke2fs, /etc/mke2fs.conf), every shared
-# library `ldd` lists for them (at the same paths), the NVDIMM and ext4
-# modules of the guest kernel (in load order, listed in
+# library `ldd` lists for them (at the same paths), the NVDIMM, device-dax
+# and ext4 modules of the guest kernel (in load order, listed in
 # /lib/modules/guest/order; a module built into that kernel is skipped),
 # scripts/guest/init as /init, and the scenario. Needs read access to
 # /lib/modules only: root is not required. Debian packages: busybox-static
@@ -139,6 +139,8 @@ modules=(
     drivers/acpi/nfit/nfit
     drivers/nvdimm/nd_btt
     drivers/nvdimm/nd_pmem
+    drivers/dax/device_dax
+    drivers/dax/dax_pmem
     crypto/crc32c_generic
     lib/crc16
     fs/mbcache

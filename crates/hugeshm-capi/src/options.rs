@@ -300,7 +300,9 @@ pub unsafe extern "C" fn hugeshm_options_set_name(
 /// The directory for file backends: for `HUGESHM_BACKEND_HUGETLBFS` a
 /// hugetlbfs mount of the page size (instead of the first one in
 /// /proc/mounts), for `HUGESHM_BACKEND_POSIX` a tmpfs directory (instead of
-/// /dev/shm). The string is copied; checked at creation.
+/// /dev/shm), for `HUGESHM_BACKEND_DAX` a directory on a `-o dax` mount or
+/// a device-dax (`/dev/dax0.0`: the region takes the device from offset
+/// 0). The string is copied; checked at creation.
 ///
 /// # Safety
 ///

@@ -111,6 +111,18 @@ pub enum Fix {
         /// Bytes missing.
         missing_bytes: u64,
     },
+    /// A region larger than the device-dax it is created on: a smaller
+    /// size, or a larger `devdax` namespace.
+    GrowDeviceDax {
+        /// The device (`/dev/dax0.0`).
+        device: String,
+        /// Its capacity.
+        size_bytes: u64,
+        /// Its alignment (regions are rounded up to it).
+        align_bytes: u64,
+        /// Bytes missing.
+        missing_bytes: u64,
+    },
     /// A DAX mapping served by 4 KiB page-table entries: what keeps the
     /// kernel from 2 MiB (PMD) ones, and how to remove it.
     AlignDax {
@@ -436,6 +448,19 @@ impl Fix {
                 "free {} on {mount}, or put it on a larger persistent memory namespace \
                  (ndctl list -N shows them; ndctl create-namespace --mode=fsdax --align=2M --size=<bytes>)",
                 human(*missing_bytes)
+            ),
+            Fix::GrowDeviceDax {
+                device,
+                size_bytes,
+                align_bytes,
+                missing_bytes,
+            } => format!(
+                "ask for at most {} (the capacity of {device}), or give it a namespace {} larger \
+                 (ndctl destroy-namespace, then ndctl create-namespace --mode=devdax --align={} \
+                 --size=<bytes>)",
+                human(*size_bytes),
+                human(*missing_bytes),
+                short_size(*align_bytes)
             ),
             Fix::AlignDax {
                 causes,
@@ -854,5 +879,25 @@ mod tests {
             .starts_with("sysctl -w vm.min_free_kbytes=67584 && echo 'vm.min_free_kbytes = 67584' > /etc/sysctl.d/"));
         let v = serde_json::to_value(&d).unwrap();
         assert_eq!(v["kind"], "demote");
+    }
+
+    #[test]
+    fn grow_device_dax_names_the_capacity_and_the_devdax_namespace() {
+        let f = Fix::GrowDeviceDax {
+            device: "/dev/dax0.1".to_owned(),
+            size_bytes: 110 << 20,
+            align_bytes: 2 << 20,
+            missing_bytes: 914 << 20,
+        };
+        let t = f.render(Renderer::Cli);
+        assert!(
+            t.starts_with("ask for at most 110 MiB (the capacity of /dev/dax0.1)"),
+            "{t}"
+        );
+        assert!(t.contains("a namespace 914 MiB larger"), "{t}");
+        assert!(t.contains("--mode=devdax --align=2M"), "{t}");
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(v["kind"], "grow-device-dax");
+        assert_eq!(serde_json::from_value::<Fix>(v).unwrap(), f);
     }
 }

@@ -118,7 +118,8 @@ impl Locator {
         self
     }
 
-    /// Looks only in this directory (file backends), as the builder's
+    /// Looks only in this directory (file backends), or on this
+    /// device-dax (`dax`), as the builder's
     /// [`directory`](crate::RegionBuilder::directory).
     pub fn directory(mut self, dir: impl Into<PathBuf>) -> Self {
         self.directory = Some(dir.into());

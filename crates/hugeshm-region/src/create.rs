@@ -293,7 +293,10 @@ impl RegionBuilder {
 
     /// The directory for file backends: for `hugetlbfs` a hugetlbfs mount
     /// of the page size (instead of searching `/proc/mounts`), for `posix`
-    /// a tmpfs directory (instead of `/dev/shm`).
+    /// a tmpfs directory (instead of `/dev/shm`), for `dax` a directory on
+    /// a `-o dax` mount (instead of the first one) or a device-dax
+    /// (`/dev/dax0.0`: the region takes the device from offset 0, its page
+    /// size is the device's `align`, and it must fit the device).
     pub fn directory(mut self, dir: impl Into<PathBuf>) -> Self {
         self.directory = Some(dir.into());
         self
@@ -357,7 +360,7 @@ impl RegionBuilder {
     ///
     /// On error nothing is left behind: no SysV segment, file, memfd,
     /// record, mapping or huge page reservation.
-    pub fn create(self) -> Result<(Region, AllocationReport), RegionError> {
+    pub fn create(mut self) -> Result<(Region, AllocationReport), RegionError> {
         let t0 = Instant::now();
         if self.numa == Placement::PerNode {
             return Err(RegionError::Unsupported(
@@ -383,7 +386,20 @@ impl RegionBuilder {
             if let Some(found) = self.inspect_existing()? {
                 match self.resolve(found, t0)? {
                     Resolved::Reused(done) => return Ok(*done),
-                    Resolved::Removed(r) => reclaimed = Some(r),
+                    Resolved::Removed(r) => {
+                        // A device-dax region is recreated on its device
+                        // unless another place is given (it is found by
+                        // name, without --device).
+                        if self.backend == Backend::Dax
+                            && self.directory.is_none()
+                            && backend::devdax::is_char_device(std::path::Path::new(
+                                &r.previous_object,
+                            ))
+                        {
+                            self.directory = Some(PathBuf::from(&r.previous_object));
+                        }
+                        reclaimed = Some(r)
+                    }
                 }
             }
             match self.create_new(t0, reclaimed.clone()) {
@@ -614,12 +630,18 @@ impl RegionBuilder {
         } else {
             self.size.max(HEADER_BYTES + 1)
         };
+        // A dax region's "directory" may be a device-dax.
+        let device = match (&self.directory, self.backend) {
+            (Some(d), Backend::Dax) => backend::devdax::resolve(d, &self.probe)?,
+            _ => None,
+        };
         let req = Request {
             backend: self.backend,
             page_size: self.page_size,
             policy: self.policy,
             requested_bytes: requested,
             directory,
+            device,
         };
         let mut plan = pool::plan(&req, host, extra)?;
         // The hugetlb cgroup's room, before anything is created: `only`

@@ -89,8 +89,9 @@
 //! ## Sharing between processes
 //!
 //! Any process attaches a named region by name ([`Region::attach`],
-//! [`Locator`] with expectations): `sysv` by its key, `hugetlbfs` and
-//! `posix` by path, `memfd` through its [record](memfd_record). Attach
+//! [`Locator`] with expectations): `sysv` by its key, `hugetlbfs`,
+//! `posix` and `dax` files by path, `dax` regions on a device-dax by the
+//! name in the device's header, `memfd` through its [record](memfd_record). Attach
 //! checks the header and refuses, with both values, what does not match:
 //! not a hugeshm object ([`RegionError::NotOurs`], which also covers
 //! another name's SysV key), a newer layout ([`RegionError::NewerLayout`]),

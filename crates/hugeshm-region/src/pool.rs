@@ -209,6 +209,8 @@ pub(crate) struct Request {
     /// The builder's directory: for `hugetlbfs` with its page size (from
     /// `statfs`), for `posix` the tmpfs directory.
     pub directory: Option<(PathBuf, Option<u64>)>,
+    /// For `dax`: the device-dax that `directory` names.
+    pub device: Option<DevDax>,
 }
 
 /// What the host offers, beyond the snapshot.
@@ -580,6 +582,9 @@ pub(crate) const DAX_PMD: u64 = 2 << 20;
 /// first such mount), 2 MiB-aligned and -sized unless base pages are asked
 /// for (PMD faults need both). No pool: the memory is the device's.
 fn dax_plan(req: &Request, host: &HostSnapshot, extra: &HostExtra) -> Result<Plan, RegionError> {
+    if let Some(dev) = &req.device {
+        return device_plan(req, dev);
+    }
     let page = match req.page_size {
         PageSize::Base => extra.base,
         PageSize::Largest => DAX_PMD,
@@ -634,6 +639,84 @@ fn dax_plan(req: &Request, host: &HostSnapshot, extra: &HostExtra) -> Result<Pla
         size_bytes: size_for(req.requested_bytes, page)?,
         backing: Backing::Dax,
         dir: Some(dir),
+        fallback: None,
+        warnings: Vec::new(),
+    })
+}
+
+/// A device-dax character device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DevDax {
+    /// The device node (`/dev/dax0.0`).
+    pub path: PathBuf,
+    /// `dax0.0`.
+    pub name: String,
+    /// Its capacity.
+    pub size_bytes: u64,
+    /// Its fault and mapping granularity (sysfs `align`).
+    pub align_bytes: u64,
+}
+
+/// The size of a region of `requested` bytes on a device of `size_bytes`
+/// faulting `align` bytes at a time: rounded up to `align`, or `Err` with
+/// the rounded size when the device cannot hold it.
+pub(crate) fn region_size(requested: u64, align: u64, size_bytes: u64) -> Result<u64, u64> {
+    let align = align.max(1);
+    let rounded = requested
+        .checked_next_multiple_of(align)
+        .unwrap_or(u64::MAX);
+    if rounded > size_bytes {
+        Err(rounded)
+    } else {
+        Ok(rounded)
+    }
+}
+
+/// A region too large for the device: the numbers, and the fix.
+pub(crate) fn too_big(dev: &DevDax, needed: u64) -> RegionError {
+    RegionError::NoSpace {
+        path: dev.path.display().to_string(),
+        fstype: "device-dax".to_owned(),
+        needed_bytes: needed,
+        free_bytes: dev.size_bytes,
+        fix: Box::new(Fix::GrowDeviceDax {
+            device: dev.path.display().to_string(),
+            size_bytes: dev.size_bytes,
+            align_bytes: dev.align_bytes,
+            missing_bytes: needed.saturating_sub(dev.size_bytes),
+        }),
+    }
+}
+
+/// A DAX region on a device-dax: the device faults (and maps) in units
+/// of its alignment, so that is the page size whatever was asked, and the
+/// size is rounded up to it; a region larger than the device is `NoSpace`
+/// with the numbers, before anything is opened.
+fn device_plan(req: &Request, dev: &DevDax) -> Result<Plan, RegionError> {
+    let align = dev.align_bytes;
+    match req.page_size {
+        PageSize::Largest => {}
+        PageSize::Huge(p) if p == align => {}
+        PageSize::Huge(p) => {
+            return Err(RegionError::UnsupportedPageSize {
+                page_size_bytes: p,
+                offered: vec![align],
+            })
+        }
+        PageSize::Base => {
+            return Err(RegionError::UnsupportedPageSize {
+                page_size_bytes: hugeshm_sys::base_page_size() as u64,
+                offered: vec![align],
+            })
+        }
+    }
+    let size = region_size(req.requested_bytes, align, dev.size_bytes)
+        .map_err(|needed| too_big(dev, needed))?;
+    Ok(Plan {
+        page_size: align,
+        size_bytes: size,
+        backing: Backing::Dax,
+        dir: Some(dev.path.clone()),
         fallback: None,
         warnings: Vec::new(),
     })
@@ -790,6 +873,7 @@ mod tests {
             policy,
             requested_bytes: bytes,
             directory: None,
+            device: None,
         }
     }
 
@@ -1114,5 +1198,71 @@ mod tests {
         )
         .unwrap();
         assert!(p.fallback.unwrap().reason.contains("[deny]"));
+    }
+
+    #[test]
+    fn a_device_dax_plan_takes_the_device_alignment_and_capacity() {
+        let dev = |align: u64| DevDax {
+            path: PathBuf::from("/dev/dax0.0"),
+            name: "dax0.0".to_owned(),
+            size_bytes: 110 * MIB2 / 2,
+            align_bytes: align,
+        };
+        let h = HostSnapshot::default();
+        let r = |page_size: PageSize, bytes: u64, d: DevDax| Request {
+            device: Some(d),
+            directory: Some((PathBuf::from("/dev/dax0.0"), None)),
+            ..req(Backend::Dax, page_size, Policy::Only, bytes)
+        };
+        let p = plan(&r(PageSize::Largest, 5 * MIB2 + 1, dev(MIB2)), &h, &extra()).unwrap();
+        assert_eq!(p.page_size, MIB2);
+        assert_eq!(p.size_bytes, 6 * MIB2);
+        assert_eq!(p.backing, Backing::Dax);
+        assert_eq!(p.dir, Some(PathBuf::from("/dev/dax0.0")));
+        // The page size is the device's: 2 MiB may be named, others not.
+        assert!(plan(&r(PageSize::Huge(MIB2), MIB2, dev(MIB2)), &h, &extra()).is_ok());
+        for ps in [PageSize::Base, PageSize::Huge(1 << 30)] {
+            let e = plan(&r(ps, MIB2, dev(MIB2)), &h, &extra()).unwrap_err();
+            assert!(
+                matches!(&e, RegionError::UnsupportedPageSize { offered, .. } if offered == &[MIB2]),
+                "{e}"
+            );
+        }
+        // Beyond the capacity: the rounded size and the capacity.
+        let e = plan(&r(PageSize::Largest, 56 * MIB2, dev(MIB2)), &h, &extra()).unwrap_err();
+        match &e {
+            RegionError::NoSpace {
+                needed_bytes,
+                free_bytes,
+                fstype,
+                ..
+            } => {
+                assert_eq!((*needed_bytes, *free_bytes), (56 * MIB2, 55 * MIB2));
+                assert_eq!(fstype, "device-dax");
+            }
+            e => panic!("{e}"),
+        }
+        // A 1 GiB-aligned device: one 1 GiB unit does not fit 110 MiB.
+        let e = plan(&r(PageSize::Largest, MIB2, dev(1 << 30)), &h, &extra()).unwrap_err();
+        assert!(
+            e.to_string().contains("needed 1073741824 bytes (1 GiB)"),
+            "{e}"
+        );
+    }
+    #[test]
+    fn sizes_round_to_the_device_alignment_and_must_fit() {
+        assert_eq!(region_size(32 << 20, MIB2, 110 << 20), Ok(32 << 20));
+        assert_eq!(region_size((32 << 20) + 1, MIB2, 110 << 20), Ok(34 << 20));
+        assert_eq!(region_size(4097, MIB2, 110 << 20), Ok(MIB2));
+        // 1 GiB alignment: one fault unit at least.
+        assert_eq!(region_size(8 << 20, 1 << 30, 4 << 30), Ok(1 << 30));
+        // Too big: the rounded size, for the message.
+        assert_eq!(region_size(1 << 30, MIB2, 110 << 20), Err(1 << 30));
+        assert_eq!(region_size((109 << 20) + 1, MIB2, 110 << 20), Ok(110 << 20));
+        assert_eq!(
+            region_size((110 << 20) + 1, MIB2, 110 << 20),
+            Err(112 << 20)
+        );
+        assert_eq!(region_size(u64::MAX - 5, MIB2, 110 << 20), Err(u64::MAX));
     }
 }

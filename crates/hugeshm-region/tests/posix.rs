@@ -171,6 +171,19 @@ fn dax_without_a_dax_file_system_is_a_clear_error() {
         e.to_string().contains("/dev/shm: not on a DAX file system"),
         "{e}"
     );
+    // A character device that is no device-dax.
+    let e = RegionBuilder::new(8 << 20)
+        .name("daxless")
+        .backend(Backend::Dax)
+        .directory("/dev/null")
+        .create()
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("/dev/null: a character device (1:3), but not device-dax"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("--mode=devdax"), "{e}");
     assert!(before
         .diff(&hugeshm_testkit::HostState::capture().unwrap())
         .is_empty());

@@ -28,7 +28,8 @@ pub struct CreateArgs {
     #[arg(long)]
     pub prefault_threads: Option<usize>,
     /// sysv, memfd, hugetlbfs, posix, anon, or dax (a file on persistent
-    /// memory mounted -o dax, mapped MAP_SYNC: durable; --dir picks the mount).
+    /// memory mounted -o dax, or a device-dax, mapped MAP_SYNC: durable; --dir
+    /// picks the mount, --device the device).
     #[arg(long, default_value = "sysv")]
     pub backend: Backend,
     /// Lock the region in memory (checked against the memlock limit first).
@@ -48,8 +49,10 @@ pub struct CreateArgs {
     /// login name; default: the effective user).
     #[arg(long, value_parser = parse_owner)]
     pub owner: Option<u32>,
-    /// Directory for file backends (a hugetlbfs mount, or a tmpfs directory).
-    #[arg(long)]
+    /// Directory for file backends (a hugetlbfs mount, a tmpfs directory,
+    /// a directory on a -o dax mount); for dax also a device-dax
+    /// (--device /dev/dax0.0: the region takes the device from offset 0).
+    #[arg(long, visible_alias = "device")]
     pub dir: Option<PathBuf>,
     /// When the name exists and nobody holds it (its creator crashed):
     /// refuse (default), reuse it keeping its contents, or recreate it.

@@ -1,6 +1,7 @@
-//! What the file-backed rooms share (`file` and `memfd`): the shared lock
-//! every holder keeps, device and inode, mapping an opened region file,
-//! and the unlink that undoes a half-made name.
+//! What the file-backed rooms share (`file`, `devdax` and `memfd`): the
+//! shared lock every holder keeps, device and inode, owner and mode,
+//! mapping an opened region file, and the unlink that undoes a half-made
+//! name.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use rustix::fs::FlockOperation;
 
 use crate::error::RegionError;
 use crate::header::Liveness;
-use crate::model::Expect;
+use crate::model::{Expect, Owner};
 
 /// How long an attacher waits for a reclaimer's exclusive lock on a file.
 const LOCK_WAIT: Duration = Duration::from_secs(5);
@@ -25,6 +26,15 @@ pub(crate) fn dev_ino(fd: BorrowedFd<'_>, what: &str) -> Result<((u32, u32), u64
     let dev = st.st_dev as u64;
     #[allow(clippy::unnecessary_cast)]
     Ok(((dev_major(dev), dev_minor(dev)), st.st_ino as u64))
+}
+
+/// A file's owner and permission bits.
+#[allow(clippy::unnecessary_cast)]
+pub(crate) fn owner_of(st: &rustix::fs::Stat) -> Owner {
+    Owner {
+        uid: st.st_uid as u32,
+        mode: st.st_mode as u32 & 0o777,
+    }
 }
 
 /// Takes a shared lock on a region file, waiting out a reclaimer's brief
@@ -73,6 +83,7 @@ pub(crate) fn map_region_file(
     fd: &OwnedFd,
     size: u64,
     exp: &Expect,
+    device_align: Option<u64>,
 ) -> Result<(Mapping, Option<u64>), RegionError> {
     let hugetlb_page = sys::hugetlbfs_page_size(fd.as_fd()).map(|p| p as u64);
     let len = usize::try_from(size).map_err(|_| RegionError::InvalidSize {
@@ -87,6 +98,12 @@ pub(crate) fn map_region_file(
     // A dax region: MAP_SYNC where the file system can (its creator's
     // policy decided whether it had to), at the 2 MiB alignment PMD faults
     // need when its size allows.
+    if let Some(a) = device_align {
+        // A device-dax region: always MAP_SYNC, at the device's alignment
+        // (the kernel refuses any other).
+        let a = usize::try_from(a).ok();
+        return Ok((sys::mmap_fd_sync_placed(fd.as_fd(), len, 0, a)?, None));
+    }
     if exp.backend == Some(crate::model::Backend::Dax) {
         let align = (size % crate::pool::DAX_PMD == 0).then_some(crate::pool::DAX_PMD as usize);
         return match sys::mmap_fd_sync_placed(fd.as_fd(), len, 0, align) {

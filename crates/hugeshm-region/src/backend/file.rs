@@ -18,7 +18,8 @@ use hugeshm_probe::{dev_major, dev_minor, Probe};
 use hugeshm_sys::{self as sys, SysError};
 use rustix::fs::{FlockOperation, Mode, OFlags};
 
-use super::fd::{self, OpenFd, UndoUnlink};
+use super::devdax::{self, DevDax};
+use super::fd::{self, owner_of, OpenFd, UndoUnlink};
 use super::{
     foreign_handle, Handle, Inspected, Made, Object, Opened, OpenedInner, Place, Room, Spec,
 };
@@ -53,6 +54,9 @@ pub(crate) struct RegionFile {
     fd: OwnedFd,
     /// Whether `path` names the file (named regions, until destroyed).
     pub linked: bool,
+    /// A device-dax's alignment: the region is the device's, from offset
+    /// 0, and destroying it clears its header instead of unlinking.
+    pub device_align: Option<u64>,
 }
 
 impl RegionFile {
@@ -62,6 +66,11 @@ impl RegionFile {
 
     pub(crate) fn destroy(&mut self) -> Result<(), RegionError> {
         if !self.linked {
+            return Ok(());
+        }
+        if let Some(align) = self.device_align {
+            devdax::clear_head(self.fd.as_fd(), align)?;
+            self.linked = false;
             return Ok(());
         }
         match std::fs::remove_file(&self.path) {
@@ -85,6 +94,8 @@ pub(crate) struct Found {
     exclusive: bool,
     dev: u64,
     ino: u64,
+    /// A device-dax's alignment (its header is cleared, not unlinked).
+    device_align: Option<u64>,
 }
 
 /// A unique name for an anonymous file region on a file system without
@@ -106,15 +117,6 @@ fn statfs_type(path: &Path) -> Result<(u64, u64), RegionError> {
     #[allow(clippy::unnecessary_cast)]
     let bsize = st.f_bsize as u64;
     Ok((f_type, bsize))
-}
-
-/// A file's owner and permission bits.
-#[allow(clippy::unnecessary_cast)]
-pub(crate) fn owner_of(st: &rustix::fs::Stat) -> Owner {
-    Owner {
-        uid: st.st_uid as u32,
-        mode: st.st_mode as u32 & 0o777,
-    }
 }
 
 /// The page size of a directory on hugetlbfs, `None` elsewhere.
@@ -194,6 +196,9 @@ fn no_space(mounts: &[Mount], path: &Path, fstype: &str, needed: u64, free: u64)
 fn candidate_paths(place: &Place<'_>, probe: &Probe) -> Vec<PathBuf> {
     let file = object_file_name(place.name);
     if let Some(d) = place.directory {
+        if place.backend == Backend::Dax && devdax::is_char_device(d) {
+            return vec![d.to_owned()];
+        }
         return vec![d.join(&file)];
     }
     let shm = Path::new(DEFAULT_POSIX_DIR).join(&file);
@@ -204,6 +209,13 @@ fn candidate_paths(place: &Place<'_>, probe: &Probe) -> Vec<PathBuf> {
             .iter()
             .filter(|m| m.is_dax())
             .map(|m| Path::new(&m.target).join(&file))
+            // Devices whose header carries the name.
+            .chain(
+                devdax::all(probe)
+                    .into_iter()
+                    .filter(|d| device_name(d).as_deref() == Some(place.name))
+                    .map(|d| d.path),
+            )
             .collect(),
         Backend::Hugetlbfs => {
             let mut out: Vec<PathBuf> = probe
@@ -221,6 +233,82 @@ fn candidate_paths(place: &Place<'_>, probe: &Probe) -> Vec<PathBuf> {
     }
 }
 
+/// The name of the region a device holds (`None`: free, unreadable, or
+/// no hugeshm header).
+fn device_name(d: &DevDax) -> Option<String> {
+    let fd = devdax::open(&d.path).ok()?;
+    match header::decode(&devdax::read_head(fd.as_fd(), d.align_bytes).ok()?) {
+        Decoded::Valid(h) => h.name,
+        _ => None,
+    }
+}
+
+/// The device-dax at `path` (after `resolve`), for a room that found a
+/// character device there.
+fn device_at(path: &Path, probe: &Probe) -> Result<DevDax, RegionError> {
+    devdax::resolve(path, probe)?.ok_or_else(|| RegionError::UnsuitableDirectory {
+        path: path.display().to_string(),
+        reason: "not a device-dax".to_owned(),
+    })
+}
+
+/// Inspects the region a device-dax holds; `None` when it holds none (or,
+/// with `name`, another name's). Listing (`name = None`) skips devices
+/// this process cannot open.
+fn inspect_device(
+    name: Option<&str>,
+    path: &Path,
+    holders: &Holders<'_>,
+) -> Result<Option<Inspected>, RegionError> {
+    let dev = device_at(path, holders.probe())?;
+    let fd = match devdax::open(path) {
+        Ok(fd) => fd,
+        Err(_) if name.is_none() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let st = rustix::fs::fstat(&fd)
+        .map_err(|e| RegionError::io(path.display().to_string(), e.into()))?;
+    let exclusive = sys::flock(fd.as_fd(), FlockOperation::NonBlockingLockExclusive)?;
+    let head = devdax::read_head(fd.as_fd(), dev.align_bytes)?;
+    let decoded = header::decode(&head);
+    let region_name = match &decoded {
+        Decoded::Unwritten => return Ok(None),
+        Decoded::Valid(h) => h.name.clone().unwrap_or_default(),
+        _ => dev.name.clone(),
+    };
+    if name.is_some_and(|n| n != region_name) {
+        return Ok(None);
+    }
+    let c = classify(decoded, name, (None, Liveness::Unknown));
+    #[allow(clippy::unnecessary_cast)]
+    let (sdev, ino) = (st.st_dev as u64, st.st_ino as u64);
+    let object = NamedObject::File {
+        path: path.display().to_string(),
+        size_bytes: devdax::object_size(&head, dev.size_bytes),
+    };
+    let mut info = info_from(
+        &region_name,
+        Backend::Dax,
+        object,
+        c,
+        holders.file((dev_major(sdev), dev_minor(sdev)), ino),
+        !exclusive,
+        None,
+    );
+    info.owner = Some(devdax::owner(&head, &st));
+    Ok(Some(Inspected {
+        info,
+        handle: Handle::File(Found {
+            path: path.to_owned(),
+            _fd: fd,
+            exclusive,
+            dev: sdev,
+            ino,
+            device_align: Some(dev.align_bytes),
+        }),
+    }))
+}
+
 /// Inspects the region file at `path`; `None` if there is none. `name =
 /// None` takes the name from the header (or the file name).
 fn inspect_path(
@@ -229,6 +317,9 @@ fn inspect_path(
     path: &Path,
     holders: &Holders<'_>,
 ) -> Result<Option<Inspected>, RegionError> {
+    if backend == Backend::Dax && devdax::is_char_device(path) {
+        return inspect_device(name, path, holders);
+    }
     let fd = match rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
         Ok(fd) => fd,
         Err(rustix::io::Errno::NOENT) => return Ok(None),
@@ -283,6 +374,7 @@ fn inspect_path(
             exclusive,
             dev,
             ino,
+            device_align: None,
         }),
     }))
 }
@@ -314,6 +406,9 @@ pub(crate) fn open_path(
     backend: Backend,
     probe: &Probe,
 ) -> Result<Opened, RegionError> {
+    if backend == Backend::Dax && devdax::is_char_device(path) {
+        return open_device(path, probe);
+    }
     let mut tries = 0;
     let (fd, st) =
         loop {
@@ -375,12 +470,46 @@ pub(crate) fn open_path(
     })
 }
 
+/// Opens, share-locks and reads the header of a device-dax region: its
+/// size is the header's (when the device holds it), its owner the
+/// header's creator (see `devdax::owner`).
+fn open_device(path: &Path, probe: &Probe) -> Result<Opened, RegionError> {
+    let dev = device_at(path, probe)?;
+    let fd = devdax::open(path)?;
+    fd::lock_shared(fd.as_fd(), &path.display().to_string())?;
+    let st = rustix::fs::fstat(&fd)
+        .map_err(|e| RegionError::io(path.display().to_string(), e.into()))?;
+    let head = devdax::read_head(fd.as_fd(), dev.align_bytes)?;
+    let creator = match header::decode(&head) {
+        Decoded::Unwritten => fd::unwritten_creator(fd.as_fd()),
+        _ => (None, Liveness::Unknown),
+    };
+    Ok(Opened {
+        object_text: path.display().to_string(),
+        size: devdax::object_size(&head, dev.size_bytes),
+        owner: devdax::owner(&head, &st),
+        head,
+        creator,
+        generation: None,
+        inner: OpenedInner::Fd(OpenFd {
+            fd,
+            path: path.to_owned(),
+            probe: probe.clone(),
+        }),
+    })
+}
+
 /// Maps an opened region file: `path` is what names it.
 pub(crate) fn map_opened(opened: Opened, exp: &Expect) -> Result<(Made, Option<u64>), RegionError> {
-    let OpenedInner::Fd(OpenFd { fd, path, .. }) = opened.inner else {
+    let OpenedInner::Fd(OpenFd { fd, path, probe }) = opened.inner else {
         return Err(foreign_handle("file"));
     };
-    let (mem, page) = fd::map_region_file(&fd, opened.size, exp)?;
+    let device_align = if devdax::is_char_device(&path) {
+        Some(device_at(&path, &probe)?.align_bytes)
+    } else {
+        None
+    };
+    let (mem, page) = fd::map_region_file(&fd, opened.size, exp, device_align)?;
     Ok((
         Made {
             mem,
@@ -388,6 +517,7 @@ pub(crate) fn map_opened(opened: Opened, exp: &Expect) -> Result<(Made, Option<u
                 path,
                 fd,
                 linked: true,
+                device_align,
             }),
         },
         page,
@@ -445,6 +575,47 @@ fn map_dax(
     }
 }
 
+/// A region on a device-dax, from offset 0: the device claimed (nobody
+/// holds it; free), then mapped whole and its header written (before the
+/// lock turns shared), `MAP_SYNC` (the device has no file
+/// system metadata to make durable, and always accepts it: `persist`
+/// flushes CPU caches whatever the policy), at an address aligned like the
+/// device (the kernel refuses others).
+fn create_on_device(spec: &Spec<'_>, dev: &DevDax) -> Result<Made, RegionError> {
+    let size = spec.plan.size_bytes;
+    if size > dev.size_bytes {
+        return Err(devdax::too_big(dev, size));
+    }
+    let len = usize::try_from(size).map_err(|_| RegionError::InvalidSize {
+        requested_bytes: size,
+        reason: "does not fit in usize".to_owned(),
+        fix: None,
+    })?;
+    let fd = devdax::claim_for_create(dev, spec.name, spec.backend)?;
+    crate::testhook::checkpoint("name-claimed");
+    let align = usize::try_from(dev.align_bytes).ok();
+    let mut mem = sys::mmap_fd_sync_placed(fd.as_fd(), len, 0, align)?;
+    if let Err(e) = devdax::write_claim(fd.as_fd(), &mut mem, spec.header) {
+        // Whatever part of the header got there goes again.
+        if let Err(c) = devdax::clear_head(fd.as_fd(), dev.align_bytes) {
+            log::warn!(
+                "cleanup: clearing the header of {}: {c}",
+                dev.path.display()
+            );
+        }
+        return Err(e);
+    }
+    Ok(Made {
+        mem,
+        object: Object::File(RegionFile {
+            path: dev.path.clone(),
+            fd,
+            linked: true,
+            device_align: Some(dev.align_bytes),
+        }),
+    })
+}
+
 impl Room for File {
     fn create(&self, spec: &Spec<'_>) -> Result<Made, RegionError> {
         let plan = spec.plan;
@@ -462,6 +633,9 @@ impl Room for File {
             RegionError::Unsupported("internal: a file plan without a directory".into())
         })?;
         let dax = plan.backing == Backing::Dax;
+        if dax && devdax::is_char_device(&dir) {
+            return create_on_device(spec, &device_at(&dir, spec.probe)?);
+        }
         // A dax plan's directory is on a DAX mount (checked by the plan).
         let fstype = if dax { "dax" } else { check_dir(&dir, huge)? };
         // Space on the file system, before creating anything.
@@ -590,6 +764,7 @@ impl Room for File {
                 path: path.unwrap_or(dir),
                 fd,
                 linked,
+                device_align: None,
             }),
         })
     }
@@ -631,12 +806,17 @@ impl Room for File {
             exclusive,
             dev,
             ino,
+            device_align,
         }) = found.handle
         else {
             return Err(foreign_handle("file"));
         };
         if !exclusive {
             return Err(super::in_use(&found.info, None));
+        }
+        // A device's region goes with its header (the lock is held).
+        if let Some(align) = device_align {
+            return devdax::clear_head(fd.as_fd(), align);
         }
         // Still the file we locked? (The lock is held across the unlink: an
         // attacher that opened it meanwhile waits, then sees the name gone
@@ -680,6 +860,11 @@ impl Room for File {
                 if let Ok(Some(ins)) = inspect_path(None, backend, &path, holders) {
                     out.push(ins.info);
                 }
+            }
+        }
+        for d in devdax::all(holders.probe()) {
+            if let Ok(Some(ins)) = inspect_device(None, &d.path, holders) {
+                out.push(ins.info);
             }
         }
         out

@@ -431,7 +431,7 @@ impl Room for Memfd {
         let OpenedInner::Fd(OpenFd { fd, path, probe }) = opened.inner else {
             return Err(foreign_handle("memfd"));
         };
-        let (mem, page) = fd::map_region_file(&fd, opened.size, exp)?;
+        let (mem, page) = fd::map_region_file(&fd, opened.size, exp, None)?;
         let (dev, ino) = fd::dev_ino(fd.as_fd(), &opened.object_text)?;
         let record = generation.map(|generation| RecordRef {
             path,

@@ -9,7 +9,7 @@
 //! | room | backends | object |
 //! |---|---|---|
 //! | [`sysv`] | `sysv` | System V segment, key from the name |
-//! | [`file`] | `hugetlbfs`, `posix`, `dax` | a file on hugetlbfs, tmpfs or a DAX file system |
+//! | [`file`] | `hugetlbfs`, `posix`, `dax` | a file on hugetlbfs, tmpfs or a DAX file system; for `dax` also a device-dax ([`devdax`]) |
 //! | [`memfd`] | `memfd` | a memfd and its record in `/dev/shm` |
 //! | [`anon`] | `anon` | shared anonymous memory |
 //!
@@ -17,6 +17,7 @@
 //! do with an orphan and how to pre-fault are `attach`'s and `create`'s.
 
 pub(crate) mod anon;
+pub(crate) mod devdax;
 mod fd;
 pub(crate) mod file;
 pub(crate) mod memfd;
@@ -190,6 +191,8 @@ impl Object {
     /// where that cannot be read.
     pub(crate) fn allocated_bytes(&self, mem: &Mapping) -> Option<u64> {
         let st = match self {
+            // A device-dax region is the device's memory, all of it there.
+            Object::File(f) if f.device_align.is_some() => return Some(mem.len() as u64),
             Object::Sysv(_) => {
                 let link = format!(
                     "/proc/self/map_files/{:x}-{:x}",
