@@ -21,6 +21,10 @@ pub struct SysvSegment {
     pub cpid: i32,
     /// Owner uid.
     pub uid: u32,
+    /// Its creator was alive when the snapshot was taken and is not this
+    /// process or one of its descendants: another program's segment (a
+    /// bench or test run beside this one), left out of [`HostState::diff`].
+    pub foreign: bool,
 }
 
 /// Counters of one huge page size (from its sysfs directory).
@@ -58,6 +62,9 @@ impl HostState {
         let shm = std::fs::read_to_string("/proc/sysvipc/shm")
             .map_err(|e| format!("read /proc/sysvipc/shm: {e}"))?;
         state.sysv = parse_sysvipc_shm(&shm)?;
+        for seg in state.sysv.values_mut() {
+            seg.foreign = u32::try_from(seg.cpid).is_ok_and(is_foreign);
+        }
         let root = Path::new(HUGEPAGES_SYSFS);
         if let Ok(rd) = std::fs::read_dir(root) {
             for entry in rd.filter_map(|e| e.ok()) {
@@ -97,11 +104,14 @@ impl HostState {
     /// What changed from `self` to `later`, one line per change: new or
     /// vanished System V segments, changed huge page counters, new or
     /// vanished files in hugetlbfs mounts and `/dev/shm`. Empty means no
-    /// leak. (Attachment counts of segments that exist in both are ignored.)
+    /// leak. (Attachment counts of segments that exist in both are ignored,
+    /// and so are segments of live processes outside this process's tree:
+    /// see [`SysvSegment::foreign`].)
     pub fn diff(&self, later: &HostState) -> Vec<String> {
         let mut out = Vec::new();
         for (id, seg) in &later.sysv {
             match self.sysv.get(id) {
+                None if seg.foreign => {}
                 None => out.push(format!(
                     "new SysV segment shmid={id} key={:#010x} size={} nattch={} cpid={} uid={}",
                     seg.key as u32, seg.size, seg.nattch, seg.cpid, seg.uid
@@ -114,7 +124,7 @@ impl HostState {
             }
         }
         for (id, seg) in &self.sysv {
-            if !later.sysv.contains_key(id) {
+            if !seg.foreign && !later.sysv.contains_key(id) {
                 out.push(format!(
                     "SysV segment shmid={id} key={:#010x} size={} disappeared",
                     seg.key as u32, seg.size
@@ -172,10 +182,41 @@ fn parse_sysvipc_shm(text: &str) -> Result<BTreeMap<i32, SysvSegment>, String> {
                 nattch: s.nattch,
                 cpid: s.cpid as i32,
                 uid: s.uid,
+                foreign: false,
             };
             (s.shmid, seg)
         })
         .collect())
+}
+
+/// Whether `pid` is alive and neither this process nor a descendant of it
+/// (its parent chain in `/proc/PID/stat` does not reach this process). A
+/// dead creator is not foreign: its segment may be this test's leak.
+fn is_foreign(pid: u32) -> bool {
+    let me = std::process::id();
+    let mut p = pid;
+    for _ in 0..64 {
+        if p == me {
+            return false;
+        }
+        if p <= 1 {
+            return true;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            // Dead (or exited while walking): not provably foreign.
+            return p != pid;
+        };
+        // The parent pid is the second field after the ")" that ends comm.
+        let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|f| f.parse::<u32>().ok())
+        else {
+            return false;
+        };
+        p = ppid;
+    }
+    false
 }
 
 /// Mount points of hugetlbfs in `/proc/mounts` text (unreadable lines skipped).
@@ -224,6 +265,7 @@ mod tests {
                 size: 2097152,
                 nattch: 1,
                 cpid: 1234,
+                foreign: false,
                 uid: 0
             }
         );
@@ -271,6 +313,7 @@ mod tests {
                 nattch: 0,
                 cpid: 9,
                 uid: 0,
+                foreign: false,
             },
         );
         b.pools.get_mut(&2048).unwrap().free = 7;
@@ -289,6 +332,36 @@ mod tests {
         );
         let back = b.diff(&a);
         assert!(back[0].starts_with("SysV segment shmid=7"), "{back:?}");
+    }
+
+    #[test]
+    fn segments_of_other_live_processes_are_foreign() {
+        assert!(!is_foreign(std::process::id()));
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert!(!is_foreign(child.id()), "a child is ours");
+        let _ = child.kill();
+        let _ = child.wait();
+        // pid 1 is alive and an ancestor, not a descendant.
+        assert!(is_foreign(1));
+        // Another process's segment appearing or vanishing is not a leak.
+        let a = HostState::default();
+        let mut b = a.clone();
+        b.sysv.insert(
+            3,
+            SysvSegment {
+                key: 0,
+                size: 4096,
+                nattch: 1,
+                cpid: 1,
+                uid: 0,
+                foreign: true,
+            },
+        );
+        assert!(a.diff(&b).is_empty());
+        assert!(b.diff(&a).is_empty());
     }
 
     #[test]
