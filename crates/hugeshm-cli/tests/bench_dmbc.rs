@@ -2,7 +2,8 @@
 //! system (no DAX here: the direct mode maps the page cache, and the report
 //! must say so). The JSON is read back: the direct mode copies no bytes on
 //! reads and does fewer physical reads than the classic mode, the counters
-//! add up, and the data file is gone afterwards.
+//! add up, and the data file is gone afterwards; once in this process,
+//! once in three forked ones sharing the cache.
 
 mod common;
 
@@ -15,12 +16,26 @@ fn f(v: &Value) -> f64 {
 
 #[test]
 fn bench_dmbc_small_real_run() {
-    let dir = std::env::temp_dir().join(format!("t-dmbc-{}", std::process::id()));
+    small_run(1);
+}
+
+/// Three forked processes on the one cache: the same invariants over
+/// their summed counters.
+#[test]
+fn bench_dmbc_small_real_run_in_three_processes() {
+    small_run(3);
+}
+
+fn small_run(workers: u32) {
+    let dir = std::env::temp_dir().join(format!("t-dmbc-{}-{workers}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let d = dir.to_str().unwrap();
+    let w = workers.to_string();
     let v = json(hugeshm(&[
         "bench",
         "dmbc",
+        "--workers",
+        &w,
         "--dir",
         d,
         "--data-size",
@@ -49,6 +64,7 @@ fn bench_dmbc_small_real_run() {
         );
     }
     assert_eq!(f(&v["options"]["data_size_bytes"]), 16.0 * 1048576.0);
+    assert_eq!(f(&v["options"]["workers"]), f64::from(workers));
     for m in [c, dm] {
         let tx = f(&m["transactions"]);
         assert!(tx > 0.0 && f(&m["tps"]) > 0.0, "{m:#}");

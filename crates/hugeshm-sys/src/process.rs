@@ -23,7 +23,16 @@ pub fn thread_count() -> Result<usize, SysError> {
 /// multi-threaded process inherits locks (the allocator's among them) that
 /// threads which do not exist in it hold forever.
 pub fn fork_child(f: impl FnOnce() -> i32) -> Result<u32, SysError> {
-    let threads = thread_count()?;
+    // A thread just joined may still be listed for a moment while the
+    // kernel finishes its exit: wait up to about 200 ms for it to go.
+    let mut threads = thread_count()?;
+    for _ in 0..200 {
+        if threads == 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        threads = thread_count()?;
+    }
     if threads != 1 {
         return Err(SysError::invalid(
             "fork()".to_owned(),

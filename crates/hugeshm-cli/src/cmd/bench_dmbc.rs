@@ -56,6 +56,10 @@ pub struct Args {
     /// Seconds of the timed run of each mode (after a warm-up run as long).
     #[arg(long, default_value_t = 3.0)]
     pub duration: f64,
+    /// Processes working on the one cache at once (forked: the field
+    /// report's sessions); 1 runs in this process.
+    #[arg(long, default_value_t = 1)]
+    pub workers: u32,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -80,6 +84,13 @@ pub struct Options {
     pub dist: Dist,
     /// Seconds of each timed run.
     pub duration_seconds: f64,
+    /// Processes working on the cache at once.
+    #[serde(default = "one")]
+    pub workers: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Args {
@@ -94,6 +105,7 @@ impl Args {
             write_pct: self.write_pct,
             dist: self.dist,
             duration_seconds: self.duration,
+            workers: self.workers,
         }
     }
 }
@@ -217,7 +229,7 @@ impl Drop for RemoveOnDrop {
 }
 
 /// Counters of one run beside the cache's.
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 struct Loop {
     transactions: u64,
     read_copies: u64,
@@ -262,6 +274,103 @@ fn drive(
     Ok((l, start.elapsed().as_secs_f64()))
 }
 
+/// One process's timed run.
+#[derive(Serialize, Deserialize)]
+struct ProcRun {
+    counters: Loop,
+    seconds: f64,
+    stats: Stats,
+}
+
+/// A warm-up run, then a timed one with fresh counters (process `i`'s
+/// seeds).
+fn warm_then_timed(
+    cache: &Cache,
+    o: &Options,
+    picker: &Picker,
+    i: u64,
+    d: Duration,
+) -> anyhow::Result<ProcRun> {
+    drive(cache, o, picker, 1 + 2 * i, d)?;
+    cache.reset_stats();
+    let (counters, seconds) = drive(cache, o, picker, 2 + 2 * i, d)?;
+    Ok(ProcRun {
+        counters,
+        seconds,
+        stats: cache.stats(),
+    })
+}
+
+/// `o.workers` forked processes run [`warm_then_timed`] on the one cache
+/// at once, each sending its figures back through a pipe; their sums, and
+/// the longest timed run.
+fn in_workers(
+    cache: &Cache,
+    o: &Options,
+    picker: &Picker,
+    d: Duration,
+) -> anyhow::Result<(Loop, f64, Stats)> {
+    use std::io::{Read, Write};
+    let mut kids = Vec::new();
+    let reap = |kids: &mut Vec<(u32, std::fs::File)>| {
+        for (pid, _) in kids.drain(..) {
+            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+            }
+            let _ = hugeshm_sys::wait_child(pid);
+        }
+    };
+    for i in 0..o.workers {
+        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let w = &w;
+        // fork needs one thread: the interrupt handler's waits.
+        let forked = crate::interrupt::paused(|| {
+            hugeshm_sys::fork_child(move || {
+                let Ok(run) = warm_then_timed(cache, o, picker, u64::from(i), d) else {
+                    return 1;
+                };
+                let mut f = std::fs::File::from(w.try_clone().expect("dup"));
+                match serde_json::to_vec(&run).map(|b| f.write_all(&b)) {
+                    Ok(Ok(())) => 0,
+                    _ => 1,
+                }
+            })
+        });
+        match forked {
+            Ok(pid) => kids.push((pid, std::fs::File::from(r))),
+            Err(e) => {
+                reap(&mut kids);
+                anyhow::bail!("forking worker {i} of {}: {e}", o.workers);
+            }
+        }
+    }
+    let (mut sum, mut longest, mut stats) = (Loop::default(), 0.0f64, Stats::default());
+    let mut failed = Vec::new();
+    for (pid, mut f) in std::mem::take(&mut kids) {
+        let mut text = Vec::new();
+        let read = f.read_to_end(&mut text);
+        let code = hugeshm_sys::wait_child(pid).unwrap_or(-1);
+        match (read, serde_json::from_slice::<ProcRun>(&text)) {
+            (Ok(_), Ok(run)) if code == 0 => {
+                sum.transactions += run.counters.transactions;
+                sum.read_copies += run.counters.read_copies;
+                sum.checksum = sum.checksum.wrapping_add(run.counters.checksum);
+                longest = longest.max(run.seconds);
+                stats.add(&run.stats);
+            }
+            _ => failed.push(format!("pid {pid} exit {code}")),
+        }
+    }
+    anyhow::ensure!(
+        failed.is_empty(),
+        "{} of {} workers failed ({})",
+        failed.len(),
+        o.workers,
+        failed.join(", ")
+    );
+    Ok((sum, longest, stats))
+}
+
 /// One mode: a cache in a fresh anonymous region of base pages over the
 /// data file, a warm-up run, a timed run, a checkpoint.
 fn measure_mode(o: &Options, data: &Path, mode: Mode) -> anyhow::Result<(ModeRun, Option<bool>)> {
@@ -277,10 +386,12 @@ fn measure_mode(o: &Options, data: &Path, mode: Mode) -> anyhow::Result<(ModeRun
     let cache = Cache::create_with(region, data, bs, Some(layout.buffers), mode)?;
     let picker = Picker::new(o.dist, cache.data_blocks());
     let d = Duration::from_secs_f64(o.duration_seconds);
-    drive(&cache, o, &picker, 1, d)?;
-    cache.reset_stats();
-    let (l, seconds) = drive(&cache, o, &picker, 2, d)?;
-    let stats = cache.stats();
+    let (l, seconds, stats) = if o.workers <= 1 {
+        let run = warm_then_timed(&cache, o, &picker, 0, d)?;
+        (run.counters, run.seconds, run.stats)
+    } else {
+        in_workers(&cache, o, &picker, d)?
+    };
     cache.checkpoint()?;
     let dax = cache.data_is_dax();
     let per = |n: u64, by: f64| if by > 0.0 { n as f64 / by } else { 0.0 };
@@ -332,6 +443,11 @@ pub fn measure(roots: &Roots, o: &Options) -> anyhow::Result<Report> {
         o.cache_size_bytes,
         o.data_size_bytes,
         o.block_size
+    );
+    anyhow::ensure!(
+        (1..=1024).contains(&o.workers),
+        "--workers {} must be from 1 to 1024",
+        o.workers
     );
     anyhow::ensure!(
         o.write_pct <= 100,
@@ -416,7 +532,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     }
     out.line(format!(
         "Directly mapped buffer cache: {} data file in {}, {} of buffers ({} blocks of {}), \
-         {} blocks per transaction, {}% updates, {} access; {} s per mode after a warm-up",
+         {} blocks per transaction, {}% updates, {} access, {} process{}; {} s per mode after a warm-up",
         format_bytes(o.data_size_bytes),
         o.dir.display(),
         format_bytes(o.cache_size_bytes),
@@ -425,6 +541,8 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         o.blocks_per_tx,
         o.write_pct,
         o.dist,
+        o.workers,
+        if o.workers == 1 { "" } else { "es" },
         o.duration_seconds
     ))?;
     out.line(r.note.clone())?;

@@ -54,6 +54,7 @@ impl Lab for Dmbc {
             write_pct: 10,
             dist: Dist::Zipf,
             duration_seconds: if ctx.quick { 0.3 } else { 3.0 },
+            workers: 1,
         };
         (ctx.progress)("dmbc: classic and direct mode");
         let r = measure(&ctx.probe.roots, &o)?;
