@@ -601,12 +601,15 @@ fn dax_plan(req: &Request, host: &HostSnapshot, extra: &HostExtra) -> Result<Pla
     } else {
         page
     };
-    let dax_mounts: Vec<&hugeshm_parse::mounts::Mount> =
-        host.mounts.iter().filter(|m| m.is_dax()).collect();
+    // dax=always first: every file there is DAX; on dax=inode the region's
+    // file gets the flag (backend/file.rs).
+    let mut dax_mounts: Vec<&hugeshm_parse::mounts::Mount> =
+        host.mounts.iter().filter(|m| m.may_dax()).collect();
+    dax_mounts.sort_by_key(|m| !m.is_dax());
     let dir = match &req.directory {
         Some((d, _)) => {
             match mount_of(&host.mounts, d) {
-                Some(m) if m.is_dax() => {}
+                Some(m) if m.may_dax() => {}
                 other => {
                     return Err(RegionError::UnsuitableDirectory {
                         path: d.display().to_string(),
