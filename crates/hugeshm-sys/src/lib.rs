@@ -1338,8 +1338,7 @@ struct FsXattr {
 /// 'chattr +x'`), what a `dax=inode` mount (ext4, xfs) reads.
 const FS_XFLAG_DAX: u32 = 0x0000_8000;
 const FS_IOC_FSGETXATTR: rustix::ioctl::Opcode = rustix::ioctl::opcode::read::<FsXattr>(b'X', 31);
-const FS_IOC_FSSETXATTR: rustix::ioctl::Opcode =
-    rustix::ioctl::opcode::write::<FsXattr>(b'X', 32);
+const FS_IOC_FSSETXATTR: rustix::ioctl::Opcode = rustix::ioctl::opcode::write::<FsXattr>(b'X', 32);
 
 fn fs_xattr(fd: BorrowedFd<'_>) -> Result<FsXattr, SysError> {
     // SAFETY: FS_IOC_FSGETXATTR writes one `struct fsxattr`, which FsXattr

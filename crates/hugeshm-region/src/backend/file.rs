@@ -730,11 +730,7 @@ impl Room for File {
         // O_TMPFILE on this file system fall back to O_CREAT|O_EXCL on the
         // name, then the lock.
         let inode_dax = dax && mount_of(&spec.host.mounts, &dir).is_some_and(|m| m.is_dax_inode());
-        let staging = if inode_dax {
-            dax_staging(&dir)?
-        } else {
-            None
-        };
+        let staging = if inode_dax { dax_staging(&dir)? } else { None };
         let tmp_dir = staging.as_ref().map_or(dir.as_path(), |s| s.0.as_path());
         let (fd, linked_by_open) = match sys::open_tmpfile(tmp_dir, spec.mode) {
             Ok(fd) => (fd, false),
