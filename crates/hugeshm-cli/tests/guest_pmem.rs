@@ -260,3 +260,159 @@ fn guest_segments_tell_pmd_from_4k_dax_faults() {
     let files = run.console.ok("pmem.files").unwrap();
     assert!(!files.contains("aligned"), "{files}");
 }
+
+/// The `dax` segment mapped by the process of `procs` (a testproc's JSON
+/// line) whose file is `path`.
+fn mapping_of<'a>(doc: &'a Value, path: &str) -> (&'a Value, &'a Value) {
+    let s = dax_segment(doc, path);
+    (s, &s["dax"]["mappings"][0])
+}
+
+#[test]
+fn guest_dax_inode_files_without_the_flag_are_page_cache() {
+    let Some(run) = guest_run("guest_dax_inode_files_without_the_flag_are_page_cache") else {
+        return;
+    };
+    println!("{}", run.console.ok("pmem.inode.lsattr").unwrap());
+    println!("{}", run.console.ok("pmem.inode.segments").unwrap());
+    let doc = run
+        .console
+        .json("pmem.inode.segments.json")
+        .unwrap_or_else(|e| panic!("{e}"));
+    const M16: u64 = 16 << 20;
+
+    // Created in a directory with the flag: DAX from its creation, on PMD
+    // entries, no finding.
+    let (on, m) = mapping_of(&doc, "/mnt/pmem/flagged/on");
+    let d = &on["dax"];
+    assert_eq!(d["dax"], "inode", "{d:#}");
+    assert_eq!(
+        d["file"],
+        serde_json::json!({"dax": true, "flag": true}),
+        "{d:#}"
+    );
+    assert_eq!(m["faults"], "pmd", "{m:#}");
+    assert_eq!(on["page_size_bytes"].as_u64(), Some(2 << 20), "{on:#}");
+    assert_eq!(on["resident_bytes"].as_u64(), Some(M16), "{on:#}");
+    assert!(codes(&on["findings"]).is_empty(), "{on:#}");
+
+    // Without the flag: the page cache, judged so (not 4 KiB DAX faults),
+    // its pages counted by smaps; the finding and the fix.
+    let (off, m) = mapping_of(&doc, "/mnt/pmem/off");
+    let d = &off["dax"];
+    assert_eq!(
+        d["file"],
+        serde_json::json!({"dax": false, "flag": false}),
+        "{d:#}"
+    );
+    assert_eq!(m["faults"], "page-cache", "{m:#}");
+    assert_eq!(m["pte_table_bytes"].as_u64(), Some(0), "{m:#}");
+    assert_eq!(off["page_size_bytes"].as_u64(), Some(4096), "{off:#}");
+    assert_eq!(off["resident_bytes"].as_u64(), Some(M16), "{off:#}");
+    assert_eq!(codes(&off["findings"]), ["dax-page-cache"], "{off:#}");
+    let f = &off["findings"][0];
+    let msg = f["message"].as_str().unwrap();
+    assert!(
+        msg.contains(
+            "/mnt/pmem/off is on the dax=inode mount /mnt/pmem and is not DAX (it has no DAX flag): pid "
+        ),
+        "{msg}"
+    );
+    let fix = f["fix"].as_str().unwrap();
+    assert!(
+        fix.starts_with("set its DAX flag: chattr +x /mnt/pmem/off;"),
+        "{fix}"
+    );
+
+    // Given the flag while mapped: set, not in force.
+    let (late, m) = mapping_of(&doc, "/mnt/pmem/late");
+    let d = &late["dax"];
+    assert_eq!(
+        d["file"],
+        serde_json::json!({"dax": false, "flag": true}),
+        "{d:#}"
+    );
+    assert_eq!(m["faults"], "page-cache", "{m:#}");
+    let f = &late["findings"][0];
+    assert_eq!(f["code"], "dax-page-cache", "{late:#}");
+    assert!(
+        f["fix"]
+            .as_str()
+            .unwrap()
+            .starts_with("its DAX flag is set but not in force"),
+        "{f:#}"
+    );
+    // The flags as lsattr shows them (x: DAX).
+    let attrs = run.console.ok("pmem.inode.lsattr").unwrap();
+    let has_x = |p: &str| {
+        attrs
+            .lines()
+            .find(|l| l.ends_with(&format!(" {p}")))
+            .unwrap_or_else(|| panic!("{p}: {attrs}"))
+            .split(' ')
+            .next()
+            .unwrap()
+            .contains('x')
+    };
+    assert!(
+        has_x("/mnt/pmem/flagged") && has_x("/mnt/pmem/flagged/on"),
+        "{attrs}"
+    );
+    assert!(
+        !has_x("/mnt/pmem/off") && has_x("/mnt/pmem/late"),
+        "{attrs}"
+    );
+}
+
+#[test]
+fn guest_dax_region_on_a_dax_inode_mount_has_the_flag_and_map_sync() {
+    let Some(run) = guest_run("guest_dax_region_on_a_dax_inode_mount_has_the_flag_and_map_sync")
+    else {
+        return;
+    };
+    let r = run
+        .console
+        .json("pmem.inode.create")
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("{r:#}");
+    assert_eq!(r["backend"], "dax", "{r:#}");
+    assert_eq!(r["path"], "/mnt/pmem/hugeshm.pi", "{r:#}");
+    assert_eq!(r["map_sync"], true, "{r:#}");
+    assert_eq!(r["fell_back"], false, "{r:#}");
+    assert_eq!(
+        r["verified_page_size_bytes"].as_u64(),
+        Some(2 << 20),
+        "{r:#}"
+    );
+    let attr = run.console.ok("pmem.inode.regionattr").unwrap();
+    println!("{attr}");
+    let flags = attr.split(' ').next().unwrap();
+    assert!(flags.contains('x'), "{attr}");
+    // In a directory that has the flag: the same, made there.
+    let f = run
+        .console
+        .json("pmem.inode.createflagged")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(f["path"], "/mnt/pmem/flagged/hugeshm.pf", "{f:#}");
+    assert_eq!(f["map_sync"], true, "{f:#}");
+    // Both listed (ls looks on dax=inode mounts), then removed by name.
+    let ls = run
+        .console
+        .json("pmem.inode.ls")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<&str> = ls["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["backend"] == "dax")
+        .map(|x| x["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"pi"), "{ls:#}");
+    run.console.ok("pmem.inode.rm").unwrap();
+    run.console.ok("pmem.inode.rmflagged").unwrap();
+    // Nothing left: no region file, no staging directory, no mount.
+    let files = run.console.ok("pmem.inode.files").unwrap();
+    assert!(!files.contains("hugeshm"), "{files}");
+    let after = run.console.ok("pmem.inode.after").unwrap();
+    assert!(!after.contains("/mnt/pmem"), "{after}");
+}

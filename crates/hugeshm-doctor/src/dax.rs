@@ -411,12 +411,14 @@ fn page_cache_finding(label: &str, path: Option<&str>, info: &DaxInfo) -> Option
     let file = info.file.filter(|f| f.dax == Some(false))?;
     let pids: Vec<String> = info.mappings.iter().map(|m| m.pid.to_string()).collect();
     let flag = match file.flag {
-        Some(true) => "its DAX flag is set but not in force (the kernel applies it when it loads the inode again)",
+        Some(true) => {
+            "its DAX flag is set but not in force: the kernel applies it when it loads the inode again"
+        }
         Some(false) => "it has no DAX flag",
-        None => "the kernel does not serve it by DAX",
+        None => "its DAX flag could not be read",
     };
     let message = format!(
-        "{label} is on the dax=inode mount {} but {flag}: {} map{} it through the page cache, \
+        "{label} is on the dax=inode mount {} and is not DAX ({flag}): {} map{} it through the page cache, \
          a copy of its blocks in DRAM on 4 KiB pages; no MAP_SYNC, and writes reach persistent \
          memory only with msync or fsync",
         info.mount.as_deref().unwrap_or("?"),
@@ -630,7 +632,7 @@ mod tests {
         assert_eq!(codes(&f), ["dax-page-cache"]);
         assert!(
             f[0].message.contains(
-                "/mnt/pmem/plain is on the dax=inode mount /mnt/pmem but it has no DAX flag: pid 42 maps it through the page cache"
+                "/mnt/pmem/plain is on the dax=inode mount /mnt/pmem and is not DAX (it has no DAX flag): pid 42 maps it through the page cache"
             ),
             "{}",
             f[0].message
