@@ -388,14 +388,7 @@ fn guest_dax_region_on_a_dax_inode_mount_has_the_flag_and_map_sync() {
     println!("{attr}");
     let flags = attr.split(' ').next().unwrap();
     assert!(flags.contains('x'), "{attr}");
-    // In a directory that has the flag: the same, made there.
-    let f = run
-        .console
-        .json("pmem.inode.createflagged")
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(f["path"], "/mnt/pmem/flagged/hugeshm.pf", "{f:#}");
-    assert_eq!(f["map_sync"], true, "{f:#}");
-    // Both listed (ls looks on dax=inode mounts), then removed by name.
+    // Listed (ls looks on dax=inode mounts), then removed by name.
     let ls = run
         .console
         .json("pmem.inode.ls")
@@ -408,8 +401,29 @@ fn guest_dax_region_on_a_dax_inode_mount_has_the_flag_and_map_sync() {
         .map(|x| x["name"].as_str().unwrap())
         .collect();
     assert!(names.contains(&"pi"), "{ls:#}");
-    run.console.ok("pmem.inode.rm").unwrap();
-    run.console.ok("pmem.inode.rmflagged").unwrap();
+    let rm = run
+        .console
+        .json("pmem.inode.rm")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rm["removed"][0]["object"], "/mnt/pmem/hugeshm.pi", "{rm:#}");
+    // In a directory that has the flag (the mount's root, found by
+    // default): made there directly, the same.
+    let f = run
+        .console
+        .json("pmem.inode.createflagged")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(f["path"], "/mnt/pmem/hugeshm.pf", "{f:#}");
+    assert_eq!(f["map_sync"], true, "{f:#}");
+    assert_eq!(
+        f["verified_page_size_bytes"].as_u64(),
+        Some(2 << 20),
+        "{f:#}"
+    );
+    let rm = run
+        .console
+        .json("pmem.inode.rmflagged")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rm["removed"][0]["object"], "/mnt/pmem/hugeshm.pf", "{rm:#}");
     // Nothing left: no region file, no staging directory, no mount.
     let files = run.console.ok("pmem.inode.files").unwrap();
     assert!(!files.contains("hugeshm"), "{files}");

@@ -73,12 +73,12 @@ wait
 block pmem.inode.create hugeshm create pi --backend dax --dir /mnt/pmem --size 8M \
     --policy only --json
 block pmem.inode.regionattr lsattr /mnt/pmem/hugeshm.pi
-# In a directory with the flag: made there directly.
-block pmem.inode.createflagged hugeshm create pf --backend dax --dir /mnt/pmem/flagged \
-    --size 4M --policy only --json
 block pmem.inode.ls hugeshm ls --json
 block pmem.inode.rm hugeshm rm pi --json
+# In a directory with the flag (here the mount's root): made there directly.
+chattr +x /mnt/pmem
+block pmem.inode.createflagged hugeshm create pf --backend dax --size 4M --policy only --json
 block pmem.inode.rmflagged hugeshm rm pf --json
-block pmem.inode.files ls -a /mnt/pmem /mnt/pmem/flagged
+block pmem.inode.files ls -a /mnt/pmem
 umount /mnt/pmem
 block pmem.inode.after cat /proc/mounts
