@@ -58,10 +58,7 @@ fn guest_status_shows_namespace_dax_mount_and_memory_only_node() {
         return;
     };
     println!("{}", run.console.ok("pmem.status").unwrap());
-    let s: Value = run
-        .console
-        .json("pmem.status.json")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let s: Value = json(run, "pmem.status.json");
     let p = &s["pmem"];
     let ns = p["namespaces"].as_array().expect("namespaces");
     assert_eq!(ns.len(), 1, "{p:#}");
@@ -114,6 +111,11 @@ fn guest_status_shows_namespace_dax_mount_and_memory_only_node() {
     assert!(!after.contains("/mnt/pmem"), "{after}");
 }
 
+/// A block's JSON (the test fails, saying why, where it is not).
+fn json(run: &GuestRun, block: &str) -> Value {
+    run.console.json(block).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The `dax` segment of `path` in a `segments --json` document.
 fn dax_segment<'a>(doc: &'a Value, path: &str) -> &'a Value {
     doc["segments"]
@@ -150,10 +152,7 @@ fn guest_segments_tell_pmd_from_4k_dax_faults() {
         );
     }
     println!("{}", run.console.ok("pmem.segments").unwrap());
-    let doc = run
-        .console
-        .json("pmem.segments.json")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let doc = json(run, "pmem.segments.json");
     const M64: u64 = 64 << 20;
 
     // At file offset 0, 2 MiB-aligned address and extents: one PMD entry
@@ -229,10 +228,7 @@ fn guest_segments_tell_pmd_from_4k_dax_faults() {
     );
 
     // status: both files in the pmem section, the finding in the summary.
-    let s = run
-        .console
-        .json("pmem.status.json")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let s = json(run, "pmem.status.json");
     let mapped = s["pmem"]["mapped"].as_array().expect("pmem.mapped");
     let page_of = |p: &str| {
         mapped
@@ -275,10 +271,7 @@ fn guest_dax_inode_files_without_the_flag_are_page_cache() {
     };
     println!("{}", run.console.ok("pmem.inode.lsattr").unwrap());
     println!("{}", run.console.ok("pmem.inode.segments").unwrap());
-    let doc = run
-        .console
-        .json("pmem.inode.segments.json")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let doc = json(run, "pmem.inode.segments.json");
     const M16: u64 = 16 << 20;
 
     // Created in a directory with the flag: DAX from its creation, on PMD
@@ -370,10 +363,7 @@ fn guest_dax_region_on_a_dax_inode_mount_has_the_flag_and_map_sync() {
     else {
         return;
     };
-    let r = run
-        .console
-        .json("pmem.inode.create")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let r = json(run, "pmem.inode.create");
     println!("{r:#}");
     assert_eq!(r["backend"], "dax", "{r:#}");
     assert_eq!(r["path"], "/mnt/pmem/hugeshm.pi", "{r:#}");
@@ -389,10 +379,7 @@ fn guest_dax_region_on_a_dax_inode_mount_has_the_flag_and_map_sync() {
     let flags = attr.split(' ').next().unwrap();
     assert!(flags.contains('x'), "{attr}");
     // Listed (ls looks on dax=inode mounts), then removed by name.
-    let ls = run
-        .console
-        .json("pmem.inode.ls")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let ls = json(run, "pmem.inode.ls");
     let names: Vec<&str> = ls["regions"]
         .as_array()
         .unwrap()
@@ -401,17 +388,11 @@ fn guest_dax_region_on_a_dax_inode_mount_has_the_flag_and_map_sync() {
         .map(|x| x["name"].as_str().unwrap())
         .collect();
     assert!(names.contains(&"pi"), "{ls:#}");
-    let rm = run
-        .console
-        .json("pmem.inode.rm")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let rm = json(run, "pmem.inode.rm");
     assert_eq!(rm["removed"][0]["object"], "/mnt/pmem/hugeshm.pi", "{rm:#}");
     // In a directory that has the flag (the mount's root, found by
     // default): made there directly, the same.
-    let f = run
-        .console
-        .json("pmem.inode.createflagged")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let f = json(run, "pmem.inode.createflagged");
     assert_eq!(f["path"], "/mnt/pmem/hugeshm.pf", "{f:#}");
     assert_eq!(f["map_sync"], true, "{f:#}");
     assert_eq!(
@@ -419,14 +400,55 @@ fn guest_dax_region_on_a_dax_inode_mount_has_the_flag_and_map_sync() {
         Some(2 << 20),
         "{f:#}"
     );
-    let rm = run
-        .console
-        .json("pmem.inode.rmflagged")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let rm = json(run, "pmem.inode.rmflagged");
     assert_eq!(rm["removed"][0]["object"], "/mnt/pmem/hugeshm.pf", "{rm:#}");
     // Nothing left: no region file, no staging directory, no mount.
     let files = run.console.ok("pmem.inode.files").unwrap();
     assert!(!files.contains("hugeshm"), "{files}");
     let after = run.console.ok("pmem.inode.after").unwrap();
     assert!(!after.contains("/mnt/pmem"), "{after}");
+}
+
+#[test]
+fn guest_dax_region_where_the_file_cannot_be_dax_follows_the_policy() {
+    let Some(run) = guest_run("guest_dax_region_where_the_file_cannot_be_dax_follows_the_policy")
+    else {
+        return;
+    };
+    run.console.ok("pmem.nodax.mount").unwrap();
+    let only = run
+        .console
+        .block("pmem.nodax.only")
+        .expect("pmem.nodax.only");
+    assert_ne!(only.rc, 0);
+    let err = run
+        .console
+        .block("pmem.nodax.only.stderr")
+        .map(|b| b.text.clone())
+        .unwrap_or_default();
+    println!("{err}");
+    assert!(
+        err.contains(
+            "/mnt/pmem/hugeshm.nd: the file is not DAX although it has the DAX flag: this file \
+             system cannot serve files by DAX (its blocks are 1 KiB, DAX needs 4 KiB)"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("mkfs.ext4 -b 4096"), "{err}");
+    let files = run.console.ok("pmem.nodax.onlyfiles").unwrap();
+    assert!(!files.contains("hugeshm"), "nothing left: {files}");
+    // try: a plain shared mapping, and the reason.
+    let r = json(run, "pmem.nodax.try");
+    println!("{r:#}");
+    // (map_sync is left out of the JSON when false.)
+    assert_eq!(r.get("map_sync"), None, "{r:#}");
+    assert_eq!(r["fell_back"], true, "{r:#}");
+    assert_eq!(r["verified_page_size_bytes"].as_u64(), Some(4096), "{r:#}");
+    assert_eq!(r["resident_bytes"].as_u64(), Some(4 << 20), "{r:#}");
+    let reason = r["reason"].as_str().unwrap();
+    assert!(reason.contains("is not mapped MAP_SYNC"), "{reason}");
+    let rm = json(run, "pmem.nodax.rm");
+    assert_eq!(rm["removed"][0]["object"], "/mnt/pmem/hugeshm.nd", "{rm:#}");
+    let files = run.console.ok("pmem.nodax.files").unwrap();
+    assert!(!files.contains("hugeshm"), "nothing left: {files}");
 }

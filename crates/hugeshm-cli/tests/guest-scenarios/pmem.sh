@@ -82,3 +82,16 @@ block pmem.inode.rmflagged hugeshm rm pf --json
 block pmem.inode.files ls -a /mnt/pmem
 umount /mnt/pmem
 block pmem.inode.after cat /proc/mounts
+
+# A dax=inode file system whose files cannot be DAX (1 KiB blocks; DAX
+# needs blocks of the page size), which the kernel mounts all the same: a
+# dax region there is not DAX although it has the flag; only refuses and
+# leaves nothing, try maps it plainly and says so.
+block pmem.nodax.mkfs mkfs.ext4 -q -F -b 1024 /dev/pmem0
+block pmem.nodax.mount mount -o dax=inode /dev/pmem0 /mnt/pmem
+block pmem.nodax.only hugeshm create nd --backend dax --size 4M --policy only
+block pmem.nodax.onlyfiles ls -a /mnt/pmem
+block pmem.nodax.try hugeshm create nd --backend dax --size 4M --policy try --json
+block pmem.nodax.rm hugeshm rm nd --json
+block pmem.nodax.files ls -a /mnt/pmem
+umount /mnt/pmem

@@ -565,6 +565,38 @@ fn dax_staging(dir: &Path) -> Result<Option<DaxStaging>, RegionError> {
     Ok(Some(staging))
 }
 
+/// Why a new file on a `dax=inode` mount is not DAX, and the fix. It was
+/// made with the flag (from its directory): then the file system cannot
+/// serve files by DAX at all (ext4 and xfs need blocks of the page size on
+/// a device with DAX).
+fn not_dax_reason(fd: BorrowedFd<'_>, dir: &Path, what: &str) -> String {
+    let try_it = "or use --policy try for a plain shared mapping made durable with msync";
+    if !sys::dax_flag(fd).unwrap_or(false) {
+        return format!(
+            "{what}: the file is not DAX on this dax=inode mount (it has no DAX flag; the kernel \
+             serves it from the page cache), so it cannot be mapped MAP_SYNC; set the flag on \
+             the directory so that new files are DAX (chattr +x {d} on ext4, xfs_io -c 'chattr \
+             +x' {d} on xfs), mount it with -o dax=always, {try_it}",
+            d = dir.display()
+        );
+    }
+    let page = sys::base_page_size() as u64;
+    let blocks = match statfs_type(dir) {
+        Ok((_, bsize)) if bsize != page => format!(
+            " (its blocks are {}, DAX needs {})",
+            format_bytes(bsize),
+            format_bytes(page)
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "{what}: the file is not DAX although it has the DAX flag: this file system cannot serve \
+         files by DAX{blocks}, so it cannot be mapped MAP_SYNC; put a file system made with \
+         mkfs.ext4 -b 4096 (or mkfs.xfs -b size=4096) on an fsdax namespace and mount it with \
+         -o dax, {try_it}"
+    )
+}
+
 /// Allocates a DAX file whole (a full device is `NoSpace` with the
 /// numbers, never SIGBUS) and maps it at an address aligned like its page
 /// size (2 MiB: PMD faults), `MAP_SYNC` unless the policy is `off`; where
@@ -587,14 +619,8 @@ fn map_dax(
         && sys::is_dax_file(fd)? == Some(false);
     if not_dax {
         let what = path.unwrap_or(dir).display().to_string();
-        let has_flag = sys::dax_flag(fd).unwrap_or(false);
         if spec.policy == crate::model::Policy::Only {
-            return Err(RegionError::Unsupported(format!(
-                "{what}: the file is not DAX on this dax=inode mount (its DAX flag is {}, the kernel serves it from the page cache), so it cannot be mapped MAP_SYNC; set the flag on the directory so that new files are DAX (chattr +x {} on ext4, xfs_io -c 'chattr +x' {} on xfs), mount it with -o dax=always, or use --policy try for a plain shared mapping made durable with msync",
-                if has_flag { "set but not in force" } else { "not set" },
-                dir.display(),
-                dir.display(),
-            )));
+            return Err(RegionError::Unsupported(not_dax_reason(fd, dir, &what)));
         }
     }
     sys::fallocate(fd, size).map_err(|e| match e.errno() {
