@@ -530,7 +530,7 @@ pub(crate) fn map_opened(opened: Opened, exp: &Expect) -> Result<(Made, Option<u
 /// from disk, which a file held open from its creation on never is (seen
 /// on 6.1: `statx` says DAX only after the last close and a new open). A
 /// new file takes the flag of its directory at once, so the file is made
-/// (`O_TMPFILE`) in a staging directory with the flag, `.hugeshm-dax-PID-N`
+/// (`O_TMPFILE`) in a staging directory with the flag, `.hugeshm.dax-PID-N`
 /// in the region's directory, and linked under its name there; the staging
 /// directory goes as soon as the file is open.
 struct DaxStaging(PathBuf);
