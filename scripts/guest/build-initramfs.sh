@@ -16,7 +16,8 @@
 #   -g           keep the debug info of the -b binaries
 #
 # What goes in: busybox (static, with a symlink per applet), the binaries,
-# numactl, ndctl and mkfs.ext4 (mke2fs, /etc/mke2fs.conf), every shared
+# numactl, ndctl, mkfs.ext4 (mke2fs, /etc/mke2fs.conf), chattr and lsattr
+# (e2fsprogs': they set and show the DAX flag, +x), every shared
 # library `ldd` lists for them (at the same paths), the NVDIMM, device-dax
 # and ext4 modules of the guest kernel (in load order, listed in
 # /lib/modules/guest/order; a module built into that kernel is skipped),
@@ -66,6 +67,8 @@ busybox=$(tool busybox busybox-static)
 numactl=$(tool numactl numactl)
 ndctl=$(tool ndctl ndctl)
 mkfs_ext4=$(tool mkfs.ext4 e2fsprogs)
+chattr=$(tool chattr e2fsprogs)
+lsattr=$(tool lsattr e2fsprogs)
 command -v gzip >/dev/null || die "gzip not found"
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/hugeshm-initramfs.XXXXXX")
@@ -94,7 +97,7 @@ mkdir -p "$stage/lib/modules/guest"
 # Tools first, so that busybox's applets do not shadow them.
 put "$busybox" /bin/busybox
 libs "$busybox"
-for t in "$numactl" "$ndctl"; do
+for t in "$numactl" "$ndctl" "$chattr" "$lsattr"; do
     put "$t" "/usr/bin/$(basename "$t")"
     libs "$t"
 done

@@ -103,6 +103,7 @@ static LOGGER: StderrLog = StderrLog;
 fn main() -> ExitCode {
     let _ = log::set_logger(&LOGGER).map(|()| log::set_max_level(log::LevelFilter::Warn));
     let cli = Cli::parse();
+    hugeshm_doctor::dax::set_file_dax_reader(Box::new(cmd::segments::SysFileDax));
     let defaults = Roots::default();
     let roots = Roots {
         proc: cli.proc_root.clone().unwrap_or(defaults.proc),

@@ -1333,6 +1333,46 @@ fn pmem_dax_pagemap_cut_short_is_malformed_not_a_panic() {
     );
 }
 
+#[test]
+fn pmem_dax_inode_mount_on_a_fixture_keeps_the_verdicts_and_says_unknown() {
+    // The same mount as dax=inode: each file's own flag is read on the live
+    // host only, so here it is unknown and the pagemap verdicts stand.
+    let v = on_edited_copy("pmem-dax", "pmem-inode", "segments", |t| {
+        let mounts = t.join("proc/mounts");
+        let text = std::fs::read_to_string(&mounts).unwrap();
+        assert!(text.contains("dax=always"), "{text}");
+        std::fs::write(&mounts, text.replace("dax=always", "dax=inode")).unwrap();
+    });
+    let before = json("pmem-dax", "segments");
+    let seg = |doc: &Value, path: &str| -> Value {
+        doc["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["path"] == path)
+            .unwrap_or_else(|| panic!("{path}: {doc:#}"))
+            .clone()
+    };
+    for path in ["/mnt/pmem/aligned", "/mnt/pmem/misaligned"] {
+        let (was, now) = (seg(&before, path), seg(&v, path));
+        assert_eq!(now["dax"]["dax"], "inode", "{now:#}");
+        assert_eq!(
+            now["dax"]["file"],
+            serde_json::json!({"dax": null, "flag": null}),
+            "{now:#}"
+        );
+        assert_eq!(was["dax"].get("file"), None, "dax=always: {was:#}");
+        assert_eq!(now["page_size_bytes"], was["page_size_bytes"], "{path}");
+        assert_eq!(
+            now["dax"]["mappings"][0]["faults"], was["dax"]["mappings"][0]["faults"],
+            "{path}"
+        );
+        assert_eq!(now["findings"], was["findings"], "{path}");
+    }
+    // The device-dax has no file flag.
+    assert_eq!(seg(&v, "/dev/dax1.0")["dax"].get("file"), None);
+}
+
 // ------------------------------------------------------- cgroup-v2, cgroup-v1
 
 /// The fixture's host path of a cgroup directory of the hugetlb hierarchy.

@@ -58,10 +58,7 @@ fn guest_status_shows_namespace_dax_mount_and_memory_only_node() {
         return;
     };
     println!("{}", run.console.ok("pmem.status").unwrap());
-    let s: Value = run
-        .console
-        .json("pmem.status.json")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let s: Value = json(run, "pmem.status.json");
     let p = &s["pmem"];
     let ns = p["namespaces"].as_array().expect("namespaces");
     assert_eq!(ns.len(), 1, "{p:#}");
@@ -114,6 +111,11 @@ fn guest_status_shows_namespace_dax_mount_and_memory_only_node() {
     assert!(!after.contains("/mnt/pmem"), "{after}");
 }
 
+/// A block's JSON (the test fails, saying why, where it is not).
+fn json(run: &GuestRun, block: &str) -> Value {
+    run.console.json(block).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The `dax` segment of `path` in a `segments --json` document.
 fn dax_segment<'a>(doc: &'a Value, path: &str) -> &'a Value {
     doc["segments"]
@@ -150,10 +152,7 @@ fn guest_segments_tell_pmd_from_4k_dax_faults() {
         );
     }
     println!("{}", run.console.ok("pmem.segments").unwrap());
-    let doc = run
-        .console
-        .json("pmem.segments.json")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let doc = json(run, "pmem.segments.json");
     const M64: u64 = 64 << 20;
 
     // At file offset 0, 2 MiB-aligned address and extents: one PMD entry
@@ -229,10 +228,7 @@ fn guest_segments_tell_pmd_from_4k_dax_faults() {
     );
 
     // status: both files in the pmem section, the finding in the summary.
-    let s = run
-        .console
-        .json("pmem.status.json")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let s = json(run, "pmem.status.json");
     let mapped = s["pmem"]["mapped"].as_array().expect("pmem.mapped");
     let page_of = |p: &str| {
         mapped
@@ -259,4 +255,200 @@ fn guest_segments_tell_pmd_from_4k_dax_faults() {
     // The processes removed their files.
     let files = run.console.ok("pmem.files").unwrap();
     assert!(!files.contains("aligned"), "{files}");
+}
+
+/// The `dax` segment mapped by the process of `procs` (a testproc's JSON
+/// line) whose file is `path`.
+fn mapping_of<'a>(doc: &'a Value, path: &str) -> (&'a Value, &'a Value) {
+    let s = dax_segment(doc, path);
+    (s, &s["dax"]["mappings"][0])
+}
+
+#[test]
+fn guest_dax_inode_files_without_the_flag_are_page_cache() {
+    let Some(run) = guest_run("guest_dax_inode_files_without_the_flag_are_page_cache") else {
+        return;
+    };
+    println!("{}", run.console.ok("pmem.inode.lsattr").unwrap());
+    println!("{}", run.console.ok("pmem.inode.segments").unwrap());
+    let doc = json(run, "pmem.inode.segments.json");
+    const M16: u64 = 16 << 20;
+
+    // Created in a directory with the flag: DAX from its creation, on PMD
+    // entries, no finding.
+    let (on, m) = mapping_of(&doc, "/mnt/pmem/flagged/on");
+    let d = &on["dax"];
+    assert_eq!(d["dax"], "inode", "{d:#}");
+    assert_eq!(
+        d["file"],
+        serde_json::json!({"dax": true, "flag": true}),
+        "{d:#}"
+    );
+    assert_eq!(m["faults"], "pmd", "{m:#}");
+    assert_eq!(on["page_size_bytes"].as_u64(), Some(2 << 20), "{on:#}");
+    assert_eq!(on["resident_bytes"].as_u64(), Some(M16), "{on:#}");
+    assert!(codes(&on["findings"]).is_empty(), "{on:#}");
+
+    // Without the flag: the page cache, judged so (not 4 KiB DAX faults),
+    // its pages counted by smaps; the finding and the fix.
+    let (off, m) = mapping_of(&doc, "/mnt/pmem/off");
+    let d = &off["dax"];
+    assert_eq!(
+        d["file"],
+        serde_json::json!({"dax": false, "flag": false}),
+        "{d:#}"
+    );
+    assert_eq!(m["faults"], "page-cache", "{m:#}");
+    assert_eq!(m["pte_table_bytes"].as_u64(), Some(0), "{m:#}");
+    assert_eq!(off["page_size_bytes"].as_u64(), Some(4096), "{off:#}");
+    assert_eq!(off["resident_bytes"].as_u64(), Some(M16), "{off:#}");
+    assert_eq!(codes(&off["findings"]), ["dax-page-cache"], "{off:#}");
+    let f = &off["findings"][0];
+    let msg = f["message"].as_str().unwrap();
+    assert!(
+        msg.contains(
+            "/mnt/pmem/off is on the dax=inode mount /mnt/pmem and is not DAX (it has no DAX flag): pid "
+        ),
+        "{msg}"
+    );
+    let fix = f["fix"].as_str().unwrap();
+    assert!(
+        fix.starts_with("set its DAX flag: chattr +x /mnt/pmem/off;"),
+        "{fix}"
+    );
+
+    // Given the flag while mapped: set, not in force.
+    let (late, m) = mapping_of(&doc, "/mnt/pmem/late");
+    let d = &late["dax"];
+    assert_eq!(
+        d["file"],
+        serde_json::json!({"dax": false, "flag": true}),
+        "{d:#}"
+    );
+    assert_eq!(m["faults"], "page-cache", "{m:#}");
+    let f = &late["findings"][0];
+    assert_eq!(f["code"], "dax-page-cache", "{late:#}");
+    assert!(
+        f["fix"]
+            .as_str()
+            .unwrap()
+            .starts_with("its DAX flag is set but not in force"),
+        "{f:#}"
+    );
+    // The flags as lsattr shows them (x: DAX).
+    let attrs = run.console.ok("pmem.inode.lsattr").unwrap();
+    let has_x = |p: &str| {
+        attrs
+            .lines()
+            .find(|l| l.ends_with(&format!(" {p}")))
+            .unwrap_or_else(|| panic!("{p}: {attrs}"))
+            .split(' ')
+            .next()
+            .unwrap()
+            .contains('x')
+    };
+    assert!(
+        has_x("/mnt/pmem/flagged") && has_x("/mnt/pmem/flagged/on"),
+        "{attrs}"
+    );
+    assert!(
+        !has_x("/mnt/pmem/off") && has_x("/mnt/pmem/late"),
+        "{attrs}"
+    );
+}
+
+#[test]
+fn guest_dax_region_on_a_dax_inode_mount_has_the_flag_and_map_sync() {
+    let Some(run) = guest_run("guest_dax_region_on_a_dax_inode_mount_has_the_flag_and_map_sync")
+    else {
+        return;
+    };
+    let r = json(run, "pmem.inode.create");
+    println!("{r:#}");
+    assert_eq!(r["backend"], "dax", "{r:#}");
+    assert_eq!(r["path"], "/mnt/pmem/hugeshm.pi", "{r:#}");
+    assert_eq!(r["map_sync"], true, "{r:#}");
+    assert_eq!(r["fell_back"], false, "{r:#}");
+    assert_eq!(
+        r["verified_page_size_bytes"].as_u64(),
+        Some(2 << 20),
+        "{r:#}"
+    );
+    let attr = run.console.ok("pmem.inode.regionattr").unwrap();
+    println!("{attr}");
+    let flags = attr.split(' ').next().unwrap();
+    assert!(flags.contains('x'), "{attr}");
+    // Listed (ls looks on dax=inode mounts), then removed by name.
+    let ls = json(run, "pmem.inode.ls");
+    let names: Vec<&str> = ls["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["backend"] == "dax")
+        .map(|x| x["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"pi"), "{ls:#}");
+    let rm = json(run, "pmem.inode.rm");
+    assert_eq!(rm["removed"][0]["object"], "/mnt/pmem/hugeshm.pi", "{rm:#}");
+    // In a directory that has the flag (the mount's root, found by
+    // default): made there directly, the same.
+    let f = json(run, "pmem.inode.createflagged");
+    assert_eq!(f["path"], "/mnt/pmem/hugeshm.pf", "{f:#}");
+    assert_eq!(f["map_sync"], true, "{f:#}");
+    assert_eq!(
+        f["verified_page_size_bytes"].as_u64(),
+        Some(2 << 20),
+        "{f:#}"
+    );
+    let rm = json(run, "pmem.inode.rmflagged");
+    assert_eq!(rm["removed"][0]["object"], "/mnt/pmem/hugeshm.pf", "{rm:#}");
+    // Nothing left: no region file, no staging directory, no mount.
+    let files = run.console.ok("pmem.inode.files").unwrap();
+    assert!(!files.contains("hugeshm"), "{files}");
+    let after = run.console.ok("pmem.inode.after").unwrap();
+    assert!(!after.contains("/mnt/pmem"), "{after}");
+}
+
+#[test]
+fn guest_dax_region_where_the_file_cannot_be_dax_follows_the_policy() {
+    let Some(run) = guest_run("guest_dax_region_where_the_file_cannot_be_dax_follows_the_policy")
+    else {
+        return;
+    };
+    run.console.ok("pmem.nodax.mount").unwrap();
+    let only = run
+        .console
+        .block("pmem.nodax.only")
+        .expect("pmem.nodax.only");
+    assert_ne!(only.rc, 0);
+    let err = run
+        .console
+        .block("pmem.nodax.only.stderr")
+        .map(|b| b.text.clone())
+        .unwrap_or_default();
+    println!("{err}");
+    assert!(
+        err.contains(
+            "/mnt/pmem/hugeshm.nd: the file is not DAX although it has the DAX flag: this file \
+             system cannot serve files by DAX (its blocks are 1 KiB, DAX needs 4 KiB)"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("mkfs.ext4 -b 4096"), "{err}");
+    let files = run.console.ok("pmem.nodax.onlyfiles").unwrap();
+    assert!(!files.contains("hugeshm"), "nothing left: {files}");
+    // try: a plain shared mapping, and the reason.
+    let r = json(run, "pmem.nodax.try");
+    println!("{r:#}");
+    // (map_sync is left out of the JSON when false.)
+    assert_eq!(r.get("map_sync"), None, "{r:#}");
+    assert_eq!(r["fell_back"], true, "{r:#}");
+    assert_eq!(r["verified_page_size_bytes"].as_u64(), Some(4096), "{r:#}");
+    assert_eq!(r["resident_bytes"].as_u64(), Some(4 << 20), "{r:#}");
+    let reason = r["reason"].as_str().unwrap();
+    assert!(reason.contains("is not mapped MAP_SYNC"), "{reason}");
+    let rm = json(run, "pmem.nodax.rm");
+    assert_eq!(rm["removed"][0]["object"], "/mnt/pmem/hugeshm.nd", "{rm:#}");
+    let files = run.console.ok("pmem.nodax.files").unwrap();
+    assert!(!files.contains("hugeshm"), "nothing left: {files}");
 }

@@ -27,6 +27,9 @@ pub enum DaxFaults {
     Pte,
     /// Nothing touched yet.
     Untouched,
+    /// Not DAX at all: a file on a `dax=inode` mount without the flag in
+    /// force, in the page cache (see [`FileDax`]).
+    PageCache,
     /// The pagemap could not be read.
     Unknown,
 }
@@ -89,8 +92,86 @@ pub struct DaxInfo {
     pub align_bytes: Option<u64>,
     /// The NUMA node the memory is on.
     pub numa_node: Option<u32>,
+    /// On a `dax=inode` mount: the file's own DAX state (`None` on other
+    /// mounts and device-dax, where every file is DAX).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<FileDax>,
     /// The sampled processes' mappings.
     pub mappings: Vec<DaxMapping>,
+}
+
+/// A file's own DAX state on a `dax=inode` mount: the kernel serves it by
+/// DAX only when its inode was loaded with the flag (`FS_XFLAG_DAX`, `chattr
+/// +x`); without it, through the page cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct FileDax {
+    /// Whether the kernel serves it by DAX (`statx` `STATX_ATTR_DAX`);
+    /// `None`: unknown (a fixture tree, or not readable).
+    pub dax: Option<bool>,
+    /// Whether it has the flag (`FS_IOC_FSGETXATTR`); set while `dax` is
+    /// false: not in force yet (applied when its inode is loaded again).
+    pub flag: Option<bool>,
+}
+
+impl FileDax {
+    /// A state read by a [`FileDaxReader`].
+    pub fn new(dax: Option<bool>, flag: Option<bool>) -> Self {
+        FileDax { dax, flag }
+    }
+}
+
+/// Reads the DAX state of a mapped file, given a path that reaches it
+/// (`/proc/PID/map_files/START-END`, or `/proc/PID/root/PATH`). A system
+/// call (`statx`, an ioctl) that this crate does not make: the binary
+/// registers one built on `hugeshm-sys` with [`set_file_dax_reader`].
+pub trait FileDaxReader: Send + Sync {
+    /// The state of the file at `path`; `None` where it cannot be read.
+    fn read(&self, path: &std::path::Path) -> Option<FileDax>;
+}
+
+static READER: std::sync::OnceLock<Box<dyn FileDaxReader>> = std::sync::OnceLock::new();
+
+/// Registers the reader `segments` uses on the live host (once per
+/// process; `false` when one was registered already). Without one, and
+/// on fixture trees, a `dax=inode` file's state is unknown.
+pub fn set_file_dax_reader(reader: Box<dyn FileDaxReader>) -> bool {
+    READER.set(reader).is_ok()
+}
+
+/// The DAX state of a file on a `dax=inode` mount mapped by `pid` at
+/// `start..end`, on the live host with a registered reader; unknown
+/// otherwise.
+pub fn file_dax(
+    probe: &hugeshm_probe::Probe,
+    pid: u32,
+    start: u64,
+    end: u64,
+    path: &str,
+) -> FileDax {
+    let Some(reader) = READER.get().filter(|_| probe.roots.is_live()) else {
+        return FileDax::default();
+    };
+    let by_map = probe.proc_path(&format!("{pid}/map_files/{start:x}-{end:x}"));
+    let by_root = probe.proc_path(&format!("{pid}/root{path}"));
+    reader
+        .read(&by_map)
+        .or_else(|| reader.read(&by_root))
+        .unwrap_or_default()
+}
+
+/// A file on a `dax=inode` mount that the kernel does not serve by DAX:
+/// its mappings are marked [`DaxFaults::PageCache`] (the pagemap verdict
+/// does not apply: page-cache pages are 4 KiB pages of DRAM).
+pub fn mark_page_cache(info: &mut DaxInfo) {
+    if info.file.and_then(|f| f.dax) != Some(false) {
+        return;
+    }
+    for m in &mut info.mappings {
+        m.faults = DaxFaults::PageCache;
+        m.causes.clear();
+        m.pte_table_bytes = 0;
+    }
 }
 
 /// `/dev/daxX.Y`: the device name.
@@ -163,6 +244,7 @@ pub fn info_for(path: &str, mounts: &[&Mount], pmem: &PmemSnapshot) -> DaxInfo {
         namespace: ns.map(|n| n.name.clone()),
         align_bytes: ns.and_then(|n| n.align_bytes),
         numa_node: ns.and_then(|n| n.numa_node),
+        file: m.filter(|m| m.is_dax_inode()).map(|_| FileDax::default()),
         mappings: Vec::new(),
     }
 }
@@ -322,9 +404,51 @@ pub fn page_size(info: &DaxInfo) -> (Option<u64>, String) {
     }
 }
 
+/// `dax-page-cache`: a file on a `dax=inode` mount that the kernel serves
+/// from the page cache, with why (the flag missing, or set and not in
+/// force) and the fix.
+fn page_cache_finding(label: &str, path: Option<&str>, info: &DaxInfo) -> Option<Finding> {
+    let file = info.file.filter(|f| f.dax == Some(false))?;
+    let pids: Vec<String> = info.mappings.iter().map(|m| m.pid.to_string()).collect();
+    let flag = match file.flag {
+        Some(true) => {
+            "its DAX flag is set but not in force: the kernel applies it when it loads the inode again"
+        }
+        Some(false) => "it has no DAX flag",
+        None => "its DAX flag could not be read",
+    };
+    let message = format!(
+        "{label} is on the dax=inode mount {} and is not DAX ({flag}): {} map{} it through the page cache, \
+         a copy of its blocks in DRAM on 4 KiB pages; no MAP_SYNC, and writes reach persistent \
+         memory only with msync or fsync",
+        info.mount.as_deref().unwrap_or("?"),
+        if pids.is_empty() {
+            "processes".to_string()
+        } else {
+            format!("pid {}", pids.join(","))
+        },
+        if pids.len() == 1 { "s" } else { "" },
+    );
+    let fix = Fix::DaxFlag {
+        path: path.unwrap_or(label).to_string(),
+        fstype: info.fstype.clone().unwrap_or_default(),
+        flag_set: file.flag == Some(true),
+    };
+    Some(Finding::new(
+        Severity::Warning,
+        "dax-page-cache",
+        message,
+        Some(fix.render(hugeshm_fix::Renderer::Cli)),
+    ))
+}
+
 /// `dax-4k-faults`: each sampled mapping on 4 KiB faults (one finding per
-/// segment, naming the first), with what its page tables cost and the fix.
+/// segment, naming the first), with what its page tables cost and the fix;
+/// or `dax-page-cache` for a file that is not DAX at all.
 pub fn findings(label: &str, path: Option<&str>, info: &DaxInfo) -> Vec<Finding> {
+    if let Some(f) = page_cache_finding(label, path, info) {
+        return vec![f];
+    }
     let bad: Vec<&DaxMapping> = info
         .mappings
         .iter()
@@ -422,9 +546,12 @@ mod tests {
         assert_eq!(i.namespace.as_deref(), Some("namespace0.0"));
         assert_eq!((i.dax.as_deref(), i.numa_node), (Some("always"), Some(1)));
         // The longest mount wins.
+        assert_eq!(i.file, None, "dax=always: every file is DAX");
         let i = info_for("/mnt/pmem/inner/f", &dax, &pmem);
         assert_eq!(i.mount.as_deref(), Some("/mnt/pmem/inner"));
         assert_eq!(i.dax.as_deref(), Some("inode"));
+        // dax=inode: the file's own state, unknown until read.
+        assert_eq!(i.file, Some(FileDax::default()));
         // A device-dax: its namespace's node and the device's alignment.
         let i = info_for("/dev/dax1.0", &dax, &pmem);
         assert_eq!(i.mount, None);
@@ -455,5 +582,136 @@ mod tests {
         );
         assert_eq!(c(M2 * 8, 0, 32, Some(M2), true, true), [DaxCause::Extents]);
         assert_eq!(c(M2 * 8, 0, 32, None, false, false), [DaxCause::Extents]);
+    }
+
+    /// A mapping judged from a pagemap: 4 KiB entries in all 32 windows.
+    fn pte_mapping() -> DaxMapping {
+        DaxMapping {
+            pid: 42,
+            start: M2 * 8,
+            size_bytes: 64 << 20,
+            offset: 0,
+            windows: 32,
+            windows_read: 32,
+            pmd_windows: 0,
+            pte_windows: 32,
+            resident_bytes: Some(64 << 20),
+            file_pages: 16384,
+            frames_visible: true,
+            faults: DaxFaults::Pte,
+            causes: vec![DaxCause::Extents],
+            pte_table_bytes: 128 << 10,
+            error: None,
+        }
+    }
+
+    fn inode_info(file: Option<FileDax>) -> DaxInfo {
+        DaxInfo {
+            mount: Some("/mnt/pmem".into()),
+            fstype: Some("ext4".into()),
+            dax: Some("inode".into()),
+            file,
+            mappings: vec![pte_mapping()],
+            ..DaxInfo::default()
+        }
+    }
+
+    fn codes(f: &[Finding]) -> Vec<&str> {
+        f.iter().map(|f| f.code.as_str()).collect()
+    }
+
+    #[test]
+    fn a_dax_inode_file_without_the_flag_is_page_cache_not_4k_faults() {
+        let mut i = inode_info(Some(FileDax::new(Some(false), Some(false))));
+        mark_page_cache(&mut i);
+        let m = &i.mappings[0];
+        assert_eq!(m.faults, DaxFaults::PageCache);
+        assert!(m.causes.is_empty());
+        assert_eq!(m.pte_table_bytes, 0);
+        let f = findings("/mnt/pmem/plain", Some("/mnt/pmem/plain"), &i);
+        assert_eq!(codes(&f), ["dax-page-cache"]);
+        assert!(
+            f[0].message.contains(
+                "/mnt/pmem/plain is on the dax=inode mount /mnt/pmem and is not DAX (it has no DAX flag): pid 42 maps it through the page cache"
+            ),
+            "{}",
+            f[0].message
+        );
+        let fix = f[0].fix.as_deref().unwrap();
+        assert!(
+            fix.starts_with("set its DAX flag: chattr +x /mnt/pmem/plain"),
+            "{fix}"
+        );
+        // The flag set, not in force: the fix is the reload only.
+        let mut i = inode_info(Some(FileDax::new(Some(false), Some(true))));
+        mark_page_cache(&mut i);
+        let f = findings("/mnt/pmem/late", Some("/mnt/pmem/late"), &i);
+        assert!(
+            f[0].message
+                .contains("its DAX flag is set but not in force"),
+            "{}",
+            f[0].message
+        );
+        assert!(f[0]
+            .fix
+            .as_deref()
+            .unwrap()
+            .starts_with("its DAX flag is set but not in force"));
+    }
+
+    #[test]
+    fn a_dax_inode_file_with_the_flag_or_unknown_keeps_the_pagemap_verdict() {
+        for file in [
+            Some(FileDax::new(Some(true), Some(true))),
+            Some(FileDax::default()),
+            None,
+        ] {
+            let mut i = inode_info(file);
+            mark_page_cache(&mut i);
+            assert_eq!(i.mappings[0].faults, DaxFaults::Pte, "{file:?}");
+            assert_eq!(
+                codes(&findings("f", Some("f"), &i)),
+                ["dax-4k-faults"],
+                "{file:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_file_state_in_json() {
+        let i = inode_info(Some(FileDax::new(Some(false), Some(true))));
+        let v = serde_json::to_value(&i).unwrap();
+        assert_eq!(v["file"], serde_json::json!({"dax": false, "flag": true}));
+        let unknown = serde_json::to_value(inode_info(Some(FileDax::default()))).unwrap();
+        assert_eq!(
+            unknown["file"],
+            serde_json::json!({"dax": null, "flag": null})
+        );
+        // Other mounts: no field.
+        let always = serde_json::to_value(inode_info(None)).unwrap();
+        assert!(always.get("file").is_none());
+        let mut pc = pte_mapping();
+        pc.faults = DaxFaults::PageCache;
+        assert_eq!(serde_json::to_value(&pc).unwrap()["faults"], "page-cache");
+        let back: DaxInfo = serde_json::from_value(v).unwrap();
+        assert_eq!(back.file, Some(FileDax::new(Some(false), Some(true))));
+    }
+
+    #[test]
+    fn the_file_state_is_unknown_off_the_live_host() {
+        struct Always;
+        impl FileDaxReader for Always {
+            fn read(&self, _: &std::path::Path) -> Option<FileDax> {
+                Some(FileDax::new(Some(true), Some(true)))
+            }
+        }
+        set_file_dax_reader(Box::new(Always));
+        let fixture = hugeshm_probe::Probe::new(hugeshm_probe::Roots::fixture(
+            std::path::Path::new("/nonexistent"),
+        ));
+        assert_eq!(
+            file_dax(&fixture, 1, 0, M2, "/mnt/pmem/f"),
+            FileDax::default()
+        );
     }
 }

@@ -722,6 +722,22 @@ fn dax_pass(
                 .push(dax::judge(&files, start, end, offset, info.align_bytes));
         }
     }
+    // dax=inode: the file's own state, through the first mapping.
+    if info.file.is_some() {
+        let first = o
+            .ranges
+            .iter()
+            .find_map(|(pid, r)| r.first().map(|&(s, e, _)| (*pid, s, e)));
+        if let Some((pid, start, end)) = first {
+            info.file = Some(dax::file_dax(probe, pid, start, end, path));
+        }
+        dax::mark_page_cache(&mut info);
+        if info.file.and_then(|f| f.dax) == Some(false) {
+            // Page cache: smaps counts its pages, as for any file.
+            seg.dax = Some(info);
+            return;
+        }
+    }
     let (page, source) = dax::page_size(&info);
     seg.page_size_bytes = page;
     seg.page_size_source = source;

@@ -140,6 +140,17 @@ pub enum Fix {
         #[serde(default)]
         region: bool,
     },
+    /// A file on a `dax=inode` mount that the kernel serves from the page
+    /// cache: its own DAX flag (`FS_XFLAG_DAX`), and what it takes for the
+    /// kernel to apply it.
+    DaxFlag {
+        /// The file.
+        path: String,
+        /// Its file system (`ext4`, `xfs`): how to set the flag.
+        fstype: String,
+        /// Whether the flag is set already (then only the reload is missing).
+        flag_set: bool,
+    },
     /// Set a sysctl.
     Sysctl {
         /// The key, e.g. `kernel.shmmax`.
@@ -520,6 +531,32 @@ impl Fix {
                 });
                 steps.join("; ")
             }
+            Fix::DaxFlag {
+                path,
+                fstype,
+                flag_set,
+            } => {
+                let dir = path.rsplit_once('/').map_or(".", |(d, _)| if d.is_empty() { "/" } else { d });
+                let chattr = |p: &str| {
+                    if fstype == "xfs" {
+                        format!("xfs_io -c 'chattr +x' {p}")
+                    } else {
+                        format!("chattr +x {p}")
+                    }
+                };
+                let apply = "the kernel applies the flag when it next loads the file's inode: \
+                     stop every process that has it open or mapped, then open and map it again";
+                if *flag_set {
+                    format!("its DAX flag is set but not in force: {apply}")
+                } else {
+                    format!(
+                        "set its DAX flag: {}; {apply}; files created later in a directory with \
+                         the flag ({}) are DAX from the start (or mount it with -o dax=always)",
+                        chattr(path),
+                        chattr(dir)
+                    )
+                }
+            }
             Fix::Sysctl { key, value } => format!("sysctl -w {key}={value}"),
             Fix::Demote {
                 page_size_bytes,
@@ -879,6 +916,49 @@ mod tests {
             .starts_with("sysctl -w vm.min_free_kbytes=67584 && echo 'vm.min_free_kbytes = 67584' > /etc/sysctl.d/"));
         let v = serde_json::to_value(&d).unwrap();
         assert_eq!(v["kind"], "demote");
+    }
+
+    #[test]
+    fn dax_flag_says_how_to_set_it_and_when_it_applies() {
+        let f = Fix::DaxFlag {
+            path: "/mnt/pmem/plain".to_owned(),
+            fstype: "ext4".to_owned(),
+            flag_set: false,
+        };
+        let t = f.render(Renderer::Cli);
+        assert!(
+            t.starts_with("set its DAX flag: chattr +x /mnt/pmem/plain;"),
+            "{t}"
+        );
+        assert!(
+            t.contains("in a directory with the flag (chattr +x /mnt/pmem)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("stop every process that has it open or mapped"),
+            "{t}"
+        );
+        let x = Fix::DaxFlag {
+            path: "/x/f".to_owned(),
+            fstype: "xfs".to_owned(),
+            flag_set: true,
+        };
+        let t = x.render(Renderer::Cli);
+        assert!(
+            t.starts_with("its DAX flag is set but not in force: the kernel applies"),
+            "{t}"
+        );
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(v["kind"], "dax-flag");
+        assert_eq!(serde_json::from_value::<Fix>(v).unwrap(), f);
+        let xf = Fix::DaxFlag {
+            path: "/x/f".to_owned(),
+            fstype: "xfs".to_owned(),
+            flag_set: false,
+        };
+        assert!(xf
+            .render(Renderer::Cli)
+            .contains("xfs_io -c 'chattr +x' /x/f"));
     }
 
     #[test]

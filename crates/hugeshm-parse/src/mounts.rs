@@ -54,6 +54,18 @@ impl Mount {
     pub fn is_dax(&self) -> bool {
         matches!(self.option("dax"), Some("") | Some("always"))
     }
+
+    /// Whether the mount is `dax=inode`: a file on it is DAX only with its
+    /// own flag (`FS_XFLAG_DAX`, `chattr +x`), else in the page cache.
+    pub fn is_dax_inode(&self) -> bool {
+        self.option("dax") == Some("inode")
+    }
+
+    /// Whether files on the mount may be DAX: [`Mount::is_dax`] or
+    /// [`Mount::is_dax_inode`].
+    pub fn may_dax(&self) -> bool {
+        self.is_dax() || self.is_dax_inode()
+    }
 }
 
 /// Decodes the kernel's octal escapes (`\040` for space).
@@ -124,12 +136,13 @@ hugetlbfs /dev/hugepages hugetlbfs rw,relatime,pagesize=2M 0 0
 none /mnt/huge\\0401g hugetlbfs rw,relatime,uid=1000,gid=1000,mode=1770,pagesize=1024M,size=4294967296,min_size=1073741824 0 0
 tmpfs /mnt/interleaved tmpfs rw,relatime,size=1048576k,huge=within_size,mpol=interleave:0-1 0 0
 /dev/pmem0 /mnt/pmem ext4 rw,relatime,dax=always 0 0
+/dev/pmem1 /mnt/pmem1 ext4 rw,relatime,stripe=512,dax=inode 0 0
 ";
 
     #[test]
     fn real_text() {
         let m = parse(TEXT).unwrap();
-        assert_eq!(m.len(), 6);
+        assert_eq!(m.len(), 7);
         assert!(m[1].is_tmpfs());
         assert_eq!(m[1].size_bytes(), Some(24684092 * 1024));
         assert!(m[2].is_hugetlbfs());
@@ -143,6 +156,9 @@ tmpfs /mnt/interleaved tmpfs rw,relatime,size=1048576k,huge=within_size,mpol=int
         assert_eq!(m[4].option("huge"), Some("within_size"));
         assert_eq!(m[4].option("mpol"), Some("interleave:0-1"));
         assert!(m[5].is_dax());
+        assert!(!m[5].is_dax_inode() && m[5].may_dax());
+        assert!(!m[6].is_dax() && m[6].is_dax_inode() && m[6].may_dax());
+        assert!(!m[1].may_dax());
         assert_eq!(m[0].option("nosuid"), Some(""));
         assert_eq!(m[0].option("absent"), None);
     }

@@ -774,7 +774,7 @@ impl RegionBuilder {
             }
             if self.policy != Policy::Off && !v.map_sync {
                 let reason = format!(
-                    "{} is not mapped MAP_SYNC (the file system cannot): writes are made durable with msync, not by flushing CPU caches",
+                    "{} is not mapped MAP_SYNC (the file system or, on a dax=inode mount, the file is not DAX): writes are made durable with msync, not by flushing CPU caches",
                     r.object_text()
                 );
                 if self.policy == Policy::Only {

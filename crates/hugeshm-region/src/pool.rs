@@ -601,12 +601,15 @@ fn dax_plan(req: &Request, host: &HostSnapshot, extra: &HostExtra) -> Result<Pla
     } else {
         page
     };
-    let dax_mounts: Vec<&hugeshm_parse::mounts::Mount> =
-        host.mounts.iter().filter(|m| m.is_dax()).collect();
+    // dax=always first: every file there is DAX; on dax=inode the region's
+    // file gets the flag (backend/file.rs).
+    let mut dax_mounts: Vec<&hugeshm_parse::mounts::Mount> =
+        host.mounts.iter().filter(|m| m.may_dax()).collect();
+    dax_mounts.sort_by_key(|m| !m.is_dax());
     let dir = match &req.directory {
         Some((d, _)) => {
             match mount_of(&host.mounts, d) {
-                Some(m) if m.is_dax() => {}
+                Some(m) if m.may_dax() => {}
                 other => {
                     return Err(RegionError::UnsuitableDirectory {
                         path: d.display().to_string(),
@@ -1198,6 +1201,33 @@ mod tests {
         )
         .unwrap();
         assert!(p.fallback.unwrap().reason.contains("[deny]"));
+    }
+
+    #[test]
+    fn a_dax_plan_takes_dax_inode_mounts_after_dax_always_ones() {
+        let inode = "/dev/pmem1 /mnt/inode ext4 rw,relatime,dax=inode 0 0\n";
+        let always = "/dev/pmem0 /mnt/always xfs rw,relatime,dax=always 0 0\n";
+        let never = "/dev/pmem2 /mnt/never ext4 rw,relatime,dax=never 0 0\n";
+        let r = req(Backend::Dax, PageSize::Largest, Policy::Only, 8 << 20);
+        let dir = |mounts: &str, r: &Request| {
+            plan(r, &host(&[], mounts, "[never]"), &extra()).map(|p| p.dir)
+        };
+        assert_eq!(dir(inode, &r).unwrap(), Some(PathBuf::from("/mnt/inode")));
+        let both = format!("{inode}{always}");
+        assert_eq!(dir(&both, &r).unwrap(), Some(PathBuf::from("/mnt/always")));
+        assert!(dir(never, &r).is_err());
+        // Given: a dax=inode directory is one, dax=never is not.
+        let given = |d: &str| Request {
+            directory: Some((PathBuf::from(d), None)),
+            ..req(Backend::Dax, PageSize::Largest, Policy::Only, 8 << 20)
+        };
+        let all = format!("{inode}{always}{never}");
+        assert_eq!(
+            dir(&all, &given("/mnt/inode/db")).unwrap(),
+            Some(PathBuf::from("/mnt/inode/db"))
+        );
+        let e = dir(&all, &given("/mnt/never")).unwrap_err();
+        assert!(e.to_string().contains("not on a DAX file system"), "{e}");
     }
 
     #[test]

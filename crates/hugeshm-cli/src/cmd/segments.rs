@@ -1,13 +1,28 @@
 //! `hugeshm segments`.
 
 use crate::output::{self, Out, Table};
-use hugeshm_doctor::dax::{DaxFaults, DaxInfo};
+use hugeshm_doctor::dax::{DaxFaults, DaxInfo, FileDax, FileDaxReader};
 use hugeshm_doctor::finding::any_actionable;
 use hugeshm_doctor::segments::{self, Segment, SegmentKind, SegmentsReport};
 use hugeshm_doctor::Finding;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{Probe, Problem, Roots};
 use std::process::ExitCode;
+
+/// What `segments` (and `status`) read of a mapped file on a `dax=inode`
+/// mount: `statx`'s DAX attribute and the file's own flag, through
+/// hugeshm-sys (registered in `main`).
+pub struct SysFileDax;
+
+impl FileDaxReader for SysFileDax {
+    fn read(&self, path: &std::path::Path) -> Option<FileDax> {
+        let dax = hugeshm_sys::is_dax_path(path).ok()?;
+        let flag = std::fs::File::open(path)
+            .ok()
+            .and_then(|f| hugeshm_sys::dax_flag(std::os::fd::AsFd::as_fd(&f)).ok());
+        Some(FileDax::new(dax, flag))
+    }
+}
 
 /// `hugeshm segments` options.
 #[derive(Debug, clap::Args)]
@@ -120,6 +135,19 @@ fn dax_line(s: &Segment, d: &DaxInfo) -> String {
         (Some(m), Some(f), Some(x)) => format!(", {m} {f} dax={x}"),
         _ => String::new(),
     };
+    // dax=inode: the file's own state.
+    let file = match d.file {
+        None => String::new(),
+        Some(f) => format!(
+            ", file {}",
+            match (f.dax, f.flag) {
+                (Some(true), _) => "DAX (flag set)",
+                (Some(false), Some(true)) => "in the page cache (DAX flag set, not in force)",
+                (Some(false), _) => "in the page cache (no DAX flag)",
+                (None, _) => "DAX unknown (its flag is read on the live host only)",
+            }
+        ),
+    };
     let maps: Vec<String> = d
         .mappings
         .iter()
@@ -136,6 +164,7 @@ fn dax_line(s: &Segment, d: &DaxInfo) -> String {
                     format_bytes(m.pte_table_bytes)
                 ),
                 DaxFaults::Untouched => "not touched yet".to_string(),
+                DaxFaults::PageCache => "page cache, 4 KiB pages of DRAM".to_string(),
                 _ => format!(
                     "unknown ({})",
                     m.error.as_deref().unwrap_or("pagemap not read")
@@ -145,7 +174,7 @@ fn dax_line(s: &Segment, d: &DaxInfo) -> String {
         })
         .collect();
     format!(
-        "dax {}: on {dev}{mount}; {}",
+        "dax {}: on {dev}{mount}{file}; {}",
         s.label(),
         if maps.is_empty() {
             "no process maps it".to_string()

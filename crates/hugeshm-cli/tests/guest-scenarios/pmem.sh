@@ -43,3 +43,55 @@ wait
 block pmem.files ls -a /mnt/pmem
 umount /mnt/pmem
 block pmem.after cat /proc/mounts
+
+# The same namespace mounted dax=inode: a file is DAX only with its own
+# flag. Three processes map a 16 MiB file each: one created in a directory
+# with the flag (new files take it), one without it, and one given the flag
+# (chattr +x) while it is mapped (not in force until its inode is loaded
+# again). Then a dax region there.
+mark pmem.inode
+block pmem.inode.mount mount -o dax=inode /dev/pmem0 /mnt/pmem
+mkdir /mnt/pmem/flagged
+block pmem.inode.chattr chattr +x /mnt/pmem/flagged
+mkfifo /tmp/hold.inode
+hugeshm-testproc --touch dax:/mnt/pmem/flagged/on:16M dax:/mnt/pmem/off:16M \
+    </tmp/hold.inode >/tmp/inode.json &
+exec 5>/tmp/hold.inode
+wait_for /tmp/inode.json '"pid"' 60
+mkfifo /tmp/hold.late
+hugeshm-testproc --touch dax:/mnt/pmem/late:16M </tmp/hold.late >/tmp/late.json 5>&- &
+exec 6>/tmp/hold.late
+wait_for /tmp/late.json '"pid"' 60
+block pmem.inode.setlate chattr +x /mnt/pmem/late
+block pmem.inode.lsattr lsattr -d /mnt/pmem/flagged /mnt/pmem/flagged/on /mnt/pmem/off /mnt/pmem/late
+block pmem.inode.segments.json hugeshm segments --json
+block pmem.inode.segments hugeshm segments --color never
+exec 5>&- 6>&-
+wait
+# A dax region on the dax=inode mount: its file has the flag from its
+# creation (made in a staging directory with it), MAP_SYNC, PMD entries.
+block pmem.inode.create hugeshm create pi --backend dax --dir /mnt/pmem --size 8M \
+    --policy only --json
+block pmem.inode.regionattr lsattr /mnt/pmem/hugeshm.pi
+block pmem.inode.ls hugeshm ls --json
+block pmem.inode.rm hugeshm rm pi --json
+# In a directory with the flag (here the mount's root): made there directly.
+chattr +x /mnt/pmem
+block pmem.inode.createflagged hugeshm create pf --backend dax --size 4M --policy only --json
+block pmem.inode.rmflagged hugeshm rm pf --json
+block pmem.inode.files ls -a /mnt/pmem
+umount /mnt/pmem
+block pmem.inode.after cat /proc/mounts
+
+# A dax=inode file system whose files cannot be DAX (1 KiB blocks; DAX
+# needs blocks of the page size), which the kernel mounts all the same: a
+# dax region there is not DAX although it has the flag; only refuses and
+# leaves nothing, try maps it plainly and says so.
+block pmem.nodax.mkfs mkfs.ext4 -q -F -b 1024 /dev/pmem0
+block pmem.nodax.mount mount -o dax=inode /dev/pmem0 /mnt/pmem
+block pmem.nodax.only hugeshm create nd --backend dax --size 4M --policy only
+block pmem.nodax.onlyfiles ls -a /mnt/pmem
+block pmem.nodax.try hugeshm create nd --backend dax --size 4M --policy try --json
+block pmem.nodax.rm hugeshm rm nd --json
+block pmem.nodax.files ls -a /mnt/pmem
+umount /mnt/pmem

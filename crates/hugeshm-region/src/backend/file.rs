@@ -207,7 +207,7 @@ fn candidate_paths(place: &Place<'_>, probe: &Probe) -> Vec<PathBuf> {
             .mounts()
             .unwrap_or_default()
             .iter()
-            .filter(|m| m.is_dax())
+            .filter(|m| m.may_dax())
             .map(|m| Path::new(&m.target).join(&file))
             // Devices whose header carries the name.
             .chain(
@@ -524,6 +524,79 @@ pub(crate) fn map_opened(opened: Opened, exp: &Expect) -> Result<(Made, Option<u
     ))
 }
 
+/// Where a `dax` region's file is created on a `dax=inode` mount. A file
+/// there is DAX only with its own flag (`FS_XFLAG_DAX`), and Linux (ext4
+/// and xfs) applies a flag set on a file only when its inode is next read
+/// from disk, which a file held open from its creation on never is (seen
+/// on 6.1: `statx` says DAX only after the last close and a new open). A
+/// new file takes the flag of its directory at once, so the file is made
+/// (`O_TMPFILE`) in a staging directory with the flag, `.hugeshm.dax-PID-N`
+/// in the region's directory, and linked under its name there; the staging
+/// directory goes as soon as the file is open.
+struct DaxStaging(PathBuf);
+
+impl Drop for DaxStaging {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir(&self.0) {
+            log::warn!("cleanup: removing {}: {e}", self.0.display());
+        }
+    }
+}
+
+/// The staging directory for a new file in `dir` on a `dax=inode` mount;
+/// `None` when `dir` has the flag itself (its new files are DAX).
+fn dax_staging(dir: &Path) -> Result<Option<DaxStaging>, RegionError> {
+    let io = |p: &Path, e: rustix::io::Errno| RegionError::io(p.display().to_string(), e.into());
+    let open_dir = |p: &Path| {
+        rustix::fs::open(
+            p,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io(p, e))
+    };
+    if sys::dax_flag(open_dir(dir)?.as_fd())? {
+        return Ok(None);
+    }
+    let path = dir.join(format!(".{}", temp_file_name().replace("tmp-", "dax-")));
+    rustix::fs::mkdir(&path, Mode::from_bits_truncate(0o700)).map_err(|e| io(&path, e))?;
+    let staging = DaxStaging(path);
+    sys::set_dax_flag(open_dir(&staging.0)?.as_fd(), true)?;
+    Ok(Some(staging))
+}
+
+/// Why a new file on a `dax=inode` mount is not DAX, and the fix. It was
+/// made with the flag (from its directory): then the file system cannot
+/// serve files by DAX at all (ext4 and xfs need blocks of the page size on
+/// a device with DAX).
+fn not_dax_reason(fd: BorrowedFd<'_>, dir: &Path, what: &str) -> String {
+    let try_it = "or use --policy try for a plain shared mapping made durable with msync";
+    if !sys::dax_flag(fd).unwrap_or(false) {
+        return format!(
+            "{what}: the file is not DAX on this dax=inode mount (it has no DAX flag; the kernel \
+             serves it from the page cache), so it cannot be mapped MAP_SYNC; set the flag on \
+             the directory so that new files are DAX (chattr +x {d} on ext4, xfs_io -c 'chattr \
+             +x' {d} on xfs), mount it with -o dax=always, {try_it}",
+            d = dir.display()
+        );
+    }
+    let page = sys::base_page_size() as u64;
+    let blocks = match statfs_type(dir) {
+        Ok((_, bsize)) if bsize != page => format!(
+            " (its blocks are {}, DAX needs {})",
+            format_bytes(bsize),
+            format_bytes(page)
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "{what}: the file is not DAX although it has the DAX flag: this file system cannot serve \
+         files by DAX{blocks}, so it cannot be mapped MAP_SYNC; put a file system made with \
+         mkfs.ext4 -b 4096 (or mkfs.xfs -b size=4096) on an fsdax namespace and mount it with \
+         -o dax, {try_it}"
+    )
+}
+
 /// Allocates a DAX file whole (a full device is `NoSpace` with the
 /// numbers, never SIGBUS) and maps it at an address aligned like its page
 /// size (2 MiB: PMD faults), `MAP_SYNC` unless the policy is `off`; where
@@ -535,8 +608,21 @@ fn map_dax(
     len: usize,
     dir: &Path,
     path: Option<&Path>,
+    inode_dax: bool,
 ) -> Result<sys::Mapping, RegionError> {
     let size = len as u64;
+    let align = Some(spec.plan.page_size as usize);
+    // dax=inode: the kernel says whether the new file is DAX; where it is
+    // not, `try` maps it plainly (create reports it: no MAP_SYNC).
+    let not_dax = inode_dax
+        && spec.policy != crate::model::Policy::Off
+        && sys::is_dax_file(fd)? == Some(false);
+    if not_dax {
+        let what = path.unwrap_or(dir).display().to_string();
+        if spec.policy == crate::model::Policy::Only {
+            return Err(RegionError::Unsupported(not_dax_reason(fd, dir, &what)));
+        }
+    }
     sys::fallocate(fd, size).map_err(|e| match e.errno() {
         Some(libc::ENOSPC) => {
             let free = fs_free_bytes(dir).ok().flatten().unwrap_or(0);
@@ -556,8 +642,7 @@ fn map_dax(
     )
     .map_err(io)?;
     rustix::fs::fsync(&d).map_err(io)?;
-    let align = Some(spec.plan.page_size as usize);
-    if spec.policy == crate::model::Policy::Off {
+    if spec.policy == crate::model::Policy::Off || not_dax {
         return Ok(sys::mmap_fd_placed(fd, len, 0, align)?);
     }
     match sys::mmap_fd_sync_placed(fd, len, 0, align) {
@@ -670,7 +755,10 @@ impl Room for File {
         // ever sees the name without a live holder's lock. Kernels without
         // O_TMPFILE on this file system fall back to O_CREAT|O_EXCL on the
         // name, then the lock.
-        let (fd, linked_by_open) = match sys::open_tmpfile(&dir, spec.mode) {
+        let inode_dax = dax && mount_of(&spec.host.mounts, &dir).is_some_and(|m| m.is_dax_inode());
+        let staging = if inode_dax { dax_staging(&dir)? } else { None };
+        let tmp_dir = staging.as_ref().map_or(dir.as_path(), |s| s.0.as_path());
+        let (fd, linked_by_open) = match sys::open_tmpfile(tmp_dir, spec.mode) {
             Ok(fd) => (fd, false),
             Err(e)
                 if matches!(
@@ -709,6 +797,7 @@ impl Room for File {
             }
             Err(e) => return Err(RegionError::Sys(e)),
         };
+        drop(staging);
         let mut undo = UndoUnlink(if linked_by_open { path.clone() } else { None });
         let io = |e: rustix::io::Errno| RegionError::io(dir.display().to_string(), e.into());
         rustix::fs::fchmod(&fd, Mode::from_bits_truncate(spec.mode)).map_err(io)?;
@@ -722,7 +811,7 @@ impl Room for File {
         }
         crate::testhook::checkpoint("name-claimed");
         let mem = if dax {
-            map_dax(spec, fd.as_fd(), len, &dir, path.as_deref())?
+            map_dax(spec, fd.as_fd(), len, &dir, path.as_deref(), inode_dax)?
         } else if fstype == "hugetlbfs" {
             sys::mmap_fd_placed(fd.as_fd(), len, 0, spec.align)
                 .map_err(|e| pool::map_refused(spec.probe, e, huge, size))?
@@ -850,7 +939,7 @@ impl Room for File {
         for m in holders.probe().mounts().unwrap_or_default() {
             if m.is_hugetlbfs() {
                 dirs.push((PathBuf::from(&m.target), Backend::Hugetlbfs));
-            } else if m.is_dax() {
+            } else if m.may_dax() {
                 dirs.push((PathBuf::from(&m.target), Backend::Dax));
             }
         }
