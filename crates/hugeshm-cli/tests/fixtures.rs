@@ -1954,8 +1954,10 @@ fn every_json_output_is_a_document_of_this_schema() {
     );
     let removed = check(&["rm", &region, "--backend", "posix", "--json"]);
     assert_eq!(removed["removed"].as_array().expect("removed").len(), 1);
-    let removed = check(&["rm", &region, "--json"]);
-    assert_eq!(removed["removed"], Value::Array(vec![]), "nothing left");
+    // Nothing left: a second rm fails (exit 3), as without --json.
+    let again = run(name, &["rm", &region, "--json"]);
+    assert_eq!(again.code, 3, "{}", again.stderr);
+    assert!(again.stderr.contains("no region named"), "{}", again.stderr);
     let scan = check(&[
         "bench", "scan", "--procs", "2", "--size", "1M", "--runs", "1", "--json",
     ]);

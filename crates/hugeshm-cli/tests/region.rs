@@ -857,3 +857,57 @@ fn bench_attach_times_attach_touch_and_verify() {
     assert!(diff.is_empty(), "left behind: {diff:#?}");
     pool.restore().unwrap();
 }
+
+/// A region made with --dir in a subdirectory of /dev/shm: a search by
+/// name does not enter it (rm fails, exit 3, with the --dir hint, and the
+/// file stays); attach and rm with the same --dir (or --device) find it.
+/// Base pages: no pool, no root needed.
+#[test]
+fn rm_and_attach_take_the_directory_a_region_was_made_in() {
+    /// Removes the directory and what is in it, also when the test fails.
+    struct Gone(std::path::PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let dir = std::path::PathBuf::from(format!("/dev/shm/hugeshm-t-dir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _gone = Gone(dir.clone());
+    let d = dir.to_str().unwrap();
+    let n = name("indir");
+    let created = json(run(&[
+        "create",
+        &n,
+        "--backend",
+        "posix",
+        "--dir",
+        d,
+        "--page-size",
+        "4k",
+        "--size",
+        "1M",
+        "--json",
+    ]));
+    let file = created["path"].as_str().unwrap().to_owned();
+    assert!(file.starts_with(d), "{created:#}");
+
+    let out = run(&["rm", &n, "--json"]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no region named") && err.contains("--dir"),
+        "{err}"
+    );
+    assert!(
+        std::path::Path::new(&file).exists(),
+        "rm without --dir removed {file}"
+    );
+
+    let attached = json(run(&["attach", &n, "--dir", d, "--json"]));
+    assert_eq!(attached["object"], file.as_str(), "{attached:#}");
+    let removed = json(run(&["rm", &n, "--device", d, "--json"]));
+    assert_eq!(removed["removed"][0]["backend"], "posix", "{removed:#}");
+    assert!(!std::path::Path::new(&file).exists());
+    std::fs::remove_dir(&dir).expect("the directory is empty again");
+}

@@ -80,10 +80,58 @@ pub struct RmArgs {
     #[arg(long)]
     pub per_node: bool,
     #[command(flatten)]
+    pub place: PlaceArgs,
+    #[command(flatten)]
     pub trust: TrustArgs,
     /// Print what was removed as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Where `rm` and `attach` look for a file region.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PlaceArgs {
+    /// Look only in this directory (the --dir the region was created with:
+    /// a subdirectory of a hugetlbfs, tmpfs or dax mount, which a search by
+    /// name does not enter), or on this device-dax; only the file backends
+    /// (posix, hugetlbfs, dax) are searched.
+    #[arg(long, visible_alias = "device")]
+    pub dir: Option<PathBuf>,
+}
+
+impl PlaceArgs {
+    /// The backends to search: `backend`, else every one a name finds
+    /// (only the file backends with --dir).
+    pub fn backends(&self, backend: Option<Backend>) -> Vec<Backend> {
+        match backend {
+            Some(b) => vec![b],
+            None => SEARCH_ORDER
+                .into_iter()
+                .filter(|b| {
+                    self.dir.is_none()
+                        || matches!(b, Backend::Posix | Backend::Hugetlbfs | Backend::Dax)
+                })
+                .collect(),
+        }
+    }
+
+    /// What to add to a "not found": where else a region may be.
+    pub fn hint(&self) -> &'static str {
+        if self.dir.is_none() {
+            "; a region created with --dir in a subdirectory of a mount is found with the same \
+             --dir"
+        } else {
+            ""
+        }
+    }
+
+    /// `l`, restricted to the directory when one was given.
+    pub fn locator(&self, l: Locator) -> Locator {
+        match &self.dir {
+            Some(d) => l.directory(d),
+            None => l,
+        }
+    }
 }
 
 /// Whose regions a command accepts: by default only this user's, and none
@@ -447,16 +495,14 @@ pub fn print_report(r: &AllocationReport, out: &mut Out) -> anyhow::Result<()> {
 
 /// Runs `rm`.
 pub fn rm(roots: &Roots, a: &RmArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
-    let backends: Vec<Backend> = match a.backend {
-        Some(b) => vec![b],
-        None => SEARCH_ORDER.to_vec(),
-    };
+    let backends = a.place.backends(a.backend);
     let mut removed = Vec::new();
     let mut looked = Vec::new();
     for b in backends {
-        let l = a
-            .trust
-            .locator(Locator::new(&a.name, b).probe(Probe::new(roots.clone())));
+        let l = a.trust.locator(
+            a.place
+                .locator(Locator::new(&a.name, b).probe(Probe::new(roots.clone()))),
+        );
         let result = if a.per_node {
             l.remove_per_node()
         } else {
@@ -475,14 +521,15 @@ pub fn rm(roots: &Roots, a: &RmArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
             Err(e) => return Err(region_error(e)),
         }
     }
-    if a.json {
-        out.json_doc(&crate::output::Keyed("removed", &removed))?;
-    } else if removed.is_empty() {
+    if removed.is_empty() {
         bail!(
-            "no region named {:?} (looked for {})",
+            "no region named {:?} (looked for {}){}",
             a.name,
-            looked_text(&looked)
+            looked_text(&looked),
+            a.place.hint()
         );
+    } else if a.json {
+        out.json_doc(&crate::output::Keyed("removed", &removed))?;
     } else {
         for r in &removed {
             out.line(format!(

@@ -1,6 +1,6 @@
 //! `hugeshm attach` and `hugeshm ls`: regions shared between processes.
 
-use crate::cmd::region::{looked_text, region_error, Hold, TrustArgs, SEARCH_ORDER};
+use crate::cmd::region::{looked_text, region_error, Hold, PlaceArgs, TrustArgs};
 use crate::output::{Out, Table};
 use anyhow::bail;
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -19,6 +19,8 @@ pub struct AttachArgs {
     /// Its backend (default: whichever of sysv, posix, hugetlbfs, memfd, dax has the name).
     #[arg(long)]
     pub backend: Option<Backend>,
+    #[command(flatten)]
+    pub place: PlaceArgs,
     #[command(flatten)]
     pub trust: TrustArgs,
     /// Attach the per-node set NAME (NAME.node0, NAME.node1, ...) that
@@ -49,16 +51,16 @@ pub fn attach(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Result<Ex
     if a.per_node {
         return attach_per_node(roots, a, out);
     }
-    let backends: Vec<Backend> = match a.backend {
-        Some(b) => vec![b],
-        None => SEARCH_ORDER.to_vec(),
-    };
+    let backends = a.place.backends(a.backend);
     let mut found = None;
     let mut looked = Vec::new();
     for b in backends {
         match a
             .trust
-            .locator(Locator::new(&a.name, b).probe(Probe::new(roots.clone())))
+            .locator(
+                a.place
+                    .locator(Locator::new(&a.name, b).probe(Probe::new(roots.clone()))),
+            )
             .attach_with_report()
         {
             Ok(x) => {
@@ -78,9 +80,10 @@ pub fn attach(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Result<Ex
     }
     let Some((region, report)) = found else {
         bail!(
-            "no region named {:?} (looked for {})",
+            "no region named {:?} (looked for {}){}",
             a.name,
-            looked_text(&looked)
+            looked_text(&looked),
+            a.place.hint()
         );
     };
     if a.json {
