@@ -103,6 +103,10 @@ static LOGGER: StderrLog = StderrLog;
 fn main() -> ExitCode {
     let _ = log::set_logger(&LOGGER).map(|()| log::set_max_level(log::LevelFilter::Warn));
     let cli = Cli::parse();
+    if let Err(e) = hugeshm_probe::MapsSource::from_env() {
+        eprintln!("hugeshm: error: {e}");
+        return ExitCode::from(2);
+    }
     let defaults = Roots::default();
     let roots = Roots {
         proc: cli.proc_root.clone().unwrap_or(defaults.proc),
