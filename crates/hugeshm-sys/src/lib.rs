@@ -49,7 +49,7 @@ mod procmap;
 mod words;
 
 pub use perf::{PerfCounter, PerfEvent};
-pub use process::{fork_child, thread_count, thread_cpu_seconds, wait_child};
+pub use process::{fork_child, process_cpu_seconds, thread_count, thread_cpu_seconds, wait_child};
 pub use procmap::{is_procfs, procmap_query, procmap_query_supported, Vma, VmaQuery};
 
 use rustix::fs::MemfdFlags;

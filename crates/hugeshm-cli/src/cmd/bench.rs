@@ -150,6 +150,18 @@ struct ScanRow {
     vs_maps: f64,
     /// `median_ms / text_scan_median_ms`.
     vs_text_scan: f64,
+    /// CPU time of the process (all threads), median per step: the work,
+    /// whatever share of the CPUs other processes left the bench.
+    cpu_ms: StepCpu,
+}
+
+/// Median CPU milliseconds of each step of one `bench scan` row.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+struct StepCpu {
+    scan: f64,
+    text_scan: f64,
+    maps_read: f64,
+    walk: Option<f64>,
 }
 
 /// What `bench scan --json` prints: the top-level figures are those of
@@ -420,6 +432,21 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
             ]);
         }
         t.render(out, "")?;
+        out.line(
+            "CPU time of all the bench's threads, median ms (what the steps cost whatever share of the CPUs other processes left):",
+        )?;
+        for r in &res.sweep {
+            let c = &r.cpu_ms;
+            out.line(format!(
+                "  {} procs: scan {:.1}, text scan {:.1}, maps read {:.1}, ioctl walk {}; scan / maps {:.2}x",
+                r.procs,
+                c.scan,
+                c.text_scan,
+                c.maps_read,
+                c.walk.map(|w| format!("{w:.1}")).unwrap_or_else(|| "-".to_string()),
+                if c.maps_read > 0.0 { c.scan / c.maps_read } else { 0.0 },
+            ))?;
+        }
         if let (Some(s), Some(m)) = (res.slope_ms_per_1000, res.maps_slope_ms_per_1000) {
             out.line(format!(
                 "slope: scan {s:.1} ms per 1,000 processes, maps read {m:.1} ms per 1,000"
@@ -469,23 +496,35 @@ fn scan_once(probe: &Probe, a: &ScanArgs, n: u32, shmid: i32) -> anyhow::Result<
     let mut last = hugeshm_doctor::segments::build(probe);
     let mut last_text = hugeshm_doctor::segments::build(&text_probe);
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
+    let cpu = || sys::process_cpu_seconds().map(|s| s * 1000.0);
+    let mut cpu_runs: [Vec<f64>; 4] = Default::default();
     for _ in 0..a.runs.max(1) {
         let pids = probe.processes().map(|l| l.pids).unwrap_or_default();
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), cpu()?);
         (_, maps_bytes) = probe.read_every_maps(&pids);
         maps_runs.push(ms(t));
+        cpu_runs[0].push(cpu()? - c);
         if how == MapsRead::Query {
-            let t = Instant::now();
+            let (t, c) = (Instant::now(), cpu()?);
             (_, walk_vmas) = probe.walk_every_maps(&pids);
             walk_runs.push(ms(t));
+            cpu_runs[1].push(cpu()? - c);
         }
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), cpu()?);
         last = hugeshm_doctor::segments::build(probe);
         runs.push(ms(t));
-        let t = Instant::now();
+        cpu_runs[2].push(cpu()? - c);
+        let (t, c) = (Instant::now(), cpu()?);
         last_text = hugeshm_doctor::segments::build(&text_probe);
         text_runs.push(ms(t));
+        cpu_runs[3].push(cpu()? - c);
     }
+    let cpu_ms = StepCpu {
+        maps_read: min_median(&cpu_runs[0]).1,
+        walk: (!cpu_runs[1].is_empty()).then(|| min_median(&cpu_runs[1]).1),
+        scan: min_median(&cpu_runs[2]).1,
+        text_scan: min_median(&cpu_runs[3]).1,
+    };
     let ours = |r: &hugeshm_doctor::segments::SegmentsReport| {
         r.segments
             .iter()
@@ -518,5 +557,6 @@ fn scan_once(probe: &Probe, a: &ScanArgs, n: u32, shmid: i32) -> anyhow::Result<
         walk_vmas,
         vs_maps: ratio(median_ms, maps_median_ms),
         vs_text_scan: ratio(median_ms, text_scan_median_ms),
+        cpu_ms,
     })
 }
