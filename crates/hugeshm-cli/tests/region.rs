@@ -815,7 +815,11 @@ fn bench_scan_sweeps_process_counts_against_the_maps_read() {
         assert_eq!(row["runs_ms"].as_array().unwrap().len(), 2, "{r:#}");
         assert!(row["vs_maps"].as_f64().unwrap() > 0.0, "{r:#}");
         // The same scan by the maps text, found the same.
-        assert_eq!(row["text_scan_runs_ms"].as_array().unwrap().len(), 2, "{r:#}");
+        assert_eq!(
+            row["text_scan_runs_ms"].as_array().unwrap().len(),
+            2,
+            "{r:#}"
+        );
         assert!(row["text_scan_median_ms"].as_f64().unwrap() > 0.0, "{r:#}");
         assert_eq!(row["text_scan_same"], true, "{r:#}");
         assert!(row["cpu_ms"]["scan"].as_f64().unwrap() > 0.0, "{r:#}");

@@ -209,18 +209,17 @@ pub fn parse_line(path: &str, line_no: usize, line: &str) -> Result<MapsEntry, P
         )
     })?;
 
-    let (pathname, deleted) = split_name(rest);
-    Ok(MapsEntry {
+    // A line holds no newline and has lost its `\r` to `lines()`: the
+    // rest is the name as the kernel printed it.
+    Ok(entry_from_fields(
         start,
         end,
         perms,
         offset,
-        dev_major,
-        dev_minor,
+        (dev_major, dev_minor),
         inode,
-        pathname,
-        deleted,
-    })
+        Some(rest),
+    ))
 }
 
 /// The pathname column after the inode: without the padding and the
@@ -255,10 +254,11 @@ pub fn entry_from_fields(
     name: Option<&str>,
 ) -> MapsEntry {
     let (pathname, deleted) = match name {
-        Some(n) => {
+        Some(n) if n.contains('\n') => {
             let printed = n.replace('\n', "\\012");
             split_name(printed.strip_suffix('\r').unwrap_or(&printed))
         }
+        Some(n) => split_name(n.strip_suffix('\r').unwrap_or(n)),
         None => (None, false),
     };
     MapsEntry {
