@@ -101,20 +101,23 @@ fn finish(what: &str, out: Output) -> Run {
     run
 }
 
-/// Runs `hugeshm --proc-root F/proc --sys-root F/sys --fs-root F/fs ARGS...`.
-fn run(name: &str, args: &[&str]) -> Run {
+/// `hugeshm --proc-root F/proc --sys-root F/sys --fs-root F/fs`.
+fn on_fixture(name: &str) -> Command {
     let dir = fixture_dir(name);
     assert!(dir.join("proc").is_dir(), "no fixture {}", dir.display());
-    let out = hugeshm()
-        .arg("--proc-root")
+    let mut c = hugeshm();
+    c.arg("--proc-root")
         .arg(dir.join("proc"))
         .arg("--sys-root")
         .arg(dir.join("sys"))
         .arg("--fs-root")
-        .arg(dir.join("fs"))
-        .args(args)
-        .output()
-        .expect("run hugeshm");
+        .arg(dir.join("fs"));
+    c
+}
+
+/// Runs `hugeshm --proc-root F/proc --sys-root F/sys --fs-root F/fs ARGS...`.
+fn run(name: &str, args: &[&str]) -> Run {
+    let out = on_fixture(name).args(args).output().expect("run hugeshm");
     finish(&format!("{name}: hugeshm {}", args.join(" ")), out)
 }
 
@@ -1743,15 +1746,8 @@ fn usage_errors_exit_2() {
 /// unreadable (naming the ioctl); any other value is a usage error.
 #[test]
 fn maps_source_variable() {
-    let dir = fixture_dir("host-capture");
     let with = |maps: &str| {
-        let out = hugeshm()
-            .arg("--proc-root")
-            .arg(dir.join("proc"))
-            .arg("--sys-root")
-            .arg(dir.join("sys"))
-            .arg("--fs-root")
-            .arg(dir.join("fs"))
+        let out = on_fixture("host-capture")
             .args(["segments", "--json"])
             .env("HUGESHM_MAPS", maps)
             .output()
