@@ -104,6 +104,10 @@ fn main() -> ExitCode {
     let _ = log::set_logger(&LOGGER).map(|()| log::set_max_level(log::LevelFilter::Warn));
     let cli = Cli::parse();
     hugeshm_doctor::dax::set_file_dax_reader(Box::new(cmd::segments::SysFileDax));
+    if let Err(e) = hugeshm_probe::MapsSource::from_env() {
+        eprintln!("hugeshm: error: {e}");
+        return ExitCode::from(2);
+    }
     let defaults = Roots::default();
     let roots = Roots {
         proc: cli.proc_root.clone().unwrap_or(defaults.proc),

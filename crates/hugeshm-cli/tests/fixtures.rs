@@ -74,6 +74,7 @@ fn hugeshm() -> Command {
     c.env_remove("HUGESHM_PROC_ROOT")
         .env_remove("HUGESHM_SYS_ROOT")
         .env_remove("HUGESHM_FS_ROOT")
+        .env_remove("HUGESHM_MAPS")
         .env("NO_COLOR", "1");
     c
 }
@@ -100,20 +101,23 @@ fn finish(what: &str, out: Output) -> Run {
     run
 }
 
-/// Runs `hugeshm --proc-root F/proc --sys-root F/sys --fs-root F/fs ARGS...`.
-fn run(name: &str, args: &[&str]) -> Run {
+/// `hugeshm --proc-root F/proc --sys-root F/sys --fs-root F/fs`.
+fn on_fixture(name: &str) -> Command {
     let dir = fixture_dir(name);
     assert!(dir.join("proc").is_dir(), "no fixture {}", dir.display());
-    let out = hugeshm()
-        .arg("--proc-root")
+    let mut c = hugeshm();
+    c.arg("--proc-root")
         .arg(dir.join("proc"))
         .arg("--sys-root")
         .arg(dir.join("sys"))
         .arg("--fs-root")
-        .arg(dir.join("fs"))
-        .args(args)
-        .output()
-        .expect("run hugeshm");
+        .arg(dir.join("fs"));
+    c
+}
+
+/// Runs `hugeshm --proc-root F/proc --sys-root F/sys --fs-root F/fs ARGS...`.
+fn run(name: &str, args: &[&str]) -> Run {
+    let out = on_fixture(name).args(args).output().expect("run hugeshm");
     finish(&format!("{name}: hugeshm {}", args.join(" ")), out)
 }
 
@@ -1775,6 +1779,49 @@ fn usage_errors_exit_2() {
         assert!(r.stdout.is_empty(), "hugeshm {args:?} printed {}", r.stdout);
         assert!(!r.stderr.is_empty(), "hugeshm {args:?}: no message");
     }
+}
+
+/// `HUGESHM_MAPS`: a captured /proc is read as text whatever `auto` or
+/// `text` say; `query` cannot work on its files and reports the processes
+/// unreadable (naming the ioctl); any other value is a usage error.
+#[test]
+fn maps_source_variable() {
+    let with = |maps: &str| {
+        let out = on_fixture("host-capture")
+            .args(["segments", "--json"])
+            .env("HUGESHM_MAPS", maps)
+            .output()
+            .expect("run hugeshm");
+        finish(&format!("HUGESHM_MAPS={maps} hugeshm segments --json"), out)
+    };
+    let auto = run("host-capture", &["segments", "--json"]);
+    assert_eq!(auto.code, 0, "{}", auto.stderr);
+    for maps in ["auto", "text", ""] {
+        let r = with(maps);
+        assert_eq!(r.code, 0, "{maps}: {}", r.stderr);
+        assert_eq!(r.stdout, auto.stdout, "HUGESHM_MAPS={maps:?}");
+    }
+    let q = with("query");
+    assert_eq!(q.code, 0, "{}", q.stderr);
+    let v: serde_json::Value = serde_json::from_str(&q.stdout).unwrap();
+    let unreadable = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["code"] == "processes-unreadable")
+        .unwrap_or_else(|| panic!("no processes-unreadable: {v:#}"));
+    assert!(
+        unreadable.to_string().contains("PROCMAP_QUERY"),
+        "{unreadable:#}"
+    );
+    let bad = with("ioctl");
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(
+        bad.stderr
+            .contains("HUGESHM_MAPS=\"ioctl\": expected auto, text or query"),
+        "{}",
+        bad.stderr
+    );
 }
 
 #[test]

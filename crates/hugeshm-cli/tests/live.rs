@@ -19,7 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use hugeshm_doctor::segments::{Segment, SegmentKind};
 use hugeshm_doctor::status::{PoolRow, StatusReport};
-use hugeshm_probe::{FS_ROOT_ENV, PROC_ROOT_ENV, SYS_ROOT_ENV};
+use hugeshm_probe::{FS_ROOT_ENV, MAPS_ENV, PROC_ROOT_ENV, SYS_ROOT_ENV};
 use hugeshm_sys as sys;
 use hugeshm_testkit::{
     skip_unless_root, HostState, PoolGuard, TestObject, TestProc, HUGEPAGES_SYSFS, NODE_SYSFS,
@@ -39,6 +39,11 @@ const TESTPROC_MEMFD_HUGE_NAME: &str = "hugeshm-testproc-memfd-huge";
 /// optionally under a wrapper command (e.g. `prlimit ...`); returns stdout,
 /// panicking with stderr when it fails.
 fn run_hugeshm_wrapped(wrapper: &[&str], args: &[&str]) -> Vec<u8> {
+    run_hugeshm_with(wrapper, &[], args)
+}
+
+/// [`run_hugeshm_wrapped`] with variables set.
+fn run_hugeshm_with(wrapper: &[&str], envs: &[(&str, &str)], args: &[&str]) -> Vec<u8> {
     let bin = env!("CARGO_BIN_EXE_hugeshm");
     let mut cmd = match wrapper.split_first() {
         Some((first, rest)) => {
@@ -52,7 +57,9 @@ fn run_hugeshm_wrapped(wrapper: &[&str], args: &[&str]) -> Vec<u8> {
         .env_remove(PROC_ROOT_ENV)
         .env_remove(SYS_ROOT_ENV)
         .env_remove(FS_ROOT_ENV)
-        .env("NO_COLOR", "1");
+        .env_remove(MAPS_ENV)
+        .env("NO_COLOR", "1")
+        .envs(envs.iter().copied());
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("run {wrapper:?} hugeshm {args:?}: {e}"));
@@ -88,7 +95,11 @@ fn status_json() -> StatusReport {
 }
 
 fn segments_json() -> Vec<Segment> {
-    let out = run_hugeshm_wrapped(&[], &["segments", "--json"]);
+    segments_json_with(&[])
+}
+
+fn segments_json_with(envs: &[(&str, &str)]) -> Vec<Segment> {
+    let out = run_hugeshm_with(&[], envs, &["segments", "--json"]);
     let v = document("segments --json", &out);
     for key in ["findings", "problems"] {
         assert!(v[key].is_array(), "segments --json: {key}: {v:#}");
@@ -800,6 +811,24 @@ fn segments_tells_page_sizes() {
         .filter(|s| s.attached_pids.contains(&pid))
         .count();
     assert_eq!(of_pid, 6, "six objects of pid {pid}: {}", dump());
+
+    // The same six, field for field, whether the scan reads maps as text
+    // or steps over them with PROCMAP_QUERY (the default where the kernel
+    // has it, so `segs` above came from one of the two).
+    let mine = |segs: &[Segment]| -> Vec<Segment> {
+        segs.iter()
+            .filter(|s| s.attached_pids.contains(&pid))
+            .cloned()
+            .collect()
+    };
+    let by_text = segments_json_with(&[(MAPS_ENV, "text")]);
+    assert_eq!(mine(&by_text), mine(&segs), "text read against the default");
+    if sys::procmap_query_supported() {
+        let by_query = segments_json_with(&[(MAPS_ENV, "query")]);
+        assert_eq!(mine(&by_query), mine(&by_text), "ioctl against text");
+    } else {
+        eprintln!("SKIP {T} (ioctl part): the kernel has no PROCMAP_QUERY (before 6.11)");
+    }
 
     assert!(tp.finish().expect("testproc exits").success());
     assert_no_leaks(&before, &ours);

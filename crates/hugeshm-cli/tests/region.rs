@@ -814,6 +814,25 @@ fn bench_scan_sweeps_process_counts_against_the_maps_read() {
         assert!(row["maps_bytes"].as_u64().unwrap() > 0, "{r:#}");
         assert_eq!(row["runs_ms"].as_array().unwrap().len(), 2, "{r:#}");
         assert!(row["vs_maps"].as_f64().unwrap() > 0.0, "{r:#}");
+        // The same scan by the maps text, found the same.
+        assert_eq!(
+            row["text_scan_runs_ms"].as_array().unwrap().len(),
+            2,
+            "{r:#}"
+        );
+        assert!(row["text_scan_median_ms"].as_f64().unwrap() > 0.0, "{r:#}");
+        assert_eq!(row["text_scan_same"], true, "{r:#}");
+        assert!(row["cpu_ms"]["scan"].as_f64().unwrap() > 0.0, "{r:#}");
+        assert!(row["cpu_ms"]["maps_read"].as_f64().unwrap() > 0.0, "{r:#}");
+        if hugeshm_sys::procmap_query_supported() {
+            // By PROCMAP_QUERY, with the ioctl walk beside it.
+            assert_eq!(row["maps_read"], "query", "{r:#}");
+            assert!(row["walk_median_ms"].as_f64().unwrap() > 0.0, "{r:#}");
+            assert!(row["walk_vmas"].as_u64().unwrap() > 0, "{r:#}");
+        } else {
+            assert_eq!(row["maps_read"], "text", "{r:#}");
+            assert!(row["walk_median_ms"].is_null(), "{r:#}");
+        }
     }
     assert_eq!(r["procs"], 6, "{r:#}");
     assert!(r["slope_ms_per_1000"].as_f64().is_some(), "{r:#}");

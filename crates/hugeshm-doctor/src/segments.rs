@@ -12,7 +12,7 @@ use crate::dax::{self, DaxInfo};
 use crate::finding::{plural, pool_fix, Finding, Severity};
 use hugeshm_parse::maps::MapsEntry;
 use hugeshm_parse::size::{format_bytes, BASE_PAGE, MIB};
-use hugeshm_probe::{HostSnapshot, MountFile, Probe, Problem, ProblemKind, ReadError};
+use hugeshm_probe::{HostSnapshot, MapsRead, MountFile, Probe, Problem, ProblemKind, ReadError};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
@@ -207,6 +207,10 @@ pub struct SegmentsReport {
     pub numa_nodes: u32,
     /// How long the scan took.
     pub scan_seconds: f64,
+    /// How the mappings were read: `query` (the `PROCMAP_QUERY` ioctl)
+    /// or `text`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maps_read: Option<MapsRead>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -302,9 +306,9 @@ fn classify(pid: u32, m: &MapsEntry, mounts: &Mounts) -> Option<(Key, SegmentKin
     None
 }
 
-/// Scans the host (reads the host files first).
+/// Scans the host (reads the host files it needs first).
 pub fn build(probe: &Probe) -> SegmentsReport {
-    let host = probe.host();
+    let host = probe.host_without_free_lists();
     build_with(probe, &host)
 }
 
@@ -366,9 +370,28 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
         }
     };
     let mut vanished = 0u64;
-    // Only the lines that can be shared memory or huge pages, read on
-    // every CPU (the kernel's formatting of maps is most of the cost).
-    for (pid, maps) in probe.read_each(&pids, 0, |p| p.maps_candidates()) {
+    // Only the mappings that can be shared memory or huge pages (by ioctl
+    // where the kernel has it, else the lines of the text), and the status
+    // of each process that maps something reported, in one visit per
+    // process, on every CPU (the kernel's work of formatting /proc files
+    // is most of the cost).
+    let how = probe.maps_read();
+    report.maps_read = Some(how);
+    let visits = probe.read_each(&pids, 0, |p| {
+        let maps = p.maps_candidates(how).map(|maps| {
+            maps.into_iter()
+                .filter_map(|m| classify(p.pid, &m, &mounts).map(|(k, kind)| (k, kind, m)))
+                .collect::<Vec<_>>()
+        });
+        let status = match &maps {
+            Ok(found) if !found.is_empty() => Some(p.status()),
+            _ => None,
+        };
+        (maps, status)
+    });
+    let mut status = HashMap::new();
+    let mut status_problems = Vec::new();
+    for (pid, (maps, st)) in visits {
         let maps = match maps {
             Ok(m) => m,
             Err(e) => {
@@ -377,10 +400,14 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
             }
         };
         report.processes_scanned += 1;
-        for m in &maps {
-            let Some((key, kind)) = classify(pid, m, &mounts) else {
-                continue;
-            };
+        match st {
+            Some(Ok(s)) => {
+                status.insert(pid, s);
+            }
+            Some(Err(e)) => status_problems.push((pid, e)),
+            None => {}
+        }
+        for (key, kind, m) in maps {
             let o = objs.entry(key).or_insert_with(|| Obj {
                 kind,
                 path: m.pathname.clone(),
@@ -399,6 +426,11 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
                     .push((m.start, m.end, m.offset));
             }
         }
+    }
+    // Problems with status after those with maps, as when they were read
+    // in two passes.
+    for (pid, e) in status_problems {
+        record(&mut unreadable, &mut vanished, pid, e);
     }
 
     // 2. Files on hugetlbfs and tmpfs mounts (found even when nobody maps them).
@@ -479,17 +511,6 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
             }
         }
         sample.extend(cands.into_iter().take(SAMPLE_PROCESSES));
-    }
-    let attached_pids: BTreeSet<u32> = objs.values().flat_map(|o| o.maps.keys().copied()).collect();
-    let mut status = HashMap::new();
-    let attached_list: Vec<u32> = attached_pids.iter().copied().collect();
-    for (pid, st) in probe.read_each(&attached_list, 0, |p| p.status()) {
-        match st {
-            Ok(s) => {
-                status.insert(pid, s);
-            }
-            Err(e) => record(&mut unreadable, &mut vanished, pid, e),
-        }
     }
     let mut smaps = HashMap::new();
     let mut numa = HashMap::new();

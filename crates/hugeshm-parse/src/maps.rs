@@ -36,6 +36,18 @@ pub struct Perms {
     pub shared: bool,
 }
 
+impl Perms {
+    /// The column of a mapping with these rights, shared or private.
+    pub fn new(read: bool, write: bool, exec: bool, shared: bool) -> Self {
+        Perms {
+            read,
+            write,
+            exec,
+            shared,
+        }
+    }
+}
+
 /// One line of `/proc/PID/maps`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -197,6 +209,22 @@ pub fn parse_line(path: &str, line_no: usize, line: &str) -> Result<MapsEntry, P
         )
     })?;
 
+    // A line holds no newline and has lost its `\r` to `lines()`: the
+    // rest is the name as the kernel printed it.
+    Ok(entry_from_fields(
+        start,
+        end,
+        perms,
+        offset,
+        (dev_major, dev_minor),
+        inode,
+        Some(rest),
+    ))
+}
+
+/// The pathname column after the inode: without the padding and the
+/// ` (deleted)` suffix, and whether the suffix was there.
+fn split_name(rest: &str) -> (Option<String>, bool) {
     // Only the padding is removed: a file name may itself end in blanks.
     let name = rest.trim_start_matches([' ', '\t']);
     let (name, deleted) = match name.strip_suffix(DELETED) {
@@ -208,7 +236,32 @@ pub fn parse_line(path: &str, line_no: usize, line: &str) -> Result<MapsEntry, P
     } else {
         Some(name.to_string())
     };
-    Ok(MapsEntry {
+    (pathname, deleted)
+}
+
+/// The entry the maps text would give for a mapping known by its fields
+/// (`PROCMAP_QUERY` returns these): `name` is the name as the kernel
+/// returns it, which the text escapes (a newline is printed as `\012`,
+/// and a line's trailing `\r` is lost on reading), so that both ways of
+/// reading a process's mappings give equal entries.
+pub fn entry_from_fields(
+    start: u64,
+    end: u64,
+    perms: Perms,
+    offset: u64,
+    (dev_major, dev_minor): (u32, u32),
+    inode: u64,
+    name: Option<&str>,
+) -> MapsEntry {
+    let (pathname, deleted) = match name {
+        Some(n) if n.contains('\n') => {
+            let printed = n.replace('\n', "\\012");
+            split_name(printed.strip_suffix('\r').unwrap_or(&printed))
+        }
+        Some(n) => split_name(n.strip_suffix('\r').unwrap_or(n)),
+        None => (None, false),
+    };
+    MapsEntry {
         start,
         end,
         perms,
@@ -218,7 +271,15 @@ pub fn parse_line(path: &str, line_no: usize, line: &str) -> Result<MapsEntry, P
         inode,
         pathname,
         deleted,
-    })
+    }
+}
+
+/// Whether a mapping is one that [`parse_candidates`] keeps: shared, or
+/// on a device with major number 0 with a pathname that is not a
+/// `[pseudo]` name.
+pub fn is_candidate(m: &MapsEntry) -> bool {
+    m.perms.shared
+        || (m.dev_major == 0 && m.pathname.as_deref().is_some_and(|n| !n.starts_with('[')))
 }
 
 /// Parses `/proc/PID/maps`. Blank lines are skipped.
@@ -338,6 +399,41 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert_eq!(err.line, Some(1), "{err}");
         let err = parse_candidates("7f00-7f01 rw-q 0 00:01 5 /x\n").unwrap_err();
         assert!(err.to_string().contains("perms"), "{err}");
+    }
+
+    /// The fields of each line of `REAL` (as `PROCMAP_QUERY` gives them)
+    /// make the entry the text parse makes; a newline in a name is
+    /// printed as `\012` by the kernel, and so by `entry_from_fields`.
+    #[test]
+    fn fields_make_the_text_entry() {
+        let text = format!(
+            "{REAL}7f0000000000-7f0000001000 rw-s 00000000 00:1b 7 /dev/shm/a\\012b (deleted)\n"
+        );
+        let all = parse(&text).unwrap();
+        for (m, line) in all.iter().zip(text.lines()) {
+            // The name the kernel returns: the text's, unescaped.
+            let name = line
+                .splitn(6, ' ')
+                .nth(5)
+                .map(|n| n.trim_start().replace("\\012", "\n"))
+                .filter(|n| !n.is_empty());
+            let e = entry_from_fields(
+                m.start,
+                m.end,
+                m.perms,
+                m.offset,
+                (m.dev_major, m.dev_minor),
+                m.inode,
+                name.as_deref(),
+            );
+            assert_eq!(&e, m, "{line}");
+            assert_eq!(is_candidate(&e), may_be_shared_memory(line), "{line}");
+        }
+        assert_eq!(
+            all.last().unwrap().pathname.as_deref(),
+            Some("/dev/shm/a\\012b")
+        );
+        assert!(all.last().unwrap().deleted);
     }
 
     #[test]

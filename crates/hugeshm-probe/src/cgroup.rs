@@ -10,7 +10,7 @@
 //! left at any level, not the room in its own cgroup.
 
 use crate::host::size_dirs;
-use crate::read::{io_error, read_parse, read_parse_at, ReadError};
+use crate::read::{io_error, read_parse, read_parse_at, read_parse_reused, ReadError};
 use crate::Probe;
 use hugeshm_parse::cgroup::{self, CgroupEntry};
 use hugeshm_parse::hugetlb_cgroup::{
@@ -294,7 +294,9 @@ impl Probe {
     /// `/proc/PID/cgroup` (`None`: this process's).
     pub fn cgroups(&self, pid: Option<u32>) -> Result<Vec<CgroupEntry>, ReadError> {
         let who = pid.map_or_else(|| "self".to_string(), |p| p.to_string());
-        read_parse(&self.proc_path(&format!("{who}/cgroup")), cgroup::parse)
+        // Read once per process that maps huge pages by a segment scan:
+        // through the reused buffer.
+        read_parse_reused(&self.proc_path(&format!("{who}/cgroup")), cgroup::parse)
     }
 
     /// A host path (a mount point, a cgroup directory) under the fs root.

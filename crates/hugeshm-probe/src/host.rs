@@ -249,6 +249,18 @@ impl Probe {
 
     /// Reads every host-wide file once.
     pub fn host(&self) -> HostSnapshot {
+        self.read_host(true)
+    }
+
+    /// [`Probe::host`] without the free lists (`buddyinfo` and
+    /// `pagetypeinfo` are left empty): what a segment scan needs. The
+    /// kernel counts `/proc/pagetypeinfo` by walking every free list of
+    /// every zone, which takes tens of milliseconds on a large host.
+    pub fn host_without_free_lists(&self) -> HostSnapshot {
+        self.read_host(false)
+    }
+
+    fn read_host(&self, free_lists: bool) -> HostSnapshot {
         let mut snap = HostSnapshot::default();
         let mut problems = Vec::new();
         let mut c = Collector {
@@ -367,15 +379,18 @@ impl Probe {
             shmmni: u(&mut c, "sys/kernel/shmmni"),
             hugetlb_optimize_vmemmap: u(&mut c, "sys/vm/hugetlb_optimize_vmemmap"),
         };
-        snap.buddyinfo = c
-            .keep(read_parse(&self.proc_path("buddyinfo"), buddyinfo::parse))
-            .unwrap_or_default();
-        // Root only (mode 0400): not being allowed to read it is no problem.
-        snap.pagetypeinfo = match read_parse(&self.proc_path("pagetypeinfo"), pagetypeinfo::parse) {
-            Ok(p) => Some(p),
-            Err(ReadError::PermissionDenied { .. }) => None,
-            Err(e) => c.keep(Err(e)),
-        };
+        if free_lists {
+            snap.buddyinfo = c
+                .keep(read_parse(&self.proc_path("buddyinfo"), buddyinfo::parse))
+                .unwrap_or_default();
+            // Root only (mode 0400): not being allowed to read it is no problem.
+            snap.pagetypeinfo =
+                match read_parse(&self.proc_path("pagetypeinfo"), pagetypeinfo::parse) {
+                    Ok(p) => Some(p),
+                    Err(ReadError::PermissionDenied { .. }) => None,
+                    Err(e) => c.keep(Err(e)),
+                };
+        }
 
         snap.cmdline = c.keep(read_parse(&self.proc_path("cmdline"), cmdline::parse));
         snap.mounts = c.need(self.mounts()).unwrap_or_default();

@@ -20,6 +20,7 @@
 
 mod cgroup;
 mod host;
+mod maps;
 mod persisted;
 mod pmem;
 pub mod postgres;
@@ -28,6 +29,7 @@ mod read;
 
 pub use cgroup::{HugetlbCgroup, HugetlbCgroupLevel, HugetlbCgroupSize};
 pub use host::{DemoteSize, HostSnapshot, NodeInfo, NodePool, Sysctls, ThpState};
+pub use maps::{MapsRead, MapsSource, MAPS_ENV};
 pub use persisted::{Persisted, PersistedValue};
 pub use pmem::{DaxDevice, MemoryTier, Namespace, PmemSnapshot};
 pub use process::{
@@ -106,12 +108,24 @@ impl Roots {
 pub struct Probe {
     /// The roots read.
     pub roots: Roots,
+    /// How the mappings of processes are read (see [`Probe::maps_read`]).
+    pub maps: MapsSource,
 }
 
 impl Probe {
-    /// A reader over `roots`.
+    /// A reader over `roots`; maps are read as [`MAPS_ENV`] says (`auto`
+    /// when it is unset or not one of `auto`, `text`, `query`: the binary
+    /// checks the value and refuses a wrong one).
     pub fn new(roots: Roots) -> Self {
-        Probe { roots }
+        Probe {
+            roots,
+            maps: MapsSource::from_env().unwrap_or_default(),
+        }
+    }
+
+    /// This reader, reading maps the way `maps` says.
+    pub fn with_maps(self, maps: MapsSource) -> Self {
+        Probe { maps, ..self }
     }
 
     /// Path of a file under the `/proc` root (`rel` without the leading `/proc/`).

@@ -1,6 +1,6 @@
 //! Per-process files and the files on shared-memory mounts.
 
-use crate::read::{io_error, read_parse, read_parse_reused, ReadError};
+use crate::read::{io_error, read_parse, read_parse_reused, read_plain, ReadError};
 use crate::Probe;
 use hugeshm_parse::maps::MapsEntry;
 use hugeshm_parse::numa_maps::NumaMapsEntry;
@@ -24,7 +24,7 @@ pub const PAGEMAP_SAMPLE_WINDOWS: u64 = 512;
 pub struct PidFiles {
     /// The pid.
     pub pid: u32,
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
 }
 
 impl PidFiles {
@@ -39,12 +39,6 @@ impl PidFiles {
     /// `/proc/PID/maps`.
     pub fn maps(&self) -> Result<Vec<MapsEntry>, ReadError> {
         read_parse(&self.dir.join("maps"), maps::parse)
-    }
-    /// The lines of `/proc/PID/maps` that can be shared memory or huge
-    /// pages ([`maps::parse_candidates`]): what a segment scan needs, read
-    /// through a reused buffer.
-    pub fn maps_candidates(&self) -> Result<Vec<MapsEntry>, ReadError> {
-        read_parse_reused(&self.dir.join("maps"), maps::parse_candidates)
     }
     /// `/proc/PID/smaps`.
     pub fn smaps(&self) -> Result<Vec<SmapsEntry>, ReadError> {
@@ -203,7 +197,6 @@ impl Probe {
     /// Returns the processes read and the bytes read; a process that
     /// vanished or cannot be read is skipped.
     pub fn read_every_maps(&self, pids: &[u32]) -> (u64, u64) {
-        use std::io::Read;
         let mut buf = Vec::with_capacity(64 << 10);
         let mut path = self.roots.proc.clone();
         let (mut n, mut bytes) = (0u64, 0u64);
@@ -211,11 +204,9 @@ impl Probe {
             path.push(pid.to_string());
             path.push("maps");
             buf.clear();
-            if let Ok(mut f) = std::fs::File::open(&path) {
-                if let Ok(k) = f.read_to_end(&mut buf) {
-                    n += 1;
-                    bytes += k as u64;
-                }
+            if let Ok(k) = read_plain(&path, &mut buf) {
+                n += 1;
+                bytes += k as u64;
             }
             path.pop();
             path.pop();

@@ -132,6 +132,22 @@ thread_local! {
     static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(64 << 10));
 }
 
+/// Reads the file at `path` to its end, appending to `buf`, with plain
+/// `read` calls: `File::read_to_end` first asks for the size (`statx`)
+/// and the position (`lseek`), two system calls per file that tell
+/// nothing about a /proc file (its size is 0).
+pub(crate) fn read_plain(path: &Path, buf: &mut Vec<u8>) -> io::Result<usize> {
+    use std::io::Read;
+    /// A `File` seen only as a reader: `read_to_end` without size hints.
+    struct Plain(std::fs::File);
+    impl Read for Plain {
+        fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+            self.0.read(b)
+        }
+    }
+    Plain(std::fs::File::open(path)?).read_to_end(buf)
+}
+
 /// [`read_parse`] through one buffer per thread that is reused from call
 /// to call: no allocation per file and no size query (`statx`) first,
 /// for the files a scan reads once per process (`maps`, `status`).
@@ -139,7 +155,6 @@ pub(crate) fn read_parse_reused<T>(
     path: &Path,
     parse: impl FnOnce(&str) -> Result<T, ParseError>,
 ) -> Result<T, ReadError> {
-    use std::io::Read;
     let parse_at = |text: &str| {
         parse(text).map_err(|e| ReadError::Parse(e.with_path(path.display().to_string())))
     };
@@ -150,8 +165,7 @@ pub(crate) fn read_parse_reused<T>(
             return parse_at(&text);
         };
         buf.clear();
-        let read = std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut buf));
-        if let Err(e) = read {
+        if let Err(e) = read_plain(path, &mut buf) {
             return Err(io_error(path.display().to_string(), e));
         }
         match std::str::from_utf8(&buf) {

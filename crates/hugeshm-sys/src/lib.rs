@@ -45,10 +45,12 @@ use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 mod perf;
 mod process;
+mod procmap;
 mod words;
 
 pub use perf::{PerfCounter, PerfEvent};
-pub use process::{fork_child, thread_count, thread_cpu_seconds, wait_child};
+pub use process::{fork_child, process_cpu_seconds, thread_count, thread_cpu_seconds, wait_child};
+pub use procmap::{is_procfs, procmap_query, procmap_query_supported, Vma, VmaQuery};
 
 use rustix::fs::MemfdFlags;
 use rustix::mm::{Advice, MapFlags, ProtFlags};

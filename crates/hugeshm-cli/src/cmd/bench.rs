@@ -4,7 +4,7 @@ use crate::cmd::bench_common::{parse_size_arg, reap, slope};
 use crate::output::{Out, Table};
 use hugeshm_doctor::segments::SegmentKind;
 use hugeshm_parse::size::{format_bytes, page_size_short};
-use hugeshm_probe::{Probe, Roots};
+use hugeshm_probe::{MapsRead, MapsSource, Probe, Roots};
 use hugeshm_sys as sys;
 use std::io::Read;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -113,25 +113,55 @@ pub struct ScanArgs {
     pub json: bool,
 }
 
-/// One process count of `bench scan`: the `segments` scan and the plain
-/// read of every process's maps, timed alternately in the same run.
+/// One process count of `bench scan`: the `segments` scan (as it reads
+/// maps by default, and by the text), the plain read of every process's
+/// maps text and the ioctl walk over every process's mappings, timed in
+/// turn in the same run.
 #[derive(Debug, Clone, serde::Serialize)]
 struct ScanRow {
     procs: u32,
     processes_scanned: u64,
     attached_found: usize,
     page_size_found: Option<u64>,
+    /// How the scan read maps: `query` (`PROCMAP_QUERY`) or `text`.
+    maps_read: MapsRead,
     runs_ms: Vec<f64>,
     min_ms: f64,
     median_ms: f64,
+    /// The same scan reading the maps text (`HUGESHM_MAPS=text`).
+    text_scan_runs_ms: Vec<f64>,
+    text_scan_median_ms: f64,
+    /// Whether both scans found the bench's segment the same (attached
+    /// processes, their names and page tables, page size).
+    text_scan_same: bool,
     /// Reading every process's `maps` once, parsing nothing.
     maps_runs_ms: Vec<f64>,
     maps_min_ms: f64,
     maps_median_ms: f64,
     /// Bytes of `maps` read in one pass.
     maps_bytes: u64,
+    /// Stepping over every process's mappings of files once by ioctl,
+    /// naming none (where the kernel has `PROCMAP_QUERY`).
+    walk_runs_ms: Vec<f64>,
+    walk_median_ms: Option<f64>,
+    /// Mappings of files seen in one walk.
+    walk_vmas: u64,
     /// `median_ms / maps_median_ms`.
     vs_maps: f64,
+    /// `median_ms / text_scan_median_ms`.
+    vs_text_scan: f64,
+    /// CPU time of the process (all threads), median per step: the work,
+    /// whatever share of the CPUs other processes left the bench.
+    cpu_ms: StepCpu,
+}
+
+/// Median CPU milliseconds of each step of one `bench scan` row.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+struct StepCpu {
+    scan: f64,
+    text_scan: f64,
+    maps_read: f64,
+    walk: Option<f64>,
 }
 
 /// What `bench scan --json` prints: the top-level figures are those of
@@ -150,6 +180,9 @@ struct ScanResult {
     median_ms: f64,
     maps_median_ms: f64,
     vs_maps: f64,
+    maps_read: MapsRead,
+    text_scan_median_ms: f64,
+    walk_median_ms: Option<f64>,
     sweep: Vec<ScanRow>,
     /// Least-squares slope of the median scan time, ms per 1,000 processes
     /// (with two or more counts).
@@ -349,6 +382,9 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
         median_ms: last.median_ms,
         maps_median_ms: last.maps_median_ms,
         vs_maps: last.vs_maps,
+        maps_read: last.maps_read,
+        text_scan_median_ms: last.text_scan_median_ms,
+        walk_median_ms: last.walk_median_ms,
         slope_ms_per_1000: slope(&pts(|r| r.median_ms)),
         maps_slope_ms_per_1000: slope(&pts(|r| r.maps_median_ms)),
         sweep,
@@ -357,36 +393,60 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
         out.json_doc(&res)?;
     } else {
         out.line(format!(
-            "segments scan with N processes attached to one {} segment on {} pages, against reading every process's maps once (median of {} runs each, alternating)",
+            "segments scan with N processes attached to one {} segment on {} pages (maps read by {}), against the same scan reading the maps text, reading every process's maps text once and stepping over every process's mappings by ioctl once (median of {} runs each, in turn)",
             format_bytes(res.size_bytes),
             page_size_short(res.page_size_bytes),
+            res.maps_read.as_str(),
             a.runs.max(1)
         ))?;
         let mut t = Table::new(&[
             ">procs",
             ">scanned",
             ">attached found",
-            ">scan min ms",
-            ">scan median ms",
-            ">maps min ms",
-            ">maps median ms",
+            ">scan ms",
+            ">text scan ms",
+            ">maps read ms",
+            ">ioctl walk ms",
             ">maps KiB",
             ">scan / maps",
+            ">scan / text scan",
         ]);
         for r in &res.sweep {
             t.row(vec![
                 r.procs.to_string(),
                 r.processes_scanned.to_string(),
                 r.attached_found.to_string(),
-                format!("{:.1}", r.min_ms),
                 format!("{:.1}", r.median_ms),
-                format!("{:.1}", r.maps_min_ms),
+                format!(
+                    "{:.1}{}",
+                    r.text_scan_median_ms,
+                    if r.text_scan_same { "" } else { " (differs!)" }
+                ),
                 format!("{:.1}", r.maps_median_ms),
+                r.walk_median_ms
+                    .map(|w| format!("{w:.1}"))
+                    .unwrap_or_else(|| "-".to_string()),
                 (r.maps_bytes / 1024).to_string(),
                 format!("{:.2}x", r.vs_maps),
+                format!("{:.2}x", r.vs_text_scan),
             ]);
         }
         t.render(out, "")?;
+        out.line(
+            "CPU time of all the bench's threads, median ms (what the steps cost whatever share of the CPUs other processes left):",
+        )?;
+        for r in &res.sweep {
+            let c = &r.cpu_ms;
+            out.line(format!(
+                "  {} procs: scan {:.1}, text scan {:.1}, maps read {:.1}, ioctl walk {}; scan / maps {:.2}x",
+                r.procs,
+                c.scan,
+                c.text_scan,
+                c.maps_read,
+                c.walk.map(|w| format!("{w:.1}")).unwrap_or_else(|| "-".to_string()),
+                if c.maps_read > 0.0 { c.scan / c.maps_read } else { 0.0 },
+            ))?;
+        }
         if let (Some(s), Some(m)) = (res.slope_ms_per_1000, res.maps_slope_ms_per_1000) {
             out.line(format!(
                 "slope: scan {s:.1} ms per 1,000 processes, maps read {m:.1} ms per 1,000"
@@ -425,45 +485,78 @@ fn wait_attached(shmid: i32, n: u32, fleet: &mut Fleet) -> anyhow::Result<()> {
     }
 }
 
-/// One warm-up scan, then `a.runs` scans alternating with plain reads of
-/// every process's maps.
+/// One warm-up of each, then `a.runs` rounds of: the plain read of every
+/// process's maps text, the ioctl walk, the scan, the scan by text.
 fn scan_once(probe: &Probe, a: &ScanArgs, n: u32, shmid: i32) -> anyhow::Result<ScanRow> {
-    let mut runs = Vec::new();
-    let mut maps_runs = Vec::new();
-    let mut maps_bytes = 0;
+    let how = probe.maps_read();
+    let text_probe = probe.clone().with_maps(MapsSource::Text);
+    let (mut runs, mut text_runs, mut maps_runs, mut walk_runs) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut maps_bytes, mut walk_vmas) = (0, 0);
     let mut last = hugeshm_doctor::segments::build(probe);
+    let mut last_text = hugeshm_doctor::segments::build(&text_probe);
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
+    let cpu = || sys::process_cpu_seconds().map(|s| s * 1000.0);
+    let mut cpu_runs: [Vec<f64>; 4] = Default::default();
     for _ in 0..a.runs.max(1) {
-        let t = Instant::now();
         let pids = probe.processes().map(|l| l.pids).unwrap_or_default();
-        let (_, bytes) = probe.read_every_maps(&pids);
-        maps_runs.push(t.elapsed().as_secs_f64() * 1000.0);
-        maps_bytes = bytes;
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), cpu()?);
+        (_, maps_bytes) = probe.read_every_maps(&pids);
+        maps_runs.push(ms(t));
+        cpu_runs[0].push(cpu()? - c);
+        if how == MapsRead::Query {
+            let (t, c) = (Instant::now(), cpu()?);
+            (_, walk_vmas) = probe.walk_every_maps(&pids);
+            walk_runs.push(ms(t));
+            cpu_runs[1].push(cpu()? - c);
+        }
+        let (t, c) = (Instant::now(), cpu()?);
         last = hugeshm_doctor::segments::build(probe);
-        runs.push(t.elapsed().as_secs_f64() * 1000.0);
+        runs.push(ms(t));
+        cpu_runs[2].push(cpu()? - c);
+        let (t, c) = (Instant::now(), cpu()?);
+        last_text = hugeshm_doctor::segments::build(&text_probe);
+        text_runs.push(ms(t));
+        cpu_runs[3].push(cpu()? - c);
     }
-    let seg = last
-        .segments
-        .iter()
-        .find(|s| s.kind == SegmentKind::Sysv && s.id == Some(shmid as u64));
+    let cpu_ms = StepCpu {
+        maps_read: min_median(&cpu_runs[0]).1,
+        walk: (!cpu_runs[1].is_empty()).then(|| min_median(&cpu_runs[1]).1),
+        scan: min_median(&cpu_runs[2]).1,
+        text_scan: min_median(&cpu_runs[3]).1,
+    };
+    let ours = |r: &hugeshm_doctor::segments::SegmentsReport| {
+        r.segments
+            .iter()
+            .find(|s| s.kind == SegmentKind::Sysv && s.id == Some(shmid as u64))
+            .cloned()
+    };
+    let seg = ours(&last);
     let (min_ms, median_ms) = min_median(&runs);
+    let (_, text_scan_median_ms) = min_median(&text_runs);
     let (maps_min_ms, maps_median_ms) = min_median(&maps_runs);
+    let ratio = |x: f64, y: f64| if y > 0.0 { x / y } else { 0.0 };
     Ok(ScanRow {
         procs: n,
         processes_scanned: last.processes_scanned,
-        attached_found: seg.map(|s| s.attached_pids.len()).unwrap_or(0),
-        page_size_found: seg.and_then(|s| s.page_size_bytes),
+        attached_found: seg.as_ref().map(|s| s.attached_pids.len()).unwrap_or(0),
+        page_size_found: seg.as_ref().and_then(|s| s.page_size_bytes),
+        maps_read: how,
+        text_scan_same: seg == ours(&last_text),
         runs_ms: runs,
         min_ms,
         median_ms,
+        text_scan_runs_ms: text_runs,
+        text_scan_median_ms,
         maps_runs_ms: maps_runs,
         maps_min_ms,
         maps_median_ms,
         maps_bytes,
-        vs_maps: if maps_median_ms > 0.0 {
-            median_ms / maps_median_ms
-        } else {
-            0.0
-        },
+        walk_median_ms: (!walk_runs.is_empty()).then(|| min_median(&walk_runs).1),
+        walk_runs_ms: walk_runs,
+        walk_vmas,
+        vs_maps: ratio(median_ms, maps_median_ms),
+        vs_text_scan: ratio(median_ms, text_scan_median_ms),
+        cpu_ms,
     })
 }
