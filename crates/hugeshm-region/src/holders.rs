@@ -1,5 +1,6 @@
 //! Who maps what: every process's shared-memory mappings from one pass over
-//! `/proc/*/maps` of the probe's `/proc` root, made on first use.
+//! `/proc/*/maps` of the probe's `/proc` root (the candidate mappings only,
+//! read by `PROCMAP_QUERY` where the kernel has it), made on first use.
 
 use std::cell::OnceCell;
 use std::collections::HashMap;
@@ -26,8 +27,11 @@ impl Scanned {
         let Ok(list) = probe.processes() else {
             return h;
         };
+        // Only the mappings that can be shared memory, by PROCMAP_QUERY
+        // where the kernel has it (no maps text formatted for the rest).
+        let how = probe.maps_read();
         for pid in list.pids {
-            let Ok(maps) = probe.pid(pid).maps() else {
+            let Ok(maps) = probe.pid(pid).maps_candidates(how) else {
                 continue;
             };
             for e in maps {
