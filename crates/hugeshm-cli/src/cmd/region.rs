@@ -93,8 +93,8 @@ pub struct RmArgs {
 pub struct PlaceArgs {
     /// Look only in this directory (the --dir the region was created with:
     /// a subdirectory of a hugetlbfs, tmpfs or dax mount, which a search by
-    /// name does not enter), or on this device-dax; only the file backends
-    /// (posix, hugetlbfs, dax) are searched.
+    /// name does not enter), or on this device-dax (--device /dev/dax0.0);
+    /// only the file backends (posix, hugetlbfs, dax) are searched.
     #[arg(long, visible_alias = "device")]
     pub dir: Option<PathBuf>,
 }
