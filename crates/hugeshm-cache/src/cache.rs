@@ -61,6 +61,25 @@ impl std::fmt::Display for Mode {
     }
 }
 
+/// A step of [`Cache::prefetch`]: which lines of a lookup to start
+/// loading. A caller that knows its next blocks names each one a few
+/// operations ahead with `Bucket`, then `Descriptor`, then `Row`, each
+/// step once the lines of the step before have had time to arrive; the
+/// lookups of several blocks then wait for memory together instead of one
+/// after the other (what the CPU does by itself for a plain array, and
+/// cannot do across the locked instructions of a pin).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prefetch {
+    /// The hash bucket's line.
+    Bucket,
+    /// The descriptor of the first buffer in the bucket's chain.
+    Descriptor,
+    /// The row of the block in the buffer that holds it (walking the
+    /// chain's descriptors, which the step before loaded), or, in the
+    /// direct mode, in the data file's mapping when no buffer holds it.
+    Row,
+}
+
 /// What one process did through its [`Cache`] handle (process-local
 /// counters: shared counters would be one more contended cache line).
 ///
@@ -440,40 +459,41 @@ impl Cache {
         self.region
     }
 
+    #[inline]
     fn count(&self, f: impl FnOnce(&mut Stats)) {
         let mut s = self.stats.get();
         f(&mut s);
         self.stats.set(s);
     }
 
-    #[inline]
+    #[inline(always)]
     fn state(&self, i: usize) -> Result<&AtomicU64, CacheError> {
         Ok(self.region.atomic_u64(self.layout.desc(i) + desc::STATE)?)
     }
 
-    #[inline]
+    #[inline(always)]
     fn tag(&self, i: usize) -> Result<&AtomicU64, CacheError> {
         Ok(self.region.atomic_u64(self.layout.desc(i) + desc::TAG)?)
     }
 
-    #[inline]
+    #[inline(always)]
     fn next(&self, i: usize) -> Result<&AtomicU32, CacheError> {
         Ok(self.region.atomic_u32(self.layout.desc(i) + desc::NEXT)?)
     }
 
-    #[inline]
+    #[inline(always)]
     fn content(&self, i: usize) -> Result<&AtomicU32, CacheError> {
         Ok(self
             .region
             .atomic_u32(self.layout.desc(i) + desc::CONTENT_LOCK)?)
     }
 
-    #[inline]
+    #[inline(always)]
     fn head(&self, b: usize) -> Result<&AtomicU32, CacheError> {
         Ok(self.region.atomic_u32(self.layout.bucket(b))?)
     }
 
-    #[inline]
+    #[inline(always)]
     fn partition(&self, b: usize) -> Result<&AtomicU32, CacheError> {
         Ok(self.region.atomic_u32(self.layout.partition_lock(b))?)
     }
@@ -482,6 +502,7 @@ impl Cache {
     /// lock held (shared or exclusive) the answer is right; without it, a
     /// hint to check after pinning (the walk may stray into a chain being
     /// changed; it stops after as many steps as there are buffers).
+    #[inline]
     fn lookup(&self, b: usize, blk: u64) -> Result<Option<usize>, CacheError> {
         let mut link = self.head(b)?.load(Ordering::Acquire);
         let mut steps = 0;
@@ -521,6 +542,7 @@ impl Cache {
 
     /// Pins buffer `i` (one more reference; the usage count goes up when
     /// `bump`).
+    #[inline]
     fn pin(st: &AtomicU64, bump: bool) {
         loop {
             let s = wait_unlocked(st);
@@ -537,6 +559,7 @@ impl Cache {
         }
     }
 
+    #[inline]
     fn unpin(st: &AtomicU64) {
         loop {
             let s = wait_unlocked(st);
@@ -549,8 +572,29 @@ impl Cache {
         }
     }
 
+    /// Sets `DIRTY` on a buffer whose content lock this process holds
+    /// exclusive. A plain load first: while that lock is held no one can
+    /// clear `DIRTY` (a write-back clears it under the content lock
+    /// shared), so a buffer seen dirty needs no locked instruction.
+    #[inline]
+    fn mark_dirty(st: &AtomicU64) {
+        if st.load(Ordering::Relaxed) & DIRTY != 0 {
+            return;
+        }
+        loop {
+            let s = wait_unlocked(st);
+            if st
+                .compare_exchange_weak(s, s | DIRTY, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
     /// Waits while another process reads the block in: true when the
     /// buffer holds it, false when that read failed.
+    #[inline]
     fn wait_valid(st: &AtomicU64) -> bool {
         let mut tries = 0;
         loop {
@@ -704,6 +748,7 @@ impl Cache {
     /// the pin lands before it, and the retag gives up, or after it).
     /// `None` when that finds nothing (the block may still be there: look
     /// again under the partition lock).
+    #[inline]
     fn find_pinned(&self, b: usize, blk: u64) -> Result<Option<usize>, CacheError> {
         if let Some(i) = self.lookup(b, blk)? {
             let st = self.state(i)?;
@@ -721,6 +766,7 @@ impl Cache {
         Ok(None)
     }
 
+    #[inline]
     fn check_block(&self, blk: u64) -> Result<(), CacheError> {
         if blk >= self.data_blocks {
             return Err(CacheError::BlockOutOfRange {
@@ -774,13 +820,21 @@ impl Cache {
     }
 
     /// Pins the buffer holding `blk`, reading it in on a miss.
+    #[inline]
     fn pin_block(&self, blk: u64) -> Result<usize, CacheError> {
         self.check_block(blk)?;
         let b = self.layout.bucket_of(blk);
-        let plock = self.partition(b)?;
         if let Some(i) = self.find_pinned(b, blk)? {
             return Ok(i);
         }
+        self.pin_block_locked(b, blk)
+    }
+
+    /// [`pin_block`](Cache::pin_block) after the lookup without the
+    /// partition lock found nothing: look again under it, else read in.
+    #[inline(never)]
+    fn pin_block_locked(&self, b: usize, blk: u64) -> Result<usize, CacheError> {
+        let plock = self.partition(b)?;
         // Dirty victims passed because their block is being read in place.
         let mut passed = 0usize;
         loop {
@@ -889,6 +943,7 @@ impl Cache {
         }
     }
 
+    #[inline]
     fn guard(&self, blk: u64, exclusive: bool) -> Result<Block<'_>, CacheError> {
         let i = if exclusive || self.direct.is_none() {
             self.pin_block(blk)?
@@ -926,17 +981,76 @@ impl Cache {
         })
     }
 
+    /// Starts loading what a later [`read`](Cache::read) or
+    /// [`write`](Cache::write) of block `blk` at byte `offset` will touch,
+    /// one [`Prefetch`] step at a time, and returns at once. A hint: it
+    /// takes no lock and no pin, follows links with plain loads that may
+    /// be stale (so it may load the wrong lines, never anything outside
+    /// the region), and does nothing for a block beyond the data file.
+    /// `write` asks for the row's line exclusive.
+    #[inline]
+    pub fn prefetch(&self, blk: u64, offset: usize, write: bool, step: Prefetch) {
+        if blk >= self.data_blocks {
+            return;
+        }
+        let l = &self.layout;
+        let bucket = l.bucket(l.bucket_of(blk));
+        let head = || match self.region.atomic_u32(bucket) {
+            Ok(h) => h.load(Ordering::Relaxed) as usize,
+            Err(_) => 0,
+        };
+        match step {
+            Prefetch::Bucket => self.region.prefetch(bucket, false),
+            Prefetch::Descriptor => {
+                let link = head();
+                if (1..=l.buffers).contains(&link) {
+                    self.region.prefetch(l.desc(link - 1), true);
+                }
+            }
+            Prefetch::Row => {
+                let mut link = head();
+                // The chains are short (twice as many buckets as buffers):
+                // two steps find most blocks without waiting on a line the
+                // step before did not load.
+                for _ in 0..2 {
+                    if !(1..=l.buffers).contains(&link) {
+                        break;
+                    }
+                    let i = link - 1;
+                    let (Ok(tag), Ok(next)) = (self.tag(i), self.next(i)) else {
+                        return;
+                    };
+                    if tag.load(Ordering::Relaxed) == blk {
+                        self.region
+                            .prefetch(l.block(i) + offset.min(l.block_size - 1), write);
+                        return;
+                    }
+                    link = next.load(Ordering::Relaxed) as usize;
+                    if (1..=l.buffers).contains(&link) {
+                        self.region.prefetch(l.desc(link - 1), true);
+                    }
+                }
+                if let Some(d) = &self.direct {
+                    let at = blk as usize * l.block_size + offset.min(l.block_size - 1);
+                    d.map.prefetch(at, false);
+                }
+            }
+        }
+    }
+
     /// Pins block `blk` and takes its content lock shared: other readers
     /// may hold it too, writers wait. In the direct mode a block that is
     /// in no buffer is read in place through the mapping of the data file
     /// instead (nothing copied): its stripe lock is held shared, which
     /// keeps write-backs of that block (not writers to a buffer) waiting.
+    #[inline]
     pub fn read(&self, blk: u64) -> Result<ReadGuard<'_>, CacheError> {
         Ok(ReadGuard(self.guard(blk, false)?))
     }
 
     /// Pins block `blk` and takes its content lock exclusive; the buffer
     /// is marked dirty when the guard drops.
+    #[inline]
     pub fn write(&self, blk: u64) -> Result<WriteGuard<'_>, CacheError> {
         Ok(WriteGuard(self.guard(blk, true)?))
     }
@@ -1016,6 +1130,7 @@ impl Block<'_> {
     }
 
     /// The mapping of the data file, for an in-place view.
+    #[inline]
     fn mapped(&self) -> Option<&Mapping> {
         match self.held {
             Held::InPlace(_) => self.cache.direct.as_ref().map(|d| &d.map),
@@ -1128,8 +1243,7 @@ impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
         // A write guard always holds a buffer (`Cache::write`).
         if let Held::Buffer { state, content } = self.0.held {
-            let s = lock_header(state);
-            unlock_header(state, s | DIRTY);
+            Cache::mark_dirty(state);
             write_unlock(content);
             Cache::unpin(state);
         }

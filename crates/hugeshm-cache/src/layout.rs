@@ -13,7 +13,7 @@ pub const STRIPES: usize = 1024;
 /// Magic word at offset 0 of the control block: `"HSHMCACH"`.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HSHMCACH");
 /// Layout version.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// Control block fields (offsets from the start of the data).
 pub mod control {
@@ -58,7 +58,8 @@ pub struct Layout {
     pub block_size: usize,
     /// Buffers (blocks the cache holds).
     pub buffers: usize,
-    /// Hash buckets (a power of two, at least `buffers`).
+    /// Hash buckets (a power of two, at least twice `buffers`: short
+    /// chains, so a hit reads few descriptors).
     pub buckets: usize,
     /// Hash partitions, each with its own lock (a power of two).
     pub partitions: usize,
@@ -85,7 +86,7 @@ fn round_up(n: usize, to: usize) -> usize {
 impl Layout {
     /// The layout for `buffers` blocks of `block_size` bytes.
     pub fn new(block_size: usize, buffers: usize) -> Layout {
-        let buckets = buffers.max(1).next_power_of_two();
+        let buckets = (2 * buffers.max(1)).next_power_of_two();
         let partitions = buckets.clamp(1, 1024);
         let partitions_at = CONTROL_BYTES;
         let stripes_at = partitions_at + partitions * PARTITION_STRIDE;
@@ -108,9 +109,9 @@ impl Layout {
 
     /// The largest layout whose blocks fit in `bytes` of data.
     pub fn fitting(block_size: usize, bytes: usize) -> Layout {
-        // Per buffer: the block, the descriptor, at most two bucket heads.
+        // Per buffer: the block, the descriptor, at most four bucket heads.
         // (Partition and stripe lines are counted by the loop below.)
-        let mut n = bytes.saturating_sub(CONTROL_BYTES) / (block_size + DESC_BYTES + 8);
+        let mut n = bytes.saturating_sub(CONTROL_BYTES) / (block_size + DESC_BYTES + 16);
         while n > 0 && Layout::new(block_size, n).total > bytes {
             n -= 1;
         }
@@ -209,7 +210,7 @@ mod tests {
     #[test]
     fn layout_is_aligned_and_fits() {
         let l = Layout::new(8192, 1000);
-        assert_eq!(l.buckets, 1024);
+        assert_eq!(l.buckets, 2048);
         assert_eq!(l.partitions, 1024);
         assert_eq!(l.blocks_at % 8192, 0);
         assert_eq!(l.descs_at % 64, 0);
@@ -232,6 +233,8 @@ mod tests {
             seen[l.bucket_of(blk)] += 1;
         }
         assert!(seen.iter().all(|&c| c <= 4), "{:?}", seen.iter().max());
-        assert_eq!(Layout::new(8192, 1).bucket_of(77), 0);
+        let one = Layout::new(8192, 1);
+        assert_eq!(one.buckets, 2);
+        assert!((0..1000).all(|b| one.bucket_of(b) < 2));
     }
 }

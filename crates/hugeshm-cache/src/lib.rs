@@ -151,7 +151,8 @@ mod lock;
 pub mod workload;
 
 pub use cache::{
-    create_data_file, Block, Cache, Mode, ReadGuard, Stats, WriteGuard, DEFAULT_BLOCK_SIZE,
+    create_data_file, Block, Cache, Mode, Prefetch, ReadGuard, Stats, WriteGuard,
+    DEFAULT_BLOCK_SIZE,
 };
 pub use error::CacheError;
 pub use layout::Layout;
