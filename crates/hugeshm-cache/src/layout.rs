@@ -13,7 +13,7 @@ pub const STRIPES: usize = 1024;
 /// Magic word at offset 0 of the control block: `"HSHMCACH"`.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HSHMCACH");
 /// Layout version.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// Control block fields (offsets from the start of the data).
 pub mod control {
@@ -47,8 +47,6 @@ pub mod desc {
     pub const TAG: usize = 8;
     /// `u32` next buffer in the hash chain, as index + 1 (0: end).
     pub const NEXT: usize = 16;
-    /// `u32` content lock (a reader-writer lock word).
-    pub const CONTENT_LOCK: usize = 20;
 }
 
 /// The layout of a cache of `buffers` blocks of `block_size` bytes.
@@ -160,7 +158,9 @@ impl Layout {
 }
 
 /// The buffer state word: `refcount` in bits 0..32, `usage` in 32..36,
-/// flags above.
+/// flags in 40..45, the content lock in 45..64 (`EXCLUSIVE` and the count
+/// of shared holders), so that a hit pins and locks in one
+/// compare-and-swap and unlocks and unpins in another.
 pub mod state {
     /// One pin.
     pub const REF_ONE: u64 = 1;
@@ -183,6 +183,30 @@ pub mod state {
     pub const DIRTY: u64 = 1 << 43;
     /// A process is reading the block in.
     pub const IO_IN_PROGRESS: u64 = 1 << 44;
+    /// Content lock held exclusive (by a writer, which also holds a pin).
+    pub const EXCLUSIVE: u64 = 1 << 45;
+    /// One shared holder of the content lock (each also holds a pin).
+    pub const SHARE_ONE: u64 = 1 << 46;
+    /// Mask of the shared holders' count (18 bits).
+    pub const SHARE_MASK: u64 = !0 << 46;
+
+    /// Shared holders of the content lock.
+    #[inline]
+    pub fn shares(s: u64) -> u64 {
+        (s & SHARE_MASK) >> 46
+    }
+
+    /// Whether the content lock can be taken (`exclusive` or shared) in
+    /// state `s`: no writer, and for a writer no reader either; a share
+    /// count at its maximum waits too.
+    #[inline]
+    pub fn content_free(s: u64, exclusive: bool) -> bool {
+        if exclusive {
+            s & (EXCLUSIVE | SHARE_MASK) == 0
+        } else {
+            s & EXCLUSIVE == 0 && s & SHARE_MASK != SHARE_MASK
+        }
+    }
 
     /// Pins.
     #[inline]
@@ -223,6 +247,20 @@ mod tests {
         assert!(Layout::new(8192, f.buffers + 1).total > 64 << 20);
         assert!(f.buffers > 8000);
         assert_eq!(Layout::fitting(8192, 100).buffers, 0);
+    }
+
+    #[test]
+    fn content_lock_bits_stay_apart() {
+        use state::*;
+        let flags = LOCKED | TAG_VALID | VALID | DIRTY | IO_IN_PROGRESS;
+        assert_eq!(flags & (EXCLUSIVE | SHARE_MASK | REF_MASK | USAGE_MASK), 0);
+        assert_eq!(EXCLUSIVE & SHARE_MASK, 0);
+        let s = TAG_VALID | VALID | 3 * SHARE_ONE + 3;
+        assert_eq!(shares(s), 3);
+        assert!(content_free(s, false) && !content_free(s, true));
+        assert!(!content_free(s - 3 * SHARE_ONE + EXCLUSIVE, false));
+        assert!(content_free(TAG_VALID | VALID | DIRTY | 1, true));
+        assert!(!content_free(SHARE_MASK, false));
     }
 
     #[test]
