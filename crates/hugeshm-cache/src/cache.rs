@@ -337,7 +337,7 @@ impl Cache {
             r.atomic_u64(d + desc::STATE)?.store(0, Ordering::Relaxed);
             r.atomic_u64(d + desc::TAG)?
                 .store(u64::MAX, Ordering::Relaxed);
-            r.atomic_u32(d + desc::NEXT)?.store(0, Ordering::Relaxed);
+            r.atomic_u32(layout.link(i))?.store(0, Ordering::Relaxed);
         }
         // Publish: everything above happens-before a READY seen as 1.
         r.atomic_u32(control::READY)?.store(1, Ordering::Release);
@@ -476,7 +476,7 @@ impl Cache {
 
     #[inline(always)]
     fn next(&self, i: usize) -> Result<&AtomicU32, CacheError> {
-        Ok(self.region.atomic_u32(self.layout.desc(i) + desc::NEXT)?)
+        Ok(self.region.atomic_u32(self.layout.link(i))?)
     }
 
     #[inline(always)]
