@@ -66,8 +66,9 @@ impl std::fmt::Display for Mode {
 /// operations ahead with `Bucket`, then `Descriptor`, then `Row`, each
 /// step once the lines of the step before have had time to arrive; the
 /// lookups of several blocks then wait for memory together instead of one
-/// after the other (what the CPU does by itself for a plain array, and
-/// cannot do across the locked instructions of a pin).
+/// after the other (what the CPU does by itself for a plain array, whose
+/// next address depends on no load, and cannot do through a lookup's
+/// chain of dependent loads and the instructions of its pin and lock).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Prefetch {
     /// The hash bucket's line.
@@ -993,7 +994,9 @@ impl Cache {
                 self.count(|s| s.hits += 1);
                 return Ok(Some(i));
             }
-            Self::release(st, exclusive);
+            // Another block now (rare): let go without marking it dirty.
+            Self::unlock_content(st, exclusive);
+            Self::unpin(st);
             return Ok(None);
         }
     }

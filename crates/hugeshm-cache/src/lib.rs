@@ -162,9 +162,11 @@
 //! ## Prefetching lookups
 //!
 //! On a cache far larger than the CPU caches a hit costs three memory
-//! accesses that depend on each other (bucket, descriptor, row), and the
-//! locked instructions of pin and lock keep the CPU from starting the next
-//! transaction's accesses early by itself. A caller that knows its next
+//! accesses that depend on each other (bucket, descriptor, row), and a
+//! lookup's instructions (pin and lock included) fill the CPU's window of
+//! instructions in flight before it reaches the next lookup's first
+//! access, so the CPU cannot overlap them by itself as it does for a flat
+//! array. A caller that knows its next
 //! blocks (a batch of keys, an index scan) names each one to
 //! [`Cache::prefetch`] a few operations ahead, one [`Prefetch`] step at a
 //! time: the bucket, then the descriptor it names, then the row. The
