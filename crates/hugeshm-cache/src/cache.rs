@@ -19,7 +19,7 @@ use crate::lock::{
     write_lock, write_unlock,
 };
 
-use state::{DIRTY, IO_IN_PROGRESS, MAX_USAGE, REF_ONE, TAG_VALID, VALID};
+use state::{DIRTY, EXCLUSIVE, IO_IN_PROGRESS, MAX_USAGE, REF_ONE, SHARE_ONE, TAG_VALID, VALID};
 
 /// Default block size: 8 KiB, PostgreSQL's and Oracle's usual block.
 pub const DEFAULT_BLOCK_SIZE: usize = 8192;
@@ -59,6 +59,26 @@ impl std::fmt::Display for Mode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// A step of [`Cache::prefetch`]: which lines of a lookup to start
+/// loading. A caller that knows its next blocks names each one a few
+/// operations ahead with `Bucket`, then `Descriptor`, then `Row`, each
+/// step once the lines of the step before have had time to arrive; the
+/// lookups of several blocks then wait for memory together instead of one
+/// after the other (what the CPU does by itself for a plain array, whose
+/// next address depends on no load, and cannot do through a lookup's
+/// chain of dependent loads and the instructions of its pin and lock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prefetch {
+    /// The hash bucket's line.
+    Bucket,
+    /// The descriptor of the first buffer in the bucket's chain.
+    Descriptor,
+    /// The row of the block in the buffer that holds it (walking the
+    /// chain's descriptors, which the step before loaded), or, in the
+    /// direct mode, in the data file's mapping when no buffer holds it.
+    Row,
 }
 
 /// What one process did through its [`Cache`] handle (process-local
@@ -318,9 +338,7 @@ impl Cache {
             r.atomic_u64(d + desc::STATE)?.store(0, Ordering::Relaxed);
             r.atomic_u64(d + desc::TAG)?
                 .store(u64::MAX, Ordering::Relaxed);
-            r.atomic_u32(d + desc::NEXT)?.store(0, Ordering::Relaxed);
-            r.atomic_u32(d + desc::CONTENT_LOCK)?
-                .store(0, Ordering::Relaxed);
+            r.atomic_u32(layout.link(i))?.store(0, Ordering::Relaxed);
         }
         // Publish: everything above happens-before a READY seen as 1.
         r.atomic_u32(control::READY)?.store(1, Ordering::Release);
@@ -440,40 +458,34 @@ impl Cache {
         self.region
     }
 
+    #[inline]
     fn count(&self, f: impl FnOnce(&mut Stats)) {
         let mut s = self.stats.get();
         f(&mut s);
         self.stats.set(s);
     }
 
-    #[inline]
+    #[inline(always)]
     fn state(&self, i: usize) -> Result<&AtomicU64, CacheError> {
         Ok(self.region.atomic_u64(self.layout.desc(i) + desc::STATE)?)
     }
 
-    #[inline]
+    #[inline(always)]
     fn tag(&self, i: usize) -> Result<&AtomicU64, CacheError> {
         Ok(self.region.atomic_u64(self.layout.desc(i) + desc::TAG)?)
     }
 
-    #[inline]
+    #[inline(always)]
     fn next(&self, i: usize) -> Result<&AtomicU32, CacheError> {
-        Ok(self.region.atomic_u32(self.layout.desc(i) + desc::NEXT)?)
+        Ok(self.region.atomic_u32(self.layout.link(i))?)
     }
 
-    #[inline]
-    fn content(&self, i: usize) -> Result<&AtomicU32, CacheError> {
-        Ok(self
-            .region
-            .atomic_u32(self.layout.desc(i) + desc::CONTENT_LOCK)?)
-    }
-
-    #[inline]
+    #[inline(always)]
     fn head(&self, b: usize) -> Result<&AtomicU32, CacheError> {
         Ok(self.region.atomic_u32(self.layout.bucket(b))?)
     }
 
-    #[inline]
+    #[inline(always)]
     fn partition(&self, b: usize) -> Result<&AtomicU32, CacheError> {
         Ok(self.region.atomic_u32(self.layout.partition_lock(b))?)
     }
@@ -482,6 +494,7 @@ impl Cache {
     /// lock held (shared or exclusive) the answer is right; without it, a
     /// hint to check after pinning (the walk may stray into a chain being
     /// changed; it stops after as many steps as there are buffers).
+    #[inline(always)]
     fn lookup(&self, b: usize, blk: u64) -> Result<Option<usize>, CacheError> {
         let mut link = self.head(b)?.load(Ordering::Acquire);
         let mut steps = 0;
@@ -521,6 +534,7 @@ impl Cache {
 
     /// Pins buffer `i` (one more reference; the usage count goes up when
     /// `bump`).
+    #[inline(always)]
     fn pin(st: &AtomicU64, bump: bool) {
         loop {
             let s = wait_unlocked(st);
@@ -537,6 +551,7 @@ impl Cache {
         }
     }
 
+    #[inline(always)]
     fn unpin(st: &AtomicU64) {
         loop {
             let s = wait_unlocked(st);
@@ -551,6 +566,7 @@ impl Cache {
 
     /// Waits while another process reads the block in: true when the
     /// buffer holds it, false when that read failed.
+    #[inline(always)]
     fn wait_valid(st: &AtomicU64) -> bool {
         let mut tries = 0;
         loop {
@@ -634,13 +650,12 @@ impl Cache {
     }
 
     fn flush_locked(&self, i: usize) -> Result<bool, CacheError> {
-        let cl = self.content(i)?;
         let st = self.state(i)?;
-        read_lock(cl);
+        Self::lock_content(st, false);
         let s = lock_header(st);
         if s & DIRTY == 0 || s & VALID == 0 {
             unlock_header(st, s);
-            read_unlock(cl);
+            Self::unlock_content(st, false);
             return Ok(false);
         }
         unlock_header(st, s & !DIRTY);
@@ -659,7 +674,7 @@ impl Cache {
             let s = lock_header(st);
             unlock_header(st, s | DIRTY);
         }
-        read_unlock(cl);
+        Self::unlock_content(st, false);
         r?;
         self.count(|s| s.writes += 1);
         Ok(true)
@@ -704,6 +719,7 @@ impl Cache {
     /// the pin lands before it, and the retag gives up, or after it).
     /// `None` when that finds nothing (the block may still be there: look
     /// again under the partition lock).
+    #[inline(always)]
     fn find_pinned(&self, b: usize, blk: u64) -> Result<Option<usize>, CacheError> {
         if let Some(i) = self.lookup(b, blk)? {
             let st = self.state(i)?;
@@ -721,6 +737,7 @@ impl Cache {
         Ok(None)
     }
 
+    #[inline(always)]
     fn check_block(&self, blk: u64) -> Result<(), CacheError> {
         if blk >= self.data_blocks {
             return Err(CacheError::BlockOutOfRange {
@@ -774,13 +791,21 @@ impl Cache {
     }
 
     /// Pins the buffer holding `blk`, reading it in on a miss.
+    #[inline(always)]
     fn pin_block(&self, blk: u64) -> Result<usize, CacheError> {
         self.check_block(blk)?;
         let b = self.layout.bucket_of(blk);
-        let plock = self.partition(b)?;
         if let Some(i) = self.find_pinned(b, blk)? {
             return Ok(i);
         }
+        self.pin_block_locked(b, blk)
+    }
+
+    /// [`pin_block`](Cache::pin_block) after the lookup without the
+    /// partition lock found nothing: look again under it, else read in.
+    #[inline(never)]
+    fn pin_block_locked(&self, b: usize, blk: u64) -> Result<usize, CacheError> {
+        let plock = self.partition(b)?;
         // Dirty victims passed because their block is being read in place.
         let mut passed = 0usize;
         loop {
@@ -889,8 +914,20 @@ impl Cache {
         }
     }
 
+    #[inline(always)]
     fn guard(&self, blk: u64, exclusive: bool) -> Result<Block<'_>, CacheError> {
         let i = if exclusive || self.direct.is_none() {
+            if let Some(i) = self.pin_and_lock(blk, exclusive)? {
+                return Ok(Block {
+                    cache: self,
+                    block: blk,
+                    at: self.layout.block(i),
+                    held: Held::Buffer {
+                        state: self.state(i)?,
+                        exclusive,
+                    },
+                });
+            }
             self.pin_block(blk)?
         } else {
             match self.pin_or_stripe(blk)? {
@@ -906,24 +943,177 @@ impl Cache {
             }
         };
         let st = self.state(i)?;
-        let content = match self.content(i) {
-            Ok(c) => c,
-            Err(e) => {
-                Self::unpin(st);
-                return Err(e);
-            }
-        };
-        if exclusive {
-            write_lock(content);
-        } else {
-            read_lock(content);
-        }
+        Self::lock_content(st, exclusive);
         Ok(Block {
             cache: self,
             block: blk,
             at: self.layout.block(i),
-            held: Held::Buffer { state: st, content },
+            held: Held::Buffer {
+                state: st,
+                exclusive,
+            },
         })
+    }
+
+    /// The hit path: pins the buffer that holds `blk` and takes its
+    /// content lock (`exclusive` or shared) with one compare-and-swap of
+    /// its state word, when the walk without the partition lock finds it
+    /// valid. The swap succeeds only on the state seen with the tag; the
+    /// tag is checked again once pinned (a buffer may have been retagged
+    /// and come back to the same state word meanwhile). `None`: not found
+    /// this way (being read in, or not there): take the slow path.
+    #[inline(always)]
+    fn pin_and_lock(&self, blk: u64, exclusive: bool) -> Result<Option<usize>, CacheError> {
+        self.check_block(blk)?;
+        let Some(i) = self.lookup(self.layout.bucket_of(blk), blk)? else {
+            return Ok(None);
+        };
+        let (st, tag) = (self.state(i)?, self.tag(i)?);
+        let lock = if exclusive { EXCLUSIVE } else { SHARE_ONE };
+        let mut tries = 0;
+        loop {
+            let s = wait_unlocked(st);
+            if s & (TAG_VALID | VALID) != TAG_VALID | VALID || tag.load(Ordering::Relaxed) != blk {
+                return Ok(None);
+            }
+            if !state::content_free(s, exclusive) {
+                backoff(&mut tries);
+                continue;
+            }
+            let mut n = s + REF_ONE + lock;
+            if state::usage(s) < MAX_USAGE {
+                n = state::with_usage(n, state::usage(s) + 1);
+            }
+            if st
+                .compare_exchange_weak(s, n, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            if tag.load(Ordering::Relaxed) == blk {
+                self.count(|s| s.hits += 1);
+                return Ok(Some(i));
+            }
+            // Another block now (rare): let go without marking it dirty.
+            Self::unlock_content(st, exclusive);
+            Self::unpin(st);
+            return Ok(None);
+        }
+    }
+
+    /// Takes the content lock of a buffer this process has pinned: waits
+    /// while a writer holds it (and, for `exclusive`, readers).
+    fn lock_content(st: &AtomicU64, exclusive: bool) {
+        let lock = if exclusive { EXCLUSIVE } else { SHARE_ONE };
+        let mut tries = 0;
+        loop {
+            let s = wait_unlocked(st);
+            if !state::content_free(s, exclusive) {
+                backoff(&mut tries);
+                continue;
+            }
+            if st
+                .compare_exchange_weak(s, s + lock, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Releases a content lock taken by [`lock_content`](Cache::lock_content)
+    /// (the pin stays).
+    fn unlock_content(st: &AtomicU64, exclusive: bool) {
+        let lock = if exclusive { EXCLUSIVE } else { SHARE_ONE };
+        loop {
+            let s = wait_unlocked(st);
+            if st
+                .compare_exchange_weak(s, s - lock, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Releases the content lock and the pin of a guard in one
+    /// compare-and-swap; a writer's release sets `DIRTY` in the same
+    /// step, so the flag is set before the lock is free (a write-back
+    /// either copies the new bytes or finds `DIRTY` set).
+    #[inline(always)]
+    fn release(st: &AtomicU64, exclusive: bool) {
+        let (lock, dirty) = if exclusive {
+            (EXCLUSIVE, DIRTY)
+        } else {
+            (SHARE_ONE, 0)
+        };
+        loop {
+            let s = wait_unlocked(st);
+            let n = ((s - lock) | dirty) - REF_ONE;
+            if st
+                .compare_exchange_weak(s, n, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Starts loading what a later [`read`](Cache::read) or
+    /// [`write`](Cache::write) of block `blk` at byte `offset` will touch,
+    /// one [`Prefetch`] step at a time, and returns at once. A hint: it
+    /// takes no lock and no pin, follows links with plain loads that may
+    /// be stale (so it may load the wrong lines, never anything outside
+    /// the region), and does nothing for a block beyond the data file.
+    /// `write` asks for the row's line exclusive.
+    #[inline(always)]
+    pub fn prefetch(&self, blk: u64, offset: usize, write: bool, step: Prefetch) {
+        if blk >= self.data_blocks {
+            return;
+        }
+        let l = &self.layout;
+        let bucket = l.bucket(l.bucket_of(blk));
+        let head = || match self.region.atomic_u32(bucket) {
+            Ok(h) => h.load(Ordering::Relaxed) as usize,
+            Err(_) => 0,
+        };
+        match step {
+            Prefetch::Bucket => self.region.prefetch(bucket, false),
+            Prefetch::Descriptor => {
+                let link = head();
+                if (1..=l.buffers).contains(&link) {
+                    self.region.prefetch(l.desc(link - 1), true);
+                }
+            }
+            Prefetch::Row => {
+                let mut link = head();
+                // The chains are short (twice as many buckets as buffers):
+                // two steps find most blocks without waiting on a line the
+                // step before did not load.
+                for _ in 0..2 {
+                    if !(1..=l.buffers).contains(&link) {
+                        break;
+                    }
+                    let i = link - 1;
+                    let (Ok(tag), Ok(next)) = (self.tag(i), self.next(i)) else {
+                        return;
+                    };
+                    if tag.load(Ordering::Relaxed) == blk {
+                        self.region
+                            .prefetch(l.block(i) + offset.min(l.block_size - 1), write);
+                        return;
+                    }
+                    link = next.load(Ordering::Relaxed) as usize;
+                    if (1..=l.buffers).contains(&link) {
+                        self.region.prefetch(l.desc(link - 1), true);
+                    }
+                }
+                if let Some(d) = &self.direct {
+                    let at = blk as usize * l.block_size + offset.min(l.block_size - 1);
+                    d.map.prefetch(at, false);
+                }
+            }
+        }
     }
 
     /// Pins block `blk` and takes its content lock shared: other readers
@@ -931,12 +1121,14 @@ impl Cache {
     /// in no buffer is read in place through the mapping of the data file
     /// instead (nothing copied): its stripe lock is held shared, which
     /// keeps write-backs of that block (not writers to a buffer) waiting.
+    #[inline(always)]
     pub fn read(&self, blk: u64) -> Result<ReadGuard<'_>, CacheError> {
         Ok(ReadGuard(self.guard(blk, false)?))
     }
 
     /// Pins block `blk` and takes its content lock exclusive; the buffer
     /// is marked dirty when the guard drops.
+    #[inline(always)]
     pub fn write(&self, blk: u64) -> Result<WriteGuard<'_>, CacheError> {
         Ok(WriteGuard(self.guard(blk, true)?))
     }
@@ -984,7 +1176,7 @@ enum Held<'a> {
     /// A buffer: pinned, content lock held.
     Buffer {
         state: &'a AtomicU64,
-        content: &'a AtomicU32,
+        exclusive: bool,
     },
     /// The block in place in the data file's mapping (direct mode), its
     /// stripe lock held shared.
@@ -1016,6 +1208,7 @@ impl Block<'_> {
     }
 
     /// The mapping of the data file, for an in-place view.
+    #[inline(always)]
     fn mapped(&self) -> Option<&Mapping> {
         match self.held {
             Held::InPlace(_) => self.cache.direct.as_ref().map(|d| &d.map),
@@ -1030,7 +1223,7 @@ impl Block<'_> {
 
     /// The block as 8-byte atomic words (checked once; for loops over a
     /// row). Reads are relaxed loads; a [`WriteGuard`] may store.
-    #[inline]
+    #[inline(always)]
     pub fn words(&self) -> Result<&[AtomicU64], CacheError> {
         let n = self.cache.layout.block_size / 8;
         Ok(match self.mapped() {
@@ -1089,10 +1282,7 @@ impl<'a> std::ops::Deref for ReadGuard<'a> {
 impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
         match self.0.held {
-            Held::Buffer { state, content } => {
-                read_unlock(content);
-                Cache::unpin(state);
-            }
+            Held::Buffer { state, exclusive } => Cache::release(state, exclusive),
             Held::InPlace(stripe) => read_unlock(stripe),
         }
     }
@@ -1127,11 +1317,8 @@ impl WriteGuard<'_> {
 impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
         // A write guard always holds a buffer (`Cache::write`).
-        if let Held::Buffer { state, content } = self.0.held {
-            let s = lock_header(state);
-            unlock_header(state, s | DIRTY);
-            write_unlock(content);
-            Cache::unpin(state);
+        if let Held::Buffer { state, exclusive } = self.0.held {
+            Cache::release(state, exclusive);
         }
     }
 }

@@ -39,14 +39,18 @@
 //! | 0 | control block (4 KiB): magic `HSHMCACH`, version, block size, buffers, buckets, partitions, data-file blocks, `ready`; the clock hand on its own cache line |
 //! | 4096 | partition locks: one reader-writer lock word per 64-byte line, up to 1024 |
 //! | `stripes_at` | stripe locks of the direct mode, as many as partitions, one per line: block `b` has stripe `b mod partitions` |
-//! | `buckets_at` | hash bucket heads, `u32` each (a power of two, ≥ buffers) |
-//! | `descs_at` | buffer descriptors, 64 bytes each: `state` (u64), `tag` (block number, u64), `next` (chain link, u32), `content lock` (u32) |
+//! | `buckets_at` | hash bucket heads, `u32` each (a power of two, ≥ 2 × buffers, so chains are short) |
+//! | `descs_at` | buffer descriptors, 16 bytes each (four to a line, dense so they stay in the CPU's caches): `state` (u64, with the content lock), `tag` (block number, u64) |
+//! | `links_at` | chain links, `u32` each: the next buffer in the hash chain |
 //! | `blocks_at` | the blocks, `block_size` each, aligned to the block size |
 //!
 //! The state word packs the pin count (bits 0–31), the usage count (32–35,
-//! at most 5) and the flags `LOCKED` (the descriptor's spinlock),
+//! at most 5), the flags `LOCKED` (the descriptor's spinlock),
 //! `TAG_VALID` (the buffer is in the hash table under `tag`), `VALID` (the
-//! block's bytes are there), `DIRTY`, `IO_IN_PROGRESS` ([`layout::state`]).
+//! block's bytes are there), `DIRTY`, `IO_IN_PROGRESS` (40–44), and the
+//! content lock: `EXCLUSIVE` (45) and the count of shared holders (46–63)
+//! ([`layout::state`]). Pin and content lock in one word let a hit pin and
+//! lock with one compare-and-swap, and unlock and unpin with another.
 //!
 //! ## Lock protocol
 //!
@@ -66,9 +70,20 @@
 //!    first and the retag gives up, or lands after and the check fails).
 //!    When that finds nothing, the lookup is done again under the
 //!    partition lock shared, pinning before the lock is released.
-//! 3. **Content lock** (reader-writer word per buffer), only while pinned:
-//!    [`Cache::read`] takes it shared, [`Cache::write`] exclusive; a
-//!    write-back copies the block under it shared.
+//! 3. **Content lock** (`EXCLUSIVE` and the shared count in the state
+//!    word), only while pinned: [`Cache::read`] takes it shared,
+//!    [`Cache::write`] exclusive; a write-back copies the block under it
+//!    shared. Like a pin, it changes by compare-and-swap while `LOCKED` is
+//!    clear. The hit path takes pin and lock in one swap: it walks the
+//!    chain without the partition lock, reads the state and checks
+//!    `TAG_VALID`, `VALID` and the tag, and swaps that state for one with
+//!    a pin more and the lock taken (waiting, unpinned, while the lock is
+//!    held against it); once pinned it reads the tag again, since a buffer
+//!    retagged twice may come back to the same state word, and lets go if
+//!    it changed. A guard's drop releases lock and pin in one swap, a
+//!    writer's setting `DIRTY` in the same step. A buffer being read in
+//!    (or not found this way) takes the path below: pin, wait for
+//!    `VALID`, then the lock.
 //! 4. **Header spinlock** (`LOCKED` bit of the state): held for a few
 //!    instructions to change flags or tag, or to check that a victim is
 //!    pinned by nobody else. Nothing else is taken while it is held.
@@ -94,8 +109,11 @@
 //!   exclusive and only for a buffer pinned once, by the process changing
 //!   them.
 //! - The bytes of a `VALID` buffer change only under its content lock
-//!   exclusive; `DIRTY` is set before that lock is released, so a
-//!   write-back either copies the new bytes or leaves `DIRTY` set.
+//!   exclusive; `DIRTY` is set in the same atomic step that releases that
+//!   lock, so a write-back either copies the new bytes or leaves `DIRTY`
+//!   set.
+//! - Every holder of a content lock, shared or exclusive, holds a pin too,
+//!   so a buffer pinned by no one has its content lock free.
 //! - The data file holds every block not `DIRTY` in the cache: a dirty
 //!   block is written before its buffer leaves the table.
 //!
@@ -140,6 +158,21 @@
 //!
 //! The guards hand out word accesses and copies of a block, never plain
 //! references, in both modes.
+//!
+//! ## Prefetching lookups
+//!
+//! On a cache far larger than the CPU caches a hit costs three memory
+//! accesses that depend on each other (bucket, descriptor, row), and a
+//! lookup's instructions (pin and lock included) fill the CPU's window of
+//! instructions in flight before it reaches the next lookup's first
+//! access, so the CPU cannot overlap them by itself as it does for a flat
+//! array. A caller that knows its next
+//! blocks (a batch of keys, an index scan) names each one to
+//! [`Cache::prefetch`] a few operations ahead, one [`Prefetch`] step at a
+//! time: the bucket, then the descriptor it names, then the row. The
+//! accesses of several lookups then wait for memory together. A prefetch
+//! takes no lock and reads links that may be stale: a hint, never wrong,
+//! only sometimes useless. [`workload::run_cache`] does it.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -151,7 +184,8 @@ mod lock;
 pub mod workload;
 
 pub use cache::{
-    create_data_file, Block, Cache, Mode, ReadGuard, Stats, WriteGuard, DEFAULT_BLOCK_SIZE,
+    create_data_file, Block, Cache, Mode, Prefetch, ReadGuard, Stats, WriteGuard,
+    DEFAULT_BLOCK_SIZE,
 };
 pub use error::CacheError;
 pub use layout::Layout;

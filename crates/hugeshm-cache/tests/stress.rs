@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use hugeshm_cache::workload::Rng;
-use hugeshm_cache::{create_data_file, Cache, Layout, Mode, Stats};
+use hugeshm_cache::{create_data_file, Cache, Layout, Mode, Prefetch, Stats};
 use hugeshm_region::{Backend, Locator, PageSize, Policy, RegionBuilder};
 use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
 
@@ -102,6 +102,12 @@ fn stress_child() {
         } else {
             rng.below(BLOCKS)
         };
+        // Hints for a block ahead, racing other processes' evictions: they
+        // must never fail, panic or change what the checks below see.
+        let ahead = rng.below(BLOCKS);
+        for step in [Prefetch::Bucket, Prefetch::Descriptor, Prefetch::Row] {
+            cache.prefetch(ahead, (ahead as usize % WORDS) * 8, op % 2 == 0, step);
+        }
         if rng.below(4) == 0 {
             let g = cache.read(blk).expect("read");
             g.read_into(0, &mut buf).unwrap();

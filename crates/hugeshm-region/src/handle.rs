@@ -276,18 +276,26 @@ impl Region {
         )
     }
 
-    #[inline]
+    #[inline(always)]
     fn data_range(&self, what: &str, offset: usize, n: usize) -> Result<usize, RegionError> {
         match offset.checked_add(n) {
             Some(end) if end <= self.data_len() => Ok(self.data_offset() + offset),
-            _ => Err(RegionError::Sys(SysError::InvalidArgument {
-                call: format!("Region::{what}(offset={offset}, len={n})"),
-                reason: format!(
-                    "range {offset}+{n} exceeds the data length {}",
-                    self.data_len()
-                ),
-            })),
+            _ => Err(self.range_error(what, offset, n)),
         }
+    }
+
+    /// Out of line: the word accessors are on hot paths, their failure
+    /// never is.
+    #[cold]
+    #[inline(never)]
+    fn range_error(&self, what: &str, offset: usize, n: usize) -> RegionError {
+        RegionError::Sys(SysError::InvalidArgument {
+            call: format!("Region::{what}(offset={offset}, len={n})"),
+            reason: format!(
+                "range {offset}+{n} exceeds the data length {}",
+                self.data_len()
+            ),
+        })
     }
 
     /// Copies `buf.len()` bytes at data offset `offset` out of the region.
@@ -305,14 +313,14 @@ impl Region {
     /// The 32-bit atomic word at data offset `offset` (a multiple of 4):
     /// for structures that live in the region and are shared by every
     /// process that maps it (locks, counters, links as offsets).
-    #[inline]
+    #[inline(always)]
     pub fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32, RegionError> {
         let at = self.data_range("atomic_u32", offset, 4)?;
         Ok(self.mem.atomic_u32(at)?)
     }
 
     /// The 64-bit atomic word at data offset `offset` (a multiple of 8).
-    #[inline]
+    #[inline(always)]
     pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, RegionError> {
         let at = self.data_range("atomic_u64", offset, 8)?;
         Ok(self.mem.atomic_u64(at)?)
@@ -320,10 +328,21 @@ impl Region {
 
     /// `n` consecutive 64-bit atomic words at data offset `offset` (a
     /// multiple of 8), checked once.
-    #[inline]
+    #[inline(always)]
     pub fn atomic_u64s(&self, offset: usize, n: usize) -> Result<&[AtomicU64], RegionError> {
         let at = self.data_range("atomic_u64s", offset, n.saturating_mul(8))?;
         Ok(self.mem.atomic_u64s(at, n)?)
+    }
+
+    /// Starts loading the cache line at data offset `offset` (for writing
+    /// when `write`) and returns at once; see
+    /// [`Mapping::prefetch`](hugeshm_sys::Mapping::prefetch). An offset
+    /// beyond the data does nothing.
+    #[inline]
+    pub fn prefetch(&self, offset: usize, write: bool) {
+        if offset < self.data_len() {
+            self.mem.prefetch(self.data_offset() + offset, write);
+        }
     }
 
     /// Copies `buf.len()` bytes at data offset `offset` out of the region

@@ -248,7 +248,7 @@ impl fmt::Debug for Mapping {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn check_range(
     call: impl FnOnce() -> String,
     offset: usize,
@@ -257,11 +257,19 @@ fn check_range(
 ) -> Result<(), SysError> {
     match offset.checked_add(n) {
         Some(end) if end <= len => Ok(()),
-        _ => Err(SysError::invalid(
-            call(),
-            format!("range {offset}+{n} exceeds the region length {len}"),
-        )),
+        _ => Err(range_error(call(), offset, n, len)),
     }
+}
+
+/// The error of a range check, out of line: the word accessors are on the
+/// hot path of shared data structures, their failure never is.
+#[cold]
+#[inline(never)]
+fn range_error(call: String, offset: usize, n: usize, len: usize) -> SysError {
+    SysError::invalid(
+        call,
+        format!("range {offset}+{n} exceeds the region length {len}"),
+    )
 }
 
 /// Write-faults every page of `ptr..ptr + len` with one atomic
@@ -336,6 +344,7 @@ impl Mapping {
         }
     }
 
+    #[cold]
     fn call(&self, what: &str) -> String {
         match self.release {
             Release::Munmap => format!("{what}(addr={:#x})", self.addr()),
@@ -381,7 +390,7 @@ impl Mapping {
     }
 
     /// The address of `offset..offset + n`, checked against the mapping.
-    #[inline]
+    #[inline(always)]
     fn range_ptr(&self, what: &str, offset: usize, n: usize) -> Result<*mut u8, SysError> {
         check_range(|| self.call(what), offset, n, self.len)?;
         // SAFETY: offset + n <= len: inside (or one past) the mapping.
