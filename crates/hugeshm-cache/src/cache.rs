@@ -148,6 +148,9 @@ impl Stats {
 #[derive(Debug)]
 pub struct Cache {
     region: Region,
+    /// The regions of the blocks, when they are not in `region`
+    /// ([`Layout::parts`]).
+    parts: Vec<Region>,
     layout: Layout,
     data_blocks: u64,
     file: File,
@@ -256,13 +259,72 @@ impl Cache {
         buffers: Option<usize>,
         mode: Mode,
     ) -> Result<Cache, CacheError> {
+        Cache::create_split(region, Vec::new(), data, block_size, buffers, mode)
+    }
+
+    /// [`create_with`](Cache::create_with) with the blocks spread over
+    /// `parts` (one region per NUMA node, say, from
+    /// `RegionBuilder::create_per_node`; buffer `i`'s block is in part
+    /// `i mod parts.len()`); `region` keeps the control block, locks,
+    /// hash table and descriptors. Other processes attach every region and
+    /// [`open_split`](Cache::open_split) them in the same order. `None`
+    /// buffers: as many as the control region and the smallest part hold.
+    /// No parts: the blocks are in `region`, as [`create_with`](Cache::create_with).
+    ///
+    /// ```no_run
+    /// use hugeshm_cache::{Cache, Mode, DEFAULT_BLOCK_SIZE};
+    /// use hugeshm_region::{Backend, PageSize, RegionBuilder};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let data = std::path::Path::new("/var/tmp/example.data");
+    /// let (control, _) = RegionBuilder::new(64 << 20).name("sga").backend(Backend::Sysv).create()?;
+    /// // sga-buffers.node0, sga-buffers.node1, ...: each bound to its node.
+    /// let parts = RegionBuilder::new(8 << 30)
+    ///     .name("sga-buffers")
+    ///     .backend(Backend::Sysv)
+    ///     .page_size(PageSize::HUGE_2M)
+    ///     .create_per_node()?;
+    /// let parts = parts.into_iter().map(|(p, _)| p.region).collect();
+    /// let cache = Cache::create_split(control, parts, data, DEFAULT_BLOCK_SIZE, None, Mode::Classic)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn create_split(
+        region: Region,
+        parts: Vec<Region>,
+        data: &Path,
+        block_size: usize,
+        buffers: Option<usize>,
+        mode: Mode,
+    ) -> Result<Cache, CacheError> {
         if block_size < 64 || !block_size.is_power_of_two() {
             return Err(CacheError::Config(format!(
                 "block size {block_size} must be a power of two of at least 64 bytes"
             )));
         }
-        let fit = Layout::fitting(block_size, region.data_len());
+        if parts.len() > u32::MAX as usize {
+            return Err(CacheError::Config(format!("{} parts", parts.len())));
+        }
+        let k = parts.len();
+        let smallest = parts.iter().map(Region::data_len).min().unwrap_or(0);
+        let needed = |n: usize| {
+            let l = Layout::split(block_size, n, k);
+            l.total > region.data_len() || l.part_bytes() > smallest
+        };
+        let fit = if k == 0 {
+            Layout::fitting(block_size, region.data_len())
+        } else {
+            Layout::fitting_split(block_size, region.data_len(), k, smallest)
+        };
         let layout = match buffers {
+            Some(n) if k > 0 && needed(n) => {
+                let l = Layout::split(block_size, n, k);
+                return Err(CacheError::Config(format!(
+                    "{n} buffers of {block_size} bytes over {k} parts need {} bytes of control                      region and {} bytes in each part; the control region has {}, the smallest                      part {smallest}",
+                    l.total,
+                    l.part_bytes(),
+                    region.data_len()
+                )));
+            }
+            Some(n) if k > 0 => Layout::split(block_size, n, k),
             Some(n) if Layout::new(block_size, n).total > region.data_len() => {
                 return Err(CacheError::Config(format!(
                     "{n} buffers of {block_size} bytes need {} bytes; the region has {}",
@@ -308,6 +370,8 @@ impl Cache {
             .store(MAGIC, Ordering::Relaxed);
         r.atomic_u32(control::MODE)?
             .store(u32::from(mode == Mode::Direct), Ordering::Relaxed);
+        r.atomic_u32(control::PARTS)?
+            .store(k as u32, Ordering::Relaxed);
         r.atomic_u32(control::VERSION)?
             .store(VERSION, Ordering::Relaxed);
         r.atomic_u32(control::BLOCK_SIZE)?
@@ -344,6 +408,7 @@ impl Cache {
         r.atomic_u32(control::READY)?.store(1, Ordering::Release);
         Ok(Cache {
             region,
+            parts,
             layout,
             data_blocks,
             file,
@@ -356,6 +421,16 @@ impl Cache {
     /// Opens the cache another process laid out in `region` (attached by
     /// name, or inherited over `fork`), over the same data file.
     pub fn open(region: Region, data: &Path) -> Result<Cache, CacheError> {
+        Cache::open_split(region, Vec::new(), data)
+    }
+
+    /// Opens a cache made by [`create_split`](Cache::create_split): the
+    /// control region and the parts in the creator's order.
+    pub fn open_split(
+        region: Region,
+        parts: Vec<Region>,
+        data: &Path,
+    ) -> Result<Cache, CacheError> {
         let r = &region;
         if r.data_len() < Layout::new(64, 1).total {
             return Err(CacheError::NotACache(format!(
@@ -378,7 +453,24 @@ impl Cache {
         let block_size = r.atomic_u32(control::BLOCK_SIZE)?.load(Ordering::Relaxed) as usize;
         let buffers = r.atomic_u64(control::BUFFERS)?.load(Ordering::Relaxed) as usize;
         let data_blocks = r.atomic_u64(control::DATA_BLOCKS)?.load(Ordering::Relaxed);
-        let layout = Layout::new(block_size, buffers);
+        let k = r.atomic_u32(control::PARTS)?.load(Ordering::Relaxed) as usize;
+        if k != parts.len() {
+            return Err(CacheError::NotACache(format!(
+                "the cache's blocks are in {k} parts; {} given",
+                parts.len()
+            )));
+        }
+        let layout = Layout::split(block_size, buffers, k);
+        if let Some(p) = parts
+            .iter()
+            .position(|p| p.data_len() < layout.part_bytes())
+        {
+            return Err(CacheError::NotACache(format!(
+                "part {p} has {} data bytes; {buffers} buffers of {block_size} bytes over {k}                  parts need {} in each",
+                parts[p].data_len(),
+                layout.part_bytes()
+            )));
+        }
         if layout.total > r.data_len()
             || layout.buckets as u64 != r.atomic_u64(control::BUCKETS)?.load(Ordering::Relaxed)
         {
@@ -396,6 +488,7 @@ impl Cache {
         };
         Ok(Cache {
             region,
+            parts,
             layout,
             data_blocks,
             file,
@@ -454,8 +547,30 @@ impl Cache {
     }
 
     /// Gives the region back (the cache in it stays for other processes).
+    /// With parts, they are closed (their blocks stay): see
+    /// [`into_regions`](Cache::into_regions).
     pub fn into_region(self) -> Region {
         self.region
+    }
+
+    /// Gives the control region and the parts back.
+    pub fn into_regions(self) -> (Region, Vec<Region>) {
+        (self.region, self.parts)
+    }
+
+    /// The regions of the blocks (empty: they are in [`region`](Cache::region)).
+    pub fn parts(&self) -> &[Region] {
+        &self.parts
+    }
+
+    /// The region holding buffer `i`'s block, at [`Layout::block`].
+    #[inline]
+    fn block_region(&self, i: usize) -> &Region {
+        if self.parts.is_empty() {
+            &self.region
+        } else {
+            &self.parts[self.layout.part_of(i)]
+        }
     }
 
     #[inline]
@@ -662,7 +777,7 @@ impl Cache {
         let blk = self.tag(i)?.load(Ordering::Relaxed);
         let mut buf = vec![0u8; self.layout.block_size];
         let r = self
-            .region
+            .block_region(i)
             .load_words(self.layout.block(i), &mut buf)
             .map_err(CacheError::from)
             .and_then(|()| {
@@ -693,7 +808,8 @@ impl Cache {
                 .read_exact_at(&mut buf, at)
                 .map_err(|e| self.io_error("pread", blk, e))?,
         }
-        self.region.store_words(self.layout.block(v), &buf)?;
+        self.block_region(v)
+            .store_words(self.layout.block(v), &buf)?;
         Ok(())
     }
 
@@ -920,6 +1036,7 @@ impl Cache {
             if let Some(i) = self.pin_and_lock(blk, exclusive)? {
                 return Ok(Block {
                     cache: self,
+                    mem: self.block_region(i),
                     block: blk,
                     at: self.layout.block(i),
                     held: Held::Buffer {
@@ -935,6 +1052,7 @@ impl Cache {
                 Err(stripe) => {
                     return Ok(Block {
                         cache: self,
+                        mem: &self.region,
                         block: blk,
                         at: blk as usize * self.layout.block_size,
                         held: Held::InPlace(stripe),
@@ -946,6 +1064,7 @@ impl Cache {
         Self::lock_content(st, exclusive);
         Ok(Block {
             cache: self,
+            mem: self.block_region(i),
             block: blk,
             at: self.layout.block(i),
             held: Held::Buffer {
@@ -1099,7 +1218,7 @@ impl Cache {
                         return;
                     };
                     if tag.load(Ordering::Relaxed) == blk {
-                        self.region
+                        self.block_region(i)
                             .prefetch(l.block(i) + offset.min(l.block_size - 1), write);
                         return;
                     }
@@ -1189,6 +1308,8 @@ enum Held<'a> {
 #[derive(Debug)]
 pub struct Block<'a> {
     cache: &'a Cache,
+    /// The region of the buffer (unused in place).
+    mem: &'a Region,
     block: u64,
     /// Offset in the region (a buffer) or in the data file's mapping.
     at: usize,
@@ -1228,7 +1349,7 @@ impl Block<'_> {
         let n = self.cache.layout.block_size / 8;
         Ok(match self.mapped() {
             Some(m) => m.atomic_u64s(self.at, n)?,
-            None => self.cache.region.atomic_u64s(self.at, n)?,
+            None => self.mem.atomic_u64s(self.at, n)?,
         })
     }
 
@@ -1238,7 +1359,7 @@ impl Block<'_> {
         self.check(offset, buf.len())?;
         match self.mapped() {
             Some(m) => m.load_words(self.at + offset, buf)?,
-            None => self.cache.region.load_words(self.at + offset, buf)?,
+            None => self.mem.load_words(self.at + offset, buf)?,
         }
         Ok(())
     }
@@ -1252,7 +1373,7 @@ impl Block<'_> {
         }
         Ok(match self.mapped() {
             Some(m) => m.atomic_u64(self.at + word * 8)?,
-            None => self.cache.region.atomic_u64(self.at + word * 8)?,
+            None => self.mem.atomic_u64(self.at + word * 8)?,
         })
     }
 
@@ -1310,7 +1431,7 @@ impl WriteGuard<'_> {
     /// Copies `data` into the block at `offset` (both multiples of 8).
     pub fn write_from(&self, offset: usize, data: &[u8]) -> Result<(), CacheError> {
         self.0.check(offset, data.len())?;
-        Ok(self.0.cache.region.store_words(self.0.at + offset, data)?)
+        Ok(self.0.mem.store_words(self.0.at + offset, data)?)
     }
 }
 

@@ -40,6 +40,10 @@ pub mod control {
     pub const DATA_BLOCKS: usize = 40;
     /// `u32` [`Mode`](crate::Mode): 0 classic, 1 direct.
     pub const MODE: usize = 48;
+    /// `u32` block regions ([`Layout::parts`](super::Layout::parts)): 0,
+    /// the blocks follow the descriptors here; k, buffer `i`'s block is in
+    /// part `i mod k`.
+    pub const PARTS: usize = 52;
     /// `u64` clock hand, on its own cache line.
     pub const CLOCK_HAND: usize = 64;
 }
@@ -77,10 +81,17 @@ pub struct Layout {
     /// Offset of the chain links: a `u32` per buffer, the next buffer in
     /// its hash chain as index + 1 (0: end).
     pub links_at: usize,
-    /// Offset of the first block (a multiple of the block size).
+    /// Offset of the first block (a multiple of the block size); with
+    /// parts, the end of the links.
     pub blocks_at: usize,
-    /// Bytes the whole layout needs.
+    /// Bytes the whole layout needs in this region (the blocks included
+    /// unless they are in parts).
     pub total: usize,
+    /// Regions the blocks are spread over (one per NUMA node, say): 0 for
+    /// none, the blocks being in this region after the descriptors.
+    /// Buffer `i`'s block is block `i / parts` of part `i mod parts`, so
+    /// the clock sweep and any run of buffers take from every part.
+    pub parts: usize,
 }
 
 fn round_up(n: usize, to: usize) -> usize {
@@ -110,6 +121,49 @@ impl Layout {
             links_at,
             blocks_at,
             total: blocks_at + buffers * block_size,
+            parts: 0,
+        }
+    }
+
+    /// The layout for `buffers` blocks spread over `parts` other regions
+    /// (this one keeps the control block, locks, buckets and descriptors).
+    /// `parts == 0` is [`Layout::new`].
+    pub fn split(block_size: usize, buffers: usize, parts: usize) -> Layout {
+        let mut l = Layout::new(block_size, buffers);
+        if parts > 0 {
+            l.total = l.blocks_at;
+            l.parts = parts;
+        }
+        l
+    }
+
+    /// Bytes each part needs: its share of blocks, rounded up.
+    pub fn part_bytes(&self) -> usize {
+        if self.parts == 0 {
+            0
+        } else {
+            self.buffers.div_ceil(self.parts) * self.block_size
+        }
+    }
+
+    /// The largest split layout whose control part fits in `control`
+    /// bytes and whose blocks fit in `parts` regions of `part` bytes each.
+    pub fn fitting_split(block_size: usize, control: usize, parts: usize, part: usize) -> Layout {
+        let by_parts = part / block_size.max(1) * parts;
+        let mut n = by_parts.min(control.saturating_sub(CONTROL_BYTES) / (DESC_BYTES + 4 + 8));
+        while n > 0 && Layout::split(block_size, n, parts).total > control {
+            n -= 1;
+        }
+        Layout::split(block_size, n, parts)
+    }
+
+    /// Which part holds buffer `i`'s block (always 0 without parts).
+    #[inline]
+    pub fn part_of(&self, i: usize) -> usize {
+        if self.parts == 0 {
+            0
+        } else {
+            i % self.parts
         }
     }
 
@@ -131,10 +185,14 @@ impl Layout {
         self.descs_at + i * DESC_BYTES
     }
 
-    /// Offset of buffer `i`'s block.
+    /// Offset of buffer `i`'s block: in this region, or (with parts) in
+    /// its part ([`part_of`](Layout::part_of)).
     #[inline]
     pub fn block(&self, i: usize) -> usize {
-        self.blocks_at + i * self.block_size
+        match i.checked_div(self.parts) {
+            None => self.blocks_at + i * self.block_size,
+            Some(slot) => slot * self.block_size,
+        }
     }
 
     /// Offset of buffer `i`'s chain link.
@@ -259,6 +317,19 @@ mod tests {
         assert!(l.buckets_at >= l.stripes_at + 1024 * 64);
         assert_eq!(l.stripe_lock(1025), l.stripes_at + 64);
         assert_eq!(l.total, l.blocks_at + 1000 * 8192);
+        let sp = Layout::split(8192, 1000, 3);
+        assert_eq!((sp.descs_at, sp.buckets), (l.descs_at, l.buckets));
+        assert_eq!(sp.total, l.blocks_at, "no blocks in the control part");
+        assert_eq!(sp.part_bytes(), 334 * 8192);
+        assert_eq!((sp.part_of(0), sp.block(0)), (0, 0));
+        assert_eq!((sp.part_of(4), sp.block(4)), (1, 8192));
+        assert_eq!((sp.part_of(999), sp.block(999)), (0, 333 * 8192));
+        let fs = Layout::fitting_split(8192, 1 << 20, 2, 4 << 20);
+        assert_eq!(fs.buffers, 1024, "limited by the parts: 2 x 512 blocks");
+        assert!(fs.total <= 1 << 20 && fs.part_bytes() <= 4 << 20);
+        let small = Layout::fitting_split(8192, 80 << 10, 2, 64 << 20);
+        assert!(small.total <= 80 << 10 && small.buffers > 0);
+        assert!(Layout::split(8192, small.buffers + 1, 2).total > 80 << 10);
         let f = Layout::fitting(8192, 64 << 20);
         assert!(f.total <= 64 << 20);
         assert!(Layout::new(8192, f.buffers + 1).total > 64 << 20);

@@ -1,6 +1,8 @@
 //! # hugeshm-cache
 //!
-//! A shared buffer cache in one hugeshm [`Region`](hugeshm_region::Region):
+//! A shared buffer cache in one hugeshm [`Region`](hugeshm_region::Region)
+//! (or with its blocks spread over several, one per NUMA node:
+//! [`Cache::create_split`]):
 //! what PostgreSQL calls `shared_buffers` and Oracle the SGA's database
 //! buffers. Fixed-size blocks of a data file are cached in the region; any
 //! number of processes (forked, or attached by name) read and write them
@@ -43,6 +45,14 @@
 //! | `descs_at` | buffer descriptors, 16 bytes each (four to a line, dense so they stay in the CPU's caches): `state` (u64, with the content lock), `tag` (block number, u64) |
 //! | `links_at` | chain links, `u32` each: the next buffer in the hash chain |
 //! | `blocks_at` | the blocks, `block_size` each, aligned to the block size |
+//!
+//! With parts ([`Cache::create_split`], `control::PARTS` = k), the region
+//! ends after the descriptors and buffer `i`'s block is block `i / k` of
+//! part `i mod k`: per-node regions (`RegionBuilder::create_per_node`)
+//! give every node an equal share of the buffers, and the clock sweep,
+//! moving over the descriptors in order, takes victims from every node in
+//! turn. Only the blocks move; the hash table, descriptors and locks stay
+//! in the control region.
 //!
 //! The state word packs the pin count (bits 0–31), the usage count (32–35,
 //! at most 5), the flags `LOCKED` (the descriptor's spinlock),

@@ -83,14 +83,22 @@ fn stress_child() {
     let Ok(spec) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let parts: Vec<&str> = spec.split('|').collect();
-    let (name, backend, data, id) = (parts[0], parts[1], parts[2], parts[3]);
+    let f: Vec<&str> = spec.split('|').collect();
+    let (name, backend, data, id, k) = (f[0], f[1], f[2], f[3], f[4]);
     let backend: Backend = backend.parse().unwrap();
     let id: u64 = id.parse().unwrap();
+    let k: usize = k.parse().unwrap();
     let region = Locator::new(name, backend)
         .attach()
         .expect("attach by name");
-    let cache = Cache::open(region, data.as_ref()).expect("open cache");
+    let parts = (0..k)
+        .map(|j| {
+            Locator::new(&part_name(name, j), backend)
+                .attach()
+                .expect("attach a part by name")
+        })
+        .collect();
+    let cache = Cache::open_split(region, parts, data.as_ref()).expect("open cache");
     let mut rng = Rng::new(id * 7919 + 1);
     let mut incs: BTreeMap<u64, u64> = BTreeMap::new();
     let mut buf = vec![0u8; BS];
@@ -129,6 +137,13 @@ fn stress_child() {
     drop(cache);
 }
 
+fn part_name(name: &str, j: usize) -> String {
+    format!("{name}.part{j}")
+}
+
+/// Bytes of each part of a split cache: 32 blocks.
+const PART_BYTES: u64 = 32 * BS as u64 + 4096;
+
 /// Removes the data file when the test ends, also by panic.
 struct RemoveOnDrop(PathBuf);
 
@@ -138,7 +153,16 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64, mode: Mode) {
+/// `k` parts: the blocks in `k` regions of [`PART_BYTES`] beside the
+/// control region (0: in it).
+fn run_stress(
+    test: &str,
+    backend: Backend,
+    page: PageSize,
+    region_bytes: u64,
+    mode: Mode,
+    k: usize,
+) {
     let before = HostState::capture().expect("capture");
     let name = format!("t-cache-{test}-{}", std::process::id());
     let data: PathBuf = std::env::temp_dir().join(format!("{name}.data"));
@@ -151,7 +175,20 @@ fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64, m
         .name(name.clone())
         .create()
         .expect("create region");
-    let cache = Cache::create_with(region, &data, BS, None, mode).expect("create cache");
+    let parts: Vec<_> = (0..k)
+        .map(|j| {
+            RegionBuilder::new(PART_BYTES)
+                .backend(backend)
+                .page_size(page)
+                .policy(Policy::Only)
+                .name(part_name(&name, j))
+                .create()
+                .expect("create a part")
+                .0
+        })
+        .collect();
+    let part_len = parts.first().map(|p| p.data_len());
+    let cache = Cache::create_split(region, parts, &data, BS, None, mode).expect("create cache");
     assert_eq!(cache.mode(), mode);
     let buffers = cache.layout().buffers;
     assert!(
@@ -160,7 +197,10 @@ fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64, m
     );
     assert_eq!(
         *cache.layout(),
-        Layout::fitting(BS, cache.region().data_len())
+        match part_len {
+            None => Layout::fitting(BS, cache.region().data_len()),
+            Some(p) => Layout::fitting_split(BS, cache.region().data_len(), k, p),
+        }
     );
 
     let exe = std::env::current_exe().unwrap();
@@ -170,7 +210,7 @@ fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64, m
                 .args(["stress_child", "--exact", "--nocapture", "--test-threads=1"])
                 .env(
                     CHILD_ENV,
-                    format!("{name}|{}|{}|{i}", backend.as_str(), data.display()),
+                    format!("{name}|{}|{}|{i}|{k}", backend.as_str(), data.display()),
                 )
                 .stdout(Stdio::piped())
                 .spawn()
@@ -209,7 +249,20 @@ fn run_stress(test: &str, backend: Backend, page: PageSize, region_bytes: u64, m
     }
     // The parent checkpoints, then the file alone must hold every update.
     let written = cache.checkpoint();
-    cache.into_region().destroy().expect("destroy region");
+    let (region, parts) = cache.into_regions();
+    // Every part held blocks (buffer i is in part i mod k); checked after
+    // everything is destroyed, so a failure leaves nothing behind.
+    let empty: Vec<usize> = parts
+        .into_iter()
+        .enumerate()
+        .filter_map(|(j, p)| {
+            let sum = p.sum_words();
+            p.destroy().expect("destroy a part");
+            (sum == 0).then_some(j)
+        })
+        .collect();
+    region.destroy().expect("destroy region");
+    assert!(empty.is_empty(), "parts {empty:?} hold no block");
     assert!(failures.is_empty(), "{failures:#?}");
     written.expect("checkpoint");
 
@@ -276,6 +329,7 @@ fn stress_many_processes_4k() {
         PageSize::Base,
         1 << 20,
         Mode::Classic,
+        0,
     );
 }
 
@@ -289,6 +343,7 @@ fn stress_many_processes_direct() {
         PageSize::Base,
         1 << 20,
         Mode::Direct,
+        0,
     );
 }
 
@@ -310,6 +365,22 @@ fn stress_many_processes_2m() {
         PageSize::HUGE_2M,
         2 << 20,
         Mode::Classic,
+        0,
     );
     pool.restore().expect("restore pool");
+}
+
+/// The blocks in three regions beside the control region (how per-node
+/// regions hold them: buffer i in part i mod 3), each attached by name in
+/// every process.
+#[test]
+fn stress_many_processes_split() {
+    run_stress(
+        "stress-split",
+        Backend::Posix,
+        PageSize::Base,
+        1 << 20,
+        Mode::Classic,
+        3,
+    );
 }
