@@ -883,6 +883,9 @@ fn bench_attach_times_attach_touch_and_verify() {
 /// Base pages: no pool, no root needed.
 #[test]
 fn rm_and_attach_take_the_directory_a_region_was_made_in() {
+    // Under the test kit's lock: tests comparing host snapshots must not
+    // see this directory and region come and go.
+    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
     /// Removes the directory and what is in it, also when the test fails.
     struct Gone(std::path::PathBuf);
     impl Drop for Gone {
