@@ -671,7 +671,7 @@ impl RegionBuilder {
         reclaimed: Option<Reclaimed>,
     ) -> Result<(Region, AllocationReport), RegionError> {
         let base = hugeshm_sys::base_page_size() as u64;
-        let host = self.probe.host();
+        let host = self.probe.host_for_regions();
         let extra = HostExtra {
             base,
             pmd_size: verify::pmd_size(&self.probe),

@@ -70,7 +70,7 @@ impl RegionBuilder {
     /// each report saying why. A part that fails takes the parts created
     /// before it with it: on error nothing is left behind.
     pub fn create_per_node(self) -> Result<Vec<(NodeRegion, AllocationReport)>, RegionError> {
-        let host = self.probe_ref().host();
+        let host = self.probe_ref().host_for_regions();
         let nodes = memory_nodes(&host);
         let count = nodes.len() as u64;
         let extra = HostExtra {
@@ -138,7 +138,7 @@ impl Locator {
     /// memory). Size expectations do not carry over: each part is checked
     /// by its own header.
     fn parts(&self) -> Vec<(u32, Locator)> {
-        let host = self.probe_ref().host();
+        let host = self.probe_ref().host_for_regions();
         memory_nodes(&host)
             .into_iter()
             .map(|n| (n, self.renamed(&part_name(self.name(), n))))

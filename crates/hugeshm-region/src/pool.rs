@@ -52,7 +52,7 @@ pub fn check_pool(
 /// shortfall of the pool as it is now (read again through `probe`), or,
 /// when the pool looks big enough, the refusal with what else can refuse.
 pub(crate) fn refused(probe: &Probe, page: u64, required: u64, err: SysError) -> RegionError {
-    let host = probe.host();
+    let host = probe.host_for_regions();
     let default = host.default_page_size();
     let Some(p) = host.pool(page) else {
         return RegionError::Sys(err);
