@@ -668,10 +668,18 @@ impl Cache {
 
     #[inline(always)]
     fn unpin(st: &AtomicU64) {
+        Self::change_unlocked(st, |s| s - REF_ONE);
+    }
+
+    /// Replaces the state word `s` by `f(s)` in one compare-and-swap taken
+    /// while the header spinlock is free (release ordering), retrying
+    /// until it lands.
+    #[inline(always)]
+    fn change_unlocked(st: &AtomicU64, f: impl Fn(u64) -> u64) {
         loop {
             let s = wait_unlocked(st);
             if st
-                .compare_exchange_weak(s, s - REF_ONE, Ordering::Release, Ordering::Relaxed)
+                .compare_exchange_weak(s, f(s), Ordering::Release, Ordering::Relaxed)
                 .is_ok()
             {
                 return;
@@ -1144,15 +1152,7 @@ impl Cache {
     /// (the pin stays).
     fn unlock_content(st: &AtomicU64, exclusive: bool) {
         let lock = if exclusive { EXCLUSIVE } else { SHARE_ONE };
-        loop {
-            let s = wait_unlocked(st);
-            if st
-                .compare_exchange_weak(s, s - lock, Ordering::Release, Ordering::Relaxed)
-                .is_ok()
-            {
-                return;
-            }
-        }
+        Self::change_unlocked(st, |s| s - lock);
     }
 
     /// Releases the content lock and the pin of a guard in one
@@ -1166,16 +1166,7 @@ impl Cache {
         } else {
             (SHARE_ONE, 0)
         };
-        loop {
-            let s = wait_unlocked(st);
-            let n = ((s - lock) | dirty) - REF_ONE;
-            if st
-                .compare_exchange_weak(s, n, Ordering::Release, Ordering::Relaxed)
-                .is_ok()
-            {
-                return;
-            }
-        }
+        Self::change_unlocked(st, |s| ((s - lock) | dirty) - REF_ONE);
     }
 
     /// Starts loading what a later [`read`](Cache::read) or

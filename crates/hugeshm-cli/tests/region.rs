@@ -886,17 +886,8 @@ fn rm_and_attach_take_the_directory_a_region_was_made_in() {
     // Under the test kit's lock: tests comparing host snapshots must not
     // see this directory and region come and go.
     let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
-    /// Removes the directory and what is in it, also when the test fails.
-    struct Gone(std::path::PathBuf);
-    impl Drop for Gone {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    let dir = std::path::PathBuf::from(format!("/dev/shm/hugeshm-t-dir-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let _gone = Gone(dir.clone());
-    let d = dir.to_str().unwrap();
+    let dir = hugeshm_testkit::TempDir::under(std::path::Path::new("/dev/shm"), "t-dir");
+    let d = dir.path().to_str().unwrap();
     let n = name("indir");
     let created = json(run(&[
         "create",
@@ -931,5 +922,5 @@ fn rm_and_attach_take_the_directory_a_region_was_made_in() {
     let removed = json(run(&["rm", &n, "--device", d, "--json"]));
     assert_eq!(removed["removed"][0]["backend"], "posix", "{removed:#}");
     assert!(!std::path::Path::new(&file).exists());
-    std::fs::remove_dir(&dir).expect("the directory is empty again");
+    std::fs::remove_dir(dir.path()).expect("the directory is empty again");
 }

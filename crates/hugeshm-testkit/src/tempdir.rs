@@ -12,9 +12,14 @@ pub struct TempDir(PathBuf);
 impl TempDir {
     /// Creates the directory (panics where it cannot: a test helper).
     pub fn new(what: &str) -> TempDir {
+        TempDir::under(&std::env::temp_dir(), what)
+    }
+
+    /// [`TempDir::new`] below `parent` (a tmpfs such as /dev/shm, say).
+    pub fn under(parent: &Path, what: &str) -> TempDir {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let p = std::env::temp_dir().join(format!("hugeshm-{what}-{}-{n}", std::process::id()));
+        let p = parent.join(format!("hugeshm-{what}-{}-{n}", std::process::id()));
         // A directory left by an earlier process with the same pid.
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));

@@ -10,13 +10,13 @@
 //! `/proc/self/smaps` for the region (the verification), and report the
 //! three times.
 
-use crate::cmd::bench_common::{parse_size_arg, PoolTopUp};
+use crate::cmd::bench_common::{bench_region, parse_size_arg, PoolTopUp};
 use crate::output::{Out, Table};
 use anyhow::{bail, Context};
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{Probe, Roots};
 use hugeshm_region::bench::{attach_and_touch, Touch};
-use hugeshm_region::{Backend, Locator, PageSize, Policy, RegionBuilder};
+use hugeshm_region::{Backend, Locator, PageSize};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
@@ -124,13 +124,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         reservation.ensure(&host, ps, a.size.div_ceil(ps))?;
     }
     let name = format!("bench-attach-{}", std::process::id());
-    let (region, _) = RegionBuilder::new(a.size)
-        .backend(a.backend)
-        .page_size(page)
-        .policy(Policy::Only)
-        .name(name.clone())
-        .create()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (region, _on_interrupt) = bench_region(&name, a.size, a.backend, page)?;
     let exe = std::env::current_exe()?;
     let runs = (|| -> anyhow::Result<Vec<ChildSample>> {
         let mut runs = Vec::new();

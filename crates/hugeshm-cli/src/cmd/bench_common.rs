@@ -156,6 +156,54 @@ impl Drop for PoolTopUp<'_> {
     }
 }
 
+/// A bench's data file: removed when dropped, or by the interrupt handler
+/// on Ctrl-C.
+pub(crate) struct DataFile {
+    /// The file.
+    pub(crate) path: std::path::PathBuf,
+    _on_interrupt: crate::interrupt::Undo,
+}
+
+impl DataFile {
+    /// Takes charge of `path` (the file may not exist yet).
+    pub(crate) fn new(path: std::path::PathBuf) -> Self {
+        let undo = crate::interrupt::undo(crate::interrupt::Give::File(path.clone()));
+        DataFile {
+            path,
+            _on_interrupt: undo,
+        }
+    }
+}
+
+impl Drop for DataFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Creates the named region a bench's child processes attach (policy
+/// `only`), first telling the interrupt handler to remove it on Ctrl-C;
+/// the returned guard keeps that until dropped.
+pub(crate) fn bench_region(
+    name: &str,
+    size: u64,
+    backend: hugeshm_region::Backend,
+    page: hugeshm_region::PageSize,
+) -> anyhow::Result<(hugeshm_region::Region, crate::interrupt::Undo)> {
+    let undo = crate::interrupt::undo(crate::interrupt::Give::Region {
+        name: name.to_owned(),
+        backend,
+    });
+    let (region, _) = hugeshm_region::RegionBuilder::new(size)
+        .backend(backend)
+        .page_size(page)
+        .policy(hugeshm_region::Policy::Only)
+        .name(name.to_owned())
+        .create()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok((region, undo))
+}
+
 #[cfg(test)]
 mod tests {
     use super::slope;

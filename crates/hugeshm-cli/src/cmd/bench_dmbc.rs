@@ -13,7 +13,7 @@
 //! [`measure`] builds the [`Report`] (what `hugeshm lab` calls); [`run`]
 //! prints it.
 
-use crate::cmd::bench_common::parse_size_arg;
+use crate::cmd::bench_common::{parse_size_arg, DataFile as TempFile};
 use crate::output::{Out, Table};
 use anyhow::Context;
 use hugeshm_cache::workload::{Dist, Picker, Rng};
@@ -217,15 +217,6 @@ pub struct Report {
     pub tps_ratio: Option<f64>,
     /// The field report's figures.
     pub field: FieldFigures,
-}
-
-/// Removes the data file on drop.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 /// Counters of one run beside the cache's.
@@ -457,7 +448,7 @@ pub fn measure(roots: &Roots, o: &Options) -> anyhow::Result<Report> {
     let path = o
         .dir
         .join(format!("hugeshm-dmbc-{}.data", std::process::id()));
-    let _remove = RemoveOnDrop(path.clone());
+    let _remove = TempFile::new(path.clone());
     let blocks = o.data_size_bytes / o.block_size;
     create_data_file(&path, blocks, o.block_size as usize, |b, buf| {
         buf[..8].copy_from_slice(&b.to_le_bytes())

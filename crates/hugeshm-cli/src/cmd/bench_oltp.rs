@@ -9,7 +9,7 @@
 //! attaching the region by name) or, for `anon` regions, forked children;
 //! both answer one JSON line per run on a pipe.
 
-use crate::cmd::bench_common::{parse_size_arg, PoolTopUp};
+use crate::cmd::bench_common::{parse_size_arg, DataFile, PoolTopUp};
 use crate::output::{Out, Table};
 use anyhow::{bail, Context};
 use hugeshm_cache::workload::{self, Dist, Histogram, Picker, Rng, RunResult, Spec};
@@ -603,29 +603,6 @@ fn pages_fix(page_size: u64, pages: u64) -> String {
             "free memory, then: echo {pages} > /sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages",
             page_size / 1024
         )
-    }
-}
-
-/// Removes the data file on drop.
-struct DataFile {
-    path: PathBuf,
-    _on_interrupt: crate::interrupt::Undo,
-}
-
-impl DataFile {
-    /// Deleted when dropped, or by the interrupt handler.
-    fn new(path: PathBuf) -> Self {
-        let undo = crate::interrupt::undo(crate::interrupt::Give::File(path.clone()));
-        DataFile {
-            path,
-            _on_interrupt: undo,
-        }
-    }
-}
-
-impl Drop for DataFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
     }
 }
 

@@ -7,12 +7,12 @@
 //! in page tables for this region alone (the children's own page tables are in
 //! both readings).
 
-use crate::cmd::bench_common::{parse_size_arg, reap, PoolTopUp};
+use crate::cmd::bench_common::{bench_region, parse_size_arg, reap, PoolTopUp};
 use crate::output::{Keyed, Out, Table};
 use anyhow::{bail, Context};
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB};
 use hugeshm_probe::{Probe, Roots};
-use hugeshm_region::{Backend, PageSize, Policy, Region, RegionBuilder};
+use hugeshm_region::{Backend, PageSize, Region};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -210,18 +210,8 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             std::process::id(),
             page_size_short(ps)
         );
-        let _on_interrupt = crate::interrupt::undo(crate::interrupt::Give::Region {
-            name: name.clone(),
-            backend: a.backend,
-        });
         let result = (|| -> anyhow::Result<Row> {
-            let (region, _report) = RegionBuilder::new(a.size)
-                .backend(a.backend)
-                .page_size(page)
-                .policy(Policy::Only)
-                .name(name.clone())
-                .create()
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let (region, _on_interrupt) = bench_region(&name, a.size, a.backend, page)?;
             let outcome = (|| -> anyhow::Result<Row> {
                 let mut kids = Kids::spawn(&name, a.backend, a.procs)?;
                 std::thread::sleep(Duration::from_millis(200));
