@@ -834,6 +834,20 @@ int hugeshm_destroy(hugeshm_region *region, hugeshm_error **err);
 // one pointer.
 int hugeshm_remove(const char *name, hugeshm_backend backend, hugeshm_error **err);
 
+// As `hugeshm_remove`, looking only in `directory`: the directory a file
+// region was created in with `hugeshm_options_set_directory` (a
+// subdirectory of a tmpfs, hugetlbfs or DAX mount), or a device-dax.
+// NULL `directory` is `hugeshm_remove`.
+//
+// # Safety
+//
+// `name` is NULL or a NUL-terminated string; `directory` is NULL or a
+// NUL-terminated string; `err` is NULL or writable for one pointer.
+int hugeshm_remove_in(const char *name,
+                      hugeshm_backend backend,
+                      const char *directory,
+                      hugeshm_error **err);
+
 // The library version, e.g. "0.1.0". A static string.
 const char *hugeshm_version(void);
 

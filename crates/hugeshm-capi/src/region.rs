@@ -613,6 +613,37 @@ pub unsafe extern "C" fn hugeshm_remove(
     unsafe { guard("hugeshm_remove", err, body) }
 }
 
+/// As `hugeshm_remove`, looking only in `directory`: the directory a file
+/// region was created in with `hugeshm_options_set_directory` (a
+/// subdirectory of a tmpfs, hugetlbfs or DAX mount), or a device-dax.
+/// NULL `directory` is `hugeshm_remove`.
+///
+/// # Safety
+///
+/// `name` is NULL or a NUL-terminated string; `directory` is NULL or a
+/// NUL-terminated string; `err` is NULL or writable for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn hugeshm_remove_in(
+    name: *const c_char,
+    backend: hugeshm_backend,
+    directory: *const c_char,
+    err: *mut *mut hugeshm_error,
+) -> c_int {
+    let body = || {
+        // SAFETY: `name` is NULL or a NUL-terminated string (contract).
+        let name = unsafe { arg_str(name, "name") }?;
+        let mut locator = Locator::new(name, backend_from_c(backend)?);
+        if !directory.is_null() {
+            // SAFETY: `directory` is a NUL-terminated string (contract).
+            locator = locator.directory(unsafe { arg_str(directory, "directory") }?);
+        }
+        locator.remove()?;
+        Ok(())
+    };
+    // SAFETY: `err` is NULL or writable (contract).
+    unsafe { guard("hugeshm_remove_in", err, body) }
+}
+
 /// The library version, e.g. "0.1.0". A static string.
 #[no_mangle]
 pub extern "C" fn hugeshm_version() -> *const c_char {

@@ -173,6 +173,30 @@ fn c_orphaned_region_is_refused_then_reused_on_request() {
     assert_no_leak(&before, "share reclaim");
 }
 
+/// The same in a directory of its own on /dev/shm: the orphan's fix names
+/// the directory (`hugeshm_remove_in`), which alone finds it.
+#[test]
+fn c_orphaned_region_in_a_directory_is_named_with_it() {
+    let exe = share_exe();
+    let _lock = PoolLock::acquire().unwrap();
+    let before = HostState::capture().unwrap();
+    let dir = hugeshm_testkit::TempDir::under(Path::new("/dev/shm"), "capi-dir");
+    let d = dir.path().display().to_string();
+    let name = unique("reclaim-dir");
+    let out = run_ok(
+        c_command(&exe).args(["reclaim", &name, &d]),
+        "share reclaim DIR",
+    );
+    let _ = hugeshm_region::Locator::new(&name, hugeshm_region::Backend::Posix)
+        .directory(dir.path())
+        .remove();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("OK reclaim"));
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    drop(dir);
+    assert_no_leak(&before, "share reclaim DIR");
+}
+
 #[test]
 fn c_two_processes_share_a_region_by_name() {
     let exe = share_exe();

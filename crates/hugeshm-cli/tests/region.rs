@@ -889,7 +889,7 @@ fn rm_and_attach_take_the_directory_a_region_was_made_in() {
     let dir = hugeshm_testkit::TempDir::under(std::path::Path::new("/dev/shm"), "t-dir");
     let d = dir.path().to_str().unwrap();
     let n = name("indir");
-    let created = json(run(&[
+    let create = [
         "create",
         &n,
         "--backend",
@@ -900,8 +900,8 @@ fn rm_and_attach_take_the_directory_a_region_was_made_in() {
         "4k",
         "--size",
         "1M",
-        "--json",
-    ]));
+    ];
+    let created = json(run(&[&create[..], &["--json"]].concat()));
     let file = created["path"].as_str().unwrap().to_owned();
     assert!(file.starts_with(d), "{created:#}");
 
@@ -916,6 +916,19 @@ fn rm_and_attach_take_the_directory_a_region_was_made_in() {
         std::path::Path::new(&file).exists(),
         "rm without --dir removed {file}"
     );
+
+    // Nobody holds it: creating it again is refused, and the fix names the
+    // directory in each command it gives; the reuse it gives works.
+    let out = run(&create);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let reuse = format!("hugeshm create {n} --backend posix --dir {d} --reclaim reuse");
+    let rm = format!("hugeshm rm {n} --backend posix --dir {d}");
+    assert!(err.contains(&reuse) && err.contains(&rm), "{err}");
+    let reused = json(run(
+        &[&create[..], &["--reclaim", "reuse", "--json"]].concat()
+    ));
+    assert_eq!(reused["path"], file.as_str(), "{reused:#}");
 
     let attached = json(run(&["attach", &n, "--dir", d, "--json"]));
     assert_eq!(attached["object"], file.as_str(), "{attached:#}");

@@ -14,7 +14,7 @@
 //! use hugeshm_fix::{Fix, Renderer};
 //! let fix = Fix::SetPool { page_size_bytes: 2 << 20, node: None, pages: 10944, default_size: true };
 //! assert_eq!(fix.to_string(), "sysctl -w vm.nr_hugepages=10944");
-//! let fix = Fix::Reclaim { name: "sga".into(), backend: "sysv".into(), keep_contents: false };
+//! let fix = Fix::Reclaim { name: "sga".into(), backend: "sysv".into(), dir: None, keep_contents: false };
 //! assert_eq!(
 //!     fix.render(Renderer::Cli),
 //!     "recreate it: hugeshm create sga --backend sysv --reclaim recreate; or remove it: hugeshm rm sga --backend sysv"
@@ -196,6 +196,10 @@ pub enum Fix {
         name: String,
         /// The backend word.
         backend: String,
+        /// The directory (or device-dax) to name so that it is found
+        /// (`--dir`); none for the default places.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dir: Option<String>,
         /// Pids that hold it (empty when unknown).
         holders: Vec<u32>,
     },
@@ -206,6 +210,10 @@ pub enum Fix {
         name: String,
         /// The backend word.
         backend: String,
+        /// The directory (or device-dax) to name so that it is found
+        /// (`--dir`); none for the default places.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dir: Option<String>,
         /// Whether the contents are complete, so they can be kept (reuse).
         keep_contents: bool,
     },
@@ -215,6 +223,10 @@ pub enum Fix {
         name: String,
         /// The backend word.
         backend: String,
+        /// The directory (or device-dax) to name so that it is found
+        /// (`--dir`); none for the default places.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dir: Option<String>,
     },
     /// The object belongs to another user, or is writable by more users
     /// than asked for: accept it explicitly only if that owner and mode are
@@ -224,6 +236,10 @@ pub enum Fix {
         name: String,
         /// The backend word.
         backend: String,
+        /// The directory (or device-dax) to name so that it is found
+        /// (`--dir`); none for the default places.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dir: Option<String>,
         /// The owner's uid.
         uid: u32,
         /// The object's mode.
@@ -630,9 +646,10 @@ impl Fix {
             Fix::AttachOrRemove {
                 name,
                 backend,
+                dir,
                 holders,
             } => {
-                let rm = remove_text(who, name, backend);
+                let rm = remove_text(who, name, backend, dir.as_deref());
                 if holders.is_empty() {
                     format!(
                         "pick another name, or attach to it; {rm} removes it once nobody holds it"
@@ -647,24 +664,27 @@ impl Fix {
             Fix::Reclaim {
                 name,
                 backend,
+                dir,
                 keep_contents,
             } => {
-                let recreate = reclaim_text(who, name, backend, "recreate");
-                let rm = remove_text(who, name, backend);
+                let dir = dir.as_deref();
+                let recreate = reclaim_text(who, name, backend, dir, "recreate");
+                let rm = remove_text(who, name, backend, dir);
                 if *keep_contents {
                     format!(
                         "reuse it, keeping its contents: {}; or recreate it: {recreate}; \
                          or remove it: {rm}",
-                        reclaim_text(who, name, backend, "reuse")
+                        reclaim_text(who, name, backend, dir, "reuse")
                     )
                 } else {
                     format!("recreate it: {recreate}; or remove it: {rm}")
                 }
             }
-            Fix::Remove { name, backend } => remove_text(who, name, backend),
+            Fix::Remove { name, backend, dir } => remove_text(who, name, backend, dir.as_deref()),
             Fix::TrustOwner {
                 name,
                 backend,
+                dir,
                 uid,
                 mode,
             } => {
@@ -679,7 +699,7 @@ impl Fix {
                 format!(
                     "only if uid {uid} and mode {mode:04o} are to be trusted: {accept}; \
                      otherwise have uid {uid} remove it ({})",
-                    remove_text(who, name, backend)
+                    remove_text(who, name, backend, dir.as_deref())
                 )
             }
             Fix::IpcRm { shmid } => format!("ipcrm -m {shmid}"),
@@ -689,32 +709,58 @@ impl Fix {
     }
 }
 
-fn reclaim_text(who: Renderer, name: &str, backend: &str, how: &str) -> String {
+fn reclaim_text(who: Renderer, name: &str, backend: &str, dir: Option<&str>, how: &str) -> String {
     match who {
-        Renderer::Cli => format!("hugeshm create {name} --backend {backend} --reclaim {how}"),
-        Renderer::C => format!(
-            "hugeshm_options_set_reclaim(opts, HUGESHM_RECLAIM_{})",
-            how.to_uppercase()
+        Renderer::Cli => format!(
+            "hugeshm create {name} --backend {backend}{} --reclaim {how}",
+            dir_option(dir)
         ),
+        Renderer::C => {
+            let set_dir = dir
+                .map(|d| format!("hugeshm_options_set_directory(opts, {d:?}) and "))
+                .unwrap_or_default();
+            format!(
+                "{set_dir}hugeshm_options_set_reclaim(opts, HUGESHM_RECLAIM_{})",
+                how.to_uppercase()
+            )
+        }
         Renderer::Rust => {
             let v = if how == "reuse" { "Reuse" } else { "Recreate" };
-            format!("RegionBuilder::reclaim(Reclaim::{v})")
+            let set_dir = dir
+                .map(|d| format!("directory({d:?})."))
+                .unwrap_or_default();
+            format!("RegionBuilder::{set_dir}reclaim(Reclaim::{v})")
         }
     }
 }
 
-fn remove_text(who: Renderer, name: &str, backend: &str) -> String {
-    match who {
-        Renderer::Cli => format!("hugeshm rm {name} --backend {backend}"),
-        Renderer::C => format!(
+fn remove_text(who: Renderer, name: &str, backend: &str, dir: Option<&str>) -> String {
+    match (who, dir) {
+        (Renderer::Cli, _) => {
+            format!("hugeshm rm {name} --backend {backend}{}", dir_option(dir))
+        }
+        (Renderer::C, None) => format!(
             "hugeshm_remove(\"{name}\", HUGESHM_BACKEND_{})",
             backend.to_uppercase()
         ),
-        Renderer::Rust => format!(
+        (Renderer::C, Some(d)) => format!(
+            "hugeshm_remove_in(\"{name}\", HUGESHM_BACKEND_{}, {d:?})",
+            backend.to_uppercase()
+        ),
+        (Renderer::Rust, None) => format!(
             "hugeshm_region::remove({name:?}, Backend::{})",
             capitalize(backend)
         ),
+        (Renderer::Rust, Some(d)) => format!(
+            "Locator::new({name:?}, Backend::{}).directory({d:?}).remove()",
+            capitalize(backend)
+        ),
     }
+}
+
+/// ` --dir DIR` where a region must be looked for in `dir`.
+fn dir_option(dir: Option<&str>) -> String {
+    dir.map(|d| format!(" --dir {d}")).unwrap_or_default()
 }
 
 fn capitalize(s: &str) -> String {
@@ -757,6 +803,7 @@ mod tests {
         let f = Fix::Reclaim {
             name: "sga".into(),
             backend: "memfd".into(),
+            dir: None,
             keep_contents: true,
         };
         let cli = f.render(Renderer::Cli);
@@ -777,6 +824,47 @@ mod tests {
             rust.contains("Reclaim::Reuse") && !rust.contains("hugeshm rm"),
             "{rust}"
         );
+    }
+
+    #[test]
+    fn a_region_in_a_directory_is_named_with_it() {
+        let f = Fix::Reclaim {
+            name: "sga".into(),
+            backend: "posix".into(),
+            dir: Some("/dev/shm/db1".into()),
+            keep_contents: true,
+        };
+        let cli = f.render(Renderer::Cli);
+        assert!(
+            cli.contains("hugeshm create sga --backend posix --dir /dev/shm/db1 --reclaim reuse")
+                && cli.contains("hugeshm rm sga --backend posix --dir /dev/shm/db1"),
+            "{cli}"
+        );
+        let c = f.render(Renderer::C);
+        assert!(
+            c.contains("hugeshm_options_set_directory(opts, \"/dev/shm/db1\")")
+                && c.contains(
+                    "hugeshm_remove_in(\"sga\", HUGESHM_BACKEND_POSIX, \"/dev/shm/db1\")"
+                ),
+            "{c}"
+        );
+        let rust = f.to_string();
+        assert!(
+            rust.contains("RegionBuilder::directory(\"/dev/shm/db1\").reclaim(Reclaim::Reuse)")
+                && rust.contains(
+                    "Locator::new(\"sga\", Backend::Posix).directory(\"/dev/shm/db1\").remove()"
+                ),
+            "{rust}"
+        );
+        let json = serde_json::to_string(&f).unwrap();
+        assert!(json.contains("\"dir\":\"/dev/shm/db1\""), "{json}");
+        let none = serde_json::to_string(&Fix::Remove {
+            name: "x".into(),
+            backend: "sysv".into(),
+            dir: None,
+        })
+        .unwrap();
+        assert!(!none.contains("dir"), "{none}");
     }
 
     #[test]

@@ -468,6 +468,9 @@ impl RegionError {
     /// What to do about it, for errors that have a remedy.
     pub fn fix(&self) -> Option<Fix> {
         let region = |name: &str, backend: &Backend| (name.to_owned(), backend.to_string());
+        let dir = |name: &str, backend: &Backend, object: &str| {
+            crate::model::directory_hint(name, *backend, object)
+        };
         match self {
             RegionError::PoolShortfall { shortfall, .. } => Some(shortfall.fix.clone()),
             RegionError::InvalidSize { fix, .. } => fix.as_deref().cloned(),
@@ -497,59 +500,72 @@ impl RegionError {
             RegionError::AlreadyExists {
                 name,
                 backend,
+                object,
                 holders,
                 ..
             } => {
+                let dir = dir(name, backend, object);
                 let (name, backend) = region(name, backend);
                 Some(Fix::AttachOrRemove {
                     name,
                     backend,
+                    dir,
                     holders: holders.clone(),
                 })
             }
             RegionError::Orphaned {
                 name,
                 backend,
+                object,
                 state,
                 ..
             } => {
+                let dir = dir(name, backend, object);
                 let (name, backend) = region(name, backend);
                 Some(Fix::Reclaim {
                     name,
                     backend,
+                    dir,
                     keep_contents: *state == RegionState::Ready,
                 })
             }
             RegionError::Incomplete {
                 name,
                 backend,
+                object,
                 creator_alive,
                 ..
             } => Some(if *creator_alive {
                 Fix::WaitUntilReady
             } else {
+                let dir = dir(name, backend, object);
                 let (name, backend) = region(name, backend);
                 Fix::Reclaim {
                     name,
                     backend,
+                    dir,
                     keep_contents: false,
                 }
             }),
             RegionError::Stale { name, .. } => Some(Fix::Remove {
                 name: name.clone(),
                 backend: Backend::Memfd.to_string(),
+                dir: None,
             }),
             RegionError::NewerLayout { .. } => Some(Fix::NewerHugeshm),
             RegionError::Untrusted {
                 name,
                 backend,
+                object,
                 owner,
                 ..
             } => {
+                let dir = dir(name, backend, object);
                 let (name, backend) = region(name, backend);
                 Some(Fix::TrustOwner {
                     name,
                     backend,
+                    dir,
                     uid: owner.uid,
                     mode: owner.mode,
                 })

@@ -4,7 +4,9 @@
 //! attacher expects. This module imports nothing of the crate: it is the
 //! floor the other modules stand on.
 
+use std::ffi::OsStr;
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 
 use hugeshm_fix::Fix;
@@ -738,9 +740,63 @@ mod placement_tests {
     }
 }
 
+/// Prefix of every object name hugeshm creates.
+pub const OBJECT_PREFIX: &str = "hugeshm.";
+
+/// Where `posix` region files live by default (the tmpfs `shm_open` uses).
+pub const DEFAULT_POSIX_DIR: &str = "/dev/shm";
+
+/// The file (or memfd) name of a region: `hugeshm.<name>`.
+pub fn object_file_name(name: &str) -> String {
+    format!("{OBJECT_PREFIX}{name}")
+}
+
+/// The directory (or device-dax) to name again (`--dir`,
+/// [`Locator::directory`](crate::Locator::directory)) to find the region
+/// `name` of `backend` whose object is `object` (its path): the file's
+/// directory, or the device itself. `None` for the default `/dev/shm` and
+/// for objects that are not files (SysV, memfd).
+pub fn directory_hint(name: &str, backend: Backend, object: &str) -> Option<String> {
+    if !matches!(backend, Backend::Posix | Backend::Hugetlbfs | Backend::Dax) {
+        return None;
+    }
+    let path = Path::new(object);
+    if !path.is_absolute() {
+        return None;
+    }
+    if path.file_name() == Some(OsStr::new(&object_file_name(name))) {
+        let dir = path.parent()?;
+        (dir != Path::new(DEFAULT_POSIX_DIR)).then(|| dir.display().to_string())
+    } else {
+        // A device-dax holds its region from offset 0, under no file name.
+        (backend == Backend::Dax).then(|| object.to_owned())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn directory_hints_name_what_a_search_by_name_needs() {
+        let hint = |b, o: &str| directory_hint("db", b, o);
+        assert_eq!(hint(Backend::Posix, "/dev/shm/hugeshm.db"), None);
+        assert_eq!(
+            hint(Backend::Posix, "/dev/shm/db1/hugeshm.db").as_deref(),
+            Some("/dev/shm/db1")
+        );
+        assert_eq!(
+            hint(Backend::Hugetlbfs, "/dev/hugepages/hugeshm.db").as_deref(),
+            Some("/dev/hugepages")
+        );
+        assert_eq!(
+            hint(Backend::Dax, "/dev/dax0.1").as_deref(),
+            Some("/dev/dax0.1")
+        );
+        assert_eq!(hint(Backend::Posix, "/dev/shm/other"), None);
+        assert_eq!(hint(Backend::Sysv, "SysV key 0x1, shmid 2"), None);
+        assert_eq!(hint(Backend::Memfd, "/dev/shm/x/hugeshm.db"), None);
+    }
 
     #[test]
     fn words_roundtrip() {

@@ -25,12 +25,7 @@
 //!   created by `fork` after the region.
 
 use crate::error::RegionError;
-
-/// Prefix of every object name hugeshm creates.
-pub const OBJECT_PREFIX: &str = "hugeshm.";
-
-/// Where `posix` region files live by default (the tmpfs `shm_open` uses).
-pub const DEFAULT_POSIX_DIR: &str = "/dev/shm";
+pub use crate::model::{directory_hint, object_file_name, DEFAULT_POSIX_DIR, OBJECT_PREFIX};
 
 /// Longest accepted region name.
 pub const MAX_NAME_LEN: usize = 200;
@@ -60,11 +55,6 @@ pub fn validate_name(name: &str) -> Result<(), RegionError> {
         )));
     }
     Ok(())
-}
-
-/// The file (or memfd) name of a region: `hugeshm.<name>`.
-pub fn object_file_name(name: &str) -> String {
-    format!("{OBJECT_PREFIX}{name}")
 }
 
 /// The System V key of a named region: 32-bit FNV-1a of `hugeshm.<name>`,

@@ -13,9 +13,12 @@
  *                            create PAGES x 2 MiB with policy only on a pool
  *                            with fewer available: POOL_SHORTFALL with the
  *                            numbers and the fix; nothing created; "OK"
- *   share reclaim NAME       a posix region nobody holds: creating it again is
+ *   share reclaim NAME [DIR] a posix region nobody holds: creating it again is
  *                            HUGESHM_ERROR_ORPHANED, with reclaim reuse it
- *                            is reused with its contents; "OK"
+ *                            is reused with its contents; "OK". With DIR
+ *                            (a directory on a tmpfs) the region lives
+ *                            there, the fix names DIR, and only
+ *                            hugeshm_remove_in with DIR removes it.
  *   share nulls              NULL and invalid arguments are errors, not
  *                            crashes; "OK"
  *
@@ -364,8 +367,11 @@ static int do_nulls(void) {
 /* A posix region on base pages (no root, no pool): detached, nobody holds it;
  * creating it again is refused (orphaned) unless reclaim says reuse, which
  * keeps its contents. */
-static int do_reclaim(const char *name) {
+static int do_reclaim(const char *name, const char *dir) {
     hugeshm_options *o = hugeshm_options_new();
+    if (dir != NULL) {
+        CHECK(hugeshm_options_set_directory(o, dir) == HUGESHM_OK, "directory %s", dir);
+    }
     hugeshm_options_set_size(o, 1 << 20);
     hugeshm_options_set_backend(o, HUGESHM_BACKEND_POSIX);
     hugeshm_options_set_policy(o, HUGESHM_POLICY_OFF);
@@ -387,6 +393,15 @@ static int do_reclaim(const char *name) {
     CHECK(rc == HUGESHM_ERROR_ORPHANED, "code %s", hugeshm_error_code_name(rc));
     CHECK(hugeshm_error_fix(err) != NULL && strstr(hugeshm_error_fix(err), "reuse") != NULL,
           "fix says how to reuse: %s", hugeshm_error_fix(err));
+    if (dir != NULL) {
+        const char *fix = hugeshm_error_fix(err);
+        char remove_in[512];
+        snprintf(remove_in, sizeof remove_in,
+                 "hugeshm_remove_in(\"%s\", HUGESHM_BACKEND_POSIX, \"%s\")", name, dir);
+        CHECK(fix != NULL && strstr(fix, "hugeshm_options_set_directory") != NULL &&
+                  strstr(fix, remove_in) != NULL,
+              "fix names the directory: %s", fix);
+    }
     hugeshm_error_free(err);
     if (rc == HUGESHM_OK) {
         hugeshm_destroy(r, NULL);
@@ -396,7 +411,7 @@ static int do_reclaim(const char *name) {
     rc = hugeshm_create(o, &r, &err);
     hugeshm_options_free(o);
     if (rc != HUGESHM_OK) {
-        hugeshm_remove(name, HUGESHM_BACKEND_POSIX, NULL);
+        hugeshm_remove_in(name, HUGESHM_BACKEND_POSIX, dir, NULL);
         return report_error("create with reclaim reuse", rc, err);
     }
     hugeshm_report rep;
@@ -404,7 +419,18 @@ static int do_reclaim(const char *name) {
     CHECK(rep.reclaimed == HUGESHM_RECLAIM_REUSE, "reclaimed %u", rep.reclaimed);
     CHECK(strcmp(hugeshm_region_data_ptr(r), "kept") == 0, "contents kept: %s",
           (const char *)hugeshm_region_data_ptr(r));
-    CHECK(hugeshm_destroy(r, NULL) == HUGESHM_OK, "destroy");
+    if (dir == NULL) {
+        CHECK(hugeshm_destroy(r, NULL) == HUGESHM_OK, "destroy");
+    } else {
+        /* Not found by name alone; found and removed in its directory. */
+        CHECK(hugeshm_detach(r, NULL) == HUGESHM_OK, "detach");
+        rc = hugeshm_remove(name, HUGESHM_BACKEND_POSIX, NULL);
+        CHECK(rc == HUGESHM_ERROR_NOT_FOUND, "remove without the directory: %s",
+              hugeshm_error_code_name(rc));
+        rc = hugeshm_remove_in(name, HUGESHM_BACKEND_POSIX, dir, &err);
+        CHECK(rc == HUGESHM_OK, "remove_in: %s", err ? hugeshm_error_message(err) : "");
+        hugeshm_error_free(err);
+    }
     if (failures == 0) {
         printf("OK reclaim\n");
     }
@@ -462,7 +488,7 @@ int main(int argc, char **argv) {
         return do_shortfall(argv[2], strtoull(argv[3], NULL, 10));
     }
     if (argc >= 3 && strcmp(argv[1], "reclaim") == 0) {
-        return do_reclaim(argv[2]);
+        return do_reclaim(argv[2], argc >= 4 ? argv[3] : NULL);
     }
     if (argc >= 4 && strcmp(argv[1], "numa") == 0) {
         return do_numa((uint32_t)strtoul(argv[2], NULL, 10), strtoull(argv[3], NULL, 10));

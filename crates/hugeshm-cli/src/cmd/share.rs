@@ -343,9 +343,14 @@ pub fn ls(roots: &Roots, a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
                     NamedObject::Sysv { shmid, .. } if r.header.is_none() => {
                         Fix::IpcRm { shmid: *shmid }
                     }
-                    _ => Fix::Reclaim {
+                    object => Fix::Reclaim {
                         name: r.name.clone(),
                         backend: r.backend.to_string(),
+                        dir: hugeshm_region::naming::directory_hint(
+                            &r.name,
+                            r.backend,
+                            &object.to_string(),
+                        ),
                         keep_contents: r.state == RegionState::Ready,
                     },
                 };
