@@ -879,7 +879,8 @@ fn bench_attach_times_attach_touch_and_verify() {
 
 /// A region made with --dir in a subdirectory of /dev/shm: a search by
 /// name does not enter it (rm fails, exit 3, with the --dir hint, and the
-/// file stays); attach and rm with the same --dir (or --device) find it.
+/// file stays); `ls` lists it, and its fix and the orphan refusal's name
+/// the directory; attach and rm with the same --dir (or --device) find it.
 /// Base pages: no pool, no root needed.
 #[test]
 fn rm_and_attach_take_the_directory_a_region_was_made_in() {
@@ -925,6 +926,20 @@ fn rm_and_attach_take_the_directory_a_region_was_made_in() {
     let reuse = format!("hugeshm create {n} --backend posix --dir {d} --reclaim reuse");
     let rm = format!("hugeshm rm {n} --backend posix --dir {d}");
     assert!(err.contains(&reuse) && err.contains(&rm), "{err}");
+    // `ls` looks below the mount roots: it lists the region, with that fix.
+    let ls = String::from_utf8_lossy(&run(&["ls"]).stdout).into_owned();
+    assert!(ls.contains(&reuse), "{ls}");
+    let listed = json(run(&["ls", "--json"]));
+    let ours = listed["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == n.as_str());
+    assert_eq!(
+        ours.map(|r| &r["object"]["path"]),
+        Some(&file.as_str().into()),
+        "{listed:#}"
+    );
     let reused = json(run(
         &[&create[..], &["--reclaim", "reuse", "--json"]].concat()
     ));

@@ -379,20 +379,44 @@ fn inspect_path(
     }))
 }
 
-/// `hugeshm.*` files in `dir`, sorted.
+/// How deep [`hugeshm_files`] looks below a mount's root for regions made
+/// with a directory of their own (`--dir /dev/shm/db1/x` is depth 2).
+const LIST_DEPTH: usize = 3;
+
+/// The region files (`hugeshm.*`) in `dir` and in its subdirectories on
+/// the same file system, down to [`LIST_DEPTH`] levels (symbolic links
+/// are not followed; another mount below is listed as its own root or
+/// not at all), sorted.
 fn hugeshm_files(dir: &Path) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
+    let dev = |p: &Path| std::fs::symlink_metadata(p).ok().map(|m| m.dev());
+    let Some(root_dev) = dev(dir) else {
         return Vec::new();
     };
-    let mut out: Vec<PathBuf> = rd
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.starts_with(OBJECT_PREFIX) && n.len() > OBJECT_PREFIX.len())
-        })
-        .map(|e| e.path())
-        .collect();
+    let mut out = Vec::new();
+    let mut dirs = vec![(dir.to_owned(), 0)];
+    while let Some((d, depth)) = dirs.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.filter_map(|e| e.ok()) {
+            let (Ok(kind), Some(n)) = (e.file_type(), e.file_name().to_str().map(str::to_owned))
+            else {
+                continue;
+            };
+            if kind.is_dir() {
+                let path = e.path();
+                if depth < LIST_DEPTH
+                    // Not a dax=inode staging directory (`.hugeshm.dax-*`).
+                    && !n.strip_prefix('.').is_some_and(|h| h.starts_with(OBJECT_PREFIX))
+                    && dev(&path) == Some(root_dev)
+                {
+                    dirs.push((path, depth + 1));
+                }
+            } else if n.starts_with(OBJECT_PREFIX) && n.len() > OBJECT_PREFIX.len() {
+                out.push(e.path());
+            }
+        }
+    }
     out.sort();
     out
 }
