@@ -402,7 +402,8 @@ fn guest_dax_region_on_a_dax_inode_mount_has_the_flag_and_map_sync() {
     );
     let rm = json(run, "pmem.inode.rmflagged");
     assert_eq!(rm["removed"][0]["object"], "/mnt/pmem/hugeshm.pf", "{rm:#}");
-    // Nothing left: no region file, no staging directory, no mount.
+    // Nothing left: no region file, no staging directory (the one a
+    // killed creator left was swept), no mount.
     let files = run.console.ok("pmem.inode.files").unwrap();
     assert!(!files.contains("hugeshm"), "{files}");
     let after = run.console.ok("pmem.inode.after").unwrap();

@@ -940,6 +940,10 @@ fn rm_and_attach_take_the_directory_a_region_was_made_in() {
         Some(&file.as_str().into()),
         "{listed:#}"
     );
+    let fix = &ours.unwrap()["fix"];
+    assert_eq!(fix["kind"], "reclaim", "{listed:#}");
+    assert_eq!(fix["dir"], d, "{listed:#}");
+    assert_eq!(fix["keep_contents"], true, "{listed:#}");
     let reused = json(run(
         &[&create[..], &["--reclaim", "reuse", "--json"]].concat()
     ));

@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::RegionError;
 use crate::header::{self, Decoded, Liveness, RegionHeader, USED_BYTES};
-use crate::model::{Backend, NamedObject, Owner, RegionState};
+use crate::model::{directory_hint, Backend, NamedObject, Owner, RegionState};
 use crate::naming::sysv_key;
+use hugeshm_fix::Fix;
 
 /// A named region as found on the host, without attaching it read-write:
 /// the data model of `hugeshm ls`.
@@ -44,6 +45,11 @@ pub struct RegionInfo {
     /// Who owns the object (a memfd region: its record), and its mode.
     #[serde(default)]
     pub owner: Option<Owner>,
+    /// What to do about an orphan: reuse, recreate or remove it by name
+    /// (and directory), or `ipcrm` a SysV segment whose creator died
+    /// before writing its header. `None` for a region in use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix: Option<Fix>,
 }
 
 impl RegionInfo {
@@ -55,6 +61,25 @@ impl RegionInfo {
                 self.state,
                 RegionState::Ready | RegionState::Crashed | RegionState::Stale
             )
+    }
+
+    /// The [`fix`](RegionInfo::fix) of this region as found.
+    fn orphan_fix(&self) -> Option<Fix> {
+        if !self.is_orphaned() {
+            return None;
+        }
+        Some(match &self.object {
+            // Its name is not known, only its id.
+            NamedObject::Sysv { shmid, .. } if self.header.is_none() => {
+                Fix::IpcRm { shmid: *shmid }
+            }
+            object => Fix::Reclaim {
+                name: self.name.clone(),
+                backend: self.backend.to_string(),
+                dir: directory_hint(&self.name, self.backend, &object.to_string()),
+                keep_contents: self.state == RegionState::Ready,
+            },
+        })
     }
 }
 
@@ -173,7 +198,7 @@ pub(crate) fn info_from(
     // A region's own backend, when the header knows it (a hugetlbfs
     // region that fell back to /dev/shm is still a hugetlbfs region).
     let backend = c.header.as_ref().map(|h| h.backend).unwrap_or(backend);
-    RegionInfo {
+    let mut info = RegionInfo {
         name: name.to_owned(),
         backend,
         object,
@@ -187,7 +212,10 @@ pub(crate) fn info_from(
         creator: c.creator,
         layout_version: c.version,
         owner: None,
-    }
+        fix: None,
+    };
+    info.fix = info.orphan_fix();
+    info
 }
 
 /// Reads up to [`USED_BYTES`] from the start of a file without changing it

@@ -5,8 +5,8 @@ use crate::output::{Out, Table};
 use anyhow::bail;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_region::{
-    list_regions_on, AttachReport, Backend, Fix, Liveness, Locator, NamedObject, Probe,
-    RegionError, RegionInfo, RegionState, Renderer, Roots,
+    list_regions_on, AttachReport, Backend, Liveness, Locator, Probe, RegionError, RegionInfo,
+    Renderer, Roots,
 };
 use std::process::ExitCode;
 use std::time::{Duration, UNIX_EPOCH};
@@ -336,24 +336,7 @@ pub fn ls(roots: &Roots, a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
         }
         t.render(out, "")?;
         for r in regions.iter().filter(|r| bad(r)) {
-            let fix = if r.is_orphaned() {
-                let fix = match &r.object {
-                    // A SysV segment whose creator died before its header:
-                    // its name is not known, only its id.
-                    NamedObject::Sysv { shmid, .. } if r.header.is_none() => {
-                        Fix::IpcRm { shmid: *shmid }
-                    }
-                    object => Fix::Reclaim {
-                        name: r.name.clone(),
-                        backend: r.backend.to_string(),
-                        dir: hugeshm_region::naming::directory_hint(
-                            &r.name,
-                            r.backend,
-                            &object.to_string(),
-                        ),
-                        keep_contents: r.state == RegionState::Ready,
-                    },
-                };
+            let fix = if let Some(fix) = &r.fix {
                 format!("nobody holds it: {}", fix.render(Renderer::Cli))
             } else {
                 r.detail.clone().unwrap_or_default()

@@ -70,6 +70,9 @@ exec 5>&- 6>&-
 wait
 # A dax region on the dax=inode mount: its file has the flag from its
 # creation (made in a staging directory with it), MAP_SYNC, PMD entries.
+# A staging directory a killed creator left (pid 99999 is above the guest's
+# pid_max, so gone) is swept by the create; the listing at the end shows it.
+mkdir /mnt/pmem/.hugeshm.dax-99999-0
 block pmem.inode.create hugeshm create pi --backend dax --dir /mnt/pmem --size 8M \
     --policy only --json
 block pmem.inode.regionattr lsattr /mnt/pmem/hugeshm.pi

@@ -406,8 +406,7 @@ fn hugeshm_files(dir: &Path) -> Vec<PathBuf> {
             if kind.is_dir() {
                 let path = e.path();
                 if depth < LIST_DEPTH
-                    // Not a dax=inode staging directory (`.hugeshm.dax-*`).
-                    && !n.strip_prefix('.').is_some_and(|h| h.starts_with(OBJECT_PREFIX))
+                    && !n.starts_with(DAX_STAGING_PREFIX)
                     && dev(&path) == Some(root_dev)
                 {
                     dirs.push((path, depth + 1));
@@ -567,6 +566,44 @@ impl Drop for DaxStaging {
     }
 }
 
+/// Name prefix of the staging directories, `.hugeshm.dax-PID-N`.
+const DAX_STAGING_PREFIX: &str = ".hugeshm.dax-";
+
+/// Removes the staging directories in `dir` that a creator killed between
+/// making and removing one left behind: empty, owned by this user, named
+/// after a process that is gone. A live process's (or a reused pid's) is
+/// left alone, and so is anything else. Returns how many went.
+fn sweep_dax_staging(dir: &Path) -> usize {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let me = rustix::process::geteuid().as_raw();
+    let mut removed = 0;
+    for e in rd.filter_map(|e| e.ok()) {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(DAX_STAGING_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let ours = std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_dir() && m.uid() == me);
+        if ours
+            && header::liveness(pid, None) == Liveness::Dead
+            && std::fs::remove_dir(e.path()).is_ok()
+        {
+            log::info!(
+                "removed {}, left by pid {pid}, which is gone",
+                e.path().display()
+            );
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// The staging directory for a new file in `dir` on a `dax=inode` mount;
 /// `None` when `dir` has the flag itself (its new files are DAX).
 fn dax_staging(dir: &Path) -> Result<Option<DaxStaging>, RegionError> {
@@ -582,7 +619,11 @@ fn dax_staging(dir: &Path) -> Result<Option<DaxStaging>, RegionError> {
     if sys::dax_flag(open_dir(dir)?.as_fd())? {
         return Ok(None);
     }
-    let path = dir.join(format!(".{}", temp_file_name().replace("tmp-", "dax-")));
+    sweep_dax_staging(dir);
+    let path = dir.join(format!(
+        "{DAX_STAGING_PREFIX}{}",
+        temp_file_name().trim_start_matches("hugeshm.tmp-")
+    ));
     rustix::fs::mkdir(&path, Mode::from_bits_truncate(0o700)).map_err(|e| io(&path, e))?;
     let staging = DaxStaging(path);
     sys::set_dax_flag(open_dir(&staging.0)?.as_fd(), true)?;
@@ -989,5 +1030,36 @@ impl Room for File {
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_dax_staging_directories_of_gone_processes_are_swept() {
+        let root = std::env::temp_dir().join(format!("hugeshm-sweep-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let dir = |n: String| {
+            let p = root.join(n);
+            std::fs::create_dir(&p).unwrap();
+            p
+        };
+        let stale = dir(format!("{DAX_STAGING_PREFIX}{gone}-0"));
+        let live = dir(format!("{DAX_STAGING_PREFIX}{}-3", std::process::id()));
+        let full = dir(format!("{DAX_STAGING_PREFIX}{gone}-1"));
+        std::fs::write(full.join("x"), b"x").unwrap();
+        let other = dir(format!("{DAX_STAGING_PREFIX}x-1"));
+        let user = dir(format!("hugeshm.dax-{gone}-2"));
+        assert_eq!(sweep_dax_staging(&root), 1);
+        assert!(!stale.exists());
+        for kept in [&live, &full, &other, &user] {
+            assert!(kept.exists(), "{}", kept.display());
+        }
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

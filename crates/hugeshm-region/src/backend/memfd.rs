@@ -514,6 +514,7 @@ impl Room for Memfd {
                     creator: None,
                     layout_version: None,
                     owner: None,
+                    fix: None,
                 }),
                 Err(_) => {}
             }
