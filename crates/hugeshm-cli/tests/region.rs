@@ -956,3 +956,28 @@ fn rm_and_attach_take_the_directory_a_region_was_made_in() {
     assert!(!std::path::Path::new(&file).exists());
     std::fs::remove_dir(dir.path()).expect("the directory is empty again");
 }
+
+/// A count of 0 (runs, processes) is refused before anything runs, with
+/// what is allowed; it used to run a bench of one run, or print a row of
+/// zeros for 0 processes.
+#[test]
+fn bench_counts_of_zero_are_refused() {
+    for args in [
+        ["bench", "prefault", "--runs", "0"],
+        ["bench", "numa", "--runs", "0"],
+        ["bench", "attach", "--runs", "0"],
+        ["bench", "oltp", "--runs", "0"],
+        ["bench", "scan", "--runs", "0"],
+        ["bench", "scan", "--procs", "10,0"],
+        ["bench", "pagetables", "--procs", "0"],
+    ] {
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("must be at least 1"), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?} ran");
+    }
+    let out = run(&["bench", "prefault", "--runs", "two"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is not a count"), "{err}");
+}

@@ -1,6 +1,6 @@
 //! `hugeshm bench ...`: benchmarks that reproduce the field reports.
 
-use crate::cmd::bench_common::{parse_size_arg, reap, slope};
+use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, reap, slope};
 use crate::output::{Out, Table};
 use hugeshm_doctor::segments::SegmentKind;
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -97,7 +97,8 @@ pub enum BenchCommand {
 pub struct ScanArgs {
     /// Processes attached to the segment; several (comma-separated, e.g.
     /// 1000,2000,5000) make a sweep with the slope per 1,000 processes.
-    #[arg(long, value_delimiter = ',', default_value = "1000")]
+    #[arg(long, value_delimiter = ',', default_value = "1000",
+          value_parser = parse_count_arg::<u32>)]
     pub procs: Vec<u32>,
     /// Segment size.
     #[arg(long, default_value = "64M", value_parser = parse_size_arg)]
@@ -106,7 +107,7 @@ pub struct ScanArgs {
     #[arg(long, default_value = "4k", value_parser = parse_size_arg)]
     pub page_size: u64,
     /// Timed scans (after one warm-up scan).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = parse_count_arg::<u32>)]
     pub runs: u32,
     /// Print JSON.
     #[arg(long)]

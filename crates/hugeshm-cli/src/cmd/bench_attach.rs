@@ -10,7 +10,7 @@
 //! `/proc/self/smaps` for the region (the verification), and report the
 //! three times.
 
-use crate::cmd::bench_common::{bench_region, parse_size_arg, PoolTopUp};
+use crate::cmd::bench_common::{bench_region, parse_count_arg, parse_size_arg, PoolTopUp};
 use crate::output::{Out, Table};
 use anyhow::{bail, Context};
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -33,7 +33,7 @@ pub struct Args {
     #[arg(long, default_value = "sysv")]
     pub backend: Backend,
     /// New processes that attach, one after another (the median is reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = parse_count_arg::<u32>)]
     pub runs: u32,
     /// Do not raise the huge page pools for the run.
     #[arg(long)]

@@ -4,7 +4,7 @@
 //! node, per page size. Each row carries the bytes per node that
 //! `/proc/self/numa_maps` showed, so the table proves where the pages were.
 
-use crate::cmd::bench_common::{parse_size_arg, PoolTopUp};
+use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, PoolTopUp};
 use crate::output::{Out, Table};
 use anyhow::Context;
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -24,7 +24,7 @@ pub struct Args {
     pub page_size: Vec<String>,
     /// Runs per placement and page size, each on a fresh region (best and
     /// median are reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = parse_count_arg::<usize>)]
     pub runs: usize,
     /// The node whose CPUs run the bench (default: the first node with CPUs).
     #[arg(long)]

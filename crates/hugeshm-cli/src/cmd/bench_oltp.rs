@@ -9,7 +9,7 @@
 //! attaching the region by name) or, for `anon` regions, forked children;
 //! both answer one JSON line per run on a pipe.
 
-use crate::cmd::bench_common::{parse_size_arg, DataFile, PoolTopUp};
+use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, DataFile, PoolTopUp};
 use crate::output::{Out, Table};
 use anyhow::{bail, Context};
 use hugeshm_cache::workload::{self, Dist, Histogram, Picker, Rng, RunResult, Spec};
@@ -43,7 +43,7 @@ pub struct Args {
     #[arg(long, default_value_t = 2.0)]
     pub duration: f64,
     /// Timed runs per row after the warm-up (best and median reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = parse_count_arg::<u32>)]
     pub runs: u32,
     /// Page sizes (comma-separated): 4k, 2m, 1g.
     #[arg(long, value_delimiter = ',', default_value = "4k,2m")]

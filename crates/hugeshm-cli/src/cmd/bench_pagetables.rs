@@ -7,7 +7,7 @@
 //! in page tables for this region alone (the children's own page tables are in
 //! both readings).
 
-use crate::cmd::bench_common::{bench_region, parse_size_arg, reap, PoolTopUp};
+use crate::cmd::bench_common::{bench_region, parse_count_arg, parse_size_arg, reap, PoolTopUp};
 use crate::output::{Keyed, Out, Table};
 use anyhow::{bail, Context};
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB};
@@ -24,7 +24,7 @@ pub struct Args {
     #[arg(long, default_value = "4G", value_parser = parse_size_arg)]
     pub size: u64,
     /// Processes that attach and touch the whole region.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = parse_count_arg::<u32>)]
     pub procs: u32,
     /// Page sizes (comma-separated): 4k, 2m, 1g.
     #[arg(long, value_delimiter = ',', default_value = "4k,2m")]

@@ -1,7 +1,7 @@
 //! `hugeshm bench prefault`: how fast a region is ready, per page size and
 //! thread count, against the machine's write bandwidth.
 
-use crate::cmd::bench_common::{parse_size_arg, PoolTopUp};
+use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, PoolTopUp};
 use crate::output::{Out, Table};
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{Probe, Roots};
@@ -24,7 +24,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads: Vec<usize>,
     /// Timed runs per combination after the warm-up (the best is reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = parse_count_arg::<usize>)]
     pub runs: usize,
     /// Backend for huge pages (4 KiB pages always use posix: files in /dev/shm,
     /// the "memory-mapped files" style).
