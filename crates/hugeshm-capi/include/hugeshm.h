@@ -127,6 +127,11 @@
 // needs (found before anything was created): the fix names the file.
 #define HUGESHM_ERROR_CGROUP_LIMIT 26
 
+// A region on base pages to pre-fault is larger than the available
+// memory (`MemAvailable`), found before anything was created: the
+// message has the numbers.
+#define HUGESHM_ERROR_NOT_ENOUGH_MEMORY 27
+
 // An error this version of the C API has no code for yet (the message
 // says what it is).
 #define HUGESHM_ERROR_OTHER 98

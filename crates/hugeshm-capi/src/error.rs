@@ -83,6 +83,10 @@ pub const HUGESHM_ERROR_FAULT_REFUSED: c_int = 25;
 /// The hugetlb cgroup of this process allows fewer pages than the region
 /// needs (found before anything was created): the fix names the file.
 pub const HUGESHM_ERROR_CGROUP_LIMIT: c_int = 26;
+/// A region on base pages to pre-fault is larger than the available
+/// memory (`MemAvailable`), found before anything was created: the
+/// message has the numbers.
+pub const HUGESHM_ERROR_NOT_ENOUGH_MEMORY: c_int = 27;
 /// An error this version of the C API has no code for yet (the message
 /// says what it is).
 pub const HUGESHM_ERROR_OTHER: c_int = 98;
@@ -258,6 +262,7 @@ fn code_of(e: &RegionError, errno: c_int) -> c_int {
         RegionError::KernelLimit { .. } => HUGESHM_ERROR_KERNEL_LIMIT,
         RegionError::FaultRefused { .. } => HUGESHM_ERROR_FAULT_REFUSED,
         RegionError::CgroupLimit { .. } => HUGESHM_ERROR_CGROUP_LIMIT,
+        RegionError::NotEnoughMemory { .. } => HUGESHM_ERROR_NOT_ENOUGH_MEMORY,
         RegionError::Sys(_) | RegionError::Io { .. } | RegionError::Read(_) => match errno {
             libc::EACCES | libc::EPERM => HUGESHM_ERROR_PERMISSION,
             libc::ENOENT => HUGESHM_ERROR_NOT_FOUND,

@@ -147,6 +147,7 @@ fn code_name(code: c_int) -> &'static CStr {
         HUGESHM_ERROR_KERNEL_LIMIT => c"kernel_limit",
         HUGESHM_ERROR_FAULT_REFUSED => c"fault_refused",
         HUGESHM_ERROR_CGROUP_LIMIT => c"cgroup_limit",
+        HUGESHM_ERROR_NOT_ENOUGH_MEMORY => c"not_enough_memory",
         HUGESHM_ERROR_OTHER => c"other",
         HUGESHM_ERROR_INTERNAL => c"internal",
         _ => c"unknown",
@@ -183,6 +184,25 @@ mod tests {
 
         let e: hugeshm_error = RegionError::Unsupported("no".into()).into();
         assert_eq!((e.code(), e.errno), (HUGESHM_ERROR_UNSUPPORTED, 0));
+
+        let e: hugeshm_error = RegionError::NotEnoughMemory {
+            needed_bytes: 8 << 30,
+            page_size_bytes: 4096,
+            available_bytes: 6 << 30,
+            on_demand_possible: true,
+        }
+        .into();
+        assert_eq!(e.code(), HUGESHM_ERROR_NOT_ENOUGH_MEMORY);
+        let fix = e
+            .fix
+            .as_deref()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        assert!(
+            fix.contains("free 2 GiB of memory")
+                && fix.contains("hugeshm_options_set_prefault_threads(opts, 0)"),
+            "{fix}"
+        );
     }
 
     #[test]
@@ -193,7 +213,7 @@ mod tests {
 
     #[test]
     fn every_code_has_a_name() {
-        for code in 0..=22 {
+        for code in 0..=HUGESHM_ERROR_NOT_ENOUGH_MEMORY {
             assert_ne!(code_name(code), c"unknown", "{code}");
         }
         assert_eq!(code_name(HUGESHM_ERROR_INTERNAL), c"internal");

@@ -981,3 +981,72 @@ fn bench_counts_of_zero_are_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is not a count"), "{err}");
 }
+
+/// A region on base pages that would be allocated at create (pre-faulted,
+/// or a tmpfs file) and is larger than MemAvailable is refused before
+/// anything is made, with the numbers: twice the host's memory, so that
+/// it is refused on any host and nothing is ever allocated. A posix file
+/// is refused without the pre-fault too (tmpfs allocates it at create);
+/// the fix offers on-demand faulting only where it applies. Each create
+/// runs under an address-space limit of the host's memory (`prlimit
+/// --as`), so that a broken check fails to map instead of faulting the
+/// host into the OOM killer.
+#[test]
+fn base_page_regions_larger_than_available_memory_are_refused() {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let total_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    let size = format!("{}k", total_kib * 2);
+    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
+    let before = HostState::capture().unwrap();
+    let limit = format!("--as={}", total_kib * 1024);
+    for (backend, threads, on_demand) in [
+        ("sysv", "2", true),
+        ("anon", "2", true),
+        ("memfd", "1", true),
+        ("posix", "2", false),
+        ("posix", "0", false),
+    ] {
+        let n = name("oom");
+        let out = std::process::Command::new("prlimit")
+            .args([
+                &limit,
+                "--",
+                env!("CARGO_BIN_EXE_hugeshm"),
+                "create",
+                &n,
+                "--backend",
+                backend,
+                "--size",
+                &size,
+                "--page-size",
+                "4k",
+                "--policy",
+                "off",
+                "--prefault-threads",
+                threads,
+                "--hold",
+                "--json",
+            ])
+            .output()
+            .expect("run prlimit hugeshm");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{backend}: {err}");
+        assert!(
+            err.contains("of memory is available (MemAvailable)"),
+            "{backend}: {err}"
+        );
+        assert!(err.contains("to fix: free "), "{backend}: {err}");
+        assert_eq!(
+            err.contains("--prefault-threads 0"),
+            on_demand,
+            "{backend}: {err}"
+        );
+    }
+    let diff = before.diff(&HostState::capture().unwrap());
+    assert!(diff.is_empty(), "left behind: {diff:#?}");
+}

@@ -103,6 +103,15 @@ pub enum Fix {
         /// Bytes missing.
         missing_bytes: u64,
     },
+    /// Free memory for a region on base pages, make it smaller, or let it
+    /// be faulted on demand (no pre-fault).
+    FreeMemory {
+        /// Bytes missing from `MemAvailable`.
+        missing_bytes: u64,
+        /// Whether the region can be made without allocating its pages
+        /// (no pre-fault); a tmpfs file is allocated at create.
+        on_demand: bool,
+    },
     /// Free space on a DAX file system, or give it a larger persistent
     /// memory namespace.
     GrowDax {
@@ -468,6 +477,29 @@ impl Fix {
                 "free {} on {mount}, or grow it: mount -o remount,size=<bytes> {mount}",
                 human(*missing_bytes)
             ),
+            Fix::FreeMemory {
+                missing_bytes,
+                on_demand,
+            } => {
+                let no_prefault = match who {
+                    Renderer::Cli => "--prefault-threads 0",
+                    Renderer::C => "hugeshm_options_set_prefault_threads(opts, 0)",
+                    Renderer::Rust => ".prefault_threads(0)",
+                };
+                let sparse = if *on_demand {
+                    format!(
+                        "; or, if it is to be used sparsely, create it without the pre-fault \
+                         ({no_prefault}) so that pages are faulted on demand"
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    "free {} of memory, or ask for a region that much smaller; or put it on \
+                     huge pages reserved for it{sparse}",
+                    human(*missing_bytes)
+                )
+            }
             Fix::GrowDax {
                 mount,
                 missing_bytes,

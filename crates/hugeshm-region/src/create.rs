@@ -901,6 +901,7 @@ impl RegionBuilder {
         generation: u64,
         t0: Instant,
     ) -> Result<(CreateGuard, prefault::Outcome, f64), RegionError> {
+        memory_check(plan, self.backend, fault.method, host)?;
         let region = self.materialize(plan, fault.method, fault.threads, host, generation)?;
         let guard = CreateGuard::new(region);
         checkpoint("mapped");
@@ -1091,5 +1092,38 @@ fn age_text(t: std::time::SystemTime) -> String {
         0..=119 => format!("{s} s"),
         120..=7199 => format!("{} min", s / 60),
         _ => format!("{} h", s / 3600),
+    }
+}
+
+/// A region whose pages come from the general memory (base pages,
+/// transparent huge pages: not the hugetlb pool, not a DAX device) may be
+/// allocated at create (pre-fault; for a tmpfs file, its `fallocate` too)
+/// only where `MemAvailable` covers it: beyond that the faults drive the
+/// host into reclaim and the OOM killer, which picks whichever process it
+/// likes, a database's included.
+fn memory_check(
+    plan: &Plan,
+    backend: Backend,
+    method: PrefaultMethod,
+    host: &hugeshm_probe::HostSnapshot,
+) -> Result<(), RegionError> {
+    if matches!(plan.backing, Backing::Hugetlb | Backing::Dax) {
+        return Ok(());
+    }
+    // tmpfs files (posix, and hugetlbfs fallen back to /dev/shm) are
+    // allocated whole at create unless the pre-fault allocates them.
+    let tmpfs_file = matches!(backend, Backend::Posix | Backend::Hugetlbfs);
+    if method == PrefaultMethod::None && !tmpfs_file {
+        return Ok(());
+    }
+    let available = host.meminfo.as_ref().and_then(|m| m.mem_available_bytes);
+    match available {
+        Some(a) if plan.size_bytes > a => Err(RegionError::NotEnoughMemory {
+            needed_bytes: plan.size_bytes,
+            page_size_bytes: plan.page_size,
+            available_bytes: a,
+            on_demand_possible: !tmpfs_file,
+        }),
+        _ => Ok(()),
     }
 }

@@ -109,6 +109,28 @@ pub enum RegionError {
         /// What to change.
         fix: Box<Fix>,
     },
+    /// A region on base pages (or transparent huge pages) to pre-fault is
+    /// larger than the memory the kernel says is available: faulting it
+    /// would push the host into reclaim and the OOM killer, which may kill
+    /// another process than this one. Found before anything is created.
+    #[error(
+        "{} of {} pages to allocate now, but only {} of memory is available (MemAvailable): \
+         allocating it would drive the host into reclaim and the OOM killer",
+        format_bytes(*needed_bytes),
+        format_bytes(*page_size_bytes),
+        format_bytes(*available_bytes)
+    )]
+    NotEnoughMemory {
+        /// Bytes the region needs.
+        needed_bytes: u64,
+        /// Its page size.
+        page_size_bytes: u64,
+        /// `MemAvailable` of `/proc/meminfo`.
+        available_bytes: u64,
+        /// Whether the region could be made without allocating it (no
+        /// pre-fault; not a tmpfs file, which is allocated at create).
+        on_demand_possible: bool,
+    },
     /// A system-wide kernel limit is reached (SysV `kernel.shmmni`
     /// segments, `kernel.shmall` pages).
     #[error("{what}: the kernel's limit {limit} is reached ({in_use} in use)")]
@@ -488,6 +510,15 @@ impl RegionError {
             | RegionError::NodeShortfall { fix, .. }
             | RegionError::DaxSmallFaults { fix, .. }
             | RegionError::Permission { fix, .. } => Some((**fix).clone()),
+            RegionError::NotEnoughMemory {
+                needed_bytes,
+                available_bytes,
+                on_demand_possible,
+                ..
+            } => Some(Fix::FreeMemory {
+                missing_bytes: needed_bytes.saturating_sub(*available_bytes),
+                on_demand: *on_demand_possible,
+            }),
             RegionError::MemlockLimit {
                 needed_bytes,
                 locked_bytes,
