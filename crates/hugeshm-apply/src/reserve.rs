@@ -121,6 +121,14 @@ pub enum ApplyError {
         /// MemAvailable.
         available: u64,
     },
+    /// The plan has a pool on a NUMA node this host does not have.
+    #[error("refused: the plan has a pool on node {node}, which this host does not have (nodes: {}); nothing was changed", nodes.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))]
+    NoSuchNode {
+        /// The node.
+        node: u32,
+        /// The host's nodes.
+        nodes: Vec<u32>,
+    },
     /// The plan would shrink a pool below what is in use or reserved.
     #[error("refused: {what} would shrink to {requested} pages but {floor} are in use or reserved (nothing was changed)")]
     WouldShrinkInUse {
@@ -304,6 +312,15 @@ pub fn apply(probe: &Probe, plan: &Plan, opts: &ApplyOptions) -> Result<ApplyRep
         }
     }
     let host = probe.host();
+    let nodes: Vec<u32> = host.nodes.iter().map(|n| n.node).collect();
+    if let Some(node) = plan
+        .pools
+        .iter()
+        .filter_map(|p| p.node)
+        .find(|n| !nodes.is_empty() && !nodes.contains(n))
+    {
+        return Err(ApplyError::NoSuchNode { node, nodes });
+    }
     let available = host.meminfo.as_ref().and_then(|m| m.mem_available_bytes);
     let mut growth: u64 = 0;
     for p in &plan.pools {

@@ -139,7 +139,7 @@ fn main() -> ExitCode {
             if output::is_broken_pipe(&e) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("hugeshm: error: {e:#}");
+            eprintln!("hugeshm: error: {}", output::error_text(&e));
             ExitCode::from(3)
         }
     }

@@ -147,6 +147,22 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+/// An error and its causes on one line, `outer: cause: cause`, leaving
+/// out a cause whose text the line already holds (an error that prints
+/// its source would otherwise repeat it: `path: No such file or
+/// directory (os error 2): No such file or directory (os error 2)`).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
+}
+
 /// A table of left- or right-aligned columns (numbers right-aligned).
 pub struct Table {
     header: Vec<String>,
@@ -290,6 +306,29 @@ impl ProgressBar {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn error_text_does_not_repeat_a_cause_the_message_holds() {
+        #[derive(Debug)]
+        struct Io(std::io::Error);
+        impl std::fmt::Display for Io {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "/sys/x: {}", self.0)
+            }
+        }
+        impl std::error::Error for Io {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        // ENOENT.
+        let io = || std::io::Error::from_raw_os_error(2);
+        let e = anyhow::Error::new(Io(io())).context("reading the pools");
+        assert_eq!(
+            super::error_text(&e),
+            "reading the pools: /sys/x: No such file or directory (os error 2)"
+        );
+    }
+
     use super::*;
 
     #[derive(Serialize)]

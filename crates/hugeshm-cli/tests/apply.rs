@@ -110,6 +110,28 @@ fn more_than_the_machine_has_changes_nothing() {
     pool.restore().expect("restore");
 }
 
+/// A pool on a node the host does not have is refused up front with the
+/// host's nodes (it was a sysfs path error, its cause printed twice).
+#[test]
+fn a_node_the_host_does_not_have_is_refused() {
+    const T: &str = "a_node_the_host_does_not_have_is_refused";
+    if skip_unless_root(T) {
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool lock");
+    let files = all_pools();
+    let out = hugeshm(&["apply", "--size", "64M", "--node", "999"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("node 999, which this host does not have (nodes: 0")
+            && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert_eq!(all_pools(), files, "every pool is exactly as before");
+    pool.restore().expect("restore");
+}
+
 #[test]
 fn shrinking_a_pool_in_use_is_refused() {
     const T: &str = "shrinking_a_pool_in_use_is_refused";

@@ -339,7 +339,7 @@ pub(crate) fn measure(probe: &Probe, a: &Args, note: &dyn Fn(&str)) -> anyhow::R
                 Ok(_) => kept.push(page),
                 Err(e) => report.skipped.push(Skipped {
                     page_size_bytes: ps,
-                    reason: format!("{e:#}"),
+                    reason: crate::output::error_text(&e),
                 }),
             }
         }
@@ -357,7 +357,7 @@ pub(crate) fn measure(probe: &Probe, a: &Args, note: &dyn Fn(&str)) -> anyhow::R
             // One page size failing does not end the bench: it says why.
             Err(e) => report.skipped.push(Skipped {
                 page_size_bytes: page.bytes().unwrap_or(4096),
-                reason: format!("{e:#}"),
+                reason: crate::output::error_text(&e),
             }),
         }
     }

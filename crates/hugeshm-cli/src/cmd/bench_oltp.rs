@@ -765,7 +765,7 @@ pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow
             reservation
                 .ensure(&host, ps, pages)
                 .err()
-                .map(|e| (format!("{e:#}"), Some(pages_fix(ps, pages))))
+                .map(|e| (crate::output::error_text(&e), Some(pages_fix(ps, pages))))
         } else {
             None
         };
@@ -776,7 +776,7 @@ pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow
             }
             match measure_row(o, ps, backend, &data.path, note) {
                 Ok(r) => rows.push(r),
-                Err(e) => rows.push(empty_row(ps, backend, format!("{e:#}"), None)),
+                Err(e) => rows.push(empty_row(ps, backend, crate::output::error_text(&e), None)),
             }
         }
         drop(reservation);

@@ -308,7 +308,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
                 Ok(_) => kept.push(ps),
                 Err(e) => skipped.push(Skipped {
                     page_size_bytes: ps,
-                    reason: format!("{e:#}"),
+                    reason: crate::output::error_text(&e),
                     fix: Some(pages_fix(ps, pages)),
                 }),
             }
@@ -351,7 +351,11 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
                     failed.push(ps);
                     skipped.push(Skipped {
                         page_size_bytes: ps,
-                        reason: format!("{} region: {e:#}", format_bytes(size)),
+                        reason: format!(
+                            "{} region: {}",
+                            format_bytes(size),
+                            crate::output::error_text(&e)
+                        ),
                         fix: Some(pages_fix(ps, size.div_ceil(ps))),
                     });
                 }
