@@ -95,3 +95,23 @@ fn bench_api_runs() {
     assert_no_leak(&before, "bench");
     pool.restore().unwrap();
 }
+
+/// Far more threads than a region has 2 MiB pieces: each thread gets at
+/// least 2 MiB (8 MiB: 4 threads), and every page is still faulted.
+#[test]
+fn threads_are_capped_at_one_per_two_mib() {
+    // Other tests here change the pools: compare host snapshots under the lock.
+    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
+    let before = HostState::capture().unwrap();
+    let (region, report) = RegionBuilder::new(8 << 20)
+        .backend(Backend::Anon)
+        .page_size(PageSize::Base)
+        .policy(Policy::Off)
+        .prefault_threads(100_000)
+        .create()
+        .unwrap();
+    assert_eq!(report.prefault_threads, 4, "{report:?}");
+    assert_eq!(report.resident_bytes, 8 << 20);
+    region.destroy().unwrap();
+    assert_no_leak(&before, "thread cap");
+}
