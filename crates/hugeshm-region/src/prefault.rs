@@ -392,7 +392,8 @@ mod tests {
     fn pinned_prefault_gives_the_caller_its_cpus_back() {
         let before = hugeshm_sys::affinity().unwrap();
         let first = before[0];
-        let map = sys::mmap_anon(64 * 4096, true, None).unwrap();
+        // 4 MiB: two threads' worth (each gets at least MIN_THREAD_BYTES).
+        let map = sys::mmap_anon(2 * MIN_THREAD_BYTES, true, None).unwrap();
         let out = prefault(&map, 4096, 2, &[first], PrefaultMethod::Touch, None).unwrap();
         assert_eq!(out.threads, 2);
         assert_eq!(hugeshm_sys::affinity().unwrap(), before);
