@@ -195,7 +195,7 @@ pub mod workload;
 
 pub use cache::{
     create_data_file, Block, Cache, Mode, Prefetch, ReadGuard, Stats, WriteGuard,
-    DEFAULT_BLOCK_SIZE,
+    DEFAULT_BLOCK_SIZE, OPTIMISTIC_TRIES,
 };
 pub use error::CacheError;
 pub use layout::Layout;
