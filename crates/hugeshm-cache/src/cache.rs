@@ -1134,15 +1134,15 @@ impl Cache {
             if s & (TAG_VALID | VALID) != TAG_VALID | VALID || tag.load(Ordering::Relaxed) != blk {
                 return Ok(None);
             }
-            if !state::content_free(s, exclusive) {
-                backoff(&mut tries);
-                continue;
-            }
             if !state::can_pin(s) {
                 return Err(CacheError::TooManyPins {
                     block: blk,
                     pins: state::refs(s),
                 });
+            }
+            if !state::content_free(s, exclusive) {
+                backoff(&mut tries);
+                continue;
             }
             let mut n = s + REF_ONE + lock;
             if state::usage(s) < MAX_USAGE {
