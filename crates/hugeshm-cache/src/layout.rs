@@ -286,6 +286,11 @@ pub mod state {
     /// the header lock may change beside it.
     pub const STABLE: u64 = VERSION_MASK | TAG_VALID | VALID | IO_IN_PROGRESS | EXCLUSIVE;
 
+    // Checked when the crate builds: the usage count fits its bits, and
+    // every pin may hold a share without the share count filling up.
+    const _: () = assert!(MAX_USAGE <= USAGE_MASK >> USAGE_SHIFT);
+    const _: () = assert!(REF_MASK < SHARE_MASK >> 46);
+
     /// Shared holders of the content lock.
     #[inline]
     pub fn shares(s: u64) -> u64 {
@@ -414,9 +419,6 @@ mod tests {
             seen |= f;
         }
         assert_eq!(seen, u64::MAX);
-        assert!(MAX_USAGE <= USAGE_MASK >> USAGE_SHIFT);
-        // Every pin may hold a share: the share count never fills up.
-        assert!(REF_MASK < SHARE_MASK >> 46);
         assert_eq!(
             STABLE & (REF_MASK | USAGE_MASK | SHARE_MASK | DIRTY | LOCKED),
             0
