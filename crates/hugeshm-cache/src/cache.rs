@@ -112,9 +112,9 @@ pub struct Stats {
     /// (its version check passed).
     #[serde(default)]
     pub optimistic: u64,
-    /// Optimistic attempts of [`Cache::read_with`] that failed their
-    /// check (a writer or a retag was at the block) and were tried again
-    /// or read under a pin.
+    /// Optimistic attempts of [`Cache::read_with`] that failed: a writer,
+    /// a retag or the header lock found at the block, before or after `f`
+    /// ran (then tried again, or read under a pin).
     #[serde(default)]
     pub optimistic_retries: u64,
 }
@@ -1281,6 +1281,8 @@ impl Cache {
     /// in no buffer is read in place through the mapping of the data file
     /// instead (nothing copied): its stripe lock is held shared, which
     /// keeps write-backs of that block (not writers to a buffer) waiting.
+    /// For a short look at a block (a row, a few words),
+    /// [`read_with`](Cache::read_with) costs less: no lock on a hit.
     #[inline(always)]
     pub fn read(&self, blk: u64) -> Result<ReadGuard<'_>, CacheError> {
         Ok(ReadGuard(self.guard(blk, false)?))
