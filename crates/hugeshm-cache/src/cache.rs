@@ -6,7 +6,7 @@ use std::fs::File;
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use hugeshm_region::Region;
 use hugeshm_sys::Mapping;
@@ -19,7 +19,9 @@ use crate::lock::{
     write_lock, write_unlock,
 };
 
-use state::{DIRTY, EXCLUSIVE, IO_IN_PROGRESS, MAX_USAGE, REF_ONE, SHARE_ONE, TAG_VALID, VALID};
+use state::{
+    DIRTY, EXCLUSIVE, IO_IN_PROGRESS, LOCKED, MAX_USAGE, REF_ONE, SHARE_ONE, TAG_VALID, VALID,
+};
 
 /// Default block size: 8 KiB, PostgreSQL's and Oracle's usual block.
 pub const DEFAULT_BLOCK_SIZE: usize = 8192;
@@ -106,6 +108,15 @@ pub struct Stats {
     pub writes: u64,
     /// Buffers taken from another block by the clock sweep.
     pub evictions: u64,
+    /// Of the hits, those [`Cache::read_with`] read without a pin or lock
+    /// (its version check passed).
+    #[serde(default)]
+    pub optimistic: u64,
+    /// Optimistic attempts of [`Cache::read_with`] that failed: a writer,
+    /// a retag or the header lock found at the block, before or after `f`
+    /// ran (then tried again, or read under a pin).
+    #[serde(default)]
+    pub optimistic_retries: u64,
 }
 
 impl Stats {
@@ -117,6 +128,8 @@ impl Stats {
         self.bytes_copied += o.bytes_copied;
         self.writes += o.writes;
         self.evictions += o.evictions;
+        self.optimistic += o.optimistic;
+        self.optimistic_retries += o.optimistic_retries;
     }
 
     /// Blocks read or written, wherever they were found.
@@ -647,12 +660,19 @@ impl Cache {
         Ok(())
     }
 
-    /// Pins buffer `i` (one more reference; the usage count goes up when
-    /// `bump`).
+    /// Pins the buffer of state `st`, which holds block `blk` (one more
+    /// reference; the usage count goes up when `bump`); refused when its
+    /// count is full.
     #[inline(always)]
-    fn pin(st: &AtomicU64, bump: bool) {
+    fn pin(st: &AtomicU64, bump: bool, blk: u64) -> Result<(), CacheError> {
         loop {
             let s = wait_unlocked(st);
+            if !state::can_pin(s) {
+                return Err(CacheError::TooManyPins {
+                    block: blk,
+                    pins: state::refs(s),
+                });
+            }
             let mut n = s + REF_ONE;
             if bump && state::usage(s) < MAX_USAGE {
                 n = state::with_usage(n, state::usage(s) + 1);
@@ -661,7 +681,7 @@ impl Cache {
                 .compare_exchange_weak(s, n, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
             {
-                return;
+                return Ok(());
             }
         }
     }
@@ -847,7 +867,7 @@ impl Cache {
     fn find_pinned(&self, b: usize, blk: u64) -> Result<Option<usize>, CacheError> {
         if let Some(i) = self.lookup(b, blk)? {
             let st = self.state(i)?;
-            Self::pin(st, true);
+            Self::pin(st, true, blk)?;
             let s = st.load(Ordering::Acquire);
             if s & TAG_VALID != 0
                 && self.tag(i)?.load(Ordering::Relaxed) == blk
@@ -899,10 +919,9 @@ impl Cache {
                 self.count(|s| s.direct_reads += 1);
                 return Ok(Err(stripe));
             };
-            let st = self.state(i);
-            if let Ok(st) = st {
-                Self::pin(st, true);
-            }
+            let st = self
+                .state(i)
+                .and_then(|st| Self::pin(st, true, blk).map(|()| st));
             read_unlock(plock);
             read_unlock(stripe);
             let st = st?;
@@ -936,10 +955,9 @@ impl Cache {
             read_lock(plock);
             let found = self.lookup(b, blk);
             if let Ok(Some(i)) = found {
-                let st = self.state(i);
-                if let Ok(st) = st {
-                    Self::pin(st, true);
-                }
+                let st = self
+                    .state(i)
+                    .and_then(|st| Self::pin(st, true, blk).map(|()| st));
                 read_unlock(plock);
                 let st = st?;
                 if Self::wait_valid(st) {
@@ -971,9 +989,10 @@ impl Cache {
             // Another process may have read the block in meanwhile.
             if let Some(i) = self.lookup(b, blk)? {
                 let st = self.state(i)?;
-                Self::pin(st, true);
+                let pinned = Self::pin(st, true, blk);
                 drop(locked);
                 Self::unpin(vst);
+                pinned?;
                 if Self::wait_valid(st) {
                     self.count(|s| s.hits += 1);
                     return Ok(i);
@@ -1005,13 +1024,25 @@ impl Cache {
                 self.unlink(ob, v)?;
                 self.count(|s| s.evictions += 1);
             }
+            // An optimistic reader that sees this tag sees the version
+            // below raised (or a later state) when it reloads the state
+            // after its acquire fence (see `read_with`).
+            fence(Ordering::Release);
             self.tag(v)?.store(blk, Ordering::Relaxed);
             let head = self.head(b)?;
             self.next(v)?
                 .store(head.load(Ordering::Relaxed), Ordering::Relaxed);
             head.store(v as u32 + 1, Ordering::Release);
-            let fresh = state::with_usage(REF_ONE, 1) | TAG_VALID | IO_IN_PROGRESS;
+            // A new version: an optimistic reader of the old block that
+            // copied any byte of the new one fails its check.
+            let fresh = state::with_usage(REF_ONE, 1)
+                | TAG_VALID
+                | IO_IN_PROGRESS
+                | (state::bump_version(s) & state::VERSION_MASK);
             unlock_header(vst, fresh);
+            // The block's bytes are stored after the version is (seqlock
+            // writer: release fence between the two).
+            fence(Ordering::Release);
             drop(locked);
 
             match self.read_in(v, blk) {
@@ -1029,7 +1060,7 @@ impl Cache {
                     let locked = self.lock_partitions(b, None)?;
                     self.unlink(b, v)?;
                     let s = lock_header(vst);
-                    unlock_header(vst, s & !(TAG_VALID | IO_IN_PROGRESS));
+                    unlock_header(vst, state::bump_version(s) & !(TAG_VALID | IO_IN_PROGRESS));
                     drop(locked);
                     Self::unpin(vst);
                     return Err(e);
@@ -1103,6 +1134,12 @@ impl Cache {
             if s & (TAG_VALID | VALID) != TAG_VALID | VALID || tag.load(Ordering::Relaxed) != blk {
                 return Ok(None);
             }
+            if !state::can_pin(s) {
+                return Err(CacheError::TooManyPins {
+                    block: blk,
+                    pins: state::refs(s),
+                });
+            }
             if !state::content_free(s, exclusive) {
                 backoff(&mut tries);
                 continue;
@@ -1118,6 +1155,10 @@ impl Cache {
                 continue;
             }
             if tag.load(Ordering::Relaxed) == blk {
+                if exclusive {
+                    // The writer's bytes come after `EXCLUSIVE` is set.
+                    fence(Ordering::Release);
+                }
                 self.count(|s| s.hits += 1);
                 return Ok(Some(i));
             }
@@ -1143,6 +1184,10 @@ impl Cache {
                 .compare_exchange_weak(s, s + lock, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
             {
+                if exclusive {
+                    // The writer's bytes come after `EXCLUSIVE` is set.
+                    fence(Ordering::Release);
+                }
                 return;
             }
         }
@@ -1156,17 +1201,20 @@ impl Cache {
     }
 
     /// Releases the content lock and the pin of a guard in one
-    /// compare-and-swap; a writer's release sets `DIRTY` in the same
-    /// step, so the flag is set before the lock is free (a write-back
-    /// either copies the new bytes or finds `DIRTY` set).
+    /// compare-and-swap; a writer's release sets `DIRTY` and raises the
+    /// write version in the same step, so the flag is set before the lock
+    /// is free (a write-back either copies the new bytes or finds `DIRTY`
+    /// set) and an optimistic reader that overlapped the write fails its
+    /// check (see [`read_with`](Cache::read_with)).
     #[inline(always)]
     fn release(st: &AtomicU64, exclusive: bool) {
-        let (lock, dirty) = if exclusive {
-            (EXCLUSIVE, DIRTY)
+        if exclusive {
+            Self::change_unlocked(st, |s| {
+                state::bump_version(((s - EXCLUSIVE) | DIRTY) - REF_ONE)
+            });
         } else {
-            (SHARE_ONE, 0)
-        };
-        Self::change_unlocked(st, |s| ((s - lock) | dirty) - REF_ONE);
+            Self::change_unlocked(st, |s| s - SHARE_ONE - REF_ONE);
+        }
     }
 
     /// Starts loading what a later [`read`](Cache::read) or
@@ -1192,7 +1240,9 @@ impl Cache {
             Prefetch::Descriptor => {
                 let link = head();
                 if (1..=l.buffers).contains(&link) {
-                    self.region.prefetch(l.desc(link - 1), true);
+                    // A read ([`read_with`](Cache::read_with)) only loads
+                    // the descriptor; a write swaps it.
+                    self.region.prefetch(l.desc(link - 1), write);
                 }
             }
             Prefetch::Row => {
@@ -1215,7 +1265,7 @@ impl Cache {
                     }
                     link = next.load(Ordering::Relaxed) as usize;
                     if (1..=l.buffers).contains(&link) {
-                        self.region.prefetch(l.desc(link - 1), true);
+                        self.region.prefetch(l.desc(link - 1), write);
                     }
                 }
                 if let Some(d) = &self.direct {
@@ -1231,9 +1281,138 @@ impl Cache {
     /// in no buffer is read in place through the mapping of the data file
     /// instead (nothing copied): its stripe lock is held shared, which
     /// keeps write-backs of that block (not writers to a buffer) waiting.
+    /// For a short look at a block (a row, a few words),
+    /// [`read_with`](Cache::read_with) costs less: no lock on a hit.
     #[inline(always)]
     pub fn read(&self, blk: u64) -> Result<ReadGuard<'_>, CacheError> {
         Ok(ReadGuard(self.guard(blk, false)?))
+    }
+
+    /// Runs `f` over the words of block `blk` and returns what it
+    /// returned: the read a server uses for a short look at a block (a
+    /// row, a key, a few words copied out). On a hit it takes no lock and
+    /// no pin and writes nothing to shared memory (an optimistic, version-
+    /// checked read): it notes the buffer's state, runs `f`, and checks
+    /// that the state's write version and flags did not change and the
+    /// buffer still holds `blk`; if they did (a writer or an eviction was
+    /// at the block meanwhile) it runs `f` again, and after
+    /// [`OPTIMISTIC_TRIES`] failed attempts reads under a pin and the
+    /// content lock shared, as [`read`](Cache::read) does, so a block
+    /// written all the time is read all the same. A miss, a block being
+    /// read in, and the direct mode take that pinned path at once.
+    ///
+    /// `f` may see torn data, half of one write and half of another, on
+    /// an attempt that then fails the check: it must only load and compute
+    /// or copy (no panic, no unbounded loop, nothing done outside that
+    /// depends on what it read), since it may run several times; only the
+    /// result of the attempt that passed the check is returned. The words
+    /// are atomics, loaded with [`Ordering::Relaxed`] (no data race).
+    /// Anything longer (a walk that follows what it reads, I/O) takes a
+    /// [`read`](Cache::read) guard.
+    ///
+    /// ```no_run
+    /// # use hugeshm_cache::Cache;
+    /// # use std::sync::atomic::Ordering;
+    /// # fn f(cache: &Cache) -> Result<(), hugeshm_cache::CacheError> {
+    /// // The sum of the 8 words of the row at word 64 of block 7.
+    /// let sum: u64 = cache.read_with(7, |w| {
+    ///     w[64..72].iter().map(|x| x.load(Ordering::Relaxed)).fold(0, u64::wrapping_add)
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The usage count of a block read this way goes up by a
+    /// compare-and-swap only while it is below its maximum (and is not
+    /// retried when it fails), so a block read all the time is written to
+    /// only when the clock sweep has lowered it.
+    #[inline(always)]
+    pub fn read_with<T>(
+        &self,
+        blk: u64,
+        mut f: impl FnMut(&[AtomicU64]) -> T,
+    ) -> Result<T, CacheError> {
+        self.check_block(blk)?;
+        if self.direct.is_none() {
+            for _ in 0..OPTIMISTIC_TRIES {
+                match self.try_optimistic(blk, &mut f)? {
+                    Attempt::Read(v) => return Ok(v),
+                    Attempt::Changed => {
+                        self.count(|s| s.optimistic_retries += 1);
+                        std::hint::spin_loop();
+                    }
+                    Attempt::Absent => break,
+                }
+            }
+        }
+        let g = self.read(blk)?;
+        Ok(f(g.words()?))
+    }
+
+    /// One optimistic attempt of [`read_with`](Cache::read_with). A
+    /// seqlock reader:
+    ///
+    /// 1. `s1` = the state, loaded with acquire: it must be `TAG_VALID |
+    ///    VALID` with no `EXCLUSIVE` and no `LOCKED`, and the tag (loaded
+    ///    after it) `blk`. The acquire makes every store to the block
+    ///    before the release that made this state (a writer's unlock, the
+    ///    end of a read-in) visible to the loads of `f`.
+    /// 2. `f` loads the block's words, relaxed.
+    /// 3. An acquire fence, then `s2` = the state and the tag again.
+    ///    Every store to the block's bytes (a writer's, a read-in's) comes
+    ///    after a release fence that follows a change of the state's
+    ///    stable part: a writer sets `EXCLUSIVE`, then fences; a retag
+    ///    raises the version, then fences, then reads the block in. If any
+    ///    load of `f` read such a store, that fence synchronizes with ours,
+    ///    so `s2` is that change or later in the state's order: `EXCLUSIVE`
+    ///    set, or the version a writer's release or a retag raised. Equal
+    ///    stable parts ([`state::STABLE`]) therefore mean `f` read only
+    ///    bytes of the version `s1` saw (short of exactly 2^20 versions in
+    ///    between). Likewise a retag's tag store follows a release fence,
+    ///    so a tag that went away and came back shows in `s2`.
+    ///
+    /// Pins, shares, usage and `DIRTY` may change beside it without
+    /// failing it: other readers, and write-backs, change no byte.
+    #[inline(always)]
+    fn try_optimistic<T>(
+        &self,
+        blk: u64,
+        f: &mut impl FnMut(&[AtomicU64]) -> T,
+    ) -> Result<Attempt<T>, CacheError> {
+        let Some(i) = self.lookup(self.layout.bucket_of(blk), blk)? else {
+            return Ok(Attempt::Absent);
+        };
+        let (st, tag) = (self.state(i)?, self.tag(i)?);
+        let s1 = st.load(Ordering::Acquire);
+        if s1 & (TAG_VALID | VALID) != TAG_VALID | VALID || tag.load(Ordering::Relaxed) != blk {
+            return Ok(Attempt::Absent);
+        }
+        if s1 & (EXCLUSIVE | LOCKED) != 0 {
+            return Ok(Attempt::Changed);
+        }
+        let words = self
+            .block_region(i)
+            .atomic_u64s(self.layout.block(i), self.layout.block_size / 8)?;
+        let v = f(words);
+        fence(Ordering::Acquire);
+        let s2 = st.load(Ordering::Relaxed);
+        if (s1 ^ s2) & state::STABLE != 0 || tag.load(Ordering::Relaxed) != blk {
+            return Ok(Attempt::Changed);
+        }
+        let u = state::usage(s2);
+        if u < MAX_USAGE && s2 & LOCKED == 0 {
+            // Once; a failure (another process changed the word) is left.
+            let _ = st.compare_exchange(
+                s2,
+                state::with_usage(s2, u + 1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+        self.count(|s| {
+            s.hits += 1;
+            s.optimistic += 1;
+        });
+        Ok(Attempt::Read(v))
     }
 
     /// Pins block `blk` and takes its content lock exclusive; the buffer
@@ -1255,7 +1434,7 @@ impl Cache {
             if s & (DIRTY | VALID) != DIRTY | VALID {
                 continue;
             }
-            Self::pin(st, false);
+            Self::pin(st, false, self.tag(i)?.load(Ordering::Relaxed))?;
             let r = self.flush(i, true);
             Self::unpin(st);
             if r? {
@@ -1267,6 +1446,19 @@ impl Cache {
             .map_err(|e| self.io_error("fdatasync", 0, e))?;
         Ok(written)
     }
+}
+
+/// Optimistic attempts [`Cache::read_with`] makes before it pins.
+pub const OPTIMISTIC_TRIES: u32 = 4;
+
+/// What one optimistic attempt found.
+enum Attempt<T> {
+    /// Read, and checked.
+    Read(T),
+    /// A writer or a retag was at the block: try again.
+    Changed,
+    /// Not in a valid buffer (a miss, or being read in): pin.
+    Absent,
 }
 
 /// Partition locks held exclusive; released on drop.

@@ -51,6 +51,19 @@ pub enum CacheError {
         /// Full passes of the clock hand tried.
         sweeps: usize,
     },
+    /// A buffer already has as many pins as its state word counts
+    /// ([`state::REF_MASK`](crate::layout::state::REF_MASK)): guards of
+    /// one block held at once, over all processes.
+    #[error(
+        "block {block} is pinned {pins} times already, the most one buffer counts (guards of one \
+         block held at once, all processes together: drop some before taking more)"
+    )]
+    TooManyPins {
+        /// The block.
+        block: u64,
+        /// Its pins.
+        pins: u64,
+    },
     /// Direct mode: every victim the sweep found was dirty with a block
     /// that is being read in place, so none could be written back.
     #[error(

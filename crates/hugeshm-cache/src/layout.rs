@@ -18,7 +18,7 @@ pub const STRIPES: usize = 1024;
 /// Magic word at offset 0 of the control block: `"HSHMCACH"`.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HSHMCACH");
 /// Layout version.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 
 /// Control block fields (offsets from the start of the data).
 pub mod control {
@@ -230,21 +230,37 @@ impl Layout {
     }
 }
 
-/// The buffer state word: `refcount` in bits 0..32, `usage` in 32..36,
-/// flags in 40..45, the content lock in 45..64 (`EXCLUSIVE` and the count
-/// of shared holders), so that a hit pins and locks in one
-/// compare-and-swap and unlocks and unpins in another.
+/// The buffer state word: the pin count in bits 0..16, the usage count in
+/// 16..20, the write version in 20..40, flags in 40..45, the content lock
+/// in 45..64 (`EXCLUSIVE` and the count of shared holders), so that a hit
+/// pins and locks in one compare-and-swap and unlocks and unpins in
+/// another, and an optimistic reader ([`Cache::read_with`]) checks in one
+/// load that nothing it read changed.
+///
+/// [`Cache::read_with`]: crate::Cache::read_with
 pub mod state {
     /// One pin.
     pub const REF_ONE: u64 = 1;
-    /// Mask of the pin count.
-    pub const REF_MASK: u64 = 0xFFFF_FFFF;
+    /// Mask of the pin count: at most 65,535 pins on one buffer at once,
+    /// all processes' guards together (a pin beyond that is refused with
+    /// [`CacheError::TooManyPins`](crate::CacheError::TooManyPins), never
+    /// wrapped into the usage count).
+    pub const REF_MASK: u64 = 0xFFFF;
     /// Shift of the usage count.
-    pub const USAGE_SHIFT: u32 = 32;
+    pub const USAGE_SHIFT: u32 = 16;
     /// Mask of the usage count.
     pub const USAGE_MASK: u64 = 0xF << USAGE_SHIFT;
     /// Highest usage count (PostgreSQL's `BM_MAX_USAGE_COUNT`).
     pub const MAX_USAGE: u64 = 5;
+    /// Shift of the write version.
+    pub const VERSION_SHIFT: u32 = 20;
+    /// One step of the write version.
+    pub const VERSION_ONE: u64 = 1 << VERSION_SHIFT;
+    /// Mask of the write version (20 bits): raised by every release of the
+    /// content lock exclusive and every retag, wrapping within its bits.
+    /// An optimistic read is fooled only by exactly 2^20 such changes
+    /// while it copies one block.
+    pub const VERSION_MASK: u64 = 0xF_FFFF << VERSION_SHIFT;
     /// Header spinlock: held while a process changes tag, flags or
     /// validates the pin count.
     pub const LOCKED: u64 = 1 << 40;
@@ -260,8 +276,20 @@ pub mod state {
     pub const EXCLUSIVE: u64 = 1 << 45;
     /// One shared holder of the content lock (each also holds a pin).
     pub const SHARE_ONE: u64 = 1 << 46;
-    /// Mask of the shared holders' count (18 bits).
+    /// Mask of the shared holders' count (18 bits; never full, as every
+    /// holder also holds one of at most [`REF_MASK`] pins).
     pub const SHARE_MASK: u64 = !0 << 46;
+    /// What an optimistic read checks did not change between its two
+    /// loads of the state: the version and the flags that say which bytes
+    /// the buffer holds and whether a writer is at them. Pins, shares,
+    /// usage, `DIRTY` (cleared by a write-back, which changes no byte) and
+    /// the header lock may change beside it.
+    pub const STABLE: u64 = VERSION_MASK | TAG_VALID | VALID | IO_IN_PROGRESS | EXCLUSIVE;
+
+    // Checked when the crate builds: the usage count fits its bits, and
+    // every pin may hold a share without the share count filling up.
+    const _: () = assert!(MAX_USAGE <= USAGE_MASK >> USAGE_SHIFT);
+    const _: () = assert!(REF_MASK < SHARE_MASK >> 46);
 
     /// Shared holders of the content lock.
     #[inline]
@@ -287,6 +315,12 @@ pub mod state {
         s & REF_MASK
     }
 
+    /// Whether one more pin fits in `s`'s count.
+    #[inline]
+    pub fn can_pin(s: u64) -> bool {
+        refs(s) < REF_MASK
+    }
+
     /// Usage count.
     #[inline]
     pub fn usage(s: u64) -> u64 {
@@ -297,6 +331,19 @@ pub mod state {
     #[inline]
     pub fn with_usage(s: u64, u: u64) -> u64 {
         (s & !USAGE_MASK) | (u << USAGE_SHIFT)
+    }
+
+    /// The write version.
+    #[inline]
+    pub fn version(s: u64) -> u64 {
+        (s & VERSION_MASK) >> VERSION_SHIFT
+    }
+
+    /// `s` with the next write version (wrapping within its 20 bits, the
+    /// other fields kept).
+    #[inline]
+    pub fn bump_version(s: u64) -> u64 {
+        (s & !VERSION_MASK) | (s.wrapping_add(VERSION_ONE) & VERSION_MASK)
     }
 }
 
@@ -349,6 +396,72 @@ mod tests {
         assert!(!content_free(s - 3 * SHARE_ONE + EXCLUSIVE, false));
         assert!(content_free(TAG_VALID | VALID | DIRTY | 1, true));
         assert!(!content_free(SHARE_MASK, false));
+    }
+
+    #[test]
+    fn state_fields_are_disjoint_and_cover_the_word() {
+        use state::*;
+        let fields = [
+            REF_MASK,
+            USAGE_MASK,
+            VERSION_MASK,
+            LOCKED,
+            TAG_VALID,
+            VALID,
+            DIRTY,
+            IO_IN_PROGRESS,
+            EXCLUSIVE,
+            SHARE_MASK,
+        ];
+        let mut seen = 0u64;
+        for f in fields {
+            assert_eq!(seen & f, 0, "{f:#x} overlaps");
+            seen |= f;
+        }
+        assert_eq!(seen, u64::MAX);
+        assert_eq!(
+            STABLE & (REF_MASK | USAGE_MASK | SHARE_MASK | DIRTY | LOCKED),
+            0
+        );
+    }
+
+    #[test]
+    fn version_wraps_within_its_bits() {
+        use state::*;
+        let others = !VERSION_MASK;
+        let s =
+            (others & (TAG_VALID | VALID | DIRTY | EXCLUSIVE | LOCKED)) | 7 | (3 << USAGE_SHIFT);
+        let b = bump_version(s);
+        assert_eq!(version(b), 1);
+        assert_eq!(b & others, s & others);
+        let top = s | VERSION_MASK;
+        assert_eq!(version(top), (1 << 20) - 1);
+        let wrapped = bump_version(top);
+        assert_eq!(version(wrapped), 0, "wraps to 0");
+        assert_eq!(wrapped & others, s & others, "no carry into LOCKED");
+        assert_ne!(wrapped & STABLE, top & STABLE);
+        // 2^20 bumps come back to the same word: the one case an
+        // optimistic read cannot see (documented in VERSION_MASK).
+        let mut v = s;
+        for _ in 0..1 << 20 {
+            v = bump_version(v);
+        }
+        assert_eq!(v, s);
+        // Pins, shares and usage leave the stable part alone.
+        let pinned = with_usage(s + 5 * REF_ONE + SHARE_ONE, 5) & !DIRTY;
+        assert_eq!(pinned & STABLE, s & STABLE);
+    }
+
+    #[test]
+    fn pin_count_stops_at_its_mask() {
+        use state::*;
+        let s = TAG_VALID | VALID | (REF_MASK - 1);
+        assert!(can_pin(s));
+        let full = s + REF_ONE;
+        assert_eq!(refs(full), REF_MASK);
+        assert!(!can_pin(full));
+        assert_eq!(usage(full), 0, "the full count has not spilled into usage");
+        assert!(can_pin(TAG_VALID));
     }
 
     #[test]

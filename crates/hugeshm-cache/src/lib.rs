@@ -24,6 +24,10 @@
 //!     w.write_u64(1, w.read_u64(1)? + 1)?;
 //! }                                     // marked dirty, unlocked, unpinned
 //! assert_eq!(cache.read(7)?.read_u64(0)?, 7);
+//! // A short read with no lock or pin on a hit (checked, retried if a
+//! // writer was there): what a server uses to look at a row.
+//! let w1 = cache.read_with(7, |w| w[1].load(std::sync::atomic::Ordering::Relaxed))?;
+//! assert_eq!(w1, 1);
 //! cache.checkpoint()?;                  // dirty blocks to the file, fdatasync
 //! cache.into_region().destroy()?;
 //! # Ok(()) }
@@ -54,13 +58,20 @@
 //! turn. Only the blocks move; the hash table, descriptors and locks stay
 //! in the control region.
 //!
-//! The state word packs the pin count (bits 0–31), the usage count (32–35,
-//! at most 5), the flags `LOCKED` (the descriptor's spinlock),
-//! `TAG_VALID` (the buffer is in the hash table under `tag`), `VALID` (the
-//! block's bytes are there), `DIRTY`, `IO_IN_PROGRESS` (40–44), and the
-//! content lock: `EXCLUSIVE` (45) and the count of shared holders (46–63)
-//! ([`layout::state`]). Pin and content lock in one word let a hit pin and
-//! lock with one compare-and-swap, and unlock and unpin with another.
+//! The state word packs the pin count (bits 0–15: at most 65,535 pins on
+//! one buffer, all processes together; one more is
+//! [`CacheError::TooManyPins`], never a wrap), the usage count (16–19, at
+//! most 5), the write version (20–39), the flags `LOCKED` (the
+//! descriptor's spinlock), `TAG_VALID` (the buffer is in the hash table
+//! under `tag`), `VALID` (the block's bytes are there), `DIRTY`,
+//! `IO_IN_PROGRESS` (40–44), and the content lock: `EXCLUSIVE` (45) and the
+//! count of shared holders (46–63) ([`layout::state`]). Pin and content
+//! lock in one word let a hit pin and lock with one compare-and-swap, and
+//! unlock and unpin with another. The version goes up (wrapping in its 20
+//! bits) whenever a writer releases the content lock and whenever the
+//! buffer is given another block, in the same atomic step as the rest of
+//! that change: an optimistic reader compares it (layout version 6; a
+//! cache of an older layout is refused with its version).
 //!
 //! ## Lock protocol
 //!
@@ -98,6 +109,33 @@
 //!    instructions to change flags or tag, or to check that a victim is
 //!    pinned by nobody else. Nothing else is taken while it is held.
 //!
+//! ## Optimistic reads
+//!
+//! [`Cache::read_with`] reads a block with no lock, no pin and no store to
+//! shared memory on a hit (the "optimistic latch" of LeanStore and Umbra,
+//! a seqlock per buffer): it walks the chain as the hit path does, loads
+//! the state (acquire: `TAG_VALID | VALID`, no `EXCLUSIVE`, no `LOCKED`,
+//! the tag the block), runs the caller's closure over the block's words
+//! (relaxed atomic loads), then an acquire fence, and loads state and tag
+//! again. The read counts when the version and the flags `TAG_VALID`,
+//! `VALID`, `IO_IN_PROGRESS` and `EXCLUSIVE` are unchanged and the tag is
+//! still the block ([`layout::state::STABLE`]); pins, shares, usage and
+//! `DIRTY` may change beside it. Otherwise the closure runs again, and
+//! after [`OPTIMISTIC_TRIES`] attempts the read takes a pin and the
+//! content lock shared, so a block written all the time cannot starve it.
+//! Why that is enough: every store to a buffer's bytes comes after a
+//! release fence that follows a change of the state's stable part (a
+//! writer sets `EXCLUSIVE`, then fences, writes, and releases with the
+//! version raised; a retag raises the version, then fences, then reads the
+//! block in; a retag fences before it stores the tag). A closure load that
+//! saw such a store makes that fence synchronize with the reader's acquire
+//! fence, so the second state load sees the change. The closure may see a
+//! torn block on an attempt that then fails, so it must only load and
+//! compute or copy; only a checked attempt's result is returned. A miss, a
+//! block being read in and the direct mode take the pinned path. The
+//! usage count goes up by one compare-and-swap, not retried, and only
+//! while below its maximum: a block read all the time costs no store.
+//!
 //! A **miss**: the clock hand sweeps the descriptors; a buffer pinned by
 //! nobody with usage count 0 is the victim (pinned by the sweeper under
 //! its header lock), one with a higher count has it lowered and is passed.
@@ -122,6 +160,10 @@
 //!   exclusive; `DIRTY` is set in the same atomic step that releases that
 //!   lock, so a write-back either copies the new bytes or leaves `DIRTY`
 //!   set.
+//! - A buffer's bytes or tag never change while its state's stable part
+//!   (version and the flags above) stays the same: a writer holds
+//!   `EXCLUSIVE` and raises the version when it lets go, a retag raises it
+//!   before the block is read in.
 //! - Every holder of a content lock, shared or exclusive, holds a pin too,
 //!   so a buffer pinned by no one has its content lock free.
 //! - The data file holds every block not `DIRTY` in the cache: a dirty
@@ -182,7 +224,8 @@
 //! time: the bucket, then the descriptor it names, then the row. The
 //! accesses of several lookups then wait for memory together. A prefetch
 //! takes no lock and reads links that may be stale: a hint, never wrong,
-//! only sometimes useless. [`workload::run_cache`] does it.
+//! only sometimes useless. [`workload::run_cache`] does it, and reads with
+//! [`Cache::read_with`].
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -195,7 +238,7 @@ pub mod workload;
 
 pub use cache::{
     create_data_file, Block, Cache, Mode, Prefetch, ReadGuard, Stats, WriteGuard,
-    DEFAULT_BLOCK_SIZE,
+    DEFAULT_BLOCK_SIZE, OPTIMISTIC_TRIES,
 };
 pub use error::CacheError;
 pub use layout::Layout;

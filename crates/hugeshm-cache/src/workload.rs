@@ -408,7 +408,9 @@ fn drive(
 /// Runs the workload through `cache` for `duration`, naming each block to
 /// [`Cache::prefetch`] a few operations before it is read or written (as a
 /// server that knows its next keys does; the lookups then overlap instead
-/// of waiting for memory one after the other).
+/// of waiting for memory one after the other). Reads go through
+/// [`Cache::read_with`] (no lock on a hit), writes through
+/// [`Cache::write`].
 pub fn run_cache(
     cache: &Cache,
     spec: &Spec,
@@ -431,8 +433,7 @@ pub fn run_cache(
                 let g = cache.write(o.block)?;
                 Ok(update_row(&g.words()?[row]))
             } else {
-                let g = cache.read(o.block)?;
-                Ok(read_row(&g.words()?[row]))
+                cache.read_with(o.block, |w| read_row(&w[row.clone()]))
             }
         },
     )?;

@@ -4,6 +4,12 @@
 //! a counter equal to the increments all processes made (no lost update,
 //! no torn block, nothing dirty lost at eviction or checkpoint).
 //!
+//! Beside them, reader processes read blocks with `Cache::read_with` (no
+//! pin, no lock, a version check): a whole block copied or one row of
+//! it, each checked, while the others write those blocks and evict them.
+//! A check that let a torn copy through (a writer's release that did not
+//! raise the version, say) fails the checksum here.
+//!
 //! The direct mode runs the same: reads of blocks in no buffer go in place
 //! through the mapped data file while other processes write blocks back
 //! to it, so a torn in-place read would fail the checksum.
@@ -15,6 +21,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
 
 use hugeshm_cache::workload::Rng;
 use hugeshm_cache::{create_data_file, Cache, Layout, Mode, Prefetch, Stats};
@@ -28,6 +35,10 @@ const BLOCKS: u64 = 2048;
 const CHILDREN: usize = 6;
 const OPS: u64 = 2500;
 const HOT: u64 = 64;
+/// Processes that only read, with `read_with`.
+const READERS: usize = 2;
+/// Reads each of them makes.
+const READER_OPS: u64 = 20_000;
 
 fn mix(blk: u64, counter: u64, w: usize) -> u64 {
     (blk << 32 ^ counter)
@@ -75,16 +86,84 @@ fn check(blk: u64, buf: &[u8]) -> Result<u64, String> {
     Ok(counter)
 }
 
+/// Block `blk` copied by `read_with` (an optimistic read: the copy is
+/// returned only if no writer or retag was at the block meanwhile).
+fn read_block_optimistic(cache: &Cache, blk: u64, buf: &mut [u8]) {
+    cache
+        .read_with(blk, |words| {
+            for (w, b) in words.iter().zip(buf.chunks_exact_mut(8)) {
+                b.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+            }
+        })
+        .expect("read_with");
+}
+
+/// One 8-word row of block `blk` at word `at` read by `read_with` (a short
+/// `f`, as the OLTP loop's), with words 0 and 1: what is wrong with it.
+fn check_row_optimistic(cache: &Cache, blk: u64, at: usize) -> Result<(), String> {
+    let (b, counter, row) = cache
+        .read_with(blk, |w| {
+            let mut row = [0u64; 8];
+            for (r, x) in row.iter_mut().zip(&w[at..at + 8]) {
+                *r = x.load(Ordering::Relaxed);
+            }
+            (
+                w[0].load(Ordering::Relaxed),
+                w[1].load(Ordering::Relaxed),
+                row,
+            )
+        })
+        .expect("read_with");
+    if b != blk {
+        return Err(format!("row of block {blk} holds block {b}"));
+    }
+    for (j, v) in row.iter().enumerate() {
+        if (2..WORDS - 1).contains(&(at + j)) && *v != mix(blk, counter, at + j) {
+            return Err(format!(
+                "block {blk} (counter {counter}): word {} of the row at {at} torn",
+                at + j
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A reader child: READER_OPS optimistic reads, most of the hot blocks
+/// (the writers' favourites), the rest over the whole file (misses, so
+/// buffers are retagged under other readers); every other read a whole
+/// block, the others a row.
+fn reader_child(cache: &Cache, id: u64) {
+    let mut rng = Rng::new(id * 7919 + 1);
+    let mut buf = vec![0u8; BS];
+    for op in 0..READER_OPS {
+        let blk = if rng.below(4) != 0 {
+            rng.below(HOT)
+        } else {
+            rng.below(BLOCKS)
+        };
+        if op % 2 == 0 {
+            read_block_optimistic(cache, blk, &mut buf);
+            check(blk, &buf).unwrap_or_else(|e| panic!("reader {id} read_with: {e}"));
+        } else {
+            let at = rng.below(WORDS as u64 / 8) as usize * 8;
+            check_row_optimistic(cache, blk, at)
+                .unwrap_or_else(|e| panic!("reader {id} read_with (row): {e}"));
+        }
+    }
+}
+
 /// A child: attach by name, then OPS operations on random blocks, a
-/// quarter reads (check), the rest increments (check, counter + 1,
-/// rewrite) under the write lock; child 0 checkpoints now and then.
+/// quarter reads (check; half of them by `read_with`), the rest
+/// increments (check, counter + 1, rewrite) under the write lock; child 0
+/// checkpoints now and then. A reader child (role `reader`) runs
+/// [`reader_child`] instead.
 #[test]
 fn stress_child() {
     let Ok(spec) = std::env::var(CHILD_ENV) else {
         return;
     };
     let f: Vec<&str> = spec.split('|').collect();
-    let (name, backend, data, id, k) = (f[0], f[1], f[2], f[3], f[4]);
+    let (name, backend, data, id, k, role) = (f[0], f[1], f[2], f[3], f[4], f[5]);
     let backend: Backend = backend.parse().unwrap();
     let id: u64 = id.parse().unwrap();
     let k: usize = k.parse().unwrap();
@@ -99,6 +178,12 @@ fn stress_child() {
         })
         .collect();
     let cache = Cache::open_split(region, parts, data.as_ref()).expect("open cache");
+    if role == "reader" {
+        reader_child(&cache, id);
+        let out = serde_json::json!({ "incs": {}, "stats": cache.stats() });
+        println!("\nRESULT {out}");
+        return;
+    }
     let mut rng = Rng::new(id * 7919 + 1);
     let mut incs: BTreeMap<u64, u64> = BTreeMap::new();
     let mut buf = vec![0u8; BS];
@@ -116,10 +201,13 @@ fn stress_child() {
         for step in [Prefetch::Bucket, Prefetch::Descriptor, Prefetch::Row] {
             cache.prefetch(ahead, (ahead as usize % WORDS) * 8, op % 2 == 0, step);
         }
-        if rng.below(4) == 0 {
+        if rng.below(8) == 0 {
             let g = cache.read(blk).expect("read");
             g.read_into(0, &mut buf).unwrap();
             check(blk, &buf).unwrap_or_else(|e| panic!("child {id} read: {e}"));
+        } else if rng.below(7) == 0 {
+            read_block_optimistic(&cache, blk, &mut buf);
+            check(blk, &buf).unwrap_or_else(|e| panic!("child {id} read_with: {e}"));
         } else {
             let g = cache.write(blk).expect("write");
             g.read_into(0, &mut buf).unwrap();
@@ -204,13 +292,18 @@ fn run_stress(
     );
 
     let exe = std::env::current_exe().unwrap();
-    let kids: Vec<_> = (0..CHILDREN)
+    let kids: Vec<_> = (0..CHILDREN + READERS)
         .map(|i| {
+            let role = if i < CHILDREN { "mixed" } else { "reader" };
             Command::new(&exe)
                 .args(["stress_child", "--exact", "--nocapture", "--test-threads=1"])
                 .env(
                     CHILD_ENV,
-                    format!("{name}|{}|{}|{i}|{k}", backend.as_str(), data.display()),
+                    format!(
+                        "{name}|{}|{}|{i}|{k}|{role}",
+                        backend.as_str(),
+                        data.display()
+                    ),
                 )
                 .stdout(Stdio::piped())
                 .spawn()
@@ -280,17 +373,30 @@ fn run_stress(
         total += c;
     }
     let ops = CHILDREN as u64 * OPS;
+    let reads = READERS as u64 * READER_OPS;
     println!(
-        "{test}: {buffers} buffers over {BLOCKS} blocks, {CHILDREN} processes: {total} increments, \
-         hits {} misses {} in place {} write-backs {} evictions {}",
-        stats.hits, stats.misses, stats.direct_reads, stats.writes, stats.evictions
+        "{test}: {buffers} buffers over {BLOCKS} blocks, {CHILDREN} processes and {READERS} \
+         readers: {total} increments, hits {} (optimistic {}, failed checks {}) misses {} \
+         in place {} write-backs {} evictions {}",
+        stats.hits,
+        stats.optimistic,
+        stats.optimistic_retries,
+        stats.misses,
+        stats.direct_reads,
+        stats.writes,
+        stats.evictions
     );
     assert!(total > ops / 2, "{total} increments of {ops} operations");
     assert_eq!(
         stats.logical_reads(),
-        ops,
+        ops + reads,
         "every operation found its block once"
     );
+    match mode {
+        // Most reads of the readers are of hot blocks, found in a buffer.
+        Mode::Classic => assert!(stats.optimistic > reads / 2, "{stats:?}"),
+        Mode::Direct => assert_eq!(stats.optimistic, 0, "pinned in the direct mode: {stats:?}"),
+    }
     assert_eq!(stats.bytes_copied, stats.misses * BS as u64, "{stats:?}");
     match mode {
         Mode::Classic => assert_eq!(stats.direct_reads, 0, "{stats:?}"),
