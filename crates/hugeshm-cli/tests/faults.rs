@@ -422,7 +422,7 @@ fn tmpfs_filled_during_create_is_no_space_not_sigbus() {
         "4k",
         "--policy",
         "only",
-        // From 4 threads the pre-fault allocates the pages (no fallocate).
+        // From 2 threads the pre-fault allocates the pages (no fallocate).
         "--prefault-threads",
         "4",
     ])

@@ -14,11 +14,18 @@ fn too_small_tmpfs_fails_cleanly() {
     };
     let tiny = TempMount::new("tmpfs", "size=4m");
     let before = HostState::capture().unwrap();
-    for (name, policy) in [(Some(unique("full")), Policy::Only), (None, Policy::Try)] {
+    // 1 thread: fallocate first; 2: the pre-fault's faults allocate.
+    let cases = [
+        (Some(unique("full")), Policy::Only, 1),
+        (None, Policy::Try, 1),
+        (Some(unique("full2")), Policy::Only, 2),
+    ];
+    for (name, policy, threads) in cases {
         let mut b = RegionBuilder::new(8 << 20)
             .backend(Backend::Posix)
             .page_size(PageSize::Base)
             .policy(policy)
+            .prefault_threads(threads)
             .directory(tiny.path());
         if let Some(n) = &name {
             b = b.name(n);
@@ -43,19 +50,22 @@ fn too_small_tmpfs_fails_cleanly() {
         assert!(tiny.entries().is_empty(), "{:?}", tiny.entries());
         println!("{err}");
     }
-    // A region that fits is fallocated in full.
-    let (region, report) = RegionBuilder::new(3 << 20)
-        .backend(Backend::Posix)
-        .page_size(PageSize::Base)
-        .policy(Policy::Only)
-        .name(unique("fits"))
-        .directory(tiny.path())
-        .create()
-        .unwrap();
-    assert_eq!(report.resident_bytes, 3 << 20);
-    assert_eq!(tiny.entries().len(), 1);
-    region.destroy().unwrap();
-    assert!(tiny.entries().is_empty());
+    // A region that fits is allocated in full, either way.
+    for threads in [1, 2] {
+        let (region, report) = RegionBuilder::new(3 << 20)
+            .backend(Backend::Posix)
+            .page_size(PageSize::Base)
+            .policy(Policy::Only)
+            .prefault_threads(threads)
+            .name(unique("fits"))
+            .directory(tiny.path())
+            .create()
+            .unwrap();
+        assert_eq!(report.resident_bytes, 3 << 20);
+        assert_eq!(tiny.entries().len(), 1);
+        region.destroy().unwrap();
+        assert!(tiny.entries().is_empty());
+    }
     assert_no_leak(&before, "tiny tmpfs");
     drop(tiny);
     drop(pool);

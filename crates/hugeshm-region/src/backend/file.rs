@@ -38,7 +38,7 @@ const HUGETLBFS_MAGIC: u64 = 0x9584_58f6;
 
 /// Pre-fault threads from which a tmpfs region's pages are allocated by
 /// the pre-fault rather than by one `fallocate`.
-const FAULT_ALLOCATES_FROM_THREADS: usize = 4;
+const FAULT_ALLOCATES_FROM_THREADS: usize = 2;
 
 /// The `file` room.
 pub(crate) struct File;
@@ -884,10 +884,13 @@ impl Room for File {
             // Where the pre-fault is MADV_POPULATE_WRITE, a full tmpfs is
             // an error there (turned into NoSpace by create), never SIGBUS,
             // so the pages may be allocated by the faulting threads, in
-            // parallel. That wins from 4 threads: one thread's fallocate
+            // parallel. That wins from 2 threads: one thread's fallocate
             // allocates tmpfs pages at about 4 GB/s here, one faulting
-            // thread at about 1.7 GB/s, and tmpfs serializes fallocate on
-            // the inode. Otherwise (fewer threads, no pre-fault, or one
+            // thread at about 1.7 GB/s, but tmpfs serializes fallocate on
+            // the inode and the mapping pass comes on top (2 GiB on 2
+            // threads, six alternating runs on a quiet host: ready in
+            // 0.62-0.83 s allocated by the faults, 0.78-0.95 s with
+            // fallocate first). Otherwise (fewer threads, no pre-fault, or one
             // that touches) blocks are allocated now, so a full tmpfs is
             // ENOSPC here, not SIGBUS on first touch. (With huge=advise
             // fallocate would allocate base pages anyway.)
