@@ -472,7 +472,11 @@ impl RegionBuilder {
                 name,
                 backend: self.backend,
                 object,
-                state,
+                state: if info.truncated().is_some() {
+                    RegionState::Damaged
+                } else {
+                    state
+                },
                 creator_pid: info.creator_pid,
             }),
             (Reclaim::Reuse, RegionState::Ready) => {

@@ -727,6 +727,11 @@ fn orphan_text(state: RegionState, creator_pid: Option<u32>) -> String {
         RegionState::Stale => {
             format!("{who} is gone and the memfd went with it: the memory is already freed")
         }
+        // A ready region whose object someone cut short.
+        RegionState::Damaged => format!(
+            "{who} is gone and the object is shorter than its header says (truncated): \
+             the contents cannot be reused"
+        ),
         other => format!("state {other}"),
     }
 }

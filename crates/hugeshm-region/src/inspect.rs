@@ -63,6 +63,18 @@ impl RegionInfo {
             )
     }
 
+    /// The object's bytes and the header's size, when the object is
+    /// smaller than its header says (someone truncated its file).
+    pub fn truncated(&self) -> Option<(u64, u64)> {
+        let object_bytes = match &self.object {
+            NamedObject::Sysv { size_bytes, .. }
+            | NamedObject::File { size_bytes, .. }
+            | NamedObject::Memfd { size_bytes, .. } => *size_bytes,
+        };
+        let header_bytes = self.header.as_ref()?.size_bytes;
+        (object_bytes > 0 && header_bytes > object_bytes).then_some((object_bytes, header_bytes))
+    }
+
     /// The [`fix`](RegionInfo::fix) of this region as found.
     fn orphan_fix(&self) -> Option<Fix> {
         if !self.is_orphaned() {
@@ -77,7 +89,7 @@ impl RegionInfo {
                 name: self.name.clone(),
                 backend: self.backend.to_string(),
                 dir: directory_hint(&self.name, self.backend, &object.to_string()),
-                keep_contents: self.state == RegionState::Ready,
+                keep_contents: self.state == RegionState::Ready && self.truncated().is_none(),
             },
         })
     }
@@ -214,6 +226,12 @@ pub(crate) fn info_from(
         owner: None,
         fix: None,
     };
+    if let Some((object_bytes, header_bytes)) = info.truncated() {
+        info.detail = Some(format!(
+            "truncated: the object has {object_bytes} bytes, its header says {header_bytes} \
+             (past the end a process would get SIGBUS): its contents cannot be reused"
+        ));
+    }
     info.fix = info.orphan_fix();
     info
 }

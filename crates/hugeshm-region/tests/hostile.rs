@@ -317,3 +317,102 @@ fn four_processes_race_create_attach_remove_list() {
     assert_no_leak(&before, "race");
     pool.restore().unwrap();
 }
+
+/// A region whose file someone cut short (past its end a process would get
+/// SIGBUS): `ls` says so and offers no reuse, create refuses it as
+/// truncated without offering reuse, attach and reuse are refused with
+/// the sizes, and recreate and remove work.
+#[test]
+fn a_truncated_region_is_never_reused() {
+    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
+    let before = HostState::capture().unwrap();
+    let name = unique("cut");
+    let builder = || {
+        RegionBuilder::new(8 << 20)
+            .backend(Backend::Posix)
+            .page_size(PageSize::Base)
+            .policy(Policy::Off)
+            .name(&name)
+    };
+    let (region, report) = builder().create().unwrap();
+    let path = report.path.clone().expect("a posix region has a path");
+    drop(region);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(HEADER_BYTES)
+        .unwrap();
+
+    let listed = list_regions().unwrap();
+    let info = listed.iter().find(|i| i.name == name).expect("listed");
+    assert_eq!(info.truncated(), Some((HEADER_BYTES, 8 << 20)));
+    assert!(
+        info.detail.as_deref().unwrap_or("").contains("truncated"),
+        "{info:?}"
+    );
+    let fix = info.fix.as_ref().expect("an orphan's fix").to_string();
+    assert!(!fix.contains("Reuse"), "{fix}");
+
+    let err = builder().create().map(|_| ()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RegionError::Orphaned {
+                state: hugeshm_region::RegionState::Damaged,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("truncated"), "{err}");
+    assert!(!err.fix().unwrap().to_string().contains("Reuse"), "{err}");
+    let err = Locator::new(&name, Backend::Posix)
+        .attach()
+        .map(|_| ())
+        .unwrap_err();
+    assert!(err.to_string().contains("mismatch"), "{err}");
+    let err = builder()
+        .reclaim(hugeshm_region::Reclaim::Reuse)
+        .create()
+        .map(|_| ())
+        .unwrap_err();
+    assert!(err.to_string().contains("mismatch"), "{err}");
+
+    let (region, report) = builder()
+        .reclaim(hugeshm_region::Reclaim::Recreate)
+        .create()
+        .unwrap();
+    assert_eq!(report.resident_bytes, 8 << 20);
+    region.destroy().unwrap();
+    assert_no_leak(&before, "truncated region");
+}
+
+/// A memfd region's size is sealed: a process that opens it (as
+/// `/proc/PID/fd/N`, as attachers do) cannot cut it short, or grow it,
+/// under the processes that map it.
+#[test]
+fn a_memfd_region_cannot_be_truncated() {
+    use std::os::fd::AsRawFd;
+    let (region, _) = RegionBuilder::new(4 << 20)
+        .backend(Backend::Memfd)
+        .page_size(PageSize::Base)
+        .policy(Policy::Off)
+        .create()
+        .unwrap();
+    let fd = region.fd().expect("a memfd region has a descriptor");
+    let other = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .unwrap();
+    for len in [HEADER_BYTES, 8 << 20] {
+        let err = other.set_len(len).unwrap_err();
+        assert_eq!(
+            err.raw_os_error(),
+            Some(libc::EPERM),
+            "set_len({len}): {err}"
+        );
+    }
+    assert_eq!(other.metadata().unwrap().len(), 4 << 20);
+    region.destroy().unwrap();
+}

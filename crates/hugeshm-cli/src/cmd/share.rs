@@ -337,7 +337,12 @@ pub fn ls(roots: &Roots, a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
         t.render(out, "")?;
         for r in regions.iter().filter(|r| bad(r)) {
             let fix = if let Some(fix) = &r.fix {
-                format!("nobody holds it: {}", fix.render(Renderer::Cli))
+                let why = r
+                    .detail
+                    .as_ref()
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default();
+                format!("nobody holds it{why}: {}", fix.render(Renderer::Cli))
             } else {
                 r.detail.clone().unwrap_or_default()
             };

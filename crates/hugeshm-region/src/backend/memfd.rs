@@ -326,6 +326,8 @@ impl Room for Memfd {
         let fd = sys::memfd_create(&label, huge)?;
         sys::flock(fd.as_fd(), FlockOperation::LockShared)?;
         sys::set_len(fd.as_fd(), size)?;
+        // No process that opens it later can cut it short under the others.
+        sys::seal_size(fd.as_fd())?;
         let (dev, ino) = fd::dev_ino(fd.as_fd(), &label)?;
         let mut undo = UndoUnlink(None);
         let record = match spec.name {
