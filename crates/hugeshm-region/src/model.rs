@@ -716,30 +716,6 @@ pub struct NodeNeed {
     pub nr_hugepages: u64,
 }
 
-#[cfg(test)]
-mod placement_tests {
-    use super::*;
-
-    #[test]
-    fn placements_parse_and_print() {
-        for (text, p) in [
-            ("default", Placement::Default),
-            ("bind=1", Placement::Bind(vec![1])),
-            ("bind=0-2,5", Placement::Bind(vec![0, 1, 2, 5])),
-            ("interleave", Placement::Interleave(vec![])),
-            ("interleave=1,0", Placement::Interleave(vec![0, 1])),
-            ("preferred=1", Placement::Preferred(1)),
-            ("weighted-interleave", Placement::WeightedInterleave(vec![])),
-        ] {
-            assert_eq!(text.parse::<Placement>().unwrap(), p, "{text}");
-        }
-        assert_eq!(Placement::Bind(vec![0, 1]).to_string(), "bind=0,1");
-        for bad in ["bind", "bind=x", "preferred=0,1", "spread", "bind=3-1"] {
-            assert!(bad.parse::<Placement>().is_err(), "{bad}");
-        }
-    }
-}
-
 /// Prefix of every object name hugeshm creates.
 pub const OBJECT_PREFIX: &str = "hugeshm.";
 
@@ -770,6 +746,30 @@ pub fn directory_hint(name: &str, backend: Backend, object: &str) -> Option<Stri
     } else {
         // A device-dax holds its region from offset 0, under no file name.
         (backend == Backend::Dax).then(|| object.to_owned())
+    }
+}
+
+#[cfg(test)]
+mod placement_tests {
+    use super::*;
+
+    #[test]
+    fn placements_parse_and_print() {
+        for (text, p) in [
+            ("default", Placement::Default),
+            ("bind=1", Placement::Bind(vec![1])),
+            ("bind=0-2,5", Placement::Bind(vec![0, 1, 2, 5])),
+            ("interleave", Placement::Interleave(vec![])),
+            ("interleave=1,0", Placement::Interleave(vec![0, 1])),
+            ("preferred=1", Placement::Preferred(1)),
+            ("weighted-interleave", Placement::WeightedInterleave(vec![])),
+        ] {
+            assert_eq!(text.parse::<Placement>().unwrap(), p, "{text}");
+        }
+        assert_eq!(Placement::Bind(vec![0, 1]).to_string(), "bind=0,1");
+        for bad in ["bind", "bind=x", "preferred=0,1", "spread", "bind=3-1"] {
+            assert!(bad.parse::<Placement>().is_err(), "{bad}");
+        }
     }
 }
 
