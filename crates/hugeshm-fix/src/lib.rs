@@ -495,8 +495,7 @@ impl Fix {
                     String::new()
                 };
                 format!(
-                    "free {} of memory, or ask for a region that much smaller; or put it on \
-                     huge pages reserved for it{sparse}",
+                    "free {} of memory, or ask for a region that much smaller{sparse}",
                     human(*missing_bytes)
                 )
             }
