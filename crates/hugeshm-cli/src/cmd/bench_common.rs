@@ -32,12 +32,9 @@ pub fn parse_size_arg(s: &str) -> Result<u64, String> {
 }
 
 /// Parses a count that must be at least 1 (`--runs`, `--procs`).
-pub fn parse_count_arg<T: std::str::FromStr + TryFrom<u8> + PartialEq>(
-    s: &str,
-) -> Result<T, String> {
-    let zero = T::try_from(0u8).map_err(|_| "internal: no zero".to_owned())?;
+pub fn parse_count_arg<T: std::str::FromStr + Default + PartialEq>(s: &str) -> Result<T, String> {
     match s.trim().parse::<T>() {
-        Ok(n) if n == zero => Err("must be at least 1".into()),
+        Ok(n) if n == T::default() => Err("must be at least 1".into()),
         Ok(n) => Ok(n),
         Err(_) => Err(format!("{s:?} is not a count (a whole number from 1)")),
     }

@@ -26,7 +26,7 @@ use super::{
 use crate::error::RegionError;
 use crate::header::{self, Decoded, Liveness};
 use crate::holders::Holders;
-use crate::inspect::{classify, info_from, read_head, RegionInfo};
+use crate::inspect::{classify, info_from, read_head, Classified, RegionInfo};
 use crate::model::{Backend, Expect, NamedObject, Owner, PrefaultMethod};
 use crate::naming::{object_file_name, DEFAULT_POSIX_DIR, OBJECT_PREFIX};
 use crate::pool::{self, mount_of, Backing, ThpMode};
@@ -280,33 +280,23 @@ fn inspect_device(
         return Ok(None);
     }
     let c = classify(decoded, name, (None, Liveness::Unknown));
-    #[allow(clippy::unnecessary_cast)]
-    let (sdev, ino) = (st.st_dev as u64, st.st_ino as u64);
-    let object = NamedObject::File {
-        path: path.display().to_string(),
-        size_bytes: devdax::object_size(&head, dev.size_bytes),
+    let owner = devdax::owner(&head, &st);
+    let size_bytes = devdax::object_size(&head, dev.size_bytes);
+    let open = OpenObject {
+        path: path.to_owned(),
+        fd,
+        st,
+        exclusive,
+        device_align: Some(dev.align_bytes),
     };
-    let mut info = info_from(
+    Ok(Some(open.inspected(
         &region_name,
         Backend::Dax,
-        object,
+        size_bytes,
         c,
-        holders.file((dev_major(sdev), dev_minor(sdev)), ino),
-        !exclusive,
-        None,
-    );
-    info.owner = Some(devdax::owner(&head, &st));
-    Ok(Some(Inspected {
-        info,
-        handle: Handle::File(Found {
-            path: path.to_owned(),
-            _fd: fd,
-            exclusive,
-            dev: sdev,
-            ino,
-            device_align: Some(dev.align_bytes),
-        }),
-    }))
+        owner,
+        holders,
+    )))
 }
 
 /// Inspects the region file at `path`; `None` if there is none. `name =
@@ -349,34 +339,72 @@ fn inspect_path(
         },
     );
     let c = classify(decoded, name, unwritten);
-    #[allow(clippy::unnecessary_cast)]
-    let (dev, ino) = (st.st_dev as u64, st.st_ino as u64);
     let name = name.map(str::to_owned).unwrap_or(file_name);
-    let object = NamedObject::File {
-        path: path.display().to_string(),
-        size_bytes: st.st_size as u64,
+    let owner = owner_of(&st);
+    #[allow(clippy::unnecessary_cast)]
+    let size_bytes = st.st_size as u64;
+    let open = OpenObject {
+        path: path.to_owned(),
+        fd,
+        st,
+        exclusive,
+        device_align: None,
     };
-    let mut info = info_from(
-        &name,
-        backend,
-        object,
-        c,
-        holders.file((dev_major(dev), dev_minor(dev)), ino),
-        !exclusive,
-        None,
-    );
-    info.owner = Some(owner_of(&st));
-    Ok(Some(Inspected {
-        info,
-        handle: Handle::File(Found {
-            path: path.to_owned(),
-            _fd: fd,
-            exclusive,
-            dev,
-            ino,
-            device_align: None,
-        }),
-    }))
+    Ok(Some(
+        open.inspected(&name, backend, size_bytes, c, owner, holders),
+    ))
+}
+
+/// A region file or device-dax an inspection opened (locked exclusive
+/// when `exclusive`: nobody holds it), with its `fstat`.
+struct OpenObject {
+    path: PathBuf,
+    fd: OwnedFd,
+    st: rustix::fs::Stat,
+    exclusive: bool,
+    device_align: Option<u64>,
+}
+
+impl OpenObject {
+    /// What was found: the region's info (holders by device and inode)
+    /// and the handle that keeps the object open and locked.
+    fn inspected(
+        self,
+        name: &str,
+        backend: Backend,
+        size_bytes: u64,
+        c: Classified,
+        owner: Owner,
+        holders: &Holders<'_>,
+    ) -> Inspected {
+        #[allow(clippy::unnecessary_cast)]
+        let (dev, ino) = (self.st.st_dev as u64, self.st.st_ino as u64);
+        let object = NamedObject::File {
+            path: self.path.display().to_string(),
+            size_bytes,
+        };
+        let mut info = info_from(
+            name,
+            backend,
+            object,
+            c,
+            holders.file((dev_major(dev), dev_minor(dev)), ino),
+            !self.exclusive,
+            None,
+        );
+        info.owner = Some(owner);
+        Inspected {
+            info,
+            handle: Handle::File(Found {
+                path: self.path,
+                _fd: self.fd,
+                exclusive: self.exclusive,
+                dev,
+                ino,
+                device_align: self.device_align,
+            }),
+        }
+    }
 }
 
 /// How deep [`hugeshm_files`] looks below a mount's root for regions made
