@@ -442,22 +442,28 @@ pub fn run_cache(
 }
 
 /// Runs the same loop straight on `region`'s data, as a flat array of
-/// `blocks` blocks of `block_size` bytes from offset 0 (no hash table, no
-/// pins, no locks, no prefetch: the CPU overlaps the independent loads
-/// itself): the ceiling the cache is compared with. Overwrites the
-/// region's data.
+/// `blocks` blocks of `block_size` bytes from data offset `at` (no hash
+/// table, no pins, no locks, no prefetch: the CPU overlaps the independent
+/// loads itself): the ceiling the cache is compared with. Given a cache's
+/// block area ([`Layout::blocks_at`](crate::Layout::blocks_at), its
+/// buffers), it runs on the very pages the cache's rows are on, and a
+/// cache run can follow it: it writes only those blocks' bytes, never the
+/// descriptors or the hash table, so the cache stays whole (its blocks no
+/// longer holding the data file's bytes: a bench's cache, not a
+/// server's).
 pub fn run_raw(
     region: &Region,
+    at: usize,
     block_size: usize,
     blocks: u64,
     spec: &Spec,
     rng: &mut Rng,
     duration: Duration,
 ) -> Result<RunResult, CacheError> {
-    let fit = (region.data_len() / block_size) as u64;
-    if blocks == 0 || blocks > fit || block_size < ROW_WORDS * 8 {
+    let fit = (region.data_len().saturating_sub(at) / block_size) as u64;
+    if blocks == 0 || blocks > fit || block_size < ROW_WORDS * 8 || at % 8 != 0 {
         return Err(CacheError::Config(format!(
-            "{blocks} blocks of {block_size} bytes: the region's {} data bytes hold {fit}",
+            "{blocks} blocks of {block_size} bytes from data offset {at}: the region's {} data bytes hold {fit} there",
             region.data_len()
         )));
     }
@@ -465,7 +471,7 @@ pub fn run_raw(
     let rows = (block_size / (ROW_WORDS * 8)) as u64;
     let block_words = block_size / 8;
     // Checked once: every row of every block lies in it.
-    let all = region.atomic_u64s(0, blocks as usize * block_words)?;
+    let all = region.atomic_u64s(at, blocks as usize * block_words)?;
     drive(
         spec,
         &picker,

@@ -124,6 +124,16 @@ fn bench_oltp_small_real_run() {
             "{what}: dirty blocks are written back at eviction"
         );
         assert!(f(&r["cache_overhead"]) > 0.0, "{what}");
+        // One ratio per run pair, the median of those: between the lowest
+        // and highest pair's, which the best-of ratio need not be.
+        let pairs: Vec<f64> = (0..2)
+            .map(|i| f(&r["raw"]["runs"][i]["tps"]) / f(&r["cache"]["runs"][i]["tps"]))
+            .collect();
+        let paired = f(&r["cache_overhead_paired"]);
+        assert!(
+            paired >= pairs[0].min(pairs[1]) - 1e-9 && paired <= pairs[0].max(pairs[1]) + 1e-9,
+            "{what}: paired {paired} outside {pairs:?}"
+        );
         let pte = r["page_tables_bytes_per_worker"].as_u64().unwrap();
         assert!(pte > 0 && pte < 64 << 20, "{what}: VmPTE {pte}");
         // dTLB: a figure, or the reason it is not there.

@@ -213,6 +213,9 @@ pub struct Row {
     pub raw: Option<ModeResult>,
     /// raw best tps / cache best tps: what the cache costs.
     pub cache_overhead: Option<f64>,
+    /// The median over the timed runs of raw tps / cache tps, each raw
+    /// run right after its cache run on the same blocks.
+    pub cache_overhead_paired: Option<f64>,
     /// The same per CPU-second.
     pub cache_overhead_cpu: Option<f64>,
     /// This row's cache best tps / the 4 KiB row's of the same backend.
@@ -309,6 +312,7 @@ fn serve(cache: &Cache, input: impl BufRead, mut output: impl Write) -> anyhow::
         let r = if raw {
             workload::run_raw(
                 cache.region(),
+                cache.layout().blocks_at,
                 cache.layout().block_size,
                 cache.layout().buffers as u64,
                 &spec,
@@ -523,50 +527,108 @@ fn run_all(
     Ok((summary, hist, why))
 }
 
-/// A warm-up run and `o.runs` timed runs.
-fn measure_mode(
+/// One mode's timed runs, summed up as they come.
+struct ModeRuns {
+    warmup: RunSummary,
+    runs: Vec<RunSummary>,
+    hist: Histogram,
+    all: Stats,
+    dtlb: f64,
+    ops: u64,
+    dtlb_ok: bool,
+}
+
+impl ModeRuns {
+    fn new(warmup: RunSummary) -> ModeRuns {
+        ModeRuns {
+            warmup,
+            runs: Vec::new(),
+            hist: Histogram::default(),
+            all: Stats::default(),
+            dtlb: 0.0,
+            ops: 0,
+            dtlb_ok: true,
+        }
+    }
+
+    fn add(&mut self, s: RunSummary, h: &Histogram) {
+        self.hist.merge(h);
+        self.all.add(&s.stats);
+        match s.dtlb_misses_per_tx {
+            Some(d) => self.dtlb += d * s.transactions as f64,
+            None => self.dtlb_ok = false,
+        }
+        self.ops += s.transactions;
+        self.runs.push(s);
+    }
+
+    fn result(self, raw: bool) -> ModeResult {
+        let mut tps: Vec<f64> = self.runs.iter().map(|r| r.tps).collect();
+        tps.sort_by(|a, b| a.total_cmp(b));
+        let per_cpu = self
+            .runs
+            .iter()
+            .map(|r| r.tx_per_cpu_second)
+            .fold(0.0, f64::max);
+        ModeResult {
+            warmup: self.warmup,
+            best_tps: tps.last().copied().unwrap_or(0.0),
+            median_tps: tps.get(tps.len() / 2).copied().unwrap_or(0.0),
+            best_tx_per_cpu_second: per_cpu,
+            p50_ns: self.hist.quantile(0.5),
+            p99_ns: self.hist.quantile(0.99),
+            hit_ratio: (!raw).then(|| self.all.hit_ratio()),
+            dtlb_misses_per_tx: (self.dtlb_ok && self.ops > 0).then(|| self.dtlb / self.ops as f64),
+            runs: self.runs,
+        }
+    }
+}
+
+/// The cache's runs and (with `o.raw`) the raw loop's, interleaved: both
+/// warm-ups, then each timed cache run followed by a timed raw run on the
+/// same blocks, so that a change in the host's memory speed during the
+/// row (this VM's can halve from one minute to the next) weighs on both
+/// alike.
+fn measure_modes(
     ws: &mut Workers,
-    raw: bool,
     o: &Options,
     note: &mut dyn FnMut(&str),
     label: &str,
-) -> anyhow::Result<(ModeResult, Option<String>)> {
-    let what = if raw { "raw" } else { "cache" };
-    note(&format!("{label} {what} warm-up"));
-    let (warmup, _, why) = run_all(ws, raw, o, 0)?;
-    let mut runs = Vec::new();
-    let mut hist = Histogram::default();
-    let mut all = Stats::default();
-    let (mut dtlb, mut ops, mut dtlb_ok) = (0f64, 0u64, true);
-    for r in 0..o.runs.max(1) {
-        note(&format!("{label} {what} run {}/{}", r + 1, o.runs.max(1)));
-        let (s, h, _) = run_all(ws, raw, o, u64::from(r) + 1)?;
-        hist.merge(&h);
-        all.add(&s.stats);
-        match s.dtlb_misses_per_tx {
-            Some(d) => dtlb += d * s.transactions as f64,
-            None => dtlb_ok = false,
-        }
-        ops += s.transactions;
-        runs.push(s);
+) -> anyhow::Result<(ModeResult, Option<ModeResult>, Option<String>)> {
+    note(&format!("{label} cache warm-up"));
+    let (warmup, _, why) = run_all(ws, false, o, 0)?;
+    let mut cache = ModeRuns::new(warmup);
+    let mut raw = None;
+    if o.raw {
+        note(&format!("{label} raw warm-up"));
+        raw = Some(ModeRuns::new(run_all(ws, true, o, 0)?.0));
     }
-    let mut tps: Vec<f64> = runs.iter().map(|r| r.tps).collect();
-    tps.sort_by(|a, b| a.total_cmp(b));
-    let per_cpu = runs.iter().map(|r| r.tx_per_cpu_second).fold(0.0, f64::max);
-    Ok((
-        ModeResult {
-            warmup,
-            best_tps: *tps.last().unwrap_or(&0.0),
-            median_tps: tps[tps.len() / 2],
-            best_tx_per_cpu_second: per_cpu,
-            p50_ns: hist.quantile(0.5),
-            p99_ns: hist.quantile(0.99),
-            hit_ratio: (!raw).then(|| all.hit_ratio()),
-            dtlb_misses_per_tx: (dtlb_ok && ops > 0).then(|| dtlb / ops as f64),
-            runs,
-        },
-        why,
-    ))
+    let n = o.runs.max(1);
+    for r in 0..n {
+        note(&format!("{label} cache run {}/{n}", r + 1));
+        let (s, h, _) = run_all(ws, false, o, u64::from(r) + 1)?;
+        cache.add(s, &h);
+        if let Some(m) = raw.as_mut() {
+            note(&format!("{label} raw run {}/{n}", r + 1));
+            let (s, h, _) = run_all(ws, true, o, u64::from(r) + 1)?;
+            m.add(s, &h);
+        }
+    }
+    Ok((cache.result(false), raw.map(|m| m.result(true)), why))
+}
+
+/// The median of raw tps / cache tps over run pairs (each raw run right
+/// after its cache run).
+fn paired_overhead(cache: &ModeResult, raw: &ModeResult) -> Option<f64> {
+    let mut r: Vec<f64> = cache
+        .runs
+        .iter()
+        .zip(&raw.runs)
+        .filter(|(c, _)| c.tps > 0.0)
+        .map(|(c, w)| w.tps / c.tps)
+        .collect();
+    r.sort_by(|a, b| a.total_cmp(b));
+    r.get(r.len() / 2).copied()
 }
 
 fn empty_row(ps: u64, backend: Backend, why: String, fix: Option<String>) -> Row {
@@ -583,6 +645,7 @@ fn empty_row(ps: u64, backend: Backend, why: String, fix: Option<String>) -> Row
         cache: None,
         raw: None,
         cache_overhead: None,
+        cache_overhead_paired: None,
         cache_overhead_cpu: None,
         vs_4k: None,
         vs_4k_cpu: None,
@@ -673,13 +736,8 @@ fn measure_row(
         }
         let prewarm_seconds = t.elapsed().as_secs_f64();
         let mut ws = start_workers(&cache, &name, backend, data, o.workers)?;
-        let (c, why) = measure_mode(&mut ws, false, o, note, &label)?;
+        let (c, raw, why) = measure_modes(&mut ws, o, note, &label)?;
         let ptes: Vec<u64> = ws.0.iter().filter_map(|w| vm_pte(w.pid)).collect();
-        let raw = if o.raw {
-            Some(measure_mode(&mut ws, true, o, note, &label)?.0)
-        } else {
-            None
-        };
         drop(ws);
         Ok(Row {
             page_size_bytes: ps,
@@ -695,6 +753,7 @@ fn measure_row(
                 .as_ref()
                 .filter(|_| c.best_tps > 0.0)
                 .map(|r| r.best_tps / c.best_tps),
+            cache_overhead_paired: raw.as_ref().and_then(|r| paired_overhead(&c, r)),
             cache_overhead_cpu: raw
                 .as_ref()
                 .filter(|_| c.best_tx_per_cpu_second > 0.0)
@@ -885,6 +944,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         ">hit",
         ">raw tps",
         ">overhead",
+        ">paired",
         ">per CPU",
         ">PTE/worker",
         ">start-up s",
@@ -914,6 +974,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
                 .map(|x| fmt_tps(x.best_tps))
                 .unwrap_or_else(|| "-".into()),
             ratio(r.cache_overhead),
+            ratio(r.cache_overhead_paired),
             ratio(r.cache_overhead_cpu),
             r.page_tables_bytes_per_worker
                 .map(format_bytes)
@@ -941,7 +1002,8 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     }
     out.line(format!(
         "tps = transactions (one 64-byte row of one block, read or updated) per second, all workers; \
-         overhead = raw tps / cache tps (the same loop straight on the region); \
+         overhead = raw tps / cache tps, best runs (the same loop straight on the cache's blocks, \
+         each raw run right after a cache run); paired = the median of the run pairs' own ratios; \
          x 4k = tps / the 4 KiB row's of the same backend; tx/CPU-s and per CPU: the same per CPU-second \
          of the workers (steady when other processes share the CPUs); p50/p99 sample one transaction in {SAMPLE_EVERY}; \
          the cache loop prefetches each block's bucket, descriptor and row a few transactions ahead"
