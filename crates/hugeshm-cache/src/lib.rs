@@ -226,6 +226,16 @@
 //! takes no lock and reads links that may be stale: a hint, never wrong,
 //! only sometimes useless. [`workload::run_cache`] does it, and reads with
 //! [`Cache::read_with`].
+//!
+//! A loop over many blocks takes one [`Lookups`] first
+//! ([`Cache::lookups`]) and calls its `prefetch` and `read_with`: the same
+//! as the cache's, with the hash table and descriptors range-checked once
+//! instead of at every call. Keep the code around a hit small: the hit
+//! waits on memory, and how many hits the CPU keeps in flight depends on
+//! how many instructions separate them. In `bench oltp` over 8 GiB, the
+//! per-call checks, hints through closures that were not inlined, and the
+//! pinned fall-back inlined into the loop together held the cache at
+//! 1.8-2.3x the raw loop; without them it runs at 1.1-1.3x.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -237,7 +247,7 @@ mod lock;
 pub mod workload;
 
 pub use cache::{
-    create_data_file, Block, Cache, Mode, Prefetch, ReadGuard, Stats, WriteGuard,
+    create_data_file, Block, Cache, Lookups, Mode, Prefetch, ReadGuard, Stats, WriteGuard,
     DEFAULT_BLOCK_SIZE, OPTIMISTIC_TRIES,
 };
 pub use error::CacheError;

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use hugeshm_region::Region;
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{Cache, Prefetch, Stats};
+use crate::cache::{Cache, Lookups, Prefetch, Stats};
 use crate::error::CacheError;
 
 /// Which blocks the operations pick.
@@ -343,17 +343,31 @@ const STEPS: [(usize, Prefetch); 3] = [
     (5, Prefetch::Row),
 ];
 
-/// The loop: draws operations [`RING`] ahead, calls `ahead(op, step)` for
-/// each step of [`STEPS`] as an operation comes that close, and
-/// `op(op)` for each in turn until `duration` has passed.
+/// What [`drive`] runs: a hint for an operation a few ahead, and the
+/// operation. Methods rather than closures, inlined into the loop: the
+/// loop waits on memory, and a call per step (the closures were not
+/// inlined, being called from more than one place) kept fewer lookups in
+/// flight.
+trait Workload {
+    /// Starts loading what `op` will touch, step `step`.
+    fn ahead(&self, op: &Op, step: Prefetch);
+    /// Runs `op`, returning a value for the checksum.
+    fn run(&self, op: &Op) -> Result<u64, CacheError>;
+}
+
+/// The loop: draws operations [`RING`] ahead, calls `w.ahead(op, step)`
+/// for each step of [`STEPS`] as an operation comes that close, and
+/// `w.run(op)` for each in turn until `duration` has passed. The first
+/// operations go without hints (each call site is the only one, so that
+/// it is inlined).
+#[inline(always)]
 fn drive(
     spec: &Spec,
     picker: &Picker,
     rng: &mut Rng,
     rows: u64,
     duration: Duration,
-    mut ahead: impl FnMut(&Op, Prefetch),
-    mut op: impl FnMut(&Op) -> Result<u64, CacheError>,
+    w: &impl Workload,
 ) -> Result<RunResult, CacheError> {
     let mut r = RunResult::default();
     let ops = Ops {
@@ -363,13 +377,8 @@ fn drive(
         write_below: u64::from(spec.write_pct.min(100)) * 65536 / 100,
     };
     let mut ring = [Op::default(); RING];
-    for (k, slot) in ring.iter_mut().enumerate() {
+    for slot in ring.iter_mut() {
         *slot = ops.next(rng);
-        for &(d, step) in &STEPS {
-            if k < d {
-                ahead(slot, step);
-            }
-        }
     }
     // A power of two, so the test is a mask, not a division.
     let mask = u64::from(spec.sample_every.max(1)).next_power_of_two() - 1;
@@ -380,15 +389,14 @@ fn drive(
     loop {
         for _ in 0..256 {
             let o = ring[k % RING];
-            for &(d, step) in &STEPS {
-                ahead(&ring[(k + d) % RING], step);
-            }
-            if r.ops & mask == 0 {
-                let t = Instant::now();
-                r.checksum = r.checksum.wrapping_add(op(&o)?);
+            // The step a constant at each call: its `match` folds away.
+            w.ahead(&ring[(k + STEPS[0].0) % RING], STEPS[0].1);
+            w.ahead(&ring[(k + STEPS[1].0) % RING], STEPS[1].1);
+            w.ahead(&ring[(k + STEPS[2].0) % RING], STEPS[2].1);
+            let t = (r.ops & mask == 0).then(Instant::now);
+            r.checksum = r.checksum.wrapping_add(w.run(&o)?);
+            if let Some(t) = t {
                 r.latency.record(t.elapsed().as_nanos() as u64);
-            } else {
-                r.checksum = r.checksum.wrapping_add(op(&o)?);
             }
             ring[k % RING] = ops.next(rng);
             k = k.wrapping_add(1);
@@ -405,11 +413,45 @@ fn drive(
     Ok(r)
 }
 
+/// The cache's loop: hints through [`Lookups::prefetch`], reads through
+/// [`Lookups::read_with`], writes through [`Cache::write`].
+struct CacheLoop<'a> {
+    cache: &'a Cache,
+    lk: Lookups<'a>,
+}
+
+impl Workload for CacheLoop<'_> {
+    #[inline(always)]
+    fn ahead(&self, o: &Op, step: Prefetch) {
+        self.lk.prefetch(o.block, o.word * 8, o.write, step);
+    }
+
+    #[inline(always)]
+    fn run(&self, o: &Op) -> Result<u64, CacheError> {
+        let row = o.word..o.word + ROW_WORDS;
+        if o.write {
+            self.write(o.block, row)
+        } else {
+            self.lk.read_with(o.block, |w| read_row(&w[row.clone()]))
+        }
+    }
+}
+
+impl CacheLoop<'_> {
+    /// A write, out of the loop's line (a few in a hundred operations;
+    /// the pin and lock code inlined into the loop slowed the reads).
+    #[inline(never)]
+    fn write(&self, blk: u64, row: std::ops::Range<usize>) -> Result<u64, CacheError> {
+        let g = self.cache.write(blk)?;
+        Ok(update_row(&g.words()?[row]))
+    }
+}
+
 /// Runs the workload through `cache` for `duration`, naming each block to
-/// [`Cache::prefetch`] a few operations before it is read or written (as a
-/// server that knows its next keys does; the lookups then overlap instead
-/// of waiting for memory one after the other). Reads go through
-/// [`Cache::read_with`] (no lock on a hit), writes through
+/// [`Lookups::prefetch`] a few operations before it is read or written
+/// (as a server that knows its next keys does; the lookups then overlap
+/// instead of waiting for memory one after the other). Reads go through
+/// [`Lookups::read_with`] (no lock on a hit), writes through
 /// [`Cache::write`].
 pub fn run_cache(
     cache: &Cache,
@@ -420,25 +462,42 @@ pub fn run_cache(
 ) -> Result<RunResult, CacheError> {
     let rows = (cache.layout().block_size / (ROW_WORDS * 8)) as u64;
     cache.reset_stats();
-    let mut r = drive(
-        spec,
-        picker,
-        rng,
-        rows,
-        duration,
-        |o, step| cache.prefetch(o.block, o.word * 8, o.write, step),
-        |o| {
-            let row = o.word..o.word + ROW_WORDS;
-            if o.write {
-                let g = cache.write(o.block)?;
-                Ok(update_row(&g.words()?[row]))
-            } else {
-                cache.read_with(o.block, |w| read_row(&w[row.clone()]))
-            }
-        },
-    )?;
+    let w = CacheLoop {
+        cache,
+        lk: cache.lookups()?,
+    };
+    let mut r = drive(spec, picker, rng, rows, duration, &w)?;
+    drop(w);
     r.stats = cache.stats();
     Ok(r)
+}
+
+/// The raw loop: rows of a flat array of blocks.
+struct RawLoop<'a> {
+    all: &'a [AtomicU64],
+    block_words: usize,
+    blocks: u64,
+}
+
+impl Workload for RawLoop<'_> {
+    #[inline(always)]
+    fn ahead(&self, _: &Op, _: Prefetch) {}
+
+    #[inline(always)]
+    fn run(&self, o: &Op) -> Result<u64, CacheError> {
+        let at = o.block as usize * self.block_words + o.word;
+        let Some(words) = self.all.get(at..at + ROW_WORDS) else {
+            return Err(CacheError::BlockOutOfRange {
+                block: o.block,
+                blocks: self.blocks,
+            });
+        };
+        Ok(if o.write {
+            update_row(words)
+        } else {
+            read_row(words)
+        })
+    }
 }
 
 /// Runs the same loop straight on `region`'s data, as a flat array of
@@ -472,28 +531,12 @@ pub fn run_raw(
     let block_words = block_size / 8;
     // Checked once: every row of every block lies in it.
     let all = region.atomic_u64s(at, blocks as usize * block_words)?;
-    drive(
-        spec,
-        &picker,
-        rng,
-        rows,
-        duration,
-        |_, _| {},
-        |o| {
-            let at = o.block as usize * block_words + o.word;
-            let Some(words) = all.get(at..at + ROW_WORDS) else {
-                return Err(CacheError::BlockOutOfRange {
-                    block: o.block,
-                    blocks,
-                });
-            };
-            Ok(if o.write {
-                update_row(words)
-            } else {
-                read_row(words)
-            })
-        },
-    )
+    let w = RawLoop {
+        all,
+        block_words,
+        blocks,
+    };
+    drive(spec, &picker, rng, rows, duration, &w)
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@
 //!
 //! Beside them, reader processes read blocks with `Cache::read_with` (no
 //! pin, no lock, a version check): a whole block copied or one row of
-//! it, each checked, while the others write those blocks and evict them.
+//! it (the rows through one `Lookups` each reader holds for its whole
+//! run), each checked, while the others write those blocks and evict
+//! them.
 //! A check that let a torn copy through (a writer's release that did not
 //! raise the version, say) fails the checksum here.
 //!
@@ -24,7 +26,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 
 use hugeshm_cache::workload::Rng;
-use hugeshm_cache::{create_data_file, Cache, Layout, Mode, Prefetch, Stats};
+use hugeshm_cache::{create_data_file, Cache, Layout, Lookups, Mode, Prefetch, Stats};
 use hugeshm_region::{Backend, Locator, PageSize, Policy, RegionBuilder};
 use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
 
@@ -98,10 +100,12 @@ fn read_block_optimistic(cache: &Cache, blk: u64, buf: &mut [u8]) {
         .expect("read_with");
 }
 
-/// One 8-word row of block `blk` at word `at` read by `read_with` (a short
-/// `f`, as the OLTP loop's), with words 0 and 1: what is wrong with it.
-fn check_row_optimistic(cache: &Cache, blk: u64, at: usize) -> Result<(), String> {
-    let (b, counter, row) = cache
+/// One 8-word row of block `blk` at word `at` read by
+/// `Lookups::read_with` (a short `f`, as the OLTP loop's, through one
+/// `Lookups` held for the whole run, as the loop holds it), with words 0
+/// and 1: what is wrong with it.
+fn check_row_optimistic(lk: &Lookups, blk: u64, at: usize) -> Result<(), String> {
+    let (b, counter, row) = lk
         .read_with(blk, |w| {
             let mut row = [0u64; 8];
             for (r, x) in row.iter_mut().zip(&w[at..at + 8]) {
@@ -133,6 +137,7 @@ fn check_row_optimistic(cache: &Cache, blk: u64, at: usize) -> Result<(), String
 /// buffers are retagged under other readers); every other read a whole
 /// block, the others a row.
 fn reader_child(cache: &Cache, id: u64) {
+    let lk = cache.lookups().expect("lookups");
     let mut rng = Rng::new(id * 7919 + 1);
     let mut buf = vec![0u8; BS];
     for op in 0..READER_OPS {
@@ -146,7 +151,7 @@ fn reader_child(cache: &Cache, id: u64) {
             check(blk, &buf).unwrap_or_else(|e| panic!("reader {id} read_with: {e}"));
         } else {
             let at = rng.below(WORDS as u64 / 8) as usize * 8;
-            check_row_optimistic(cache, blk, at)
+            check_row_optimistic(&lk, blk, at)
                 .unwrap_or_else(|e| panic!("reader {id} read_with (row): {e}"));
         }
     }

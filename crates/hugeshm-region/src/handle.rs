@@ -326,6 +326,14 @@ impl Region {
         Ok(self.mem.atomic_u64(at)?)
     }
 
+    /// `n` consecutive 32-bit atomic words at data offset `offset` (a
+    /// multiple of 4), checked once.
+    #[inline(always)]
+    pub fn atomic_u32s(&self, offset: usize, n: usize) -> Result<&[AtomicU32], RegionError> {
+        let at = self.data_range("atomic_u32s", offset, n.saturating_mul(4))?;
+        Ok(self.mem.atomic_u32s(at, n)?)
+    }
+
     /// `n` consecutive 64-bit atomic words at data offset `offset` (a
     /// multiple of 8), checked once.
     #[inline(always)]

@@ -58,6 +58,22 @@ impl Mapping {
         Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
     }
 
+    /// `n` consecutive 32-bit atomic words from `offset` (a multiple of
+    /// 4), checked once: for arrays in the mapping (hash buckets, links)
+    /// indexed without a range check per word.
+    #[inline(always)]
+    pub fn atomic_u32s(&self, offset: usize, n: usize) -> Result<&[AtomicU32], SysError> {
+        let bytes = n.checked_mul(4).ok_or_else(|| {
+            SysError::invalid(self.call("atomic_u32s"), format!("{n} words overflow"))
+        })?;
+        self.range_ptr("atomic_u32s", offset, bytes)?;
+        let p = self
+            .aligned_ptr("atomic_u32s", offset, 4)?
+            .cast::<AtomicU32>();
+        // SAFETY: as in atomic_u64s, with 4-byte words.
+        Ok(unsafe { std::slice::from_raw_parts(p, n) })
+    }
+
     /// `n` consecutive 64-bit atomic words from `offset` (a multiple of
     /// 8), checked once: for loops over a row or a block without a check
     /// per word.
