@@ -63,15 +63,7 @@ impl Mapping {
     /// indexed without a range check per word.
     #[inline(always)]
     pub fn atomic_u32s(&self, offset: usize, n: usize) -> Result<&[AtomicU32], SysError> {
-        let bytes = n.checked_mul(4).ok_or_else(|| {
-            SysError::invalid(self.call("atomic_u32s"), format!("{n} words overflow"))
-        })?;
-        self.range_ptr("atomic_u32s", offset, bytes)?;
-        let p = self
-            .aligned_ptr("atomic_u32s", offset, 4)?
-            .cast::<AtomicU32>();
-        // SAFETY: as in atomic_u64s, with 4-byte words.
-        Ok(unsafe { std::slice::from_raw_parts(p, n) })
+        self.atomic_slice("atomic_u32s", offset, n)
     }
 
     /// `n` consecutive 64-bit atomic words from `offset` (a multiple of
@@ -79,17 +71,28 @@ impl Mapping {
     /// per word.
     #[inline(always)]
     pub fn atomic_u64s(&self, offset: usize, n: usize) -> Result<&[AtomicU64], SysError> {
-        let bytes = n.checked_mul(8).ok_or_else(|| {
-            SysError::invalid(self.call("atomic_u64s"), format!("{n} words overflow"))
-        })?;
-        self.range_ptr("atomic_u64s", offset, bytes)?;
-        let p = self
-            .aligned_ptr("atomic_u64s", offset, 8)?
-            .cast::<AtomicU64>();
-        // SAFETY: n 8-byte aligned words inside a live read-write mapping
-        // (checked above) that outlives the slice (bound to `&self`);
-        // AtomicU64 has the size and alignment of u64, and every access
-        // through the slice is atomic.
+        self.atomic_slice("atomic_u64s", offset, n)
+    }
+
+    /// `n` consecutive atomic words of type `W` from `offset`, checked
+    /// once (range and alignment).
+    #[inline(always)]
+    fn atomic_slice<W: AtomicWord>(
+        &self,
+        what: &str,
+        offset: usize,
+        n: usize,
+    ) -> Result<&[W], SysError> {
+        let size = std::mem::size_of::<W>();
+        let bytes = n
+            .checked_mul(size)
+            .ok_or_else(|| SysError::invalid(self.call(what), format!("{n} words overflow")))?;
+        self.range_ptr(what, offset, bytes)?;
+        let p = self.aligned_ptr(what, offset, size)?.cast::<W>();
+        // SAFETY: n aligned words of W's size inside a live read-write
+        // mapping (checked above) that outlives the slice (bound to
+        // `&self`); W is an atomic integer (sealed trait), valid for any
+        // bits, and every access through the slice is atomic.
         Ok(unsafe { std::slice::from_raw_parts(p, n) })
     }
 
@@ -166,6 +169,12 @@ impl Mapping {
     }
 }
 
+/// The atomic integers [`Mapping`] hands out as slices: valid for any bits,
+/// aligned to their size. Sealed: implemented here only.
+trait AtomicWord {}
+impl AtomicWord for AtomicU32 {}
+impl AtomicWord for AtomicU64 {}
+
 #[cfg(test)]
 mod tests {
     use crate::mmap_anon;
@@ -188,6 +197,17 @@ mod tests {
         assert!(m.atomic_u64s(4096 - 16, 3).is_err());
         assert!(m.atomic_u64s(4, 1).is_err());
         assert!(m.atomic_u64s(0, usize::MAX).is_err());
+        let heads = m.atomic_u32s(8, 3).unwrap();
+        assert_eq!(
+            heads[0].load(Ordering::Relaxed),
+            8,
+            "the low half, little-endian"
+        );
+        assert_eq!(heads.len(), 3);
+        assert!(m.atomic_u32s(4096 - 8, 3).is_err());
+        let e = m.atomic_u32s(2, 1).unwrap_err().to_string();
+        assert!(e.contains("not 4-byte aligned"), "{e}");
+        assert!(m.atomic_u32s(0, usize::MAX / 2).is_err());
         // Hints only: inside, at the end, far outside; nothing changes.
         m.prefetch(64, false);
         m.prefetch(128, true);
