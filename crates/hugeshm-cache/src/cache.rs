@@ -214,6 +214,23 @@ impl Tables<'_> {
         self.links.get(i).map_or(0, |n| n.load(Ordering::Acquire))
     }
 
+    /// The buffer holding block `blk`, if any: bucket `b`'s chain, walked
+    /// with acquire loads (a chain may change under it; the walk stops
+    /// after as many steps as there are buffers, so a cycle a concurrent
+    /// relink makes ends, and at a link beyond the buffers).
+    #[inline(always)]
+    fn lookup(&self, b: usize, blk: u64) -> Option<usize> {
+        let mut link = self.head(b);
+        for _ in 0..=self.links.len() {
+            let i = self.buffer(link)?;
+            if self.tag(i) == blk {
+                return Some(i);
+            }
+            link = self.next(i);
+        }
+        None
+    }
+
     /// The block buffer `i` holds (when its state says it holds one).
     #[inline(always)]
     fn tag(&self, i: usize) -> u64 {
@@ -233,8 +250,6 @@ pub struct Lookups<'a> {
     /// The block area, when the blocks are in the cache's own region.
     blocks: Option<&'a [AtomicU64]>,
     layout: Layout,
-    /// Words of a block.
-    block_words: usize,
     hits: Cell<u64>,
     retries: Cell<u64>,
 }
@@ -251,26 +266,10 @@ impl Drop for Lookups<'_> {
 }
 
 impl Lookups<'_> {
-    /// The buffer holding block `blk`, if any: bucket `b`'s chain, walked
-    /// with acquire loads (a chain may change under it; its length is
-    /// bounded by the buffers, so a cycle a concurrent relink makes ends).
-    #[inline(always)]
-    fn lookup(&self, b: usize, blk: u64) -> Option<usize> {
-        let mut link = self.t.head(b);
-        for _ in 0..=self.layout.buffers {
-            let i = self.t.buffer(link)?;
-            if self.t.tag(i) == blk {
-                return Some(i);
-            }
-            link = self.t.next(i);
-        }
-        None
-    }
-
     /// Buffer `i`'s block, as words.
     #[inline(always)]
     fn words(&self, i: usize) -> Result<&[AtomicU64], CacheError> {
-        let n = self.block_words;
+        let n = self.layout.block_size / 8;
         match self.blocks.and_then(|b| b.get(i * n..(i + 1) * n)) {
             Some(w) => Ok(w),
             None => Ok(self
@@ -399,7 +398,7 @@ impl Lookups<'_> {
         blk: u64,
         f: &mut impl FnMut(&[AtomicU64]) -> T,
     ) -> Result<Attempt<T>, CacheError> {
-        let Some(i) = self.lookup(self.layout.bucket_of(blk), blk) else {
+        let Some(i) = self.t.lookup(self.layout.bucket_of(blk), blk) else {
             return Ok(Attempt::Absent);
         };
         let st = &self.t.descs[2 * i];
@@ -892,17 +891,7 @@ impl Cache {
     /// changed; it stops after as many steps as there are buffers).
     #[inline(always)]
     fn lookup(&self, b: usize, blk: u64) -> Result<Option<usize>, CacheError> {
-        let mut link = self.head(b)?.load(Ordering::Acquire);
-        let mut steps = 0;
-        while link != 0 && steps <= self.layout.buffers {
-            let i = link as usize - 1;
-            if self.tag(i)?.load(Ordering::Relaxed) == blk {
-                return Ok(Some(i));
-            }
-            link = self.next(i)?.load(Ordering::Acquire);
-            steps += 1;
-        }
-        Ok(None)
+        Ok(self.tables()?.lookup(b, blk))
     }
 
     /// Removes buffer `v` from bucket `b`'s chain (partition lock held
@@ -1492,6 +1481,7 @@ impl Cache {
     /// be stale (so it may load the wrong lines, never anything outside
     /// the region), and does nothing for a block beyond the data file.
     /// `write` asks for the row's line exclusive.
+    ///
     /// One call: [`Lookups::prefetch`] does the same without checking the
     /// region's arrays each time.
     #[inline(always)]
@@ -1550,6 +1540,7 @@ impl Cache {
     /// compare-and-swap only while it is below its maximum (and is not
     /// retried when it fails), so a block read all the time is written to
     /// only when the clock sweep has lowered it.
+    ///
     /// One call: [`Lookups::read_with`] does the same without checking
     /// the region's arrays each time.
     #[inline(always)]
@@ -1585,7 +1576,6 @@ impl Cache {
             t,
             blocks,
             layout: l,
-            block_words: l.block_size / 8,
             hits: Cell::new(0),
             retries: Cell::new(0),
         })

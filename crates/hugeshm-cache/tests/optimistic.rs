@@ -44,6 +44,21 @@ fn data_file(test: &str, blocks: u64) -> RemoveOnDrop {
     RemoveOnDrop(data)
 }
 
+/// A cache of `buffers` buffers over a `blocks`-block data file, in a
+/// posix region named after `test` (so that other handles can attach it
+/// by name): the data file's guard, the region's name, the cache.
+fn named_cache(test: &str, blocks: u64, buffers: usize) -> (RemoveOnDrop, String, Cache) {
+    let data = data_file(test, blocks);
+    let name = format!("t-cache-{test}-{}", std::process::id());
+    let (region, _) = RegionBuilder::new(1 << 20)
+        .backend(Backend::Posix)
+        .name(name.clone())
+        .create()
+        .unwrap();
+    let cache = Cache::create_sized(region, &data.0, BS, Some(buffers)).unwrap();
+    (data, name, cache)
+}
+
 fn word(cache: &Cache, blk: u64, w: usize) -> Result<u64, CacheError> {
     cache.read_with(blk, |words| words[w].load(Ordering::Relaxed))
 }
@@ -158,14 +173,7 @@ fn a_full_pin_count_refuses_pins() {
 /// flags are as before and only the version tells.
 #[test]
 fn a_change_inside_f_fails_the_check() {
-    let data = data_file("opt-inside", 8);
-    let name = format!("t-cache-opt-inside-{}", std::process::id());
-    let (region, _) = RegionBuilder::new(1 << 20)
-        .backend(Backend::Posix)
-        .name(name.clone())
-        .create()
-        .unwrap();
-    let cache = Cache::create_sized(region, &data.0, BS, Some(1)).unwrap();
+    let (data, name, cache) = named_cache("opt-inside", 8, 1);
     let other = Cache::open(
         Locator::new(&name, Backend::Posix).attach().unwrap(),
         &data.0,
@@ -254,14 +262,7 @@ fn a_change_inside_f_fails_the_check() {
 /// returns must be one block at one counter.
 #[test]
 fn retags_under_an_optimistic_reader() {
-    let data = data_file("opt-retag", 8);
-    let name = format!("t-cache-opt-retag-{}", std::process::id());
-    let (region, _) = RegionBuilder::new(1 << 20)
-        .backend(Backend::Posix)
-        .name(name.clone())
-        .create()
-        .unwrap();
-    let cache = Cache::create_sized(region, &data.0, BS, Some(4)).unwrap();
+    let (data, name, cache) = named_cache("opt-retag", 8, 4);
     let stop = Arc::new(AtomicBool::new(false));
     let churn: Vec<_> = (0..2u64)
         .map(|t| {
