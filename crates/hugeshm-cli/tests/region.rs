@@ -295,19 +295,21 @@ fn bench_pagetables_measures_per_process_cost() {
     }
     let pool = PoolGuard::new().expect("pool lock");
     let before = HostState::capture().unwrap();
+    // Two counts: the children attach in two steps, a row per step and a
+    // slope per page size.
     let r = json(run(&[
         "bench",
         "pagetables",
         "--size",
         "256M",
         "--procs",
-        "4",
+        "6,2",
         "--page-size",
         "4k,2m",
         "--json",
     ]));
     let rows = r["results"].as_array().unwrap();
-    assert_eq!(rows.len(), 2, "{r:#}");
+    assert_eq!(rows.len(), 4, "{r:#}");
     for row in rows {
         for key in [
             "page_size_bytes",
@@ -318,20 +320,81 @@ fn bench_pagetables_measures_per_process_cost() {
             assert!(row.get(key).is_some(), "{key} missing: {row}");
         }
     }
-    let per = |ps: u64| {
+    let per = |ps: u64, n: u64| {
         rows.iter()
-            .find(|x| x["page_size_bytes"].as_u64() == Some(ps))
-            .unwrap()["page_tables_bytes_per_proc"]
+            .find(|x| x["page_size_bytes"].as_u64() == Some(ps) && x["procs"].as_u64() == Some(n))
+            .unwrap_or_else(|| panic!("no row for {ps} at {n}: {r:#}"))
+            ["page_tables_bytes_per_proc"]
             .as_u64()
             .unwrap()
     };
     // 256 MiB on 4 KiB pages: 512 KiB of PTEs per process; on 2 MiB pages at
     // most one PMD page (4 KiB) per process, far under the 64 KiB target.
-    assert!(per(4096) >= 256 << 10, "4 KiB: {}", per(4096));
-    assert!(per(M2) <= 64 << 10, "2 MiB: {}", per(M2));
+    for n in [2, 6] {
+        assert!(per(4096, n) >= 256 << 10, "4 KiB at {n}: {}", per(4096, n));
+        assert!(per(M2, n) <= 64 << 10, "2 MiB at {n}: {}", per(M2, n));
+    }
+    // The slope through 2 and 6 processes is what one more process costs:
+    // the PTEs of 256 MiB on 4 KiB pages (theory 516 KiB), next to nothing
+    // on 2 MiB pages.
+    let growth = r["growth"].as_array().expect("growth");
+    assert_eq!(growth.len(), 2, "{r:#}");
+    let slope = |ps: u64| {
+        let g = growth
+            .iter()
+            .find(|g| g["page_size_bytes"].as_u64() == Some(ps))
+            .unwrap();
+        assert_eq!(g["procs"], serde_json::json!([2, 6]), "{g}");
+        g["bytes_per_proc"].as_f64().unwrap()
+    };
+    let theory = 256.0 * 1024.0 * 2.0 + 4096.0;
+    assert!(
+        (0.75 * theory..=1.25 * theory).contains(&slope(4096)),
+        "4 KiB slope {} against theory {theory}",
+        slope(4096)
+    );
+    assert!(slope(M2) <= 16.0 * 1024.0, "2 MiB slope {}", slope(M2));
     let diff = before.diff(&HostState::capture().unwrap());
     assert!(diff.is_empty(), "left behind: {diff:#?}");
     pool.restore().expect("restore");
+}
+
+/// A page size the kernel has no pool of is a line saying why, with the
+/// boot-time fix, and the other page sizes run.
+#[test]
+fn bench_pagetables_skips_a_page_size_the_host_lacks() {
+    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
+    let r = json(run(&[
+        "bench",
+        "pagetables",
+        "--size",
+        "8M",
+        "--procs",
+        "2",
+        "--page-size",
+        "4k,16m",
+        "--no-reserve",
+        "--json",
+    ]));
+    let rows = r["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{r:#}");
+    assert_eq!(rows[0]["page_size_bytes"], 4096, "{r:#}");
+    let skipped = r["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{r:#}");
+    assert_eq!(skipped[0]["page_size_bytes"], 16 << 20, "{r:#}");
+    let reason = skipped[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("this kernel offers no 16M pages (it has: ") && reason.contains("2M"),
+        "{reason}"
+    );
+    assert!(
+        skipped[0]["fix"]
+            .as_str()
+            .is_some_and(|f| f.contains("hugepagesz=16M")),
+        "{r:#}"
+    );
+    // One count: no slope to print.
+    assert_eq!(r["growth"].as_array().map(Vec::len), Some(0), "{r:#}");
 }
 
 #[test]

@@ -1,16 +1,17 @@
 //! What the benches share: size arguments, reaping children, topping up the
 //! huge page pools for a run. A leaf: it imports no other bench module.
 
+use crate::output::Out;
 use anyhow::Context;
 use hugeshm_apply::{PoolFiles, SysfsPools};
-use hugeshm_parse::size::{format_bytes, parse_size};
+use hugeshm_parse::size::{format_bytes, page_size_short, parse_size};
 use hugeshm_probe::{HostSnapshot, Probe};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-/// Least-squares slope of `y` over `x`; `None` with fewer than two
-/// distinct `x`.
-pub(crate) fn slope(points: &[(f64, f64)]) -> Option<f64> {
+/// Least-squares line through the points: `(slope, intercept)`; `None`
+/// with fewer than two distinct `x`.
+pub(crate) fn fit(points: &[(f64, f64)]) -> Option<(f64, f64)> {
     let n = points.len() as f64;
     if points.len() < 2 {
         return None;
@@ -19,7 +20,89 @@ pub(crate) fn slope(points: &[(f64, f64)]) -> Option<f64> {
     let my = points.iter().map(|p| p.1).sum::<f64>() / n;
     let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
     let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-    (sxx > 0.0).then(|| sxy / sxx)
+    (sxx > 0.0).then(|| (sxy / sxx, my - sxy / sxx * mx))
+}
+
+/// Least-squares slope of `y` over `x` (see [`fit`]).
+pub(crate) fn slope(points: &[(f64, f64)]) -> Option<f64> {
+    fit(points).map(|(k, _)| k)
+}
+
+/// A page size a bench could not measure, why, and how to get its pages.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct Skipped {
+    pub(crate) page_size_bytes: u64,
+    pub(crate) reason: String,
+    pub(crate) fix: Option<String>,
+}
+
+impl Skipped {
+    /// The kernel has no pool of this size; the reason names the sizes it
+    /// has.
+    pub(crate) fn no_such_pages(host: &HostSnapshot, page_size: u64, pages: u64) -> Skipped {
+        let has: Vec<String> = host
+            .pools
+            .iter()
+            .map(|p| page_size_short(p.page_size_bytes))
+            .collect();
+        let has = if has.is_empty() {
+            "none".to_owned()
+        } else {
+            has.join(", ")
+        };
+        Skipped {
+            page_size_bytes: page_size,
+            reason: format!(
+                "this kernel offers no {} pages (it has: {has})",
+                page_size_short(page_size)
+            ),
+            fix: Some(format!(
+                "where the architecture has {0} pages, boot with hugepagesz={0} hugepages={pages}",
+                page_size_short(page_size)
+            )),
+        }
+    }
+
+    /// Reserving or using `pages` pages of this size failed with `e` (the
+    /// fix: how to get the pages; none for base pages).
+    pub(crate) fn failed(page_size: u64, pages: u64, e: &anyhow::Error) -> Skipped {
+        Skipped {
+            page_size_bytes: page_size,
+            reason: crate::output::error_text(e),
+            fix: (page_size > 4096).then(|| pages_fix(page_size, pages)),
+        }
+    }
+
+    /// `2M pages not measured: WHY` and its fix, a line each.
+    pub(crate) fn print(all: &[Skipped], out: &mut Out) -> anyhow::Result<()> {
+        for sk in all {
+            out.line(format!(
+                "{} pages not measured: {}",
+                page_size_short(sk.page_size_bytes),
+                sk.reason
+            ))?;
+            if let Some(f) = &sk.fix {
+                out.line(format!("  to fix: {f}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How to get `pages` pages of `page_size` that the running host could not
+/// give.
+pub(crate) fn pages_fix(page_size: u64, pages: u64) -> String {
+    if page_size >= 1 << 30 {
+        format!(
+            "1 GiB pages are rarely free at run time on a used host: reserve them at boot with \
+             hugepagesz=1G hugepages={pages} on the kernel command line (or hugetlb_cma=)"
+        )
+    } else {
+        format!(
+            "free memory, then: echo {pages} > /sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages",
+            page_size / 1024
+        )
+    }
 }
 
 /// Parses a size argument (`64M`, `2m`, `1G`, `4096`).
@@ -215,12 +298,13 @@ pub(crate) fn bench_region(
 
 #[cfg(test)]
 mod tests {
-    use super::slope;
+    use super::{fit, slope};
 
     #[test]
     fn slope_is_the_least_squares_line() {
         assert_eq!(slope(&[(1.0, 3.0), (2.0, 5.0), (3.0, 7.0)]), Some(2.0));
         assert_eq!(slope(&[(1.0, 3.0)]), None);
         assert_eq!(slope(&[(1.0, 3.0), (1.0, 4.0)]), None);
+        assert_eq!(fit(&[(1.0, 3.0), (2.0, 5.0), (3.0, 7.0)]), Some((2.0, 1.0)));
     }
 }

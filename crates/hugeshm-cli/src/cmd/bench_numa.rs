@@ -4,7 +4,7 @@
 //! node, per page size. Each row carries the bytes per node that
 //! `/proc/self/numa_maps` showed, so the table proves where the pages were.
 
-use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, PoolTopUp};
+use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, PoolTopUp, Skipped};
 use crate::output::{Out, Table};
 use anyhow::Context;
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -66,13 +66,6 @@ pub(crate) struct Ratio {
     pub(crate) remote_vs_local_read: Option<f64>,
     pub(crate) interleave_vs_local_write: Option<f64>,
     pub(crate) interleave_vs_local_read: Option<f64>,
-}
-
-/// A page size the bench could not measure, and why.
-#[derive(Debug, serde::Serialize)]
-pub(crate) struct Skipped {
-    pub(crate) page_size_bytes: u64,
-    pub(crate) reason: String,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -302,10 +295,9 @@ pub(crate) fn measure(probe: &Probe, a: &Args, note: &dyn Fn(&str)) -> anyhow::R
             .bytes()
             .context("--page-size takes explicit sizes (4k, 2m, 1g)")?;
         if bytes > 4096 && host.pool(bytes).is_none() {
-            report.skipped.push(Skipped {
-                page_size_bytes: bytes,
-                reason: "this kernel offers no such pages".to_owned(),
-            });
+            report
+                .skipped
+                .push(Skipped::no_such_pages(&host, bytes, a.size.div_ceil(bytes)));
             continue;
         }
         pages.push(if bytes == 4096 { PageSize::Base } else { page });
@@ -337,10 +329,7 @@ pub(crate) fn measure(probe: &Probe, a: &Args, note: &dyn Fn(&str)) -> anyhow::R
             });
             match raised.transpose() {
                 Ok(_) => kept.push(page),
-                Err(e) => report.skipped.push(Skipped {
-                    page_size_bytes: ps,
-                    reason: crate::output::error_text(&e),
-                }),
+                Err(e) => report.skipped.push(Skipped::failed(ps, whole, &e)),
             }
         }
         pages = kept;
@@ -355,10 +344,12 @@ pub(crate) fn measure(probe: &Probe, a: &Args, note: &dyn Fn(&str)) -> anyhow::R
         match measure_size(a, page, &placements, note) {
             Ok(mut r) => report.results.append(&mut r),
             // One page size failing does not end the bench: it says why.
-            Err(e) => report.skipped.push(Skipped {
-                page_size_bytes: page.bytes().unwrap_or(4096),
-                reason: crate::output::error_text(&e),
-            }),
+            Err(e) => {
+                let ps = page.bytes().unwrap_or(4096);
+                report
+                    .skipped
+                    .push(Skipped::failed(ps, a.size.div_ceil(ps), &e));
+            }
         }
     }
     hugeshm_sys::set_affinity(&saved)?;
@@ -434,13 +425,7 @@ fn print(a: &Args, report: &Report, out: &mut Out) -> anyhow::Result<ExitCode> {
             pct(r.interleave_vs_local_read),
         ))?;
     }
-    for sk in &report.skipped {
-        out.line(format!(
-            "{} pages not measured: {}",
-            page_size_short(sk.page_size_bytes),
-            sk.reason
-        ))?;
-    }
+    Skipped::print(&report.skipped, out)?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }

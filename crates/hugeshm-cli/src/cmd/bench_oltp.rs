@@ -9,7 +9,7 @@
 //! attaching the region by name) or, for `anon` regions, forked children;
 //! both answer one JSON line per run on a pipe.
 
-use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, DataFile, PoolTopUp};
+use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, DataFile, PoolTopUp, Skipped};
 use crate::output::{Out, Table};
 use anyhow::{bail, Context};
 use hugeshm_cache::workload::{self, Dist, Histogram, Picker, Rng, RunResult, Spec};
@@ -654,21 +654,6 @@ fn empty_row(ps: u64, backend: Backend, why: String, fix: Option<String>) -> Row
     }
 }
 
-/// How to get pages of `page_size` that the running host cannot give.
-fn pages_fix(page_size: u64, pages: u64) -> String {
-    if page_size >= 1 << 30 {
-        format!(
-            "1 GiB pages are rarely free at run time: reserve them at boot with \
-             hugepagesz=1G hugepages={pages} on the kernel command line"
-        )
-    } else {
-        format!(
-            "free memory, then: echo {pages} > /sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages",
-            page_size / 1024
-        )
-    }
-}
-
 /// One page size and backend: create (timed), prewarm, workers, cache
 /// runs, raw runs, page tables.
 fn measure_row(
@@ -813,24 +798,18 @@ pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow
         let pages = region_bytes / ps;
         let mut reservation = PoolTopUp::new(&probe);
         let unavailable = if ps > 4096 && host.pool(ps).is_none() {
-            Some((
-                "this kernel offers no such pages".to_owned(),
-                Some(format!(
-                    "boot with hugepagesz={} hugepages={pages}",
-                    page_size_short(ps)
-                )),
-            ))
+            Some(Skipped::no_such_pages(&host, ps, pages))
         } else if ps > 4096 && o.reserve {
             reservation
                 .ensure(&host, ps, pages)
                 .err()
-                .map(|e| (crate::output::error_text(&e), Some(pages_fix(ps, pages))))
+                .map(|e| Skipped::failed(ps, pages, &e))
         } else {
             None
         };
         for &backend in &o.backends {
-            if let Some((why, fix)) = &unavailable {
-                rows.push(empty_row(ps, backend, why.clone(), fix.clone()));
+            if let Some(sk) = &unavailable {
+                rows.push(empty_row(ps, backend, sk.reason.clone(), sk.fix.clone()));
                 continue;
             }
             match measure_row(o, ps, backend, &data.path, note) {

@@ -5,10 +5,14 @@
 //! every child attaches the region and touches every page, and PageTables is
 //! read again. The difference divided by N is what one attached process costs
 //! in page tables for this region alone (the children's own page tables are in
-//! both readings).
+//! both readings). Several counts (`--procs 16,64,256`) attach the children
+//! in steps and read PageTables after each: a row per count, and per page
+//! size the least-squares slope (bytes per added process) and intercept.
 
-use crate::cmd::bench_common::{bench_region, parse_count_arg, parse_size_arg, reap, PoolTopUp};
-use crate::output::{Keyed, Out, Table};
+use crate::cmd::bench_common::{
+    bench_region, fit, parse_count_arg, parse_size_arg, reap, PoolTopUp, Skipped,
+};
+use crate::output::{Out, Table};
 use anyhow::{bail, Context};
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB};
 use hugeshm_probe::{Probe, Roots};
@@ -23,9 +27,10 @@ pub struct Args {
     /// Region size.
     #[arg(long, default_value = "4G", value_parser = parse_size_arg)]
     pub size: u64,
-    /// Processes that attach and touch the whole region.
-    #[arg(long, default_value_t = 64, value_parser = parse_count_arg::<u32>)]
-    pub procs: u32,
+    /// Processes that attach and touch the whole region; several counts
+    /// (comma-separated) attach them in steps and print the slope.
+    #[arg(long, value_delimiter = ',', default_value = "64", value_parser = parse_count_arg::<u32>)]
+    pub procs: Vec<u32>,
     /// Page sizes (comma-separated): 4k, 2m, 1g.
     #[arg(long, value_delimiter = ',', default_value = "4k,2m")]
     pub page_size: Vec<String>,
@@ -40,10 +45,12 @@ pub struct Args {
     pub json: bool,
 }
 
+/// One page size at one count: what the processes attached so far added.
 #[derive(Debug, serde::Serialize)]
 struct Row {
     page_size_bytes: u64,
     size_bytes: u64,
+    /// Processes attached at this step (all of them so far).
     procs: u32,
     backend: Backend,
     page_tables_bytes_before: u64,
@@ -51,8 +58,33 @@ struct Row {
     page_tables_bytes_per_proc: u64,
     theory_bytes_per_proc: u64,
     theory: String,
+    /// Attach and touch of the processes that attached in this step.
     attach_seconds_mean: f64,
     attach_seconds_max: f64,
+}
+
+/// Page tables against the number of processes, per page size (with
+/// several counts).
+#[derive(Debug, serde::Serialize)]
+struct Growth {
+    page_size_bytes: u64,
+    procs: Vec<u32>,
+    /// PageTables added at each count.
+    page_tables_bytes: Vec<u64>,
+    /// The least-squares slope: page-table bytes per added process.
+    bytes_per_proc: f64,
+    /// The line's intercept (bytes at 0 processes): what does not grow
+    /// with the count, plus the noise of other processes on the host.
+    fixed_bytes: f64,
+    theory_bytes_per_proc: u64,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Report {
+    results: Vec<Row>,
+    growth: Vec<Growth>,
+    /// Page sizes not measured, why, and the fix.
+    skipped: Vec<Skipped>,
 }
 
 /// What one attached process should cost, and why.
@@ -186,6 +218,12 @@ pub fn child(name: &str, backend: Backend) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Bytes of a fitted line, which may be below 0 (`-12 KiB`).
+fn signed_bytes(b: f64) -> String {
+    let sign = if b < -0.5 { "-" } else { "" };
+    format!("{sign}{}", format_bytes(b.abs().round() as u64))
+}
+
 /// Runs the bench.
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     if !a.backend.is_named() {
@@ -193,57 +231,108 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             "--backend must be a named backend (sysv, hugetlbfs or posix): children attach by name"
         );
     }
+    let mut counts = a.procs.clone();
+    counts.sort_unstable();
+    counts.dedup();
+    let most = *counts.last().context("--procs needs at least one count")?;
     let probe = Probe::new(roots.clone());
     let host = probe.host();
     let mut rows = Vec::new();
+    let mut growth = Vec::new();
+    let mut skipped = Vec::new();
     for ps_text in &a.page_size {
         let page: PageSize = ps_text.parse().map_err(|e: String| anyhow::anyhow!(e))?;
         let ps = page
             .bytes()
             .context("--page-size takes explicit sizes (4k, 2m, 1g)")?;
+        let pages = a.size.div_ceil(ps);
+        if ps > 4096 && host.pool(ps).is_none() {
+            skipped.push(Skipped::no_such_pages(&host, ps, pages));
+            continue;
+        }
+        // A page size whose pages cannot be had (1 GiB pages on a used
+        // host) is a line saying why; the others run.
         let mut reservation = PoolTopUp::new(&probe);
         if ps > 4096 && !a.no_reserve {
-            reservation.ensure(&host, ps, a.size.div_ceil(ps))?;
+            if let Err(e) = reservation.ensure(&host, ps, pages) {
+                skipped.push(Skipped::failed(ps, pages, &e));
+                continue;
+            }
         }
         let name = format!(
             "bench-pagetables-{}-{}",
             std::process::id(),
             page_size_short(ps)
         );
-        let result = (|| -> anyhow::Result<Row> {
+        let (t, why) = theory(a.size, ps);
+        let result = (|| -> anyhow::Result<Vec<Row>> {
             let (region, _on_interrupt) = bench_region(&name, a.size, a.backend, page)?;
-            let outcome = (|| -> anyhow::Result<Row> {
-                let mut kids = Kids::spawn(&name, a.backend, a.procs)?;
+            let outcome = (|| -> anyhow::Result<Vec<Row>> {
+                let mut kids = Kids::spawn(&name, a.backend, most)?;
                 std::thread::sleep(Duration::from_millis(200));
                 let before = page_tables()?;
-                let times = kids.attach(0..a.procs as usize)?;
-                let after = page_tables()?;
-                let (t, why) = theory(a.size, ps);
-                Ok(Row {
-                    page_size_bytes: ps,
-                    size_bytes: a.size,
-                    procs: a.procs,
-                    backend: a.backend,
-                    page_tables_bytes_before: before,
-                    page_tables_bytes_after: after,
-                    page_tables_bytes_per_proc: after.saturating_sub(before)
-                        / u64::from(a.procs.max(1)),
-                    theory_bytes_per_proc: t,
-                    theory: why,
-                    attach_seconds_mean: times.iter().sum::<f64>() / times.len().max(1) as f64,
-                    attach_seconds_max: times.iter().copied().fold(0.0, f64::max),
-                })
+                let mut done = 0;
+                let mut steps = Vec::new();
+                for &n in &counts {
+                    let times = kids.attach(done..n as usize)?;
+                    done = n as usize;
+                    let after = page_tables()?;
+                    steps.push(Row {
+                        page_size_bytes: ps,
+                        size_bytes: a.size,
+                        procs: n,
+                        backend: a.backend,
+                        page_tables_bytes_before: before,
+                        page_tables_bytes_after: after,
+                        page_tables_bytes_per_proc: after.saturating_sub(before) / u64::from(n),
+                        theory_bytes_per_proc: t,
+                        theory: why.clone(),
+                        attach_seconds_mean: times.iter().sum::<f64>() / times.len().max(1) as f64,
+                        attach_seconds_max: times.iter().copied().fold(0.0, f64::max),
+                    });
+                }
+                Ok(steps)
             })();
             let destroyed = region.destroy().map_err(|e| anyhow::anyhow!("{e}"));
-            let row = outcome?;
+            let steps = outcome?;
             destroyed?;
-            Ok(row)
+            Ok(steps)
         })();
         drop(reservation);
-        rows.push(result?);
+        let steps = match result {
+            Ok(steps) => steps,
+            Err(e) => {
+                skipped.push(Skipped::failed(ps, pages, &e));
+                continue;
+            }
+        };
+        let added = |r: &Row| {
+            r.page_tables_bytes_after
+                .saturating_sub(r.page_tables_bytes_before)
+        };
+        let pts: Vec<(f64, f64)> = steps
+            .iter()
+            .map(|r| (f64::from(r.procs), added(r) as f64))
+            .collect();
+        if let Some((k, fixed)) = fit(&pts) {
+            growth.push(Growth {
+                page_size_bytes: ps,
+                procs: steps.iter().map(|r| r.procs).collect(),
+                page_tables_bytes: steps.iter().map(added).collect(),
+                bytes_per_proc: k,
+                fixed_bytes: fixed,
+                theory_bytes_per_proc: t,
+            });
+        }
+        rows.extend(steps);
     }
+    let report = Report {
+        results: rows,
+        growth,
+        skipped,
+    };
     if a.json {
-        out.json_doc(&Keyed("results", &rows))?;
+        out.json_doc(&report)?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut t = Table::new(&[
@@ -255,7 +344,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         ">attach+touch s",
         "theory",
     ]);
-    for r in &rows {
+    for r in &report.results {
         t.row(vec![
             page_size_short(r.page_size_bytes),
             format_bytes(r.size_bytes),
@@ -267,7 +356,27 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         ]);
     }
     t.render(out, "")?;
-    out.line("page tables/proc = (PageTables after all attached and touched - before) / procs")?;
+    for g in &report.growth {
+        out.line(&format!(
+            "growth {}: {} of page tables per added process (theory {}), {} fixed; PageTables added {} at {} processes",
+            page_size_short(g.page_size_bytes),
+            signed_bytes(g.bytes_per_proc),
+            format_bytes(g.theory_bytes_per_proc),
+            signed_bytes(g.fixed_bytes),
+            g.page_tables_bytes
+                .iter()
+                .map(|&b| format_bytes(b))
+                .collect::<Vec<_>>()
+                .join(" / "),
+            g.procs
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(" / "),
+        ))?;
+    }
+    Skipped::print(&report.skipped, out)?;
+    out.line("page tables/proc = (PageTables after the processes so far attached and touched - before any did) / procs")?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }

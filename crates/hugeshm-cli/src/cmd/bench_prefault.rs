@@ -1,7 +1,7 @@
 //! `hugeshm bench prefault`: how fast a region is ready, per page size and
 //! thread count, against the machine's write bandwidth.
 
-use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, PoolTopUp};
+use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, PoolTopUp, Skipped};
 use crate::output::{Out, Table};
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{Probe, Roots};
@@ -84,14 +84,6 @@ struct Baseline {
     gbps: f64,
 }
 
-/// A page size the bench could not measure, and why.
-#[derive(Debug, serde::Serialize)]
-struct Skipped {
-    page_size_bytes: u64,
-    reason: String,
-    fix: Option<String>,
-}
-
 #[derive(Debug, serde::Serialize)]
 struct Report {
     /// The largest size measured (every row has its own `size_bytes`).
@@ -129,21 +121,6 @@ struct Growth {
 /// A ratio with two decimals (`1.04x`), or `-`.
 fn ratio2(v: Option<f64>) -> String {
     v.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
-}
-
-/// How to get pages of `page_size` that the running host cannot give.
-fn pages_fix(page_size: u64, pages: u64) -> String {
-    if page_size >= 1 << 30 {
-        format!(
-            "1 GiB pages are rarely free at run time on a used host: reserve them at boot with \
-             hugepagesz=1G hugepages={pages} on the kernel command line (or hugetlb_cma=)"
-        )
-    } else {
-        format!(
-            "free memory, then: echo {pages} > /sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages",
-            page_size / 1024
-        )
-    }
 }
 
 /// The rows of one page size: a cold warm-up, then the best of `a.runs`
@@ -257,6 +234,12 @@ fn measure_peers(
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let probe = Probe::new(roots.clone());
     let host = probe.host();
+    let mut region_sizes = a.size.clone();
+    region_sizes.sort_unstable();
+    region_sizes.dedup();
+    let largest = *region_sizes
+        .last()
+        .ok_or_else(|| anyhow::anyhow!("--size needs at least one size"))?;
     let mut sizes = Vec::new();
     let mut skipped = Vec::new();
     for p in &a.page_size {
@@ -266,14 +249,11 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             other => other.bytes().unwrap_or(4096),
         };
         if bytes > 4096 && host.pool(bytes).is_none() {
-            skipped.push(Skipped {
-                page_size_bytes: bytes,
-                reason: "this kernel offers no such pages".to_owned(),
-                fix: Some(format!(
-                    "boot with hugepagesz={} hugepages=N",
-                    page_size_short(bytes)
-                )),
-            });
+            skipped.push(Skipped::no_such_pages(
+                &host,
+                bytes,
+                largest.div_ceil(bytes),
+            ));
             continue;
         }
         sizes.push(bytes);
@@ -287,13 +267,6 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         "--threads needs at least one count above 0"
     );
 
-    let mut region_sizes = a.size.clone();
-    region_sizes.sort_unstable();
-    region_sizes.dedup();
-    let largest = *region_sizes
-        .last()
-        .ok_or_else(|| anyhow::anyhow!("--size needs at least one size"))?;
-
     // Pools: add what the bench needs (root only), restore afterwards. A
     // size whose pages cannot be had is reported as such; the others run.
     let mut reservation = PoolTopUp::new(&probe);
@@ -306,11 +279,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
                 .transpose()
             {
                 Ok(_) => kept.push(ps),
-                Err(e) => skipped.push(Skipped {
-                    page_size_bytes: ps,
-                    reason: crate::output::error_text(&e),
-                    fix: Some(pages_fix(ps, pages)),
-                }),
+                Err(e) => skipped.push(Skipped::failed(ps, pages, &e)),
             }
         }
         sizes = kept;
@@ -349,15 +318,8 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
                 // end the bench: its rows say why.
                 Err(e) => {
                     failed.push(ps);
-                    skipped.push(Skipped {
-                        page_size_bytes: ps,
-                        reason: format!(
-                            "{} region: {}",
-                            format_bytes(size),
-                            crate::output::error_text(&e)
-                        ),
-                        fix: Some(pages_fix(ps, size.div_ceil(ps))),
-                    });
+                    let e = e.context(format!("{} region", format_bytes(size)));
+                    skipped.push(Skipped::failed(ps, size.div_ceil(ps), &e));
                 }
             }
         }
@@ -422,12 +384,9 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
                 .iter()
                 .map(|r| (r.size_bytes as f64 / 1e9, r.ready_seconds))
                 .collect();
-            let Some(k) = crate::cmd::bench_common::slope(&pts) else {
+            let Some((k, fixed)) = crate::cmd::bench_common::fit(&pts) else {
                 continue;
             };
-            let n = pts.len() as f64;
-            let fixed = pts.iter().map(|p| p.1).sum::<f64>() / n
-                - k * pts.iter().map(|p| p.0).sum::<f64>() / n;
             growth.push(Growth {
                 page_size_bytes: ps,
                 threads: t,
@@ -562,16 +521,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
                 .join(", ")
         ))?;
     }
-    for sk in &report.skipped {
-        out.line(format!(
-            "{} pages not measured: {}",
-            page_size_short(sk.page_size_bytes),
-            sk.reason
-        ))?;
-        if let Some(f) = &sk.fix {
-            out.line(format!("  to fix: {f}"))?;
-        }
-    }
+    Skipped::print(&report.skipped, out)?;
     for &size in &report.sizes {
         let ms: Vec<String> = report
             .memset
