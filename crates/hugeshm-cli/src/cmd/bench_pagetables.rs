@@ -357,7 +357,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     }
     t.render(out, "")?;
     for g in &report.growth {
-        out.line(&format!(
+        out.line(format!(
             "growth {}: {} of page tables per added process (theory {}), {} fixed; PageTables added {} at {} processes",
             page_size_short(g.page_size_bytes),
             signed_bytes(g.bytes_per_proc),
