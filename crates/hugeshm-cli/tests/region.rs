@@ -247,10 +247,15 @@ fn bench_prefault_reports_every_combination() {
     ]));
     let rows = r["results"].as_array().unwrap();
     assert_eq!(rows.len(), 4, "{r:#}");
-    assert_eq!(r["memset"].as_array().unwrap().len(), 2);
+    let memset = r["memset"].as_array().unwrap();
+    assert_eq!(memset.len(), 2);
+    for b in memset {
+        assert!(b["clear_4k_gbps"].as_f64().unwrap() > 0.0, "{b}");
+    }
     for row in rows {
         assert!(row["gbps"].as_f64().unwrap() > 0.0, "{row}");
         assert!(row["vs_memset"].as_f64().is_some(), "{row}");
+        assert!(row["vs_clear_4k"].as_f64().is_some(), "{row}");
     }
     let huge2 = rows
         .iter()

@@ -33,8 +33,9 @@ pub struct PrefaultSample {
     pub threads: usize,
     /// Method used.
     pub method: PrefaultMethod,
-    /// Creation up to the mapped region (for `posix`: includes `fallocate`,
-    /// where tmpfs zeroes its pages).
+    /// Creation up to the mapped region (for `posix` on one thread:
+    /// includes `fallocate`, where tmpfs allocates its pages; it zeroes
+    /// them at their first fault).
     pub setup_seconds: f64,
     /// The pre-fault.
     pub prefault_seconds: f64,

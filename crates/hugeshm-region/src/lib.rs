@@ -189,6 +189,8 @@ pub use model::{
 };
 pub use naming::sysv_key;
 pub use per_node::{part_name, NodeRegion};
-pub use prefault::{available_cpus, memset_baseline, MemsetBaseline, Progress, SUB_CHUNK_BYTES};
+pub use prefault::{
+    available_cpus, memset_baseline, MemsetBaseline, Progress, CLEAR_CHUNK_BYTES, SUB_CHUNK_BYTES,
+};
 pub use report::{AllocationReport, AttachReport, Reclaimed};
 pub use verify::Verification;

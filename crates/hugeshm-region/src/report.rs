@@ -57,8 +57,9 @@ pub struct AllocationReport {
     pub prefault_method: PrefaultMethod,
     /// Seconds from the start of `create` to the mapped region: host
     /// snapshot, pool check, the object, its reservation, and for `posix`
-    /// the `fallocate` (which zeroes tmpfs pages, so that is where a tmpfs
-    /// region's allocation cost shows).
+    /// the `fallocate` where it runs (one pre-fault thread: it allocates the
+    /// tmpfs pages, which the kernel zeroes at their first fault, in the
+    /// pre-fault).
     pub setup_seconds: f64,
     /// Seconds of the pre-fault.
     pub prefault_seconds: f64,

@@ -885,6 +885,25 @@ impl Piece<'_> {
         unsafe { std::ptr::write_bytes(self.ptr, byte, self.len) };
     }
 
+    /// Zeroes the piece `chunk` bytes at a time, each chunk a separate
+    /// `memset` that the compiler may not merge with the next: with 4 KiB
+    /// chunks, how the kernel clears a huge page it faults in (one
+    /// `clear_page` per 4 KiB subpage; with glibc on a CPU with fast
+    /// string stores both are a `rep stosb` of 4 KiB).
+    pub fn zero_by(&mut self, chunk: usize) {
+        let chunk = chunk.max(1);
+        let mut off = 0;
+        while off < self.len {
+            let n = chunk.min(self.len - off);
+            // SAFETY: off + n <= len, in bounds of the live read-write
+            // mapping, disjoint from every other piece, borrowed mutably.
+            // black_box hides the pointer so that the calls stay one per
+            // chunk.
+            unsafe { std::ptr::write_bytes(std::hint::black_box(self.ptr.add(off)), 0, n) };
+            off += n;
+        }
+    }
+
     /// Writes `byte` to the first byte of every `page` bytes of the piece
     /// (a plain store, not atomic): the touch loop of a JVM's
     /// AlwaysPreTouch or a database touching its buffers in, which
@@ -2153,6 +2172,33 @@ mod tests {
         assert_eq!(m.load_u32_acquire(8).unwrap(), 7);
         assert!(m.load_u32_acquire(6).is_err());
         assert!(m.populate_read_range(1, page()).is_err());
+    }
+
+    /// `zero_by` zeroes every byte of its piece, whatever the chunk (one
+    /// that does not divide the piece, one larger than it), and nothing
+    /// outside it.
+    #[test]
+    fn zero_by_zeroes_the_piece_and_only_it() {
+        let len = 4 * page();
+        let mut m = mmap_anon(len, false, None).unwrap();
+        for chunk in [4096, 3000, 1, 10 * len] {
+            let all = m.pieces_mut(&[(0, len)]).unwrap();
+            all.into_iter().for_each(|mut p| p.fill(0xff));
+            let (at, n) = (100, len - 300);
+            let mut piece = m.pieces_mut(&[(at, n)]).unwrap().pop().unwrap();
+            piece.zero_by(chunk);
+            let mut b = vec![0u8; len];
+            m.read_at(0, &mut b).unwrap();
+            assert!(b[..at].iter().all(|&x| x == 0xff), "chunk {chunk}: before");
+            assert!(
+                b[at..at + n].iter().all(|&x| x == 0),
+                "chunk {chunk}: piece"
+            );
+            assert!(
+                b[at + n..].iter().all(|&x| x == 0xff),
+                "chunk {chunk}: after"
+            );
+        }
     }
 
     #[test]

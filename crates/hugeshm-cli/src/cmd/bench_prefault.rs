@@ -58,6 +58,9 @@ struct Row {
     vs_4k: Option<f64>,
     vs_one_thread: Option<f64>,
     vs_memset: Option<f64>,
+    /// Pre-fault rate over zeroing already-faulted memory 4 KiB at a time
+    /// (the kernel's way of clearing a huge page) at this thread count.
+    vs_clear_4k: Option<f64>,
     /// Ready rate over each peer method's rate at this page size and
     /// thread count (map-populate and first-touch run on one thread).
     vs_peers: BTreeMap<&'static str, f64>,
@@ -82,6 +85,8 @@ struct Baseline {
     size_bytes: u64,
     threads: usize,
     gbps: f64,
+    /// Zeroing the same memory 4 KiB at a time.
+    clear_4k_gbps: f64,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -173,6 +178,7 @@ fn measure_size(
             vs_4k: None,
             vs_one_thread: None,
             vs_memset: None,
+            vs_clear_4k: None,
             vs_peers: BTreeMap::new(),
             vs_best_peer: None,
         });
@@ -305,6 +311,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
                 size_bytes: size,
                 threads: t,
                 gbps: b.gbps,
+                clear_4k_gbps: b.clear_4k_gbps,
             });
         }
         let mut failed = Vec::new();
@@ -348,15 +355,16 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             .map(|x| x.3);
         let ms = memset
             .iter()
-            .find(|b| b.size_bytes == r.size_bytes && b.threads == r.threads)
-            .map(|b| b.gbps);
+            .find(|b| b.size_bytes == r.size_bytes && b.threads == r.threads);
         r.vs_4k = base4k
             .filter(|b| *b > 0.0 && r.page_size_bytes != 4096)
             .map(|b| r.ready_gbps / b);
         r.vs_one_thread = one
             .filter(|o| *o > 0.0 && r.threads != threads[0])
             .map(|o| r.ready_gbps / o);
-        r.vs_memset = ms.filter(|m| *m > 0.0).map(|m| r.gbps / m);
+        let over = |base: f64| (base > 0.0).then(|| r.gbps / base);
+        r.vs_memset = ms.and_then(|m| over(m.gbps));
+        r.vs_clear_4k = ms.and_then(|m| over(m.clear_4k_gbps));
         for p in peers.iter().filter(|p| {
             p.size_bytes == r.size_bytes
                 && p.page_size_bytes == r.page_size_bytes
@@ -437,9 +445,14 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         ">x 1 thread",
         ">pre-fault GB/s",
         ">of memset",
+        ">of 4k clear",
         "method",
     ]));
     let ratio = |v: Option<f64>| v.map(|x| format!("{x:.1}x")).unwrap_or_else(|| "-".into());
+    let pct = |v: Option<f64>| {
+        v.map(|x| format!("{:.0}%", x * 100.0))
+            .unwrap_or_else(|| "-".into())
+    };
     let first = |r: &Row| -> Vec<String> {
         let mut v = Vec::new();
         if sweep {
@@ -461,9 +474,8 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             ratio(r.vs_4k),
             ratio(r.vs_one_thread),
             format!("{:.1}", r.gbps),
-            r.vs_memset
-                .map(|x| format!("{:.0}%", x * 100.0))
-                .unwrap_or_else(|| "-".into()),
+            pct(r.vs_memset),
+            pct(r.vs_clear_4k),
             r.method.clone(),
         ]);
         t.row(row);
@@ -523,27 +535,34 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     }
     Skipped::print(&report.skipped, out)?;
     for &size in &report.sizes {
-        let ms: Vec<String> = report
-            .memset
-            .iter()
-            .filter(|b| b.size_bytes == size)
-            .map(|b| {
-                format!(
-                    "{} thread{}: {:.1} GB/s",
-                    b.threads,
-                    if b.threads == 1 { "" } else { "s" },
-                    b.gbps
-                )
-            })
-            .collect();
+        let per = |f: fn(&Baseline) -> f64| -> String {
+            report
+                .memset
+                .iter()
+                .filter(|b| b.size_bytes == size)
+                .map(|b| {
+                    format!(
+                        "{} thread{}: {:.1} GB/s",
+                        b.threads,
+                        if b.threads == 1 { "" } else { "s" },
+                        f(b)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let at = if sweep {
+            format!(", {}", format_bytes(size))
+        } else {
+            String::new()
+        };
         out.line(format!(
-            "memset over already-faulted memory (the machine's write bandwidth){}: {}",
-            if sweep {
-                format!(", {}", format_bytes(size))
-            } else {
-                String::new()
-            },
-            ms.join(", ")
+            "memset over already-faulted memory (the machine's write bandwidth){at}: {}",
+            per(|b| b.gbps)
+        ))?;
+        out.line(format!(
+            "zeroing it 4 KiB at a time (how the kernel clears a huge page it faults in){at}: {}",
+            per(|b| b.clear_4k_gbps)
         ))?;
     }
     for g in &report.growth {
@@ -559,7 +578,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             g.fixed_seconds * 1000.0
         ))?;
     }
-    out.line("ready = create + pre-fault (for posix this includes fallocate, where tmpfs zeroes its pages); x 4k and x 1 thread compare ready rates, of memset the pre-fault rate")?;
+    out.line("ready = create + pre-fault (for posix on one thread this includes fallocate, where tmpfs allocates its pages; it zeroes them at the first fault); x 4k and x 1 thread compare ready rates, of memset and of 4k clear the pre-fault rate")?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }

@@ -151,6 +151,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mut ceiling = Vec::new();
     for &t in &threads {
         let (b1, b2) = (memset(t)?, memset(t)?);
+        let clear_4k_gbps = b1.clear_4k_gbps.max(b2.clear_4k_gbps);
         let b = if b2.gbps > b1.gbps { b2 } else { b1 };
         ceiling.push(Ceiling {
             threads: b.threads,
@@ -158,6 +159,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             page_size_bytes: b.page_size_bytes,
             gbps: b.gbps,
             gbps_at_end: None,
+            clear_4k_gbps,
         });
     }
 

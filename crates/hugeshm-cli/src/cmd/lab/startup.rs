@@ -132,13 +132,14 @@ impl Lab for Startup {
             ">ready GB/s",
             ">pre-fault GB/s",
             ">of memset",
+            ">of 4k clear",
         ]);
         for p in &points {
-            let of_memset = ctx
-                .ceiling_gbps(p.threads)
-                .filter(|c| *c > 0.0)
-                .map(|c| format!("{:.0}%", p.prefault_gbps / c * 100.0))
-                .unwrap_or_else(|| "-".into());
+            let of = |c: Option<f64>| {
+                c.filter(|c| *c > 0.0)
+                    .map(|c| format!("{:.0}%", p.prefault_gbps / c * 100.0))
+                    .unwrap_or_else(|| "-".into())
+            };
             table.row(vec![
                 page_size_short(p.page),
                 format_bytes(p.size),
@@ -148,7 +149,8 @@ impl Lab for Startup {
                 format!("{:.3}", p.ready.median),
                 format!("{:.2}", p.size as f64 / 1e9 / p.ready.best.max(1e-9)),
                 format!("{:.2}", p.prefault_gbps),
-                of_memset,
+                of(ctx.ceiling_gbps(p.threads)),
+                of(ctx.clear_4k_gbps(p.threads)),
             ]);
         }
         out.table = table;
