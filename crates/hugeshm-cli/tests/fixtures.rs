@@ -2288,3 +2288,55 @@ fn colour_follows_clicolor_and_no_color() {
     assert!(status(&[], &["--color", "always"]).contains('\x1b'));
     assert!(!status(&[("CLICOLOR_FORCE", "1")], &["--json"]).contains('\x1b'));
 }
+
+/// `segments` reads the smaps of an object's other processes only while
+/// none of those read has seen the whole object resident: on `clean`, the
+/// creator (1501) sees all 1 GiB of the segment, so the backend's smaps
+/// (1533) is not read, even made unreadable; with the creator seeing only
+/// half, the backend is read and reported unreadable.
+#[test]
+fn segments_stop_sampling_once_a_process_saw_the_whole_object() {
+    fn edit(tree: &Path, pid: &str, from: &str, to: &str) {
+        let path = tree.join("proc").join(pid).join("smaps");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(from), "{}: no {from:?}", path.display());
+        std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+    }
+    let backend_unreadable = |t: &Path| {
+        edit(
+            t,
+            "1533",
+            "Shared_Hugetlb:   262144 kB",
+            "Shared_Hugetlb:   lots kB",
+        )
+    };
+    let sysv = |v: &Value| -> Value {
+        v["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["kind"] == "sysv")
+            .cloned()
+            .unwrap_or_else(|| panic!("no sysv segment: {v:#}"))
+    };
+    let v = on_edited_copy("clean", "sampling-all", "segments", backend_unreadable);
+    assert_codes(&v, &[], &["processes-unreadable"]);
+    assert_eq!(sysv(&v)["resident_bytes"].as_u64(), Some(1 << 30), "{v:#}");
+    let v = on_edited_copy("clean", "sampling-half", "segments", |t| {
+        backend_unreadable(t);
+        edit(
+            t,
+            "1501",
+            "Shared_Hugetlb:  1048576 kB",
+            "Shared_Hugetlb:   524288 kB",
+        );
+    });
+    assert_codes(&v, &["processes-unreadable"], &[]);
+    assert!(
+        finding(&v, "processes-unreadable")["message"]
+            .as_str()
+            .unwrap()
+            .contains("(pids 1533)"),
+        "{v:#}"
+    );
+}
