@@ -1050,6 +1050,56 @@ fn bench_counts_of_zero_are_refused() {
     assert!(err.contains("is not a count"), "{err}");
 }
 
+/// `MemTotal` of this host, KiB.
+fn mem_total_kib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+/// `bench prefault --size` beyond what the host can hold beside the memset
+/// baseline (which maps that much ordinary memory) is refused with the
+/// numbers before anything is mapped or reserved: twice the host's memory,
+/// under an address-space limit of the host's memory so that a broken check
+/// fails to map instead of waking the OOM killer (which it did once, with
+/// 14 GiB of 2 MiB pages reserved beside a 14 GiB baseline; SIGKILLed, the
+/// bench could not give the pages back).
+#[test]
+fn bench_prefault_refuses_a_size_the_host_cannot_hold() {
+    let total_kib = mem_total_kib();
+    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
+    let before = HostState::capture().unwrap();
+    let out = std::process::Command::new("prlimit")
+        .args([
+            &format!("--as={}", total_kib * 1024),
+            "--",
+            env!("CARGO_BIN_EXE_hugeshm"),
+            "bench",
+            "prefault",
+            "--size",
+            &format!("{}k", total_kib * 2),
+            "--page-size",
+            "4k,2m",
+            "--threads",
+            "1",
+            "--runs",
+            "1",
+        ])
+        .output()
+        .expect("run prlimit hugeshm");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(out.stdout.is_empty(), "it ran: {err}");
+    assert!(err.contains("MemAvailable is "), "{err}");
+    assert!(err.contains("pass a --size of at most "), "{err}");
+    let diff = before.diff(&HostState::capture().unwrap());
+    assert!(diff.is_empty(), "left behind: {diff:#?}");
+}
+
 /// A region on base pages that would be allocated at create (pre-faulted,
 /// or a tmpfs file) and is larger than MemAvailable is refused before
 /// anything is made, with the numbers: twice the host's memory, so that
@@ -1061,13 +1111,7 @@ fn bench_counts_of_zero_are_refused() {
 /// host into the OOM killer.
 #[test]
 fn base_page_regions_larger_than_available_memory_are_refused() {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let total_kib: u64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap();
+    let total_kib = mem_total_kib();
     let size = format!("{}k", total_kib * 2);
     let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
     let before = HostState::capture().unwrap();

@@ -273,22 +273,22 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         "--threads needs at least one count above 0"
     );
 
-    // Pools: add what the bench needs (root only), restore afterwards. A
-    // size whose pages cannot be had is reported as such; the others run.
-    let mut reservation = PoolTopUp::new(&probe);
-    if !a.no_reserve {
-        let mut kept = Vec::new();
-        for ps in sizes {
-            let pages = largest.div_ceil(ps);
-            match (ps > 4096)
-                .then(|| reservation.ensure(&host, ps, pages))
-                .transpose()
-            {
-                Ok(_) => kept.push(ps),
-                Err(e) => skipped.push(Skipped::failed(ps, pages, &e)),
-            }
-        }
-        sizes = kept;
+    // Memory: the memset baseline maps `size` bytes of ordinary memory, and
+    // a 4 KiB region takes as much again after it; a size the host cannot
+    // hold is refused here, not found by the OOM killer.
+    let available = host.meminfo.as_ref().and_then(|m| m.mem_available_bytes);
+    if let Some(avail) = available {
+        let most = avail / 10 * 9;
+        anyhow::ensure!(
+            largest <= most,
+            "--size {} is more than the bench can measure here: the memset baseline maps \
+             that much ordinary memory (as does a 4 KiB region), and MemAvailable is {} \
+             (huge pages already in the pools are not part of it); pass a --size of at \
+             most {}",
+            format_bytes(largest),
+            format_bytes(avail),
+            format_bytes(most)
+        );
     }
 
     let tty = out.tty && !a.json;
@@ -316,17 +316,31 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         }
         let mut failed = Vec::new();
         for &ps in &sizes {
-            match measure_size(a, size, ps, &threads, &note) {
+            // The pool (root only) holds this page size's pages for this
+            // size only while it is measured, and is given back before the
+            // next: held all at once beside the memset baseline, 14 GiB of
+            // 2 MiB pages and a 14 GiB baseline woke the OOM killer on
+            // this 24 GiB VM. One page size failing (its pages cannot be
+            // had, or were taken meanwhile) does not end the bench: it
+            // says why, and the others run.
+            let pages = size.div_ceil(ps);
+            let mut reservation = PoolTopUp::new(&probe);
+            let result = (|| {
+                if ps > 4096 && !a.no_reserve {
+                    reservation.ensure(&probe.host(), ps, pages)?;
+                }
+                measure_size(a, size, ps, &threads, &note)
+            })();
+            drop(reservation);
+            match result {
                 Ok((mut r, mut p)) => {
                     rows.append(&mut r);
                     peers.append(&mut p);
                 }
-                // One page size failing (e.g. pages taken meanwhile) does not
-                // end the bench: its rows say why.
                 Err(e) => {
                     failed.push(ps);
                     let e = e.context(format!("{} region", format_bytes(size)));
-                    skipped.push(Skipped::failed(ps, size.div_ceil(ps), &e));
+                    skipped.push(Skipped::failed(ps, pages, &e));
                 }
             }
         }
@@ -335,11 +349,11 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     if tty {
         eprint!("\r{:<70}\r", "");
     }
-    drop(reservation);
     // Ratios, all from this run.
-    // x 4k and x 1 thread compare ready rates (for posix the zeroing happens
-    // in fallocate, before the pre-fault); "of memset" compares the pre-fault
-    // itself with writing already-faulted memory.
+    // x 4k and x 1 thread compare ready rates (for posix on one thread the
+    // pages are allocated in fallocate, before the pre-fault); "of memset"
+    // and "of 4k clear" compare the pre-fault itself with writing
+    // already-faulted memory.
     let snapshot: Vec<(u64, u64, usize, f64)> = rows
         .iter()
         .map(|r| (r.size_bytes, r.page_size_bytes, r.threads, r.ready_gbps))
