@@ -308,52 +308,42 @@ pub(crate) fn measure(probe: &Probe, a: &Args, note: &dyn Fn(&str)) -> anyhow::R
         ("interleave", Placement::Interleave(nodes.memory.clone())),
     ];
 
-    // Pools, node by node: the CPU node and the remote node hold the whole
-    // region in turn; the other memory nodes their share of the interleave.
-    let mut reservation = PoolTopUp::new(probe);
-    if !a.no_reserve {
-        let mut kept = Vec::new();
-        for page in pages {
-            let ps = page.bytes().unwrap_or(4096);
-            let whole = a.size.div_ceil(ps);
-            let share = whole.div_ceil(nodes.memory.len() as u64);
-            let raised = (ps > 4096).then(|| {
-                nodes.memory.iter().try_for_each(|&n| {
-                    let need = if n == nodes.cpu || n == remote {
-                        whole
-                    } else {
-                        share
-                    };
-                    reservation.ensure_on_node(&host, ps, n, need)
-                })
-            });
-            match raised.transpose() {
-                Ok(_) => kept.push(page),
-                Err(e) => report.skipped.push(Skipped::failed(ps, whole, &e)),
-            }
-        }
-        pages = kept;
-    }
-
     // The CPUs of the CPU node run everything from here (pre-fault threads
     // inherit the set); the caller's set is put back afterwards.
     let saved = hugeshm_sys::affinity()?;
     hugeshm_sys::set_affinity(&nodes.cpus)
         .with_context(|| format!("pinning the bench to the CPUs of node {}", nodes.cpu))?;
     for &page in &pages {
-        match measure_size(a, page, &placements, note) {
-            Ok(mut r) => report.results.append(&mut r),
-            // One page size failing does not end the bench: it says why.
-            Err(e) => {
-                let ps = page.bytes().unwrap_or(4096);
-                report
-                    .skipped
-                    .push(Skipped::failed(ps, a.size.div_ceil(ps), &e));
+        // Pools (root only), node by node, for this page size only while it
+        // is measured: the CPU node and the remote node hold the whole
+        // region in turn, the other memory nodes their share of the
+        // interleave. One page size whose pages cannot be had, or that
+        // fails, does not end the bench: it says why.
+        let ps = page.bytes().unwrap_or(4096);
+        let whole = a.size.div_ceil(ps);
+        let share = whole.div_ceil(nodes.memory.len() as u64);
+        let mut reservation = PoolTopUp::new(probe);
+        let result = (|| {
+            if ps > 4096 && !a.no_reserve {
+                let host = probe.host();
+                for &n in &nodes.memory {
+                    let need = if n == nodes.cpu || n == remote {
+                        whole
+                    } else {
+                        share
+                    };
+                    reservation.ensure_on_node(&host, ps, n, need)?;
+                }
             }
+            measure_size(a, page, &placements, note)
+        })();
+        drop(reservation);
+        match result {
+            Ok(mut r) => report.results.append(&mut r),
+            Err(e) => report.skipped.push(Skipped::failed(ps, whole, &e)),
         }
     }
     hugeshm_sys::set_affinity(&saved)?;
-    drop(reservation);
     let sizes: Vec<u64> = pages.iter().map(|p| p.bytes().unwrap_or(4096)).collect();
     report.ratios = ratios(&report.results, &sizes);
     Ok(report)
