@@ -3,23 +3,16 @@
 //! in-place reader.
 
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::Path;
 
 use hugeshm_cache::{create_data_file, Cache, Mode};
 use hugeshm_region::{Backend, RegionBuilder};
+use hugeshm_testkit::TempDir;
 
 const BS: usize = 4096;
 const BLOCKS: u64 = 64;
 
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn file_word(data: &PathBuf, blk: u64, word: u64) -> u64 {
+fn file_word(data: &Path, blk: u64, word: u64) -> u64 {
     let f = std::fs::File::open(data).unwrap();
     let mut b = [0u8; 8];
     f.read_exact_at(&mut b, blk * BS as u64 + word * 8).unwrap();
@@ -28,8 +21,8 @@ fn file_word(data: &PathBuf, blk: u64, word: u64) -> u64 {
 
 #[test]
 fn in_place_reads_and_write_back_under_a_reader() {
-    let data = std::env::temp_dir().join(format!("t-cache-direct-{}.data", std::process::id()));
-    let _rm = RemoveOnDrop(data.clone());
+    let dir = TempDir::new("cache-direct");
+    let data = dir.join("data");
     create_data_file(&data, BLOCKS, BS, |b, buf| {
         buf[..8].copy_from_slice(&b.to_le_bytes())
     })
@@ -89,8 +82,8 @@ fn in_place_reads_and_write_back_under_a_reader() {
 /// miss cannot write it back, and says so instead of spinning.
 #[test]
 fn write_back_blocked_by_own_reader_is_an_error() {
-    let data = std::env::temp_dir().join(format!("t-cache-blocked-{}.data", std::process::id()));
-    let _rm = RemoveOnDrop(data.clone());
+    let dir = TempDir::new("cache-blocked");
+    let data = dir.join("data");
     create_data_file(&data, BLOCKS, BS, |_, _| {}).unwrap();
     let (region, _) = RegionBuilder::new(1 << 20)
         .backend(Backend::Anon)
@@ -115,8 +108,8 @@ fn write_back_blocked_by_own_reader_is_an_error() {
 
 #[test]
 fn classic_mode_copies_every_read() {
-    let data = std::env::temp_dir().join(format!("t-cache-classic-{}.data", std::process::id()));
-    let _rm = RemoveOnDrop(data.clone());
+    let dir = TempDir::new("cache-classic");
+    let data = dir.join("data");
     create_data_file(&data, BLOCKS, BS, |b, buf| {
         buf[..8].copy_from_slice(&b.to_le_bytes())
     })

@@ -13,17 +13,10 @@ use hugeshm_cache::layout::state::REF_MASK;
 use hugeshm_cache::workload::Rng;
 use hugeshm_cache::{create_data_file, Cache, CacheError, Mode};
 use hugeshm_region::{Backend, Locator, RegionBuilder};
+use hugeshm_testkit::TempDir;
 
 const BS: usize = 4096;
 const WORDS: usize = BS / 8;
-
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 /// Block `blk` at `counter`: word 0 the block, word 1 the counter, the
 /// others derived from both.
@@ -38,16 +31,20 @@ fn fill(blk: u64, counter: u64, buf: &mut [u8]) {
     }
 }
 
-fn data_file(test: &str, blocks: u64) -> RemoveOnDrop {
-    let data = std::env::temp_dir().join(format!("t-cache-{test}-{}.data", std::process::id()));
+/// A `blocks`-block data file in its own scratch directory (removed
+/// with it): the directory and the file's path.
+fn data_file(test: &str, blocks: u64) -> (TempDir, PathBuf) {
+    let dir = TempDir::new(&format!("cache-{test}"));
+    let data = dir.join("data");
     create_data_file(&data, blocks, BS, |b, buf| fill(b, 0, buf)).unwrap();
-    RemoveOnDrop(data)
+    (dir, data)
 }
 
 /// A cache of `buffers` buffers over a `blocks`-block data file, in a
 /// posix region named after `test` (so that other handles can attach it
-/// by name): the data file's guard, the region's name, the cache.
-fn named_cache(test: &str, blocks: u64, buffers: usize) -> (RemoveOnDrop, String, Cache) {
+/// by name): the data file (its scratch directory and path), the
+/// region's name, the cache.
+fn named_cache(test: &str, blocks: u64, buffers: usize) -> ((TempDir, PathBuf), String, Cache) {
     let data = data_file(test, blocks);
     let name = format!("t-cache-{test}-{}", std::process::id());
     let (region, _) = RegionBuilder::new(1 << 20)
@@ -55,7 +52,7 @@ fn named_cache(test: &str, blocks: u64, buffers: usize) -> (RemoveOnDrop, String
         .name(name.clone())
         .create()
         .unwrap();
-    let cache = Cache::create_sized(region, &data.0, BS, Some(buffers)).unwrap();
+    let cache = Cache::create_sized(region, &data.1, BS, Some(buffers)).unwrap();
     (data, name, cache)
 }
 
@@ -70,7 +67,7 @@ fn hits_are_optimistic_misses_and_direct_are_pinned() {
         .backend(Backend::Anon)
         .create()
         .unwrap();
-    let cache = Cache::create_sized(region, &data.0, BS, Some(8)).unwrap();
+    let cache = Cache::create_sized(region, &data.1, BS, Some(8)).unwrap();
     // A miss: read in under a pin, then counted as such.
     assert_eq!(word(&cache, 5, 0).unwrap(), 5);
     let s = cache.stats();
@@ -122,7 +119,7 @@ fn hits_are_optimistic_misses_and_direct_are_pinned() {
         .backend(Backend::Anon)
         .create()
         .unwrap();
-    let direct = Cache::create_with(region, &data.0, BS, Some(8), Mode::Direct).unwrap();
+    let direct = Cache::create_with(region, &data.1, BS, Some(8), Mode::Direct).unwrap();
     assert_eq!(
         word(&direct, 5, 1).unwrap(),
         42,
@@ -141,7 +138,7 @@ fn a_full_pin_count_refuses_pins() {
         .backend(Backend::Anon)
         .create()
         .unwrap();
-    let cache = Cache::create_sized(region, &data.0, BS, Some(4)).unwrap();
+    let cache = Cache::create_sized(region, &data.1, BS, Some(4)).unwrap();
     let guards: Vec<_> = (0..REF_MASK).map(|_| cache.read(3).unwrap()).collect();
     let full = |e: CacheError| match e {
         CacheError::TooManyPins { block: 3, pins } if pins == REF_MASK => e.to_string(),
@@ -176,7 +173,7 @@ fn a_change_inside_f_fails_the_check() {
     let (data, name, cache) = named_cache("opt-inside", 8, 1);
     let other = Cache::open(
         Locator::new(&name, Backend::Posix).attach().unwrap(),
-        &data.0,
+        &data.1,
     )
     .unwrap();
     let mut buf = vec![0u8; BS];
@@ -231,7 +228,7 @@ fn a_change_inside_f_fails_the_check() {
         fill(2, 2, &mut b);
         std::fs::OpenOptions::new()
             .write(true)
-            .open(&data.0)
+            .open(&data.1)
             .unwrap()
             .write_all_at(&b, 2 * BS as u64)
             .unwrap();
@@ -266,7 +263,7 @@ fn retags_under_an_optimistic_reader() {
     let stop = Arc::new(AtomicBool::new(false));
     let churn: Vec<_> = (0..2u64)
         .map(|t| {
-            let (name, path, stop) = (name.clone(), data.0.clone(), stop.clone());
+            let (name, path, stop) = (name.clone(), data.1.clone(), stop.clone());
             std::thread::spawn(move || {
                 let region = Locator::new(&name, Backend::Posix).attach().unwrap();
                 let cache = Cache::open(region, &path).unwrap();

@@ -3,23 +3,15 @@
 //! never the control block, locks, hash table or descriptors, so the cache
 //! is whole after it (every cached block still a hit, no miss).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use hugeshm_cache::workload::{run_raw, Dist, Rng, Spec};
 use hugeshm_cache::{create_data_file, Cache};
 use hugeshm_region::{Backend, RegionBuilder};
+use hugeshm_testkit::TempDir;
 
 const BS: usize = 4096;
 const BUFFERS: usize = 16;
-
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 fn snapshot(cache: &Cache, from: usize, to: usize) -> Vec<u8> {
     let mut buf = vec![0u8; to - from];
@@ -29,14 +21,14 @@ fn snapshot(cache: &Cache, from: usize, to: usize) -> Vec<u8> {
 
 #[test]
 fn raw_loop_on_the_block_area_leaves_the_cache_whole() {
-    let data =
-        RemoveOnDrop(std::env::temp_dir().join(format!("t-cache-raw-{}.data", std::process::id())));
-    create_data_file(&data.0, BUFFERS as u64, BS, |b, buf| buf.fill(b as u8)).unwrap();
+    let dir = TempDir::new("cache-raw");
+    let data = dir.join("data");
+    create_data_file(&data, BUFFERS as u64, BS, |b, buf| buf.fill(b as u8)).unwrap();
     let (region, _) = RegionBuilder::new(1 << 20)
         .backend(Backend::Anon)
         .create()
         .unwrap();
-    let cache = Cache::create_sized(region, &data.0, BS, Some(BUFFERS)).unwrap();
+    let cache = Cache::create_sized(region, &data, BS, Some(BUFFERS)).unwrap();
     for blk in 0..BUFFERS as u64 {
         cache.read_with(blk, |w| w.len()).unwrap();
     }

@@ -21,14 +21,13 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 
 use hugeshm_cache::workload::Rng;
 use hugeshm_cache::{create_data_file, Cache, Layout, Lookups, Mode, Prefetch, Stats};
 use hugeshm_region::{Backend, Locator, PageSize, Policy, RegionBuilder};
-use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
+use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard, TempDir};
 
 const CHILD_ENV: &str = "HUGESHM_CACHE_STRESS";
 const BS: usize = 8192;
@@ -237,15 +236,6 @@ fn part_name(name: &str, j: usize) -> String {
 /// Bytes of each part of a split cache: 32 blocks.
 const PART_BYTES: u64 = 32 * BS as u64 + 4096;
 
-/// Removes the data file when the test ends, also by panic.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 /// `k` parts: the blocks in `k` regions of [`PART_BYTES`] beside the
 /// control region (0: in it).
 fn run_stress(
@@ -258,8 +248,8 @@ fn run_stress(
 ) {
     let before = HostState::capture().expect("capture");
     let name = format!("t-cache-{test}-{}", std::process::id());
-    let data: PathBuf = std::env::temp_dir().join(format!("{name}.data"));
-    let _remove = RemoveOnDrop(data.clone());
+    let dir = TempDir::new(&format!("cache-{test}"));
+    let data = dir.join("data");
     create_data_file(&data, BLOCKS, BS, |b, buf| fill(b, 0, buf)).expect("data file");
     let (region, _) = RegionBuilder::new(region_bytes)
         .backend(backend)
