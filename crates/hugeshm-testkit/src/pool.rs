@@ -163,7 +163,6 @@ pub struct PoolGuard {
     node_root: PathBuf,
     sizes: Vec<SizeRecord>,
     nodes: Vec<NodeRecord>,
-    restored: bool,
     // Declared last: dropped after the restore in `Drop::drop` ran.
     _lock: PoolLock,
 }
@@ -222,7 +221,6 @@ impl PoolGuard {
             node_root: node_root.to_owned(),
             sizes,
             nodes,
-            restored: false,
             _lock: lock,
         })
     }
@@ -294,12 +292,12 @@ impl PoolGuard {
     /// Restores the recorded pool now and reports whether it took: an error
     /// lists every value that differs afterwards (e.g. pages still in use
     /// by a leaked segment show up as surplus).
-    pub fn restore(mut self) -> Result<(), String> {
-        self.restore_inner()
-    }
-
-    fn restore_inner(&mut self) -> Result<(), String> {
-        self.restored = true;
+    ///
+    /// The guard, and so the lock, lives on: a check of the host's state
+    /// after the restore still runs alone (a guard consumed here let another
+    /// test raise the pool between the restore and that check). The drop
+    /// restores again, writing only what differs.
+    pub fn restore(&self) -> Result<(), String> {
         let mut problems = Vec::new();
         let node_ids: BTreeSet<u32> = self.nodes.iter().map(|n| n.node).collect();
         if node_ids.len() > 1 {
@@ -381,10 +379,7 @@ impl PoolGuard {
 
 impl Drop for PoolGuard {
     fn drop(&mut self) {
-        if self.restored {
-            return;
-        }
-        if let Err(e) = self.restore_inner() {
+        if let Err(e) = self.restore() {
             eprintln!("WARNING hugeshm-testkit: {e}");
         }
     }
@@ -495,6 +490,19 @@ mod tests {
             assert_eq!(read_u64(&nr).unwrap(), 4);
         }
         assert_eq!(read_u64(&nr).unwrap(), 1);
+    }
+
+    #[test]
+    fn restore_keeps_the_lock_until_the_guard_drops() {
+        let fake = FakeSys::new("keep-lock");
+        std::fs::remove_dir_all(fake.node().join("node1")).unwrap();
+        let path = fake.root.join("lock");
+        let guard = PoolGuard::with_roots(&fake.mm(), &fake.node(), fake.lock()).unwrap();
+        guard.restore().unwrap();
+        // A check of the host after the restore still runs alone.
+        assert!(PoolLock::try_acquire_at(&path).unwrap().is_none());
+        drop(guard);
+        assert!(PoolLock::try_acquire_at(&path).unwrap().is_some());
     }
 
     #[test]
