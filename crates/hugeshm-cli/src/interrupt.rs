@@ -17,13 +17,25 @@
 //! image removes the regions once the workers have let go ([`finish`]),
 //! then exits with 128 + the signal's number, as a shell reports a killed
 //! command.
+//!
+//! `SIGKILL` (the OOM killer's, or `kill -9`) cannot be caught, and a
+//! killed bench left its pools raised: 14 GiB of 2 MiB pages sat reserved
+//! and unused after the OOM killer ended one. So the first registration
+//! also starts a keeper, `hugeshm bench keeper` (hidden), that hears every
+//! registration and every forgotten one on a pipe. When the pipe closes
+//! without the run saying it is done, the run died: the keeper removes its
+//! regions (once the workers, who see their parent gone, let go), then
+//! sets the pools back and deletes the files, and says so on stderr.
 
 use hugeshm_region::{Backend, Locator, RegionError};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// What to give back.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Give {
     /// Write `pages` back into this `nr_hugepages` file.
     Pool {
@@ -49,6 +61,31 @@ static PENDING: Mutex<Vec<(u64, Give)>> = Mutex::new(Vec::new());
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 static NEXT: Mutex<u64> = Mutex::new(0);
 static HANDLER: Mutex<Handler> = Mutex::new(Handler::NotStarted);
+static KEEPER: Mutex<Keeper> = Mutex::new(Keeper::Off);
+
+/// The keeper process, started with the first registration.
+enum Keeper {
+    /// Not wanted (unit tests: this executable is not `hugeshm`).
+    Off,
+    /// Started with the first registration ([`enable_keeper`]).
+    Enabled,
+    /// Running: the write end of its pipe.
+    Running(std::process::ChildStdin),
+    /// Could not be started, or went away: nothing more is sent.
+    Failed,
+}
+
+/// What a run tells its keeper, a JSON line each.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Msg {
+    /// Give this back if the run dies.
+    Add { id: u64, give: Give },
+    /// Given back (or kept on purpose) by the run itself.
+    Forget { id: u64 },
+    /// The run's interrupt handler gives back everything itself.
+    Done,
+}
 
 /// The thread that waits for the signals.
 enum Handler {
@@ -57,6 +94,53 @@ enum Handler {
     /// No handler could be installed: an interrupt ends the process as
     /// before.
     Unavailable,
+}
+
+/// Lets the first registration start a keeper (`hugeshm`'s `main` does;
+/// see the module's text).
+pub fn enable_keeper() {
+    let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
+    if matches!(*k, Keeper::Off) {
+        *k = Keeper::Enabled;
+    }
+}
+
+/// Sends `msg` to the keeper, starting it first if `start`.
+fn tell(msg: &Msg, start: bool) {
+    let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
+    if start && matches!(*k, Keeper::Enabled) {
+        *k = start_keeper();
+    }
+    if let Keeper::Running(pipe) = &mut *k {
+        let mut line = serde_json::to_string(msg).expect("a message serializes");
+        line.push('\n');
+        if pipe.write_all(line.as_bytes()).is_err() {
+            *k = Keeper::Failed;
+        }
+    }
+}
+
+fn start_keeper() -> Keeper {
+    // The write end is close-on-exec, so the workers this run starts do
+    // not hold it; the keeper's stderr is the run's.
+    let spawned = std::env::current_exe().and_then(|exe| {
+        std::process::Command::new(exe)
+            .args(["bench", "keeper"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+    });
+    match spawned.map(|mut c| c.stdin.take()) {
+        Ok(Some(pipe)) => Keeper::Running(pipe),
+        Ok(None) => Keeper::Failed,
+        Err(e) => {
+            eprintln!(
+                "hugeshm: warning: no keeper process ({e}): if this run is killed with SIGKILL, \
+                 the pools it raised and the regions it made stay behind"
+            );
+            Keeper::Failed
+        }
+    }
 }
 
 /// A registration; dropping it forgets the entry.
@@ -68,6 +152,8 @@ impl Drop for Undo {
     fn drop(&mut self) {
         let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
         p.retain(|(id, _)| *id != self.0);
+        drop(p);
+        tell(&Msg::Forget { id: self.0 }, false);
     }
 }
 
@@ -85,6 +171,14 @@ pub fn undo(give: Give) -> Undo {
         *n += 1;
         *n
     };
+    // The keeper hears of it before the thing is taken.
+    tell(
+        &Msg::Add {
+            id,
+            give: give.clone(),
+        },
+        true,
+    );
     PENDING
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -131,6 +225,7 @@ fn start_handler() -> Handler {
     let thread = std::thread::spawn(move || {
         if let Some(sig) = signals.forever().next() {
             INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+            tell(&Msg::Done, false);
             let pending = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
             let regions = give_back_now(pending);
             stop_children();
@@ -172,7 +267,7 @@ fn give_back_now(mut pending: Vec<(u64, Give)>) -> Vec<(String, Backend)> {
     for (_, g) in pending {
         match g {
             Give::Region { name, backend } => regions.push((name, backend)),
-            other => eprintln!("hugeshm: interrupted: {}", do_give(&other)),
+            other => eprintln!("hugeshm: interrupted: {}", do_give(&other, WORKERS_STOPPED)),
         }
     }
     regions
@@ -210,10 +305,13 @@ fn stop_children() {
 pub fn finish(signal: i32, regions: &[String]) -> std::process::ExitCode {
     for r in regions {
         let line = match r.split_once(':').map(|(b, n)| (b.parse::<Backend>(), n)) {
-            Some((Ok(backend), name)) => do_give(&Give::Region {
-                name: name.to_owned(),
-                backend,
-            }),
+            Some((Ok(backend), name)) => do_give(
+                &Give::Region {
+                    name: name.to_owned(),
+                    backend,
+                },
+                WORKERS_STOPPED,
+            ),
             _ => format!("{r:?} is not BACKEND:NAME"),
         };
         eprintln!("hugeshm: interrupted: {line}");
@@ -221,7 +319,53 @@ pub fn finish(signal: i32, regions: &[String]) -> std::process::ExitCode {
     std::process::ExitCode::from((128 + signal).clamp(0, 255) as u8)
 }
 
-fn do_give(g: &Give) -> String {
+/// How long a region's removal waits for the workers to let go after they
+/// were stopped (`SIGTERM`, or the same Ctrl-C).
+const WORKERS_STOPPED: Duration = Duration::from_secs(3);
+
+/// How long the keeper waits for them: they were not stopped, and let go
+/// when they see their parent gone (at the end of the work in hand).
+const WORKERS_ORPHANED: Duration = Duration::from_secs(60);
+
+/// The keeper's part (`hugeshm bench keeper`): reads the run's messages
+/// on stdin; if they end without [`Msg::Done`] while something is still
+/// registered, the run died: gives it back (regions first, so their pages
+/// go back with the pools; then the rest, last taken first), a line each
+/// on stderr.
+pub fn keep() -> std::process::ExitCode {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    // Ctrl-C and a hangup reach the whole process group, and the run stops
+    // its children with SIGTERM: the run's handler gives back then and
+    // says Done; the keeper ends when its pipe does.
+    let _caught = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]);
+    let parent = std::os::unix::process::parent_id();
+    let mut pending: Vec<(u64, Give)> = Vec::new();
+    for line in std::io::stdin().lines() {
+        let Ok(line) = line else { break };
+        match serde_json::from_str::<Msg>(&line) {
+            Ok(Msg::Add { id, give }) => pending.push((id, give)),
+            Ok(Msg::Forget { id }) => pending.retain(|(i, _)| *i != id),
+            Ok(Msg::Done) => return std::process::ExitCode::SUCCESS,
+            Err(e) => eprintln!("hugeshm: keeper: ignored {line:?}: {e}"),
+        }
+    }
+    if pending.is_empty() {
+        return std::process::ExitCode::SUCCESS;
+    }
+    eprintln!(
+        "hugeshm: the run (pid {parent}) ended without giving back what it took (killed?); giving it back"
+    );
+    pending.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
+    let (regions, rest): (Vec<_>, Vec<_>) = pending
+        .into_iter()
+        .partition(|(_, g)| matches!(g, Give::Region { .. }));
+    for (_, g) in regions.iter().chain(&rest) {
+        eprintln!("hugeshm: keeper: {}", do_give(g, WORKERS_ORPHANED));
+    }
+    std::process::ExitCode::from(1)
+}
+
+fn do_give(g: &Give, region_wait: Duration) -> String {
     match g {
         Give::Pool { path, pages } => match std::fs::write(path, format!("{pages}\n")) {
             Ok(()) => format!("{} set back to {pages}", path.display()),
@@ -232,9 +376,9 @@ fn do_give(g: &Give) -> String {
             ),
         },
         Give::Region { name, backend } => {
-            // Our own worker processes got the same Ctrl-C and are exiting:
-            // give them a moment to let go of the region.
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+            // Our own worker processes are exiting: give them a moment to
+            // let go of the region.
+            let deadline = std::time::Instant::now() + region_wait;
             loop {
                 match Locator::new(name, *backend).remove() {
                     Ok(_) => break format!("removed the {backend} region {name}"),
@@ -244,6 +388,10 @@ fn do_give(g: &Give) -> String {
                     Err(RegionError::NotFound { .. }) => {
                         break format!("the {backend} region {name} was already gone")
                     }
+                    Err(e @ RegionError::InUse { .. }) => break format!(
+                        "after {} s, {e}; remove it with hugeshm rm {name} --backend {backend} once they end",
+                        region_wait.as_secs()
+                    ),
                     Err(e) => break format!("the {backend} region {name}: {e}"),
                 }
             }

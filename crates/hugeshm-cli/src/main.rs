@@ -103,6 +103,7 @@ static LOGGER: StderrLog = StderrLog;
 fn main() -> ExitCode {
     let _ = log::set_logger(&LOGGER).map(|()| log::set_max_level(log::LevelFilter::Warn));
     let cli = Cli::parse();
+    interrupt::enable_keeper();
     hugeshm_doctor::dax::set_file_dax_reader(Box::new(cmd::segments::SysFileDax));
     if let Err(e) = hugeshm_probe::MapsSource::from_env() {
         eprintln!("hugeshm: error: {e}");

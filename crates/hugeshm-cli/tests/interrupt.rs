@@ -1,26 +1,24 @@
-//! Ctrl-C in the middle of a bench gives back what it took: `bench oltp`
-//! on 2 MiB pages is interrupted (SIGINT to its process group, as a
-//! terminal sends it) while its workers run; the pool it raised is back,
-//! its region and data file are gone, and it exits 130.
+//! A bench gives back what it took when it is stopped in the middle:
+//! `bench oltp` on 2 MiB pages is interrupted (SIGINT to its process group,
+//! as a terminal sends it) while its workers run; the pool it raised is
+//! back, its region and data file are gone, and it exits 130. Killed with
+//! SIGKILL (as the OOM killer does), its keeper process gives the same back.
 
 mod common;
 
 use common::{cmd, nr_2m};
 use hugeshm_testkit::{is_root, HostState, PoolGuard};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-#[test]
-fn ctrl_c_during_bench_oltp_gives_back_the_pool_region_and_file() {
-    if !is_root() {
-        eprintln!("ctrl_c_during_bench_oltp: skipped: raising the pool needs root");
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
-    let before = HostState::capture().unwrap();
+/// A `bench oltp` in its own process group, its 2 MiB pool raised, its
+/// SysV region attached by its workers and its data file written in
+/// `dir`; returns it and its pid.
+fn oltp_at_work(dir: &Path) -> (Child, i32) {
+    std::fs::create_dir_all(dir).unwrap();
     let nr_before = nr_2m();
-    let dir = std::env::temp_dir().join(format!("hugeshm-interrupt-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let mut child = cmd(&[
         "bench",
         "oltp",
@@ -62,7 +60,7 @@ fn ctrl_c_during_bench_oltp_gives_back_the_pool_region_and_file() {
     while !(nr_2m() > nr_before && region_up()) {
         assert!(
             child.try_wait().unwrap().is_none(),
-            "the bench ended before it could be interrupted"
+            "the bench ended before it could be stopped"
         );
         assert!(
             Instant::now() < deadline,
@@ -71,8 +69,44 @@ fn ctrl_c_during_bench_oltp_gives_back_the_pool_region_and_file() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
-    let data_files = std::fs::read_dir(&dir).unwrap().count();
+    let data_files = std::fs::read_dir(dir).unwrap().count();
     assert_eq!(data_files, 1, "the data file exists while it runs");
+    (child, pid)
+}
+
+/// The pool back at `nr_before` (pages of exiting workers return a moment
+/// later), `dir` empty (and removed), nothing else left.
+fn all_given_back(before: &HostState, nr_before: u64, dir: &Path, err: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while nr_2m() != nr_before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(nr_2m(), nr_before, "the pool is back: {err}");
+    assert_eq!(
+        std::fs::read_dir(dir).unwrap().count(),
+        0,
+        "data file gone: {err}"
+    );
+    std::fs::remove_dir(dir).unwrap();
+    let diff = before.diff(&HostState::capture().unwrap());
+    assert!(diff.is_empty(), "left behind: {diff:#?}\n{err}");
+}
+
+fn test_dir(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("hugeshm-{tag}-{}", std::process::id()))
+}
+
+#[test]
+fn ctrl_c_during_bench_oltp_gives_back_the_pool_region_and_file() {
+    if !is_root() {
+        eprintln!("ctrl_c_during_bench_oltp: skipped: raising the pool needs root");
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool lock");
+    let before = HostState::capture().unwrap();
+    let nr_before = nr_2m();
+    let dir = test_dir("interrupt");
+    let (child, pid) = oltp_at_work(&dir);
 
     // Ctrl-C: SIGINT to the whole process group.
     rustix::process::kill_process_group(
@@ -88,20 +122,54 @@ fn ctrl_c_during_bench_oltp_gives_back_the_pool_region_and_file() {
     // is gone (checked below).
     assert!(err.contains("nr_hugepages set back to"), "{err}");
     assert!(err.contains("deleted"), "{err}");
+    // The handler told the keeper it gives back itself: no second say.
+    assert!(!err.contains("keeper"), "{err}");
+    all_given_back(&before, nr_before, &dir, &err);
+    pool.restore().expect("restore");
+}
 
-    // Pages of the exiting workers go back to the pool a moment later.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while nr_2m() != nr_before && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
+/// SIGKILL to the bench alone, as the OOM killer sends it: no handler
+/// runs, its workers live on; the keeper process gives back the region
+/// (once the orphaned workers let go), the pool and the data file.
+#[test]
+fn sigkill_during_bench_oltp_is_given_back_by_its_keeper() {
+    if !is_root() {
+        eprintln!("sigkill_during_bench_oltp: skipped: raising the pool needs root");
+        return;
     }
-    assert_eq!(nr_2m(), nr_before, "the pool is back: {err}");
+    let pool = PoolGuard::new().expect("pool lock");
+    let before = HostState::capture().unwrap();
+    let nr_before = nr_2m();
+    let dir = test_dir("sigkill");
+    let (child, pid) = oltp_at_work(&dir);
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    // Its stderr ends when the keeper and the workers, who share it, have.
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
-        std::fs::read_dir(&dir).unwrap().count(),
-        0,
-        "data file gone"
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        Some(9),
+        "{err}"
     );
-    std::fs::remove_dir(&dir).unwrap();
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}\n{err}");
+    assert!(
+        err.contains(&format!(
+            "the run (pid {pid}) ended without giving back what it took"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("keeper: removed the sysv region bench-oltp-"),
+        "{err}"
+    );
+    assert!(
+        err.contains("keeper: /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages set back to"),
+        "{err}"
+    );
+    assert!(err.contains("keeper: deleted "), "{err}");
+    all_given_back(&before, nr_before, &dir, &err);
     pool.restore().expect("restore");
 }

@@ -52,6 +52,11 @@ pub enum BenchCommand {
         /// BACKEND:NAME of each region.
         regions: Vec<String>,
     },
+    /// (internal) started by a bench or the lab: gives back what the run
+    /// registered (pools, regions, files) if the run dies without doing so
+    /// (SIGKILL), as its stdin tells.
+    #[command(hide = true)]
+    Keeper,
     /// How long a new process takes to attach a large region and map every
     /// page, with and without the smaps verification.
     Attach(crate::cmd::bench_attach::Args),
@@ -203,6 +208,15 @@ fn min_median(v: &[f64]) -> (f64, f64) {
 
 /// Runs a benchmark.
 pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<ExitCode> {
+    if matches!(
+        cmd,
+        BenchCommand::OltpWorker { .. }
+            | BenchCommand::AttachTimeChild { .. }
+            | BenchCommand::PagetablesChild { .. }
+            | BenchCommand::AttachChild { .. }
+    ) {
+        crate::cmd::bench_common::die_with_parent();
+    }
     match cmd {
         BenchCommand::Scan(a) => scan(roots, &a, out),
         BenchCommand::Prefault(a) => crate::cmd::bench_prefault::run(roots, &a, out),
@@ -218,6 +232,7 @@ pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<Ex
         BenchCommand::Interrupted { signal, regions } => {
             Ok(crate::interrupt::finish(signal, &regions))
         }
+        BenchCommand::Keeper => Ok(crate::interrupt::keep()),
         BenchCommand::Attach(a) => crate::cmd::bench_attach::run(roots, &a, out),
         BenchCommand::AttachTimeChild { name, backend } => {
             crate::cmd::bench_attach::child(&name, backend)

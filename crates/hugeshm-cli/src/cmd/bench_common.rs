@@ -142,6 +142,18 @@ pub(crate) fn reap<'a>(children: impl IntoIterator<Item = &'a mut Child>, grace:
     }
 }
 
+/// Makes this process (a bench's worker, started by the bench's main
+/// thread) end with `SIGTERM` when the bench does: a bench killed with
+/// SIGKILL cannot stop its workers, and a worker in the middle of a timed
+/// run would hold the region, and so its pages, until the run ends. Its
+/// keeper (see `crate::interrupt`) removes the region once they let go.
+/// A bench that died before this call is seen the usual way: the worker's
+/// stdin ends.
+pub(crate) fn die_with_parent() {
+    // Best effort: without it the worker still ends with its work.
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM));
+}
+
 /// Huge pages a bench adds to the host-wide pools for its run, given back
 /// when it is dropped (whatever happened in between).
 pub(crate) struct PoolTopUp<'a> {

@@ -317,6 +317,7 @@ fn in_workers(
         // fork needs one thread: the interrupt handler's waits.
         let forked = crate::interrupt::paused(|| {
             hugeshm_sys::fork_child(move || {
+                crate::cmd::bench_common::die_with_parent();
                 let Ok(run) = warm_then_timed(cache, o, picker, u64::from(i), d) else {
                     return 1;
                 };

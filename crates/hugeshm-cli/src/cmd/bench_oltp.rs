@@ -424,6 +424,7 @@ fn start_workers(
                 // fork needs one thread: the interrupt handler's waits.
                 crate::interrupt::paused(|| {
                     hugeshm_sys::fork_child(move || {
+                        crate::cmd::bench_common::die_with_parent();
                         let input = BufReader::new(File::from(cmd_r.try_clone().expect("dup")));
                         let output = File::from(res_w.try_clone().expect("dup"));
                         match serve(cache, input, output) {
