@@ -1050,6 +1050,64 @@ fn bench_counts_of_zero_are_refused() {
     assert!(err.contains("is not a count"), "{err}");
 }
 
+/// More processes than the kernel can start, or than fit in the memory
+/// available (about 2 MiB each), are refused before the segment or any
+/// child is made, with the numbers and the fix; a broken check would start
+/// spawning and fail part way.
+#[test]
+fn bench_process_counts_beyond_the_host_are_refused() {
+    let sysctl = |f: &str| -> u64 {
+        std::fs::read_to_string(format!("/proc/sys/kernel/{f}"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let kernel_most = sysctl("pid_max").min(sysctl("threads-max"));
+    let available_kib = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap();
+    let memory_most = available_kib / 10 * 9 / 2048;
+    let too_many_pids = (kernel_most + 1).min(u64::from(u32::MAX)).to_string();
+    for bench in ["scan", "pagetables"] {
+        let args = ["bench", bench, "--procs", &too_many_pids, "--size", "1M"];
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("--procs {too_many_pids}: ")),
+            "{args:?}: {err}"
+        );
+        // The kernel limit is checked first; on a host with little memory
+        // the memory check could be the one that says no instead.
+        assert!(
+            err.contains("or raise the limit: sysctl -w kernel.") || err.contains("MemAvailable"),
+            "{args:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?} ran");
+    }
+    // Twice the count that fits: MemAvailable moves between this reading
+    // and the bench's.
+    let n = (2 * memory_most).min(kernel_most.saturating_sub(200));
+    if n > memory_most / 2 * 3 {
+        let n = n.to_string();
+        let out = run(&["bench", "scan", "--procs", &n, "--size", "1M"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{err}");
+        assert!(
+            err.contains("more than 90% of the memory available"),
+            "{err}"
+        );
+        assert!(err.contains("pass --procs "), "{err}");
+    } else {
+        println!("memory case skipped: the kernel's limit ({kernel_most}) comes first");
+    }
+}
+
 /// `MemTotal` of this host, KiB.
 fn mem_total_kib() -> u64 {
     std::fs::read_to_string("/proc/meminfo")

@@ -314,6 +314,12 @@ impl Drop for Fleet {
 }
 
 fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let most = a.procs.iter().copied().max().unwrap_or(0);
+    crate::cmd::bench_common::check_process_room(
+        &Probe::new(roots.clone()),
+        most.into(),
+        "--procs",
+    )?;
     let huge = (a.page_size > 4096).then_some(a.page_size);
     let shmid = sys::shm_get(0, a.size, sys::ShmFlags::create_new(huge)).map_err(|e| {
         anyhow::anyhow!(

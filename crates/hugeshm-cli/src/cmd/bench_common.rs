@@ -142,6 +142,74 @@ pub(crate) fn reap<'a>(children: impl IntoIterator<Item = &'a mut Child>, grace:
     }
 }
 
+/// What one idle child process of a bench costs beyond what the children
+/// share (the executable's pages): an idle `hugeshm` shows 1.3 MiB of
+/// `Private_Dirty` and 80 KiB of page tables, plus its kernel stack;
+/// rounded up.
+const CHILD_BYTES: u64 = 2 << 20;
+
+/// Refuses a bench that would start `n` processes where the kernel would
+/// refuse some of them part way (`kernel.pid_max`, `kernel.threads-max`,
+/// `RLIMIT_NPROC` for a user other than root) or where they would not fit
+/// in the memory available (about 2 MiB each): an error with the numbers
+/// and the fix, before anything is made. `what` names the option.
+pub(crate) fn check_process_room(probe: &Probe, n: u64, what: &str) -> anyhow::Result<()> {
+    let read = |rel: &str| -> Option<u64> {
+        std::fs::read_to_string(probe.proc_path(rel))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    // loadavg's fourth field: runnable/existing scheduling entities, each
+    // holding a pid.
+    let tasks: u64 = std::fs::read_to_string(probe.proc_path("loadavg"))
+        .ok()
+        .and_then(|t| t.split_whitespace().nth(3)?.split_once('/')?.1.parse().ok())
+        .unwrap_or(0);
+    for (sysctl, limit) in [
+        ("kernel.pid_max", read("sys/kernel/pid_max")),
+        ("kernel.threads-max", read("sys/kernel/threads-max")),
+    ] {
+        let Some(limit) = limit else { continue };
+        let room = limit.saturating_sub(tasks);
+        // Room for the bench's own threads and the host's meanwhile.
+        let need = n + 64;
+        anyhow::ensure!(
+            need <= room,
+            "{what} {n}: the kernel can start about {room} more processes here ({sysctl} = {limit}, \
+             {tasks} tasks exist); pass {what} {} or less, or raise the limit: sysctl -w {sysctl}={}",
+            room.saturating_sub(64),
+            tasks + need
+        );
+    }
+    if !rustix::process::geteuid().is_root() {
+        if let Some(limit) = rustix::process::getrlimit(rustix::process::Resource::Nproc).current {
+            anyhow::ensure!(
+                n < limit,
+                "{what} {n}: this user may run at most {limit} processes (RLIMIT_NPROC, ulimit -u); \
+                 pass a smaller {what}, or raise it (ulimit -u, limits.conf's nproc)"
+            );
+        }
+    }
+    let available = probe
+        .host_for_regions()
+        .meminfo
+        .and_then(|m| m.mem_available_bytes);
+    if let Some(avail) = available {
+        let most = avail / 10 * 9;
+        anyhow::ensure!(
+            n * CHILD_BYTES <= most,
+            "{what} {n}: {n} processes take about {} (2 MiB each), more than 90% of the memory \
+             available (MemAvailable {}); pass {what} {} or less",
+            format_bytes(n * CHILD_BYTES),
+            format_bytes(avail),
+            most / CHILD_BYTES
+        );
+    }
+    Ok(())
+}
+
 /// Makes this process (a bench's worker, started by the bench's main
 /// thread) end with `SIGTERM` when the bench does: a bench killed with
 /// SIGKILL cannot stop its workers, and a worker in the middle of a timed

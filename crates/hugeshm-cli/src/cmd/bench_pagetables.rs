@@ -236,6 +236,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     counts.dedup();
     let most = *counts.last().context("--procs needs at least one count")?;
     let probe = Probe::new(roots.clone());
+    crate::cmd::bench_common::check_process_room(&probe, most.into(), "--procs")?;
     let host = probe.host();
     let mut rows = Vec::new();
     let mut growth = Vec::new();
