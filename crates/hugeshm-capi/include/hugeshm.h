@@ -320,6 +320,18 @@ typedef struct {
   bool hugetlb;
 } hugeshm_verification;
 
+// The page size backing a region, read the cheap way, filled by
+// `hugeshm_region_verify_page_size`.
+typedef struct {
+  // The page size backing the whole region.
+  uint64_t page_size_bytes;
+  // Whether the mappings are hugetlb.
+  bool hugetlb;
+  // Whether it was read with PROCMAP_QUERY (Linux 6.11+, constant
+  // time); false: from /proc/self/smaps, as `hugeshm_region_verify`.
+  bool procmap_query;
+} hugeshm_page_size_check;
+
 // System V shared memory (`shmget`, `SHM_HUGETLB`); found by the key
 // derived from the name (FNV-1a of "hugeshm.NAME").
 #define HUGESHM_BACKEND_SYSV 1
@@ -805,6 +817,21 @@ int hugeshm_region_persist(const hugeshm_region *region,
 int hugeshm_region_verify(const hugeshm_region *region,
                           hugeshm_verification *out,
                           hugeshm_error **err);
+
+// The page size the kernel backs the region with, the cheap way, into
+// `*out`: for a hugetlb region from PROCMAP_QUERY (Linux 6.11+), which does
+// not walk the page tables and so costs the same at any size; otherwise
+// (base pages, transparent huge pages, DAX, older kernels) from
+// /proc/self/smaps, as `hugeshm_region_verify`. Residency is not checked.
+// Errors as for `hugeshm_create`.
+//
+// # Safety
+//
+// `region` is NULL or a live handle; `out` is NULL or writable for one
+// `hugeshm_page_size_check`; `err` is NULL or writable for one pointer.
+int hugeshm_region_verify_page_size(const hugeshm_region *region,
+                                    hugeshm_page_size_check *out,
+                                    hugeshm_error **err);
 
 // Unmaps the region and frees the handle (also on error). A named region
 // stays for other processes; a memfd or anon region vanishes when its last

@@ -8,7 +8,7 @@ use ::hugeshm_region::{remove, AllocationReport, Locator, Region, RegionError};
 use crate::error::{c_string, hugeshm_error, HUGESHM_ERROR_INVALID_ARGUMENT};
 use crate::ffi::{arg_ref, arg_str, guard, into_handle, no_panic, take_box, write_out};
 use crate::options::hugeshm_options;
-use crate::report::{hugeshm_report, hugeshm_verification};
+use crate::report::{hugeshm_page_size_check, hugeshm_report, hugeshm_verification};
 use crate::types::{backend_from_c, backend_to_c, hugeshm_backend};
 
 /// A mapped region: made by `hugeshm_create` or `hugeshm_attach*`, ended
@@ -526,6 +526,37 @@ pub unsafe extern "C" fn hugeshm_region_verify(
     };
     // SAFETY: `out` (if any) and `err` are NULL or writable (contract).
     unsafe { guard("hugeshm_region_verify", err, body) }
+}
+
+/// The page size the kernel backs the region with, the cheap way, into
+/// `*out`: for a hugetlb region from PROCMAP_QUERY (Linux 6.11+), which does
+/// not walk the page tables and so costs the same at any size; otherwise
+/// (base pages, transparent huge pages, DAX, older kernels) from
+/// /proc/self/smaps, as `hugeshm_region_verify`. Residency is not checked.
+/// Errors as for `hugeshm_create`.
+///
+/// # Safety
+///
+/// `region` is NULL or a live handle; `out` is NULL or writable for one
+/// `hugeshm_page_size_check`; `err` is NULL or writable for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn hugeshm_region_verify_page_size(
+    region: *const hugeshm_region,
+    out: *mut hugeshm_page_size_check,
+    err: *mut *mut hugeshm_error,
+) -> c_int {
+    let body = || {
+        // SAFETY: `region` is NULL or a live handle (contract).
+        let r = unsafe { arg_ref(region, "region") }?;
+        if out.is_null() {
+            return Err(hugeshm_error::null_argument("out"));
+        }
+        let c = r.region.verify_page_size()?;
+        // SAFETY: `out` is writable (contract) and not NULL.
+        unsafe { write_out(out, hugeshm_page_size_check::from(&c), "out") }
+    };
+    // SAFETY: `out` (if any) and `err` are NULL or writable (contract).
+    unsafe { guard("hugeshm_region_verify_page_size", err, body) }
 }
 
 /// Takes a handle back and ends its region with `end` (close or destroy);

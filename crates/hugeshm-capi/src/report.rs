@@ -1,6 +1,8 @@
 //! The report and the smaps verification as plain C structs.
 
-use hugeshm_region::{AllocationReport, AttachReport, Region, Verification};
+use hugeshm_region::{
+    AllocationReport, AttachReport, PageSizeCheck, PageSizeSource, Region, Verification,
+};
 
 use crate::types::{
     backend_to_c, hugeshm_backend, hugeshm_policy, hugeshm_prefault_method, hugeshm_reclaim,
@@ -239,6 +241,30 @@ impl From<&Verification> for hugeshm_verification {
             thp_bytes: v.thp_bytes,
             locked_bytes: v.locked_bytes,
             mapped_bytes: v.mapped_bytes,
+        }
+    }
+}
+
+/// The page size backing a region, read the cheap way, filled by
+/// `hugeshm_region_verify_page_size`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct hugeshm_page_size_check {
+    /// The page size backing the whole region.
+    pub page_size_bytes: u64,
+    /// Whether the mappings are hugetlb.
+    pub hugetlb: bool,
+    /// Whether it was read with PROCMAP_QUERY (Linux 6.11+, constant
+    /// time); false: from /proc/self/smaps, as `hugeshm_region_verify`.
+    pub procmap_query: bool,
+}
+
+impl From<&PageSizeCheck> for hugeshm_page_size_check {
+    fn from(c: &PageSizeCheck) -> Self {
+        hugeshm_page_size_check {
+            page_size_bytes: c.page_size_bytes,
+            hugetlb: c.hugetlb,
+            procmap_query: c.source == PageSizeSource::ProcmapQuery,
         }
     }
 }

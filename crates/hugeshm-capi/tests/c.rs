@@ -254,7 +254,17 @@ fn c_two_processes_share_a_region_by_name() {
         c_command(&exe).args(["attach", &name, &a_pid.to_string()]),
         "share attach",
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("OK attacher"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("OK attacher"), "{text}");
+    let via = if hugeshm_sys::procmap_query_supported() {
+        "PROCMAP_QUERY"
+    } else {
+        "smaps"
+    };
+    assert!(
+        text.contains(&format!("page size check: {MIB2} via {via}")),
+        "{text}"
+    );
 
     // While A holds it, removing it by name is refused and names A.
     let out = run_ok(

@@ -937,9 +937,19 @@ fn bench_attach_times_attach_touch_and_verify() {
         assert!(run["attach_seconds"].as_f64().unwrap() > 0.0, "{r:#}");
         assert!(run["touch_seconds"].as_f64().unwrap() > 0.0, "{r:#}");
         assert!(run["verify_seconds"].as_f64().unwrap() > 0.0, "{r:#}");
+        // The cheap check: hugetlb pages by PROCMAP_QUERY where the kernel
+        // has it (6.11+), else smaps; the child fails if the two disagree.
+        assert!(run["page_check_seconds"].as_f64().unwrap() > 0.0, "{r:#}");
+        let via = if hugeshm_sys::procmap_query_supported() {
+            "procmap_query"
+        } else {
+            "smaps"
+        };
+        assert_eq!(run["page_check_source"], via, "{r:#}");
     }
     let ready = r["ready_ms"].as_f64().unwrap();
     assert!(r["ready_verified_ms"].as_f64().unwrap() >= ready, "{r:#}");
+    assert!(r["ready_page_checked_ms"].as_f64().unwrap() >= ready, "{r:#}");
     let diff = before.diff(&HostState::capture().unwrap());
     assert!(diff.is_empty(), "left behind: {diff:#?}");
     pool.restore().unwrap();

@@ -193,4 +193,4 @@ pub use prefault::{
     available_cpus, memset_baseline, MemsetBaseline, Progress, CLEAR_CHUNK_BYTES, SUB_CHUNK_BYTES,
 };
 pub use report::{AllocationReport, AttachReport, Reclaimed};
-pub use verify::Verification;
+pub use verify::{PageSizeCheck, PageSizeSource, Verification};

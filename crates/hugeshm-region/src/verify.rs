@@ -104,6 +104,71 @@ pub(crate) fn verify_range(
     })
 }
 
+/// The page size backing a region, read the cheap way
+/// ([`Region::verify_page_size`](crate::Region::verify_page_size)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PageSizeCheck {
+    /// The page size backing the whole region (the smallest of its
+    /// mappings').
+    pub page_size_bytes: u64,
+    /// Whether the mappings are hugetlb.
+    pub hugetlb: bool,
+    /// How it was read.
+    pub source: PageSizeSource,
+}
+
+/// Where a [`PageSizeCheck`] came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum PageSizeSource {
+    /// `PROCMAP_QUERY` on `/proc/self/maps` (Linux 6.11+): the page size
+    /// of each mapping, without walking its page tables.
+    ProcmapQuery,
+    /// `/proc/self/smaps`, as [`Verification`] (base pages, transparent
+    /// huge pages, DAX, kernels without `PROCMAP_QUERY`).
+    Smaps,
+}
+
+/// The page size of this process's mappings over `addr..addr + len` from
+/// `PROCMAP_QUERY`, the smallest if several: `Ok(None)` where the kernel
+/// lacks the call. Errors when a byte of the range is not mapped.
+pub(crate) fn query_page_size(addr: u64, len: u64) -> Result<Option<u64>, RegionError> {
+    let maps = match std::fs::File::open("/proc/self/maps") {
+        Ok(f) => f,
+        Err(e) => {
+            return Err(RegionError::Unsupported(format!(
+                "open /proc/self/maps: {e}"
+            )))
+        }
+    };
+    let end = addr.saturating_add(len);
+    let mut at = addr;
+    let mut smallest: Option<u64> = None;
+    while at < end {
+        let q = hugeshm_sys::VmaQuery {
+            addr: at,
+            ..Default::default()
+        };
+        let vma = match hugeshm_sys::procmap_query(std::os::fd::AsFd::as_fd(&maps), q) {
+            Err(e) if matches!(e.errno(), Some(libc::ENOTTY) | Some(libc::EINVAL)) => {
+                return Ok(None)
+            }
+            r => r?,
+        };
+        let Some(vma) = vma.filter(|v| v.start <= at && at < v.end) else {
+            return Err(RegionError::Unsupported(format!(
+                "no mapping at {at:#x} in /proc/{}/maps",
+                std::process::id()
+            )));
+        };
+        smallest = Some(smallest.map_or(vma.page_size, |s| s.min(vma.page_size)));
+        at = vma.end;
+    }
+    Ok(smallest)
+}
+
 /// How the kernel maps this process's `dax` region at `addr..addr + len`
 /// (file offset 0): its 2 MiB windows judged from the running kernel's
 /// `/proc/self/pagemap` (smaps shows DAX pages as 4 kB whatever the

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use hugeshm_region::{Backend, PageSize, Policy, RegionBuilder, RegionError};
+use hugeshm_region::{Backend, PageSize, PageSizeSource, Policy, RegionBuilder, RegionError};
 use hugeshm_testkit::HostState;
 
 /// What a case must give: `Ok(page size)` or an error.
@@ -77,6 +77,17 @@ fn every_backend_page_size_and_policy() {
                                 "{case}: {report:#?}"
                             );
                         }
+                        // The cheap check agrees with smaps; hugetlb pages
+                        // are read by PROCMAP_QUERY where the kernel has it.
+                        let v = region.verify().unwrap();
+                        let check = region.verify_page_size().unwrap();
+                        assert_eq!(check.page_size_bytes, p, "{case}: {check:?}");
+                        assert_eq!(check.hugetlb, v.hugetlb, "{case}: {check:?}");
+                        assert_eq!(
+                            check.source == PageSizeSource::ProcmapQuery,
+                            v.hugetlb && hugeshm_sys::procmap_query_supported(),
+                            "{case}: {check:?}"
+                        );
                         assert_eq!(region.data_len() as u64, want - 4096, "{case}");
                         region.write_at(region.data_len() - 3, b"end").unwrap();
                         let mut buf = [0u8; 3];
@@ -108,6 +119,9 @@ fn every_backend_page_size_and_policy() {
                         assert_eq!(report.page_size_bytes, 4096, "{case}");
                         assert_eq!(report.verified_page_size_bytes, 4096, "{case}");
                         assert_eq!(report.resident_bytes, size, "{case}");
+                        let check = region.verify_page_size().unwrap();
+                        assert_eq!(check.page_size_bytes, 4096, "{case}: {check:?}");
+                        assert_eq!(check.source, PageSizeSource::Smaps, "{case}");
                         let reason = report.reason().unwrap().to_owned();
                         assert!(
                             reason.contains("transparent huge pages unavailable"),

@@ -191,6 +191,17 @@ static int do_attach(const char *name, long creator) {
     CHECK(v.resident_bytes == hugeshm_region_len(r), "resident %" PRIu64 " of %zu",
           v.resident_bytes, hugeshm_region_len(r));
 
+    /* The cheap check: the same page size, without walking page tables
+       where the kernel answers PROCMAP_QUERY (6.11+). */
+    hugeshm_page_size_check c;
+    rc = hugeshm_region_verify_page_size(r, &c, &err);
+    if (rc != HUGESHM_OK) {
+        return report_error("verify_page_size", rc, err);
+    }
+    CHECK(c.hugetlb && c.page_size_bytes == MIB2, "query page %" PRIu64, c.page_size_bytes);
+    printf("page size check: %" PRIu64 " via %s\n", c.page_size_bytes,
+           c.procmap_query ? "PROCMAP_QUERY" : "smaps");
+
     rc = hugeshm_detach(r, &err);
     if (rc != HUGESHM_OK) {
         return report_error("detach", rc, err);

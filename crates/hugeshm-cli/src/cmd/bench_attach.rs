@@ -7,8 +7,9 @@
 //! processes, one after another, each attach it (find, check the header,
 //! map), map every page (`Region::populate_read`: one read fault per GiB
 //! where the page tables are shared, `MADV_POPULATE_READ` elsewhere), read their own
-//! `/proc/self/smaps` for the region (the verification), and report the
-//! three times.
+//! `/proc/self/smaps` for the region (the verification), ask the page size
+//! the cheap way (`Region::verify_page_size`: `PROCMAP_QUERY` for hugetlb
+//! on 6.11+, which walks no page tables), and report the four times.
 
 use crate::cmd::bench_common::{bench_region, parse_count_arg, parse_size_arg, PoolTopUp};
 use crate::output::{Out, Table};
@@ -50,6 +51,10 @@ struct ChildSample {
     touch_seconds: f64,
     verify_seconds: f64,
     verified_page_size_bytes: u64,
+    /// `Region::verify_page_size`.
+    page_check_seconds: f64,
+    /// Its source: `procmap_query` or `smaps`.
+    page_check_source: hugeshm_region::PageSizeSource,
     aligned_for_pmd_sharing: bool,
     pmd_shareable_bytes: u64,
     vm_pte_bytes: Option<u64>,
@@ -65,10 +70,16 @@ struct Report {
     attach_ms: f64,
     touch_ms: f64,
     verify_ms: f64,
+    /// The cheap page-size check (`Region::verify_page_size`).
+    page_check_ms: f64,
+    /// Where it read the page size: `procmap_query` or `smaps`.
+    page_check_source: hugeshm_region::PageSizeSource,
     /// attach + touch: a process ready to use the region, unverified.
     ready_ms: f64,
     /// attach + touch + verification (what `hugeshm attach` does).
     ready_verified_ms: f64,
+    /// attach + touch + the cheap page-size check.
+    ready_page_checked_ms: f64,
     /// Bytes whose page tables the attacher shares.
     pmd_shareable_bytes: u64,
     aligned_for_pmd_sharing: bool,
@@ -84,11 +95,24 @@ pub fn child(name: &str, backend: Backend) -> anyhow::Result<ExitCode> {
     let t = Instant::now();
     let v = region.verify().map_err(|e| anyhow::anyhow!("{e}"))?;
     let verify_seconds = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let check = region
+        .verify_page_size()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let page_check_seconds = t.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        check.page_size_bytes == v.page_size_bytes,
+        "the page size check says {}, smaps {}",
+        check.page_size_bytes,
+        v.page_size_bytes
+    );
     let out = ChildSample {
         attach_seconds: s.attach_seconds,
         touch_seconds: s.touch_seconds,
         verify_seconds,
         verified_page_size_bytes: v.page_size_bytes,
+        page_check_seconds,
+        page_check_source: check.source,
         aligned_for_pmd_sharing: s.aligned_for_pmd_sharing,
         pmd_shareable_bytes: s.pmd_shareable_bytes,
         vm_pte_bytes: s.vm_pte_bytes,
@@ -164,8 +188,11 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         attach_ms: ms(|r| r.attach_seconds),
         touch_ms: ms(|r| r.touch_seconds),
         verify_ms: ms(|r| r.verify_seconds),
+        page_check_ms: ms(|r| r.page_check_seconds),
+        page_check_source: last.page_check_source,
         ready_ms: ms(|r| r.attach_seconds + r.touch_seconds),
         ready_verified_ms: ms(|r| r.attach_seconds + r.touch_seconds + r.verify_seconds),
+        ready_page_checked_ms: ms(|r| r.attach_seconds + r.touch_seconds + r.page_check_seconds),
         pmd_shareable_bytes: last.pmd_shareable_bytes,
         aligned_for_pmd_sharing: last.aligned_for_pmd_sharing,
         vm_pte_bytes: pte.get(pte.len() / 2).copied(),
@@ -188,6 +215,8 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         ">ready ms",
         ">verify ms",
         ">ready+verify ms",
+        ">page check ms",
+        ">ready+check ms",
         ">shared page tables",
         ">VmPTE",
     ]);
@@ -197,6 +226,8 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         format!("{:.3}", report.ready_ms),
         format!("{:.3}", report.verify_ms),
         format!("{:.3}", report.ready_verified_ms),
+        format!("{:.3}", report.page_check_ms),
+        format!("{:.3}", report.ready_page_checked_ms),
         format_bytes(report.pmd_shareable_bytes),
         report
             .vm_pte_bytes
@@ -205,6 +236,13 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     ]);
     t.render(out, "")?;
     out.line("attach = find, check the header, map; touch = map every page (one read fault per GiB where page tables are shared, MADV_POPULATE_READ elsewhere); verify = read /proc/self/smaps for the region")?;
+    out.line(format!(
+        "page check = the page size alone ({}), residency not read",
+        match report.page_check_source {
+            hugeshm_region::PageSizeSource::ProcmapQuery => "PROCMAP_QUERY: no page-table walk",
+            _ => "from smaps: not hugetlb, or no PROCMAP_QUERY before Linux 6.11",
+        }
+    ))?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
