@@ -35,7 +35,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// What to give back.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Give {
     /// Write `pages` back into this `nr_hugepages` file.
     Pool {
@@ -76,7 +76,7 @@ enum Keeper {
 }
 
 /// What a run tells its keeper, a JSON line each.
-#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 enum Msg {
     /// Give this back if the run dies.
@@ -339,19 +339,9 @@ pub fn keep() -> std::process::ExitCode {
     // says Done; the keeper ends when its pipe does.
     let _caught = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]);
     let parent = std::os::unix::process::parent_id();
-    let mut pending: Vec<(u64, Give)> = Vec::new();
-    for line in std::io::stdin().lines() {
-        let Ok(line) = line else { break };
-        match serde_json::from_str::<Msg>(&line) {
-            Ok(Msg::Add { id, give }) => pending.push((id, give)),
-            Ok(Msg::Forget { id }) => pending.retain(|(i, _)| *i != id),
-            Ok(Msg::Done) => return std::process::ExitCode::SUCCESS,
-            Err(e) => eprintln!("hugeshm: keeper: ignored {line:?}: {e}"),
-        }
-    }
-    if pending.is_empty() {
+    let Some(mut pending) = heard(std::io::stdin().lock()).filter(|p| !p.is_empty()) else {
         return std::process::ExitCode::SUCCESS;
-    }
+    };
     eprintln!(
         "hugeshm: the run (pid {parent}) ended without giving back what it took (killed?); giving it back"
     );
@@ -363,6 +353,23 @@ pub fn keep() -> std::process::ExitCode {
         eprintln!("hugeshm: keeper: {}", do_give(g, WORKERS_ORPHANED));
     }
     std::process::ExitCode::from(1)
+}
+
+/// What is still registered when the run's messages end (`None`: the run
+/// said it gives back itself). A line that is not a message (one cut short
+/// by the run's death) is said and skipped.
+fn heard(input: impl std::io::BufRead) -> Option<Vec<(u64, Give)>> {
+    let mut pending = Vec::new();
+    for line in input.lines() {
+        let Ok(line) = line else { break };
+        match serde_json::from_str::<Msg>(&line) {
+            Ok(Msg::Add { id, give }) => pending.push((id, give)),
+            Ok(Msg::Forget { id }) => pending.retain(|(i, _)| *i != id),
+            Ok(Msg::Done) => return None,
+            Err(e) => eprintln!("hugeshm: keeper: ignored {line:?}: {e}"),
+        }
+    }
+    Some(pending)
 }
 
 fn do_give(g: &Give, region_wait: Duration) -> String {
@@ -449,5 +456,33 @@ mod tests {
             .iter()
             .any(|(_, g)| matches!(g, Give::File(p) if *p == kept)));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_keeper_holds_what_was_added_and_not_forgotten() {
+        let line = |m: &Msg| serde_json::to_string(m).unwrap() + "\n";
+        let add = |id: u64, p: &str| {
+            line(&Msg::Add {
+                id,
+                give: Give::File(p.into()),
+            })
+        };
+        // The run died: what is left is given back.
+        let text = add(1, "/a") + &add(2, "/b") + &line(&Msg::Forget { id: 1 }) + &add(3, "/c");
+        // Cut short by the run's death mid-line.
+        let cut = text.clone() + &add(4, "/d")[..10];
+        for input in [&text, &cut] {
+            let left = heard(input.as_bytes()).expect("no Done");
+            let ids: Vec<u64> = left.iter().map(|(id, _)| *id).collect();
+            assert_eq!(ids, [2, 3]);
+            assert!(matches!(&left[0].1, Give::File(p) if p.as_os_str() == "/b"));
+        }
+        // The run's handler gives back itself.
+        assert!(heard((text + &line(&Msg::Done)).as_bytes()).is_none());
+        // A run that gave everything back.
+        assert_eq!(
+            heard(line(&Msg::Forget { id: 9 }).as_bytes()).map(|p| p.len()),
+            Some(0)
+        );
     }
 }

@@ -949,7 +949,10 @@ fn bench_attach_times_attach_touch_and_verify() {
     }
     let ready = r["ready_ms"].as_f64().unwrap();
     assert!(r["ready_verified_ms"].as_f64().unwrap() >= ready, "{r:#}");
-    assert!(r["ready_page_checked_ms"].as_f64().unwrap() >= ready, "{r:#}");
+    assert!(
+        r["ready_page_checked_ms"].as_f64().unwrap() >= ready,
+        "{r:#}"
+    );
     let diff = before.diff(&HostState::capture().unwrap());
     assert!(diff.is_empty(), "left behind: {diff:#?}");
     pool.restore().unwrap();
@@ -1074,14 +1077,7 @@ fn bench_process_counts_beyond_the_host_are_refused() {
             .unwrap()
     };
     let kernel_most = sysctl("pid_max").min(sysctl("threads-max"));
-    let available_kib = std::fs::read_to_string("/proc/meminfo")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap();
-    let memory_most = available_kib / 10 * 9 / 2048;
+    let memory_most = meminfo_kib("MemAvailable") / 10 * 9 / 2048;
     let too_many_pids = (kernel_most + 1).min(u64::from(u32::MAX)).to_string();
     for bench in ["scan", "pagetables"] {
         let args = ["bench", bench, "--procs", &too_many_pids, "--size", "1M"];
@@ -1118,12 +1114,12 @@ fn bench_process_counts_beyond_the_host_are_refused() {
     }
 }
 
-/// `MemTotal` of this host, KiB.
-fn mem_total_kib() -> u64 {
+/// A `/proc/meminfo` field of this host (`MemTotal`, `MemAvailable`), KiB.
+fn meminfo_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .unwrap()
         .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap()
@@ -1138,7 +1134,7 @@ fn mem_total_kib() -> u64 {
 /// bench could not give the pages back).
 #[test]
 fn bench_prefault_refuses_a_size_the_host_cannot_hold() {
-    let total_kib = mem_total_kib();
+    let total_kib = meminfo_kib("MemTotal");
     let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
     let before = HostState::capture().unwrap();
     let out = std::process::Command::new("prlimit")
@@ -1179,7 +1175,7 @@ fn bench_prefault_refuses_a_size_the_host_cannot_hold() {
 /// host into the OOM killer.
 #[test]
 fn base_page_regions_larger_than_available_memory_are_refused() {
-    let total_kib = mem_total_kib();
+    let total_kib = meminfo_kib("MemTotal");
     let size = format!("{}k", total_kib * 2);
     let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
     let before = HostState::capture().unwrap();
