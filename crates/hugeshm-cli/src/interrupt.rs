@@ -37,12 +37,18 @@ use std::time::Duration;
 /// What to give back.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Give {
-    /// Write `pages` back into this `nr_hugepages` file.
+    /// Take the pages this run added off this `nr_hugepages` file: what
+    /// it holds now less `added`, so that what others changed meanwhile
+    /// (`hugeshm apply`, another bench) stays; `pages`, what it held
+    /// before, while `added` is not known yet (the write is under way).
     Pool {
         /// The sysfs file.
         path: PathBuf,
         /// What it held before.
         pages: u64,
+        /// Pages this run added, once the kernel said how many.
+        #[serde(default)]
+        added: Option<u64>,
     },
     /// Remove this named region (nothing happens if it is gone or held by
     /// another process: removal refuses then, as always).
@@ -147,6 +153,23 @@ fn start_keeper() -> Keeper {
 #[must_use = "the entry is forgotten when this is dropped"]
 #[derive(Debug)]
 pub struct Undo(u64);
+
+impl Undo {
+    /// Replaces what is to be given back (once the amount taken is known).
+    pub fn update(&self, give: Give) {
+        tell(
+            &Msg::Add {
+                id: self.0,
+                give: give.clone(),
+            },
+            false,
+        );
+        let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = p.iter_mut().find(|(id, _)| *id == self.0) {
+            entry.1 = give;
+        }
+    }
+}
 
 impl Drop for Undo {
     fn drop(&mut self) {
@@ -363,7 +386,11 @@ fn heard(input: impl std::io::BufRead) -> Option<Vec<(u64, Give)>> {
     for line in input.lines() {
         let Ok(line) = line else { break };
         match serde_json::from_str::<Msg>(&line) {
-            Ok(Msg::Add { id, give }) => pending.push((id, give)),
+            Ok(Msg::Add { id, give }) => {
+                // An update replaces the entry.
+                pending.retain(|(i, _)| *i != id);
+                pending.push((id, give));
+            }
             Ok(Msg::Forget { id }) => pending.retain(|(i, _)| *i != id),
             Ok(Msg::Done) => return None,
             Err(e) => eprintln!("hugeshm: keeper: ignored {line:?}: {e}"),
@@ -372,16 +399,38 @@ fn heard(input: impl std::io::BufRead) -> Option<Vec<(u64, Give)>> {
     Some(pending)
 }
 
+fn read_pages(path: &std::path::Path) -> std::io::Result<u64> {
+    std::fs::read_to_string(path)?
+        .trim()
+        .parse()
+        .map_err(std::io::Error::other)
+}
+
 fn do_give(g: &Give, region_wait: Duration) -> String {
     match g {
-        Give::Pool { path, pages } => match std::fs::write(path, format!("{pages}\n")) {
-            Ok(()) => format!("{} set back to {pages}", path.display()),
-            Err(e) => format!(
-                "could not set {} back to {pages}: {e} (do it by hand: echo {pages} > {})",
-                path.display(),
-                path.display()
-            ),
-        },
+        Give::Pool { path, pages, added } => {
+            let (to, how) = match added.map(|a| (a, read_pages(path))) {
+                Some((a, Ok(now))) => (
+                    now.saturating_sub(a),
+                    format!(" (it held {now}, {a} of them added by this run)"),
+                ),
+                Some((_, Err(e))) => {
+                    return format!(
+                        "could not read {}: {e} (take off the pages this run added by hand)",
+                        path.display()
+                    )
+                }
+                None => (*pages, String::new()),
+            };
+            match std::fs::write(path, format!("{to}\n")) {
+                Ok(()) => format!("{} set back to {to}{how}", path.display()),
+                Err(e) => format!(
+                    "could not set {} back to {to}: {e} (do it by hand: echo {to} > {})",
+                    path.display(),
+                    path.display()
+                ),
+            }
+        }
         Give::Region { name, backend } => {
             // Our own worker processes are exiting: give them a moment to
             // let go of the region.
@@ -423,6 +472,9 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let pool = dir.join("nr_hugepages");
         std::fs::write(&pool, "9\n").unwrap();
+        // A pool this run added 4 pages to, and someone else 2 more since.
+        let shared = dir.join("node1_nr_hugepages");
+        std::fs::write(&shared, "12\n").unwrap();
         let file = dir.join("data");
         std::fs::write(&file, "x").unwrap();
         let kept = dir.join("kept");
@@ -433,9 +485,18 @@ mod tests {
                 Give::Pool {
                     path: pool.clone(),
                     pages: 3,
+                    added: None,
                 },
             ),
             (2, Give::File(file.clone())),
+            (
+                4,
+                Give::Pool {
+                    path: shared.clone(),
+                    pages: 6,
+                    added: Some(4),
+                },
+            ),
             (
                 3,
                 Give::Region {
@@ -444,7 +505,10 @@ mod tests {
                 },
             ),
         ]);
+        // Before the amount was known: what it held before.
         assert_eq!(std::fs::read_to_string(&pool).unwrap(), "3\n");
+        // After: the other's 2 pages stay.
+        assert_eq!(std::fs::read_to_string(&shared).unwrap(), "8\n");
         assert!(!file.exists());
         assert_eq!(regions, [("r".to_owned(), Backend::Sysv)]);
         // A dropped registration is forgotten.
@@ -477,6 +541,11 @@ mod tests {
             assert_eq!(ids, [2, 3]);
             assert!(matches!(&left[0].1, Give::File(p) if p.as_os_str() == "/b"));
         }
+        // An update (the amount now known) replaces the entry.
+        let updated = add(1, "/a") + &add(1, "/a2");
+        let left = heard(updated.as_bytes()).unwrap();
+        assert_eq!(left.len(), 1);
+        assert!(matches!(&left[0].1, Give::File(p) if p.as_os_str() == "/a2"));
         // The run's handler gives back itself.
         assert!(heard((text + &line(&Msg::Done)).as_bytes()).is_none());
         // A run that gave everything back.

@@ -3,6 +3,8 @@
 //! as a terminal sends it) while its workers run; the pool it raised is
 //! back, its region and data file are gone, and it exits 130. Killed with
 //! SIGKILL (as the OOM killer does), its keeper process gives the same back.
+//! Whichever way it ends, it takes off only the pages it added: pages an
+//! admin added meanwhile stay.
 
 mod common;
 
@@ -15,8 +17,8 @@ use std::time::{Duration, Instant};
 
 /// A `bench oltp` in its own process group, its 2 MiB pool raised, its
 /// SysV region attached by its workers and its data file written in
-/// `dir`; returns it and its pid.
-fn oltp_at_work(dir: &Path) -> (Child, i32) {
+/// `dir`, its timed run `seconds` long; returns it and its pid.
+fn oltp_at_work(dir: &Path, seconds: &str) -> (Child, i32) {
     std::fs::create_dir_all(dir).unwrap();
     let nr_before = nr_2m();
     let mut child = cmd(&[
@@ -27,7 +29,7 @@ fn oltp_at_work(dir: &Path) -> (Child, i32) {
         "--data-size",
         "32M",
         "--duration",
-        "30",
+        seconds,
         "--runs",
         "1",
         "--page-sizes",
@@ -106,7 +108,7 @@ fn ctrl_c_during_bench_oltp_gives_back_the_pool_region_and_file() {
     let before = HostState::capture().unwrap();
     let nr_before = nr_2m();
     let dir = test_dir("interrupt");
-    let (child, pid) = oltp_at_work(&dir);
+    let (child, pid) = oltp_at_work(&dir, "30");
 
     // Ctrl-C: SIGINT to the whole process group.
     rustix::process::kill_process_group(
@@ -141,7 +143,10 @@ fn sigkill_during_bench_oltp_is_given_back_by_its_keeper() {
     let before = HostState::capture().unwrap();
     let nr_before = nr_2m();
     let dir = test_dir("sigkill");
-    let (child, pid) = oltp_at_work(&dir);
+    let (child, pid) = oltp_at_work(&dir, "30");
+    // The admin adds 3 pages meanwhile: they stay.
+    let nr_raised = nr_2m();
+    set_nr_2m(nr_raised + 3);
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(pid).unwrap(),
         rustix::process::Signal::KILL,
@@ -170,6 +175,51 @@ fn sigkill_during_bench_oltp_is_given_back_by_its_keeper() {
         "{err}"
     );
     assert!(err.contains("keeper: deleted "), "{err}");
+    assert!(
+        err.contains(&format!(
+            "set back to {} (it held {}, {} of them added by this run)",
+            nr_before + 3,
+            nr_raised + 3,
+            nr_raised - nr_before
+        )),
+        "{err}"
+    );
+    assert_eq!(nr_2m(), nr_before + 3, "the admin's pages stay: {err}");
+    set_nr_2m(nr_before);
+    all_given_back(&before, nr_before, &dir, &err);
+    pool.restore().expect("restore");
+}
+
+fn set_nr_2m(n: u64) {
+    std::fs::write(
+        "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages",
+        n.to_string(),
+    )
+    .unwrap();
+}
+
+/// A bench that ends by itself takes off the pages it added, not the
+/// count from before: the 3 pages an admin added while it ran (as
+/// `hugeshm apply` or another bench would) stay.
+#[test]
+fn a_bench_takes_off_only_the_pages_it_added() {
+    if !is_root() {
+        eprintln!(
+            "a_bench_takes_off_only_the_pages_it_added: skipped: raising the pool needs root"
+        );
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool lock");
+    let before = HostState::capture().unwrap();
+    let nr_before = nr_2m();
+    let dir = test_dir("others");
+    let (child, _) = oltp_at_work(&dir, "2");
+    set_nr_2m(nr_2m() + 3);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(nr_2m(), nr_before + 3, "the admin's pages stay: {err}");
+    set_nr_2m(nr_before);
     all_given_back(&before, nr_before, &dir, &err);
     pool.restore().expect("restore");
 }

@@ -224,9 +224,15 @@ pub(crate) fn die_with_parent() {
 
 /// Huge pages a bench adds to the host-wide pools for its run, given back
 /// when it is dropped (whatever happened in between).
+///
+/// What is given back is what the bench added, taken off what the pool
+/// holds then: a pool someone changed meanwhile (`hugeshm apply`, another
+/// bench) keeps their change. Writing back the count from before, two
+/// benches at once left the second one's pages in the pool for good, and
+/// a bench beside `apply` undid the admin's new pool.
 pub(crate) struct PoolTopUp<'a> {
     pools: SysfsPools<'a>,
-    /// (page size, node (`None`: host-wide), nr_hugepages before).
+    /// (page size, node (`None`: host-wide), pages added).
     restore: Vec<(u64, Option<u32>, u64)>,
     /// The same, done by the interrupt handler if the run is interrupted.
     on_interrupt: Vec<crate::interrupt::Undo>,
@@ -290,9 +296,11 @@ impl<'a> PoolTopUp<'a> {
         let target = nr + (pages - available);
         // Registered before the write, so an interrupt in between still
         // gives it back.
+        let path: std::path::PathBuf = self.pools.describe(page_size, node).into();
         let undo = crate::interrupt::undo(crate::interrupt::Give::Pool {
-            path: self.pools.describe(page_size, node).into(),
+            path: path.clone(),
             pages: nr,
+            added: None,
         });
         self.pools.set_nr(page_size, node, target).with_context(|| {
             format!(
@@ -300,9 +308,18 @@ impl<'a> PoolTopUp<'a> {
                 format_bytes(page_size)
             )
         })?;
-        self.restore.push((page_size, node, nr));
+        // Until the kernel says how many it granted, the pool is set back
+        // to `nr` if the run is cut short.
+        let got = self.pools.nr(page_size, node);
+        let added = got.as_ref().map_or(target - nr, |g| g.saturating_sub(nr));
+        undo.update(crate::interrupt::Give::Pool {
+            path,
+            pages: nr,
+            added: Some(added),
+        });
+        self.restore.push((page_size, node, added));
         self.on_interrupt.push(undo);
-        let got = self.pools.nr(page_size, node)?;
+        let got = got?;
         if got < target {
             anyhow::bail!(
                 "the kernel granted {got} of {target} {} pages{on}: not enough memory for the bench",
@@ -316,11 +333,15 @@ impl<'a> PoolTopUp<'a> {
 impl Drop for PoolTopUp<'_> {
     fn drop(&mut self) {
         // Last raised, first restored.
-        for (size, node, nr) in self.restore.iter().rev() {
-            if let Err(e) = self.pools.set_nr(*size, *node, *nr) {
+        for (size, node, added) in self.restore.iter().rev() {
+            let back = self
+                .pools
+                .nr(*size, *node)
+                .and_then(|now| self.pools.set_nr(*size, *node, now.saturating_sub(*added)));
+            if let Err(e) = back {
                 let on = node.map(|n| format!(" of node {n}")).unwrap_or_default();
                 eprintln!(
-                    "hugeshm: warning: could not restore the {} pool{on} to {nr}: {e}",
+                    "hugeshm: warning: could not take the {added} pages this bench added off the {} pool{on}: {e}",
                     format_bytes(*size)
                 );
             }
