@@ -958,6 +958,32 @@ fn bench_attach_times_attach_touch_and_verify() {
     pool.restore().unwrap();
 }
 
+/// A bench whose pool would have to grow past 90% of the memory available
+/// is refused before it writes the pool (the kernel would reclaim the
+/// host's caches for it and still fall short): the numbers, the most pages
+/// that can be added, and the pool unchanged.
+#[test]
+fn bench_pool_growth_beyond_available_memory_is_refused() {
+    const T: &str = "bench_pool_growth_beyond_available_memory_is_refused";
+    if skip_unless_root(T) {
+        return;
+    }
+    let _pool = PoolGuard::new().expect("pool lock");
+    let before = HostState::capture().unwrap();
+    // Twice the memory available, in 2 MiB pages.
+    let size = (meminfo_kib("MemAvailable") * 2 * 1024 / M2 * M2).to_string();
+    let out = run(&["bench", "attach", "--size", &size, "--page-size", "2m"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("more than 90% of the memory available (MemAvailable"),
+        "{err}"
+    );
+    assert!(err.contains("of these pages can be added"), "{err}");
+    let diff = before.diff(&HostState::capture().unwrap());
+    assert!(diff.is_empty(), "the pool was written: {diff:#?}");
+}
+
 /// A region made with --dir in a subdirectory of /dev/shm: a search by
 /// name does not enter it (rm fails, exit 3, with the --dir hint, and the
 /// file stays); `ls` lists it, and its fix and the orphan refusal's name

@@ -231,6 +231,7 @@ pub(crate) fn die_with_parent() {
 /// benches at once left the second one's pages in the pool for good, and
 /// a bench beside `apply` undid the admin's new pool.
 pub(crate) struct PoolTopUp<'a> {
+    probe: &'a Probe,
     pools: SysfsPools<'a>,
     /// (page size, node (`None`: host-wide), pages added).
     restore: Vec<(u64, Option<u32>, u64)>,
@@ -242,6 +243,7 @@ impl<'a> PoolTopUp<'a> {
     /// Nothing added yet.
     pub(crate) fn new(probe: &'a Probe) -> Self {
         PoolTopUp {
+            probe,
             pools: SysfsPools::new(probe),
             restore: Vec::new(),
             on_interrupt: Vec::new(),
@@ -256,10 +258,10 @@ impl<'a> PoolTopUp<'a> {
         page_size: u64,
         pages: u64,
     ) -> anyhow::Result<()> {
-        let Some(p) = host.pool(page_size) else {
+        if host.pool(page_size).is_none() {
             return Ok(());
-        };
-        self.raise(page_size, None, p.nr, p.available(), pages)
+        }
+        self.raise(page_size, None, pages)
     }
 
     /// Makes `pages` pages of `page_size` free on NUMA node `node`,
@@ -271,29 +273,50 @@ impl<'a> PoolTopUp<'a> {
         node: u32,
         pages: u64,
     ) -> anyhow::Result<()> {
-        let Some(p) = host
+        if !host
             .node_pools
             .iter()
-            .find(|p| p.node == node && p.counters.page_size_bytes == page_size)
-        else {
+            .any(|p| p.node == node && p.counters.page_size_bytes == page_size)
+        {
             return Ok(());
-        };
-        self.raise(page_size, Some(node), p.counters.nr, p.counters.free, pages)
+        }
+        self.raise(page_size, Some(node), pages)
     }
 
-    fn raise(
-        &mut self,
-        page_size: u64,
-        node: Option<u32>,
-        nr: u64,
-        available: u64,
-        pages: u64,
-    ) -> anyhow::Result<()> {
+    /// Raises the pool by what it lacks for `pages` available, read now
+    /// (not from the run's first snapshot: another bench may have raised
+    /// it since), refusing growth past 90% of `MemAvailable` before any
+    /// write: the kernel would take that memory from the rest of the host
+    /// (reclaiming its caches) and still fall short.
+    fn raise(&mut self, page_size: u64, node: Option<u32>, pages: u64) -> anyhow::Result<()> {
+        let nr = self.pools.nr(page_size, node)?;
+        let available = self
+            .pools
+            .free(page_size, node)?
+            .saturating_sub(self.pools.resv(page_size, node)?);
         if available >= pages {
             return Ok(());
         }
         let on = node.map(|n| format!(" on node {n}")).unwrap_or_default();
-        let target = nr + (pages - available);
+        let grow = pages - available;
+        let target = nr + grow;
+        let mem_available = std::fs::read_to_string(self.probe.proc_path("meminfo"))
+            .ok()
+            .and_then(|t| hugeshm_parse::meminfo::parse(&t).ok())
+            .and_then(|m| m.mem_available_bytes);
+        if let Some(avail) = mem_available {
+            let most = avail / 10 * 9;
+            anyhow::ensure!(
+                grow.saturating_mul(page_size) <= most,
+                "reserving {pages} {} pages{on} for the bench needs {} more in the pool \
+                 ({grow} pages), more than 90% of the memory available (MemAvailable {}); \
+                 pass a smaller size (at most {} of these pages can be added)",
+                format_bytes(page_size),
+                format_bytes(grow.saturating_mul(page_size)),
+                format_bytes(avail),
+                most / page_size
+            );
+        }
         // Registered before the write, so an interrupt in between still
         // gives it back.
         let path: std::path::PathBuf = self.pools.describe(page_size, node).into();

@@ -324,8 +324,6 @@ pub(crate) fn measure(probe: &Probe, a: &Args, note: &dyn Fn(&str)) -> anyhow::R
         let share = whole.div_ceil(nodes.memory.len() as u64);
         let mut reservation = PoolTopUp::new(probe);
         let result = (|| {
-            // The start's snapshot still holds: every reservation before
-            // this one was given back.
             if ps > 4096 && !a.no_reserve {
                 for &n in &nodes.memory {
                     let need = if n == nodes.cpu || n == remote {

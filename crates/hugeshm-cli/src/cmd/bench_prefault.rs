@@ -323,8 +323,6 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             // this 24 GiB VM. One page size failing (its pages cannot be
             // had, or were taken meanwhile) does not end the bench: it
             // says why, and the others run.
-            // The start's snapshot still holds: every reservation before
-            // this one was given back.
             let pages = size.div_ceil(ps);
             let mut reservation = PoolTopUp::new(&probe);
             let result = (|| {
