@@ -958,6 +958,26 @@ fn bench_attach_times_attach_touch_and_verify() {
     pool.restore().unwrap();
 }
 
+/// A `--duration` that is not a number of seconds above 0 and at most a
+/// day is refused before anything is made: `inf` and `1e308` ran no timed
+/// run and reported zeros with exit 0.
+#[test]
+fn bench_durations_that_are_no_time_are_refused() {
+    for bench in ["oltp", "dmbc"] {
+        for d in ["inf", "nan", "1e308", "-1", "0", "86401"] {
+            let arg = format!("--duration={d}");
+            let out = run(&["bench", bench, &arg]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(3), "{bench} {d}: {err}");
+            assert!(
+                err.contains("must be a number of seconds above 0 and at most 86400 (a day)"),
+                "{bench} {d}: {err}"
+            );
+            assert!(out.stdout.is_empty(), "{bench} {d} ran");
+        }
+    }
+}
+
 /// A bench whose pool would have to grow past 90% of the memory available
 /// is refused before it writes the pool (the kernel would reclaim the
 /// host's caches for it and still fall short): the numbers, the most pages
@@ -1089,7 +1109,8 @@ fn bench_counts_of_zero_are_refused() {
     assert!(err.contains("is not a count"), "{err}");
 }
 
-/// More processes than the kernel can start, or than fit in the memory
+/// More processes (`bench scan` and `pagetables` `--procs`, `bench oltp`
+/// `--workers`) than the kernel can start, or than fit in the memory
 /// available (about 2 MiB each), are refused before the segment or any
 /// child is made, with the numbers and the fix; a broken check would start
 /// spawning and fail part way.
@@ -1105,13 +1126,20 @@ fn bench_process_counts_beyond_the_host_are_refused() {
     let kernel_most = sysctl("pid_max").min(sysctl("threads-max"));
     let memory_most = meminfo_kib("MemAvailable") / 10 * 9 / 2048;
     let too_many_pids = (kernel_most + 1).min(u64::from(u32::MAX)).to_string();
-    for bench in ["scan", "pagetables"] {
-        let args = ["bench", bench, "--procs", &too_many_pids, "--size", "1M"];
+    for (bench, option) in [
+        ("scan", "--procs"),
+        ("pagetables", "--procs"),
+        ("oltp", "--workers"),
+    ] {
+        let mut args = vec!["bench", bench, option, &too_many_pids];
+        if bench != "oltp" {
+            args.extend(["--size", "1M"]);
+        }
         let out = run(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(3), "{args:?}: {err}");
         assert!(
-            err.contains(&format!("--procs {too_many_pids}: ")),
+            err.contains(&format!("{option} {too_many_pids}: ")),
             "{args:?}: {err}"
         );
         // The kernel limit is checked first; on a host with little memory

@@ -142,6 +142,20 @@ pub(crate) fn reap<'a>(children: impl IntoIterator<Item = &'a mut Child>, grace:
     }
 }
 
+/// The most seconds a timed run may take: a day.
+const MAX_DURATION_SECONDS: f64 = 86_400.0;
+
+/// Refuses a `--duration` that is not a number of seconds above 0 and at
+/// most a day (`inf` and `1e308` ran no timed run at all and reported its
+/// zeros; `nan` compared as no number).
+pub(crate) fn check_duration(seconds: f64) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        seconds > 0.0 && seconds <= MAX_DURATION_SECONDS,
+        "--duration {seconds} must be a number of seconds above 0 and at most {MAX_DURATION_SECONDS} (a day)"
+    );
+    Ok(())
+}
+
 /// What one idle child process of a bench costs beyond what the children
 /// share (the executable's pages): an idle `hugeshm` shows 1.3 MiB of
 /// `Private_Dirty` and 80 KiB of page tables, plus its kernel stack;

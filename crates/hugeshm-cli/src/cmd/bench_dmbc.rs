@@ -423,7 +423,7 @@ fn measure_mode(o: &Options, data: &Path, mode: Mode) -> anyhow::Result<(ModeRun
 /// Runs both modes over one data file in `o.dir` and returns the report
 /// (the data file removed whatever happens).
 pub fn measure(roots: &Roots, o: &Options) -> anyhow::Result<Report> {
-    anyhow::ensure!(o.duration_seconds > 0.0, "--duration must be above 0");
+    crate::cmd::bench_common::check_duration(o.duration_seconds)?;
     anyhow::ensure!(
         o.block_size.is_power_of_two() && (512..=1 << 20).contains(&o.block_size),
         "--block-size {} must be a power of two from 512 bytes to 1 MiB",
@@ -441,6 +441,13 @@ pub fn measure(roots: &Roots, o: &Options) -> anyhow::Result<Report> {
         "--workers {} must be from 1 to 1024",
         o.workers
     );
+    if o.workers > 1 {
+        crate::cmd::bench_common::check_process_room(
+            &Probe::new(roots.clone()),
+            o.workers.into(),
+            "--workers",
+        )?;
+    }
     anyhow::ensure!(
         o.write_pct <= 100,
         "--write-pct {} is above 100",

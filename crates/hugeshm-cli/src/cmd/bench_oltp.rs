@@ -763,7 +763,7 @@ fn measure_row(
 /// regions and the data file removed, whatever happens).
 pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow::Result<Report> {
     anyhow::ensure!(o.workers > 0, "--workers must be at least 1");
-    anyhow::ensure!(o.duration_seconds > 0.0, "--duration must be above 0");
+    crate::cmd::bench_common::check_duration(o.duration_seconds)?;
     anyhow::ensure!(
         o.block_size.is_power_of_two() && (512..=1 << 20).contains(&o.block_size),
         "--block-size {} must be a power of two from 512 bytes to 1 MiB",
@@ -775,6 +775,7 @@ pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow
         o.block_size
     );
     let probe = Probe::new(roots.clone());
+    crate::cmd::bench_common::check_process_room(&probe, o.workers.into(), "--workers")?;
     let host = probe.host();
     std::fs::create_dir_all(&o.data_dir)
         .with_context(|| format!("creating {}", o.data_dir.display()))?;
