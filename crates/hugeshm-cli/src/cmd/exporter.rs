@@ -121,8 +121,13 @@ impl Scraper {
 
 /// Runs the command.
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
-    if !(args.timeout.is_finite() && args.timeout > 0.0) {
-        anyhow::bail!("--timeout must be a positive number of seconds");
+    // Past an hour a scrape timeout means nothing (Prometheus gives up
+    // long before), and 1e300 seconds overflowed the timer and panicked.
+    if !(args.timeout > 0.0 && args.timeout <= 3600.0) {
+        anyhow::bail!(
+            "--timeout {} must be a number of seconds above 0 and at most 3600",
+            args.timeout
+        );
     }
     let scraper = Scraper {
         roots: roots.clone(),
