@@ -2116,6 +2116,41 @@ fn every_json_output_is_a_document_of_this_schema() {
     assert_eq!(covered, commands_with_json());
 }
 
+/// With nothing to count (no process, no segment), `advise` says so and
+/// gives no settings: its configuration would have been a memlock of
+/// 0 KiB, which written to limits.d takes away the 8 MiB servers have by
+/// default.
+#[test]
+fn advise_with_nothing_to_count_gives_no_settings() {
+    let tmp = hugeshm_testkit::TempDir::new("advise-empty");
+    let proc_dir = tmp.path().join("proc");
+    std::fs::create_dir_all(&proc_dir).unwrap();
+    let dir = fixture_dir("clean");
+    std::fs::copy(dir.join("proc/meminfo"), proc_dir.join("meminfo")).unwrap();
+    let out = hugeshm()
+        .arg("--proc-root")
+        .arg(&proc_dir)
+        .arg("--sys-root")
+        .arg(dir.join("sys"))
+        .arg("--fs-root")
+        .arg(dir.join("fs"))
+        .arg("advise")
+        .output()
+        .expect("run hugeshm");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("Plan: nothing counted\n"), "{text}");
+    assert!(text.contains("Nothing to count: "), "{text}");
+    assert!(text.contains("  memory: "), "{text}");
+    for absent in ["Configuration", "memlock", "limits.d", "hugeshm apply"] {
+        assert!(!text.contains(absent), "{absent}: {text}");
+    }
+}
+
 #[test]
 fn apply_reads_plans_of_this_schema() {
     let name = "two-nodes-uneven";

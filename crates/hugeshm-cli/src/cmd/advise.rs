@@ -242,13 +242,38 @@ fn placement(p: Placement) -> String {
     }
 }
 
+/// The plan's memory line and warnings.
+fn memory_and_warnings(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
+    if let (Some(total), Some(left)) = (plan.mem_total_bytes, plan.left_bytes) {
+        out.line(format!(
+            "  memory: {} in all, {} in huge page pools, {} left to the OS and other processes",
+            format_bytes(total),
+            format_bytes(plan.huge_bytes),
+            format_bytes(left)
+        ))?;
+    }
+    for w in &plan.warnings {
+        out.line(format!(
+            "  {} {w}",
+            out.severity(hugeshm_doctor::Severity::Warning)
+        ))?;
+    }
+    Ok(())
+}
+
 /// Prints a plan.
 pub fn print(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
+    if plan.counted.is_empty() {
+        // No pools, and no settings to give (a memlock of 0 KiB, written
+        // to limits.d, would take away the 8 MiB servers have by default).
+        out.line(format!("{} nothing counted", out.bold("Plan:")))?;
+        out.line("")?;
+        out.line("Nothing to count: no huge page segments on this host (use --size, --postgres or --spec).")?;
+        return memory_and_warnings(plan, out);
+    }
     out.line(format!("{} {}", out.bold("Plan:"), advise::summary(plan)))?;
     out.line("")?;
-    if plan.counted.is_empty() {
-        out.line("Nothing to count: no huge page segments on this host (use --size, --postgres or --spec).")?;
-    } else {
+    {
         out.line(out.bold("Counted"))?;
         let mut t = Table::new(&["region", ">size", "page", ">pages", "where", "note"]);
         for c in &plan.counted {
@@ -299,20 +324,7 @@ pub fn print(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
             page_size_short(d.to_page_size_bytes)
         ))?;
     }
-    if let (Some(total), Some(left)) = (plan.mem_total_bytes, plan.left_bytes) {
-        out.line(format!(
-            "  memory: {} in all, {} in huge page pools, {} left to the OS and other processes",
-            format_bytes(total),
-            format_bytes(plan.huge_bytes),
-            format_bytes(left)
-        ))?;
-    }
-    for w in &plan.warnings {
-        out.line(format!(
-            "  {} {w}",
-            out.severity(hugeshm_doctor::Severity::Warning)
-        ))?;
-    }
+    memory_and_warnings(plan, out)?;
     out.line("")?;
     out.line(out.bold("Configuration"))?;
     for r in &plan.config.runtime {
