@@ -867,7 +867,10 @@ fn config_for(
             }
         }
     }
-    let memlock_kib = huge_bytes.div_ceil(1024);
+    // Never below the kernel's default (8 MiB since Linux 5.16): the
+    // limits.d file applies to every user, and a small plan would take
+    // away what other programs lock today.
+    let memlock_kib = huge_bytes.div_ceil(1024).max(DEFAULT_MEMLOCK_KIB);
     let mut files = Vec::new();
     let mut sysctl_text =
         String::from("# Written by hugeshm apply --persist: huge page pools and SysV access.\n");
@@ -915,12 +918,16 @@ fn config_for(
         files,
         kernel_cmdline,
         memlock_kib,
-        systemd: format!("LimitMEMLOCK={huge_bytes}"),
+        systemd: format!("LimitMEMLOCK={}", memlock_kib * 1024),
         hugetlb_shm_group: gid,
         thp: "madvise".into(),
         thp_reason: "shared memory on hugetlb pages does not need THP; 'always' makes khugepaged and fault-time compaction stall database processes and bloats their private memory, while 'madvise' keeps THP for programs that ask".into(),
     }
 }
+
+/// `RLIMIT_MEMLOCK`'s default since Linux 5.16, KiB: the least a plan's
+/// memlock setting says.
+pub const DEFAULT_MEMLOCK_KIB: u64 = 8 * 1024;
 
 /// A one-line summary: `512 x 2 MiB on node 0, 2 x 1 GiB host-wide`.
 pub fn summary(plan: &Plan) -> String {
@@ -1103,6 +1110,31 @@ mod tests {
     }
 
     #[test]
+    fn memlock_never_below_the_kernel_default() {
+        let h = host(1);
+        // 2 MiB of pools: the limits.d file for every user says 8 MiB,
+        // not 2 MiB, which would take away what others lock today.
+        let p = plan(&h, &[Demand::new("tiny", 4096, M2)], vec![], 0);
+        assert_eq!(p.huge_bytes, M2);
+        assert_eq!(p.config.memlock_kib, DEFAULT_MEMLOCK_KIB);
+        assert_eq!(p.config.systemd, "LimitMEMLOCK=8388608");
+        let limits = p
+            .config
+            .files
+            .iter()
+            .find(|f| f.path.ends_with("limits.d/60-hugeshm.conf"))
+            .unwrap();
+        assert!(
+            limits.content.contains("soft    memlock    8192\n"),
+            "{}",
+            limits.content
+        );
+        // Above it, the pools' size.
+        let p = plan(&h, &[Demand::new("sga", 64 * MIB, M2)], vec![], 0);
+        assert_eq!(p.config.memlock_kib, p.huge_bytes / 1024);
+    }
+
+    #[test]
     fn default_and_non_default_sizes() {
         let h = host(1);
         let p = plan(
@@ -1144,7 +1176,10 @@ mod tests {
             .find(|f| f.path.ends_with("sysctl.d/60-hugeshm.conf"))
             .unwrap();
         assert!(sysctl.content.contains("vm.nr_hugepages = 2049\n"));
-        assert_eq!(p.config.memlock_kib, p.huge_bytes / 1024);
+        assert_eq!(
+            p.config.memlock_kib,
+            (p.huge_bytes / 1024).max(DEFAULT_MEMLOCK_KIB)
+        );
         assert_eq!(p.config.systemd, format!("LimitMEMLOCK={}", p.huge_bytes));
         assert!(p.warnings.is_empty(), "{:?}", p.warnings);
     }
