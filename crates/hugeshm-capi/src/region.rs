@@ -514,18 +514,41 @@ pub unsafe extern "C" fn hugeshm_region_verify(
     out: *mut hugeshm_verification,
     err: *mut *mut hugeshm_error,
 ) -> c_int {
+    // SAFETY: the contract above is `read_into`'s.
+    unsafe {
+        read_into("hugeshm_region_verify", region, out, err, |r| {
+            Ok(hugeshm_verification::from(&r.verify()?))
+        })
+    }
+}
+
+/// The body of a call that reads something about the region into `*out`:
+/// the handle checked, `out` refused when NULL before anything is read,
+/// `read`'s value written, errors and panics turned into codes.
+///
+/// # Safety
+///
+/// `region` is NULL or a live handle; `out` is NULL or writable for one
+/// `T`; `err` is NULL or writable for one pointer.
+unsafe fn read_into<T>(
+    function: &'static str,
+    region: *const hugeshm_region,
+    out: *mut T,
+    err: *mut *mut hugeshm_error,
+    read: impl FnOnce(&Region) -> Result<T, RegionError>,
+) -> c_int {
     let body = || {
         // SAFETY: `region` is NULL or a live handle (contract).
         let r = unsafe { arg_ref(region, "region") }?;
         if out.is_null() {
             return Err(hugeshm_error::null_argument("out"));
         }
-        let v = r.region.verify()?;
+        let value = read(&r.region)?;
         // SAFETY: `out` is writable (contract) and not NULL.
-        unsafe { write_out(out, hugeshm_verification::from(&v), "out") }
+        unsafe { write_out(out, value, "out") }
     };
     // SAFETY: `out` (if any) and `err` are NULL or writable (contract).
-    unsafe { guard("hugeshm_region_verify", err, body) }
+    unsafe { guard(function, err, body) }
 }
 
 /// The page size the kernel backs the region with, the cheap way, into
@@ -545,18 +568,12 @@ pub unsafe extern "C" fn hugeshm_region_verify_page_size(
     out: *mut hugeshm_page_size_check,
     err: *mut *mut hugeshm_error,
 ) -> c_int {
-    let body = || {
-        // SAFETY: `region` is NULL or a live handle (contract).
-        let r = unsafe { arg_ref(region, "region") }?;
-        if out.is_null() {
-            return Err(hugeshm_error::null_argument("out"));
-        }
-        let c = r.region.verify_page_size()?;
-        // SAFETY: `out` is writable (contract) and not NULL.
-        unsafe { write_out(out, hugeshm_page_size_check::from(&c), "out") }
-    };
-    // SAFETY: `out` (if any) and `err` are NULL or writable (contract).
-    unsafe { guard("hugeshm_region_verify_page_size", err, body) }
+    // SAFETY: the contract above is `read_into`'s.
+    unsafe {
+        read_into("hugeshm_region_verify_page_size", region, out, err, |r| {
+            Ok(hugeshm_page_size_check::from(&r.verify_page_size()?))
+        })
+    }
 }
 
 /// Takes a handle back and ends its region with `end` (close or destroy);

@@ -206,11 +206,7 @@ pub(crate) fn check_process_room(probe: &Probe, n: u64, what: &str) -> anyhow::R
             );
         }
     }
-    let available = probe
-        .host_for_regions()
-        .meminfo
-        .and_then(|m| m.mem_available_bytes);
-    if let Some(avail) = available {
+    if let Some(avail) = mem_available(probe) {
         let most = avail / 10 * 9;
         anyhow::ensure!(
             n * CHILD_BYTES <= most,
@@ -222,6 +218,15 @@ pub(crate) fn check_process_room(probe: &Probe, n: u64, what: &str) -> anyhow::R
         );
     }
     Ok(())
+}
+
+/// `MemAvailable` now, under the probe's `/proc`; `None` where it cannot
+/// be read (the checks that use it are then skipped).
+fn mem_available(probe: &Probe) -> Option<u64> {
+    std::fs::read_to_string(probe.proc_path("meminfo"))
+        .ok()
+        .and_then(|t| hugeshm_parse::meminfo::parse(&t).ok())
+        .and_then(|m| m.mem_available_bytes)
 }
 
 /// Makes this process (a bench's worker, started by the bench's main
@@ -314,11 +319,7 @@ impl<'a> PoolTopUp<'a> {
         let on = node.map(|n| format!(" on node {n}")).unwrap_or_default();
         let grow = pages - available;
         let target = nr + grow;
-        let mem_available = std::fs::read_to_string(self.probe.proc_path("meminfo"))
-            .ok()
-            .and_then(|t| hugeshm_parse::meminfo::parse(&t).ok())
-            .and_then(|m| m.mem_available_bytes);
-        if let Some(avail) = mem_available {
+        if let Some(avail) = mem_available(self.probe) {
             let most = avail / 10 * 9;
             anyhow::ensure!(
                 grow.saturating_mul(page_size) <= most,
