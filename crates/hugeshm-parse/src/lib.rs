@@ -36,6 +36,7 @@ pub mod node;
 pub mod numa_maps;
 pub mod pagemap;
 pub mod pagetypeinfo;
+pub mod passwd;
 pub mod pid_limits;
 pub mod pid_status;
 pub mod size;

@@ -151,6 +151,11 @@ fn parsers() -> Vec<Parser> {
                 Ok(())
             },
         ),
+        ("passwd", fixture!("two-nodes-uneven/fs/etc/passwd"), |t| {
+            let _ = passwd::entries(t).count();
+            let _ = (passwd::name_of(t, 26), passwd::uid_of(t, "postgres"));
+            Ok(())
+        }),
         ("mountinfo", LIVE_MOUNTINFO, |t| ok(mountinfo::parse(t))),
         (
             "mountinfo v1",

@@ -21,12 +21,7 @@ fn user_name() -> String {
     let uid = rustix::process::geteuid().as_raw();
     std::fs::read_to_string("/etc/passwd")
         .ok()
-        .and_then(|text| {
-            text.lines().find_map(|l| {
-                let f: Vec<&str> = l.split(':').collect();
-                (f.len() > 2 && f[2].parse::<u32>().ok() == Some(uid)).then(|| f[0].to_owned())
-            })
-        })
+        .and_then(|t| hugeshm_parse::passwd::name_of(&t, uid).map(str::to_owned))
         .unwrap_or_else(|| "*".to_owned())
 }
 

@@ -166,14 +166,7 @@ pub(crate) fn parse_owner(s: &str) -> Result<u32, String> {
     }
     std::fs::read_to_string("/etc/passwd")
         .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                let f: Vec<&str> = l.split(':').collect();
-                (f.len() > 2 && f[0] == s)
-                    .then(|| f[2].parse().ok())
-                    .flatten()
-            })
-        })
+        .and_then(|t| hugeshm_parse::passwd::uid_of(&t, s))
         .ok_or_else(|| format!("{s:?} is neither a uid nor a user in /etc/passwd"))
 }
 
