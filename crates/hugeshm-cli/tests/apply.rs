@@ -203,6 +203,32 @@ fn persist_twice_into_a_staging_root() {
         std::fs::read_to_string(root.join("etc/security/limits.d/60-hugeshm.conf")).unwrap(),
         limits
     );
+    // A --size region has no owner yet: every user's memlock is set...
+    assert!(limits.contains("*        soft    memlock"), "{limits}");
+    // ...until --memlock-user names the server's: only that file changes.
+    let named: Vec<&str> = args
+        .iter()
+        .copied()
+        .chain(["--memlock-user", "postgres"])
+        .collect();
+    let third = json(hugeshm(&named));
+    let changed: Vec<&str> = third["persisted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["action"] != "unchanged")
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(changed.len(), 1, "{third:#}");
+    assert!(
+        changed[0].ends_with("limits.d/60-hugeshm.conf"),
+        "{changed:?}"
+    );
+    let limits =
+        std::fs::read_to_string(root.join("etc/security/limits.d/60-hugeshm.conf")).unwrap();
+    assert!(limits.contains("postgres soft    memlock"), "{limits}");
+    assert!(limits.contains("postgres hard    memlock"), "{limits}");
+    assert!(!limits.contains('*'), "{limits}");
     // status on that root sees the persisted value (it differs from the running pool).
     let st = Command::new(env!("CARGO_BIN_EXE_hugeshm"))
         .args(["status", "--json"])

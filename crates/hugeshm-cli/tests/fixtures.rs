@@ -2116,6 +2116,105 @@ fn every_json_output_is_a_document_of_this_schema() {
     assert_eq!(covered, commands_with_json());
 }
 
+/// The limits.d memlock lines name the users whose segments the plan
+/// counts (by login name where the host's passwd has one), not every user;
+/// `--memlock-user` (or a spec's `memlock_user`) names another; a domain
+/// limits.conf would misread is refused.
+#[test]
+fn advise_names_the_memlock_users() {
+    let name = "two-nodes-uneven";
+    let limits = |plan: &Value| -> String {
+        plan["config"]["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == "/etc/security/limits.d/60-hugeshm.conf")
+            .expect("limits.d file")["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // PostgreSQL's segment (uid 26, named in fs/etc/passwd) and the Oracle
+    // SGA's (uid 54321, not named there).
+    let plan = json(name, "advise");
+    assert_eq!(
+        plan["config"]["memlock_users"],
+        serde_json::json!(["postgres", ":54321"])
+    );
+    let text = limits(&plan);
+    assert!(text.contains("postgres soft    memlock"), "{text}");
+    assert!(text.contains(":54321   hard    memlock"), "{text}");
+    assert!(!text.contains('*'), "{text}");
+    let human = run(name, &["advise"]);
+    assert!(
+        human.stdout.contains("KiB for postgres, :54321; systemd: "),
+        "{}",
+        human.stdout
+    );
+    // A new region has no owner yet: every user, and the way to name one.
+    let r = run(name, &["advise", "--size", "64M", "--json"]);
+    let plan = doc("advise --size", &r);
+    assert_eq!(plan["config"]["memlock_users"], serde_json::json!(["*"]));
+    let human = run(name, &["advise", "--size", "64M"]);
+    assert!(
+        human
+            .stdout
+            .contains("for every user (*; --memlock-user names the server's)"),
+        "{}",
+        human.stdout
+    );
+    let r = run(
+        name,
+        &[
+            "advise",
+            "--size",
+            "64M",
+            "--memlock-user",
+            "@dba",
+            "--json",
+        ],
+    );
+    let plan = doc("advise --memlock-user", &r);
+    assert_eq!(plan["config"]["memlock_users"], serde_json::json!(["@dba"]));
+    assert!(limits(&plan).contains("@dba     soft    memlock"));
+    // A spec names its own; --memlock-user wins over it.
+    let tmp = hugeshm_testkit::TempDir::new("advise-memlock-spec");
+    let spec = tmp.path().join("spec.toml");
+    std::fs::write(
+        &spec,
+        "memlock_user = \"oracle\"\n[[region]]\nname = \"sga\"\nsize = \"64M\"\n",
+    )
+    .unwrap();
+    let s = spec.to_str().unwrap();
+    let plan = doc("spec", &run(name, &["advise", "--spec", s, "--json"]));
+    assert_eq!(
+        plan["config"]["memlock_users"],
+        serde_json::json!(["oracle"])
+    );
+    let r = run(
+        name,
+        &["advise", "--spec", s, "--memlock-user", ":26", "--json"],
+    );
+    let plan = doc("spec and --memlock-user", &r);
+    assert_eq!(plan["config"]["memlock_users"], serde_json::json!([":26"]));
+    // Refused: a blank (limits.conf would read two fields), a comment.
+    let r = run(
+        name,
+        &["advise", "--size", "64M", "--memlock-user", "pg sql"],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("not a limits.conf user"), "{}", r.stderr);
+    std::fs::write(
+        &spec,
+        "memlock_user = \"#x\"\n[[region]]\nname = \"sga\"\nsize = \"64M\"\n",
+    )
+    .unwrap();
+    let r = run(name, &["advise", "--spec", s]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.stderr.contains("memlock_user"), "{}", r.stderr);
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+}
+
 /// With nothing to count (no process, no segment), `advise` says so and
 /// gives no settings: its configuration would have been a memlock of
 /// 0 KiB, which written to limits.d takes away the 8 MiB servers have by

@@ -55,6 +55,16 @@ fn advise_apply_and_see_postgres_on_huge_pages() {
         let bytes = counted["bytes"].as_u64().unwrap();
         assert_eq!(bytes.div_ceil(M2), own, "shared_memory_size {bytes} B");
         assert_eq!(plan["pools"][0]["pages"].as_u64(), Some(own));
+        // The memlock lines are for the cluster's owner, not every user.
+        let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&dd).unwrap());
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+        let owner = hugeshm_parse::passwd::name_of(&passwd, uid)
+            .map_or_else(|| format!(":{uid}"), str::to_string);
+        assert_eq!(
+            plan["config"]["memlock_users"],
+            serde_json::json!([owner]),
+            "{plan:#}"
+        );
 
         // Reserve exactly that, and start the server requiring huge pages.
         let applied = json(hugeshm(&[

@@ -64,6 +64,10 @@ pub struct Demand {
     /// where the plan splits its size per node, it is counted there.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub nodes: BTreeMap<u32, u64>,
+    /// The uid that owns it (a live segment's owner, a PostgreSQL data
+    /// directory's), when known: the memlock setting names that user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_uid: Option<u32>,
 }
 
 impl Demand {
@@ -78,7 +82,14 @@ impl Demand {
             sysv_gid: None,
             note: None,
             nodes: BTreeMap::new(),
+            owner_uid: None,
         }
+    }
+
+    /// The same, owned by this uid.
+    pub fn owned_by(mut self, uid: u32) -> Self {
+        self.owner_uid = Some(uid);
+        self
     }
 
     /// The same, with the pages it has on each node now.
@@ -187,6 +198,13 @@ pub struct PlanConfig {
     pub kernel_cmdline: Option<String>,
     /// The memlock limit for the server's user, KiB (limits.conf units).
     pub memlock_kib: u64,
+    /// Who the limits.d memlock lines name (limits.conf domains): the
+    /// owners of what the plan counts where every one is known and not
+    /// root (`:UID`, or the login name once [`PlanConfig::name_memlock_users`]
+    /// found it), a user `--memlock-user` gave, else `*` (every user but
+    /// root).
+    #[serde(default)]
+    pub memlock_users: Vec<String>,
     /// The systemd unit line.
     pub systemd: String,
     /// `vm.hugetlb_shm_group`, when SysV segments of a non-root group need it.
@@ -439,6 +457,10 @@ pub fn demands_from_segments(
             None => Demand::new(label, s.size_bytes, default)
                 .with_note("page size unknown (no process attached): counted at the default size"),
         };
+        let demand = match s.owner_uid {
+            Some(uid) => demand.owned_by(uid),
+            None => demand,
+        };
         demands.push(match gid {
             Some(g) => demand.with_sysv_gid(g),
             None => demand,
@@ -655,7 +677,7 @@ pub fn plan(
     }
 
     let gid = demands.iter().find_map(|d| d.sysv_gid);
-    let config = config_for(&pools, default, huge_bytes, gid);
+    let config = config_for(&pools, default, huge_bytes, gid, memlock_users(demands));
     Plan {
         pools,
         counted,
@@ -815,6 +837,7 @@ fn config_for(
     default: Option<u64>,
     huge_bytes: u64,
     gid: Option<u32>,
+    memlock_users: Vec<String>,
 ) -> PlanConfig {
     let mut runtime = Vec::new();
     let mut sysctl = Vec::new();
@@ -898,12 +921,7 @@ fn config_for(
             content: t,
         });
     }
-    files.push(ConfigFile {
-        path: "/etc/security/limits.d/60-hugeshm.conf".into(),
-        content: format!(
-            "# Written by hugeshm apply --persist: let servers lock their shared memory.\n*    soft    memlock    {memlock_kib}\n*    hard    memlock    {memlock_kib}\n"
-        ),
-    });
+    files.push(limits_file(&memlock_users, memlock_kib));
     let kernel_cmdline = (!cmdline.is_empty()).then(|| cmdline.join(" "));
     if let Some(k) = &kernel_cmdline {
         files.push(ConfigFile {
@@ -918,10 +936,87 @@ fn config_for(
         files,
         kernel_cmdline,
         memlock_kib,
+        memlock_users,
         systemd: format!("LimitMEMLOCK={}", memlock_kib * 1024),
         hugetlb_shm_group: gid,
         thp: "madvise".into(),
         thp_reason: "shared memory on hugetlb pages does not need THP; 'always' makes khugepaged and fault-time compaction stall database processes and bloats their private memory, while 'madvise' keeps THP for programs that ask".into(),
+    }
+}
+
+/// Where the limits.d memlock lines go.
+pub const LIMITS_FILE: &str = "/etc/security/limits.d/60-hugeshm.conf";
+
+/// The limits.d file: a soft and a hard memlock line per domain.
+fn limits_file(users: &[String], memlock_kib: u64) -> ConfigFile {
+    let mut content = String::from(
+        "# Written by hugeshm apply --persist: let servers lock their shared memory.\n",
+    );
+    for u in users {
+        content.push_str(&format!(
+            "{u:<8} soft    memlock    {memlock_kib}\n{u:<8} hard    memlock    {memlock_kib}\n"
+        ));
+    }
+    ConfigFile {
+        path: LIMITS_FILE.into(),
+        content,
+    }
+}
+
+/// Who the memlock lines name: the non-root owners of the demands, as
+/// exact-uid domains (`:UID`), where every demand's owner is known and
+/// one is not root; otherwise every user (`*`, which pam_limits does not
+/// apply to root: root locks with `CAP_IPC_LOCK`).
+fn memlock_users(demands: &[Demand]) -> Vec<String> {
+    let owners: Option<std::collections::BTreeSet<u32>> =
+        demands.iter().map(|d| d.owner_uid).collect();
+    match owners.map(|o| o.into_iter().filter(|u| *u != 0).collect::<Vec<_>>()) {
+        Some(uids) if !uids.is_empty() => uids.iter().map(|u| format!(":{u}")).collect(),
+        _ => vec!["*".into()],
+    }
+}
+
+/// Whether `s` can stand as a limits.conf domain for memlock: a login name,
+/// `@group`, `:UID`, `@:GID` or `*` (no blanks, no `#`, no `%`, which is
+/// for maxlogins only).
+pub fn valid_memlock_user(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && (s == "*"
+            || s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-@:$".contains(c))
+                && !s.starts_with('-'))
+}
+
+impl PlanConfig {
+    /// Names the memlock lines' domains; rewrites the limits.d file.
+    pub fn set_memlock_users(&mut self, users: Vec<String>) {
+        self.memlock_users = users;
+        self.rewrite_limits_file();
+    }
+
+    /// Replaces each `:UID` domain with the login name `name` gives it
+    /// (from the host's /etc/passwd), where it gives one.
+    pub fn name_memlock_users(&mut self, name: impl Fn(u32) -> Option<String>) {
+        let users = self
+            .memlock_users
+            .iter()
+            .map(|u| {
+                u.strip_prefix(':')
+                    .and_then(|n| n.parse().ok())
+                    .and_then(&name)
+                    .unwrap_or_else(|| u.clone())
+            })
+            .collect();
+        self.set_memlock_users(users);
+    }
+
+    fn rewrite_limits_file(&mut self) {
+        let file = limits_file(&self.memlock_users, self.memlock_kib);
+        match self.files.iter_mut().find(|f| f.path == LIMITS_FILE) {
+            Some(f) => *f = file,
+            None => self.files.push(file),
+        }
     }
 }
 
@@ -1132,6 +1227,92 @@ mod tests {
         // Above it, the pools' size.
         let p = plan(&h, &[Demand::new("sga", 64 * MIB, M2)], vec![], 0);
         assert_eq!(p.config.memlock_kib, p.huge_bytes / 1024);
+    }
+
+    fn limits(p: &Plan) -> &str {
+        &p.config
+            .files
+            .iter()
+            .find(|f| f.path == LIMITS_FILE)
+            .unwrap()
+            .content
+    }
+
+    #[test]
+    fn memlock_lines_name_the_owners_where_all_are_known() {
+        let h = host(1);
+        // Two servers' segments, owned by uids 105 and 26 (and one root's):
+        // a line pair for each non-root owner, nobody else's limit raised.
+        let d = [
+            Demand::new("a", 64 * MIB, M2).owned_by(105),
+            Demand::new("b", 64 * MIB, M2).owned_by(26),
+            Demand::new("c", 64 * MIB, M2).owned_by(0),
+        ];
+        let p = plan(&h, &d, vec![], 0);
+        assert_eq!(p.config.memlock_users, [":26", ":105"]);
+        let kib = p.config.memlock_kib;
+        assert!(
+            limits(&p).contains(&format!(":26      soft    memlock    {kib}\n")),
+            "{}",
+            limits(&p)
+        );
+        assert!(limits(&p).contains(&format!(":105     hard    memlock    {kib}\n")));
+        assert!(!limits(&p).contains('*'));
+        // One owner unknown (a --size region): every user.
+        let p = plan(
+            &h,
+            &[d[0].clone(), Demand::new("new", 64 * MIB, M2)],
+            vec![],
+            0,
+        );
+        assert_eq!(p.config.memlock_users, ["*"]);
+        let kib = p.config.memlock_kib;
+        assert!(limits(&p).contains(&format!("*        soft    memlock    {kib}\n")));
+        // Only root's: root locks by CAP_IPC_LOCK; the lines stay for everyone.
+        let p = plan(&h, &[d[2].clone()], vec![], 0);
+        assert_eq!(p.config.memlock_users, ["*"]);
+    }
+
+    #[test]
+    fn memlock_users_named_and_set() {
+        let h = host(1);
+        let d = [
+            Demand::new("a", 64 * MIB, M2).owned_by(105),
+            Demand::new("b", 64 * MIB, M2).owned_by(7),
+        ];
+        let mut p = plan(&h, &d, vec![], 0);
+        p.config
+            .name_memlock_users(|uid| (uid == 105).then(|| "postgres".to_string()));
+        // A uid the host has no name for stays `:UID`.
+        assert_eq!(p.config.memlock_users, [":7", "postgres"]);
+        assert!(
+            limits(&p).contains("postgres soft    memlock"),
+            "{}",
+            limits(&p)
+        );
+        p.config.set_memlock_users(vec!["@dba".into()]);
+        assert!(limits(&p).contains("@dba     hard    memlock"));
+        assert!(!limits(&p).contains("postgres"));
+        // Exactly one limits.d file still.
+        let n = p
+            .config
+            .files
+            .iter()
+            .filter(|f| f.path == LIMITS_FILE)
+            .count();
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn memlock_user_syntax() {
+        for ok in [
+            "postgres", "oracle", "@dba", ":26", "@:54321", "*", "svc-db", "a.b_c$",
+        ] {
+            assert!(valid_memlock_user(ok), "{ok}");
+        }
+        for bad in ["", "a b", "x#y", "%grp", "-x", "a\nb", "ü", &"a".repeat(65)] {
+            assert!(!valid_memlock_user(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -208,6 +208,10 @@ pub struct ServerLimit {
     pub name: Option<String>,
     /// The systemd unit that runs it (from `/proc/PID/cgroup`).
     pub unit: Option<String>,
+    /// The user it runs as, as limits.conf names it: the login name from
+    /// the host's `/etc/passwd`, else `:UID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
     /// Bytes of huge page shared memory it maps.
     pub huge_bytes: u64,
     /// Bytes of SysV huge page segments it created: the kernel charges
@@ -374,6 +378,7 @@ fn servers(probe: &Probe, segs: &SegmentsReport, shm_group: Option<u64>) -> Vec<
                 pid,
                 name,
                 unit: None,
+                user: None,
                 huge_bytes: 0,
                 sysv_created_bytes: 0,
                 locked_bytes: 0,
@@ -386,12 +391,17 @@ fn servers(probe: &Probe, segs: &SegmentsReport, shm_group: Option<u64>) -> Vec<
             }
         }
     }
+    let passwd = std::fs::read_to_string(probe.roots.fs.join("etc/passwd")).unwrap_or_default();
     by_pid
         .into_values()
         .filter_map(|mut e| {
             let limits = probe.pid(e.pid).limits().ok()?;
             e.memlock_bytes = limits.memlock_soft_bytes;
             if let Ok(st) = probe.pid(e.pid).status() {
+                e.user = st.uid.map(|u| {
+                    hugeshm_parse::passwd::name_of(&passwd, u)
+                        .map_or_else(|| format!(":{u}"), str::to_owned)
+                });
                 e.locked_bytes = st.vm_lck_bytes.unwrap_or(0);
                 e.exempt = st.has_cap_ipc_lock()
                     || shm_group.is_some_and(|g| u32::try_from(g).is_ok_and(|g| st.in_group(g)));
@@ -454,10 +464,17 @@ fn server_findings(r: &StatusReport) -> Vec<Finding> {
                         "systemctl edit {u}: add LimitMEMLOCK={} under [Service], then restart it",
                         kib * 1024
                     ),
-                    _ => format!(
-                        "/etc/security/limits.d/99-hugeshm.conf: '<user> soft memlock {kib}' and \
-                         '<user> hard memlock {kib}' for the user that starts it, then restart it"
-                    ),
+                    _ => {
+                        let (user, whom) = match &s.user {
+                            Some(u) => (u.as_str(), "its user"),
+                            None => ("<user>", "the user that starts it"),
+                        };
+                        format!(
+                            "{}: '{user} soft memlock {kib}' and '{user} hard memlock {kib}' \
+                             for {whom}, then restart it",
+                            crate::advise::LIMITS_FILE
+                        )
+                    }
                 }),
             )
         })
@@ -1142,6 +1159,7 @@ mod tests {
             pid,
             name: Some(name.into()),
             unit: unit.map(str::to_owned),
+            user: (pid == 12).then(|| "jboss".into()),
             huge_bytes: GIB.max(locked),
             sysv_created_bytes: sysv,
             locked_bytes: locked,
@@ -1185,7 +1203,13 @@ mod tests {
             "{}",
             f[1].message
         );
-        assert!(f[1].fix.as_deref().unwrap().contains("memlock 2097152"));
+        assert_eq!(
+            f[1].fix.as_deref(),
+            Some(
+                "/etc/security/limits.d/60-hugeshm.conf: 'jboss soft memlock 2097152' and \
+                 'jboss hard memlock 2097152' for its user, then restart it"
+            )
+        );
     }
 
     #[test]

@@ -49,6 +49,21 @@ pub struct SourceArgs {
     /// without it, advise only says so.
     #[arg(long)]
     pub demote: bool,
+    /// The user the memlock lines (limits.d) are for: a login name, `@group`
+    /// or `:UID`. Default: the owners of the live segments or the PostgreSQL
+    /// data directory the plan counts, else every user (`*`).
+    #[arg(long, value_name = "USER", value_parser = parse_memlock_user)]
+    pub memlock_user: Option<String>,
+}
+
+fn parse_memlock_user(s: &str) -> Result<String, String> {
+    if advise::valid_memlock_user(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a limits.conf user: give a login name, @group, :UID or *"
+        ))
+    }
 }
 
 /// `hugeshm advise` options.
@@ -72,6 +87,8 @@ struct SpecFile {
     #[serde(default)]
     spare_pages: Option<u64>,
     #[serde(default)]
+    memlock_user: Option<String>,
+    #[serde(default)]
     region: Vec<SpecRegion>,
 }
 
@@ -90,13 +107,24 @@ struct SpecRegion {
     sysv_group: Option<u32>,
 }
 
-fn spec_demands(path: &PathBuf, default: u64) -> anyhow::Result<(Vec<Demand>, Option<u64>)> {
+/// What a spec file asks for: its regions, and the settings it names.
+struct Spec {
+    demands: Vec<Demand>,
+    spare_pages: Option<u64>,
+    memlock_user: Option<String>,
+}
+
+fn spec_demands(path: &PathBuf, default: u64) -> anyhow::Result<Spec> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let spec: SpecFile = toml::from_str(&text)
         .with_context(|| format!("{} is not a valid hugeshm spec", path.display()))?;
     if spec.region.is_empty() {
         bail!("{}: no [[region]] entries", path.display());
+    }
+    if let Some(u) = &spec.memlock_user {
+        parse_memlock_user(u)
+            .map_err(|e| anyhow::anyhow!("{}: memlock_user: {e}", path.display()))?;
     }
     let mut out = Vec::new();
     for r in spec.region {
@@ -136,7 +164,11 @@ fn spec_demands(path: &PathBuf, default: u64) -> anyhow::Result<(Vec<Demand>, Op
         }
         out.push(d);
     }
-    Ok((out, spec.spare_pages))
+    Ok(Spec {
+        demands: out,
+        spare_pages: spec.spare_pages,
+        memlock_user: spec.memlock_user,
+    })
 }
 
 /// Builds the plan from the sources.
@@ -148,6 +180,7 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
     let mut demands = Vec::new();
     let mut skipped: Vec<Skipped> = Vec::new();
     let mut spare = src.spare;
+    let mut memlock_user = src.memlock_user.clone();
     if let Some(size) = src.size {
         let page = src.page_size.unwrap_or(default);
         if host.pool(page).is_none() {
@@ -176,6 +209,9 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
             hugeshm_probe::postgres::pg_sizing(dd, src.postgres_bin.as_deref(), &probe.roots.proc)
                 .with_context(|| format!("asking PostgreSQL about {}", dd.display()))?;
         let page = pg.huge_page_size_bytes.unwrap_or(default);
+        let owner = std::os::unix::fs::MetadataExt::uid(
+            &std::fs::metadata(dd).with_context(|| format!("reading {}", dd.display()))?,
+        );
         demands.push(
             Demand::new(
                 format!("postgres {}", dd.display()),
@@ -188,15 +224,18 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
                 pg.version.as_deref().unwrap_or("?"),
                 pg.source,
                 pg.huge_pages_setting.as_deref().unwrap_or("?")
-            )),
+            ))
+            .owned_by(owner),
         );
     }
     if let Some(spec) = &src.spec {
-        let (d, s) = spec_demands(spec, default)?;
-        demands.extend(d);
-        if let Some(s) = s {
+        let spec = spec_demands(spec, default)?;
+        demands.extend(spec.demands);
+        if let Some(s) = spec.spare_pages {
             spare = s;
         }
+        // --memlock-user wins over the spec's.
+        memlock_user = memlock_user.or(spec.memlock_user);
     }
     let new_regions_only = !demands.is_empty() && !src.live && src.postgres.is_none();
     if src.live || demands.is_empty() {
@@ -214,6 +253,17 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
         advise::keep_room_for_live(&mut plan, host, segs.as_ref());
     }
     advise::add_demotion(&mut plan, host, src.demote);
+    match memlock_user {
+        Some(u) => plan.config.set_memlock_users(vec![u]),
+        None => {
+            // `:UID` domains read better as the host's login names.
+            let passwd =
+                std::fs::read_to_string(probe.roots.fs.join("etc/passwd")).unwrap_or_default();
+            plan.config.name_memlock_users(|uid| {
+                hugeshm_parse::passwd::name_of(&passwd, uid).map(str::to_string)
+            });
+        }
+    }
     Ok(plan)
 }
 
@@ -333,8 +383,14 @@ pub fn print(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
     if let Some(k) = &plan.config.kernel_cmdline {
         out.line(format!("  boot:     add to the kernel command line: {k}"))?;
     }
+    let users = &plan.config.memlock_users;
+    let whom = if users.is_empty() || users.iter().any(|u| u == "*") {
+        "every user (*; --memlock-user names the server's)".to_string()
+    } else {
+        users.join(", ")
+    };
     out.line(format!(
-        "  memlock:  {} KiB for the server's user; systemd: {}",
+        "  memlock:  {} KiB for {whom}; systemd: {}",
         plan.config.memlock_kib, plan.config.systemd
     ))?;
     if let Some(g) = plan.config.hugetlb_shm_group {
