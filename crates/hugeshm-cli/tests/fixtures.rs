@@ -2250,26 +2250,23 @@ fn advise_with_nothing_to_count_gives_no_settings() {
     }
 }
 
+/// `apply --plan FILE ARGS... --json` on a fixture, the plan written to FILE.
+fn apply_plan(name: &str, file: &std::path::Path, plan: &Value, args: &[&str]) -> Run {
+    std::fs::write(file, serde_json::to_string_pretty(plan).unwrap()).unwrap();
+    let mut all = vec!["apply", "--plan", file.to_str().unwrap()];
+    all.extend_from_slice(args);
+    all.push("--json");
+    run(name, &all)
+}
+
 #[test]
 fn apply_reads_plans_of_this_schema() {
     let name = "two-nodes-uneven";
     let dir = std::env::temp_dir().join(format!("hugeshm-fixture-plan-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut plan = json(name, "advise");
-    let apply = |plan: &Value| {
-        let file = dir.join("plan.json");
-        std::fs::write(&file, serde_json::to_string_pretty(plan).unwrap()).unwrap();
-        run(
-            name,
-            &[
-                "apply",
-                "--plan",
-                file.to_str().unwrap(),
-                "--dry-run",
-                "--json",
-            ],
-        )
-    };
+    let file = dir.join("plan.json");
+    let apply = |plan: &Value| apply_plan(name, &file, plan, &["--dry-run"]);
     // What advise --json wrote.
     let r = apply(&plan);
     let v = doc("apply --plan (schema 1)", &r);
@@ -2291,6 +2288,88 @@ fn apply_reads_plans_of_this_schema() {
         r.stderr
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `apply --plan FILE --persist` writes as root: only the files advise
+/// writes for the plan's own pools and settings, never a path or a line the
+/// plan file brought; a tampered plan writes nothing.
+#[test]
+fn apply_persists_only_what_advise_writes() {
+    let name = "two-nodes-uneven";
+    let tmp = hugeshm_testkit::TempDir::new("apply-plan-files");
+    let root = tmp.path().join("root");
+    let file = tmp.path().join("plan.json");
+    let plan = json(name, "advise");
+    let persist = |plan: &Value| {
+        let r = ["--persist-only", "--root", root.to_str().unwrap()];
+        apply_plan(name, &file, plan, &r)
+    };
+    let files = |plan: &Value| plan["config"]["files"].as_array().unwrap().clone();
+    let refused = |plan: &Value, why: &str| {
+        let r = persist(plan);
+        assert_eq!(r.code, 3, "{why}: {}", r.stderr);
+        assert!(r.stderr.contains(why), "{why}: {}", r.stderr);
+        assert!(r.stderr.contains("nothing was written"), "{}", r.stderr);
+        assert!(!root.exists(), "{why}: something was written");
+    };
+    // A path of its own.
+    let mut bad = plan.clone();
+    bad["config"]["files"][0]["path"] = Value::from("/etc/cron.d/hugeshm");
+    refused(&bad, "/etc/cron.d/hugeshm is not a file hugeshm writes");
+    // A line of its own in a file hugeshm writes.
+    let mut bad = plan.clone();
+    let first = files(&plan)[0]["path"].as_str().unwrap().to_string();
+    let content = files(&plan)[0]["content"].as_str().unwrap().to_string();
+    bad["config"]["files"][0]["content"] =
+        Value::from(format!("{content}kernel.core_pattern = |/tmp/x %p\n"));
+    refused(
+        &bad,
+        &format!("{first} is not what hugeshm writes for its pools"),
+    );
+    // A memlock user that is a limits.conf line of its own.
+    let mut bad = plan.clone();
+    bad["config"]["memlock_users"] = serde_json::json!(["postgres hard memlock unlimited\n*"]);
+    refused(&bad, "is not a limits.conf user");
+    // A file left out.
+    let mut bad = plan.clone();
+    bad["config"]["files"].as_array_mut().unwrap().remove(0);
+    refused(&bad, &format!("it lacks {first}"));
+    // The plan as advise wrote it: every file written, none other.
+    let r = persist(&plan);
+    let v = doc("apply --plan --persist-only", &r);
+    let written: Vec<&str> = v["persisted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(written.len(), files(&plan).len(), "{v:#}");
+    assert!(written.iter().all(|a| *a == "created"), "{written:?}");
+    for f in files(&plan) {
+        let path = root.join(f["path"].as_str().unwrap().trim_start_matches('/'));
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            f["content"].as_str().unwrap()
+        );
+    }
+    // A plan from before memlock_users (its limits.d lines for every user).
+    let mut old = json(name, "advise");
+    old["config"]
+        .as_object_mut()
+        .unwrap()
+        .remove("memlock_users");
+    let limits = "/etc/security/limits.d/60-hugeshm.conf";
+    let kib = old["config"]["memlock_kib"].as_u64().unwrap();
+    for f in old["config"]["files"].as_array_mut().unwrap() {
+        if f["path"] == limits {
+            f["content"] = Value::from(format!(
+                "# Written by hugeshm apply --persist: let servers lock their shared memory.\n\
+                 *        soft    memlock    {kib}\n*        hard    memlock    {kib}\n"
+            ));
+        }
+    }
+    let r = persist(&old);
+    doc("apply --plan (no memlock_users)", &r);
 }
 
 #[test]

@@ -944,6 +944,56 @@ fn config_for(
     }
 }
 
+/// Checks that a plan's configuration files (read from a plan file that
+/// `apply --plan` is to write as root) are exactly what hugeshm writes for
+/// the plan's own pools and settings on a host whose default huge page size
+/// is `default`: no other path, no other line. A plan edited by hand, or
+/// made on a host with another default size, is refused with the first
+/// file that differs.
+pub fn check_plan_files(plan: &Plan, default: Option<u64>) -> Result<(), String> {
+    if let Some(u) = plan
+        .config
+        .memlock_users
+        .iter()
+        .find(|u| !valid_memlock_user(u))
+    {
+        return Err(format!("its memlock user {u:?} is not a limits.conf user"));
+    }
+    // Plans from before memlock_users had the lines for every user.
+    let users = if plan.config.memlock_users.is_empty() {
+        vec!["*".to_string()]
+    } else {
+        plan.config.memlock_users.clone()
+    };
+    let expected = config_for(
+        &plan.pools,
+        default,
+        plan.huge_bytes,
+        plan.config.hugetlb_shm_group,
+        users,
+    )
+    .files;
+    for f in &plan.config.files {
+        match expected.iter().find(|e| e.path == f.path) {
+            None => return Err(format!("{} is not a file hugeshm writes", f.path)),
+            Some(e) if e.content != f.content => {
+                return Err(format!(
+                    "{} is not what hugeshm writes for its pools and settings",
+                    f.path
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(e) = expected
+        .iter()
+        .find(|e| !plan.config.files.iter().any(|f| f.path == e.path))
+    {
+        return Err(format!("it lacks {}, which its pools need", e.path));
+    }
+    Ok(())
+}
+
 /// Where the limits.d memlock lines go.
 pub const LIMITS_FILE: &str = "/etc/security/limits.d/60-hugeshm.conf";
 

@@ -83,6 +83,17 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
         bail!("the plan has no pools to reserve (nothing counted)");
     }
     let writes = args.persist || args.persist_only;
+    if let (Some(f), true) = (&args.plan, writes) {
+        // The files are written as root: only what advise writes for these
+        // pools, never a path or a line a plan file brought.
+        hugeshm_doctor::advise::check_plan_files(&plan, host.default_page_size()).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {e}; nothing was written. Make the plan again with hugeshm advise --json, \
+                     or persist from the sources (apply --persist --size/--spec/--live)",
+                f.display()
+            )
+        })?;
+    }
     if writes
         && !args.dry_run
         && args.root == std::path::Path::new("/")
