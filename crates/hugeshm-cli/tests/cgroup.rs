@@ -343,3 +343,85 @@ fn postgres_in_a_limited_cgroup_is_explained() {
     assert_eq!(HostState::capture().unwrap(), before, "left behind");
     pool.restore().unwrap();
 }
+
+/// A server run by systemd does not get limits.d's memlock: `advise` gives
+/// its service a drop-in. PostgreSQL started in a cgroup named like a
+/// service (what systemd makes for a unit), on huge pages: the live plan
+/// names that service and the cluster's owner, and `apply --persist` writes
+/// the drop-in.
+#[test]
+fn postgres_in_a_service_gets_a_memlock_drop_in() {
+    use hugeshm_testkit::postgres::{skip_unless_postgres, PgCluster};
+    const T: &str = "postgres_in_a_service_gets_a_memlock_drop_in";
+    if skip_unless_root(T) || skip_unless_postgres(T) {
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool lock");
+    pool.ensure_free(M2, 64).expect("64 free 2 MiB pages");
+    let before = HostState::capture().unwrap();
+    let Some(cg) = TestCgroup::service("pg", &[]) else {
+        return;
+    };
+    let unit = cg.dir().file_name().unwrap().to_string_lossy().into_owned();
+    let tmp = hugeshm_testkit::TempDir::new("pg-service");
+    {
+        let mut pg = PgCluster::init("64MB").expect("initdb");
+        pg.in_cgroup(cg.dir());
+        pg.start("on").expect("PostgreSQL starts on huge pages");
+        let plan = common::json(common::hugeshm(&["advise", "--json"]));
+        let units: Vec<&str> = plan["config"]["systemd_units"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no systemd_units: {plan:#}"))
+            .iter()
+            .map(|u| u.as_str().unwrap())
+            .collect();
+        assert!(units.contains(&unit.as_str()), "{unit} not in {units:?}");
+        let dropin = format!("/etc/systemd/system/{unit}.d/60-hugeshm.conf");
+        let bytes = plan["config"]["memlock_kib"].as_u64().unwrap() * 1024;
+        let content = plan["config"]["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == dropin.as_str())
+            .unwrap_or_else(|| panic!("no {dropin}: {plan:#}"))["content"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            content.ends_with(&format!("LimitMEMLOCK={bytes}\n")),
+            "{content}"
+        );
+        // The cluster's owner is among the memlock users.
+        let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(pg.datadir()).unwrap());
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+        let owner = hugeshm_parse::passwd::name_of(&passwd, uid)
+            .map_or_else(|| format!(":{uid}"), str::to_string);
+        let users = &plan["config"]["memlock_users"];
+        assert!(
+            users
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|u| *u == owner.as_str()),
+            "{owner} not in {users}"
+        );
+        // apply --persist-only into a staging root writes it.
+        let root = tmp.path().join("root");
+        let out = common::hugeshm(&["apply", "--persist-only", "--root", root.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("systemctl daemon-reload"), "{text}");
+        assert_eq!(
+            std::fs::read_to_string(root.join(dropin.trim_start_matches('/'))).unwrap(),
+            content
+        );
+        pg.stop().expect("stop");
+    }
+    drop(cg);
+    assert_eq!(HostState::capture().unwrap(), before, "left behind");
+    pool.restore().unwrap();
+}

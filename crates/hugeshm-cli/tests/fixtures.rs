@@ -656,10 +656,14 @@ fn two_nodes_uneven_status() {
     // CAP_IPC_LOCK or vm.hugetlb_shm_group, not the others it shares it with.
     let ml = finding(&st, "memlock-small");
     let msg = ml["message"].as_str().unwrap();
-    assert!(msg.starts_with("pid 2001 (postgres) needs 1 GiB"), "{msg}");
     assert!(
-        ml["fix"].as_str().unwrap().contains("memlock 1048576"),
-        "{ml}"
+        msg.starts_with("pid 2001 (postgres) of postgresql@16-main.service needs 1 GiB"),
+        "{msg}"
+    );
+    assert_eq!(
+        ml["fix"],
+        "systemctl edit postgresql@16-main.service: add LimitMEMLOCK=1073741824 under \
+         [Service], then restart it"
     );
     assert_eq!(severity(&st, "segment-findings"), "warning");
     assert_eq!(
@@ -2156,13 +2160,12 @@ fn advise_names_the_memlock_users() {
     let plan = doc("advise --size", &r);
     assert_eq!(plan["config"]["memlock_users"], serde_json::json!(["*"]));
     let human = run(name, &["advise", "--size", "64M"]);
-    assert!(
-        human
-            .stdout
-            .contains("for every user (*; --memlock-user names the server's)"),
-        "{}",
-        human.stdout
-    );
+    for says in [
+        "for every user (*; --memlock-user names the server's)",
+        "for the server's unit (--systemd-unit NAME writes its drop-in)",
+    ] {
+        assert!(human.stdout.contains(says), "{says}: {}", human.stdout);
+    }
     let r = run(
         name,
         &[
@@ -2213,6 +2216,114 @@ fn advise_names_the_memlock_users() {
     assert_eq!(r.code, 3, "{}", r.stderr);
     assert!(r.stderr.contains("memlock_user"), "{}", r.stderr);
     assert!(r.stdout.is_empty(), "{}", r.stdout);
+}
+
+/// limits.d does not apply to systemd services: the plan gives the
+/// services that run the live segments' processes a drop-in with
+/// `LimitMEMLOCK=`; `--systemd-unit` (or a spec's `systemd_unit`) names
+/// them for a new region; `apply --persist` writes it and says to reload.
+#[test]
+fn advise_gives_services_a_memlock_drop_in() {
+    let name = "two-nodes-uneven";
+    let pg = "/etc/systemd/system/postgresql@16-main.service.d/60-hugeshm.conf";
+    let file = |plan: &Value, path: &str| -> Option<String> {
+        plan["config"]["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == path)
+            .map(|f| f["content"].as_str().unwrap().to_string())
+    };
+    // PostgreSQL's processes (2001-2003) run in postgresql@16-main.service;
+    // Oracle's (3001, 3002) in no service.
+    let plan = json(name, "advise");
+    assert_eq!(
+        plan["config"]["systemd_units"],
+        serde_json::json!(["postgresql@16-main.service"])
+    );
+    let bytes = plan["config"]["memlock_kib"].as_u64().unwrap() * 1024;
+    let text = file(&plan, pg).expect("the drop-in");
+    assert!(
+        text.ends_with(&format!("[Service]\nLimitMEMLOCK={bytes}\n")),
+        "{text}"
+    );
+    let human = run(name, &["advise"]);
+    assert!(
+        human.stdout.contains(&format!(
+            "LimitMEMLOCK={bytes} in a drop-in for postgresql@16-main.service"
+        )),
+        "{}",
+        human.stdout
+    );
+    // A new region: no service known (the way to name one is checked with
+    // the memlock users').
+    let r = run(
+        name,
+        &[
+            "advise",
+            "--size",
+            "64M",
+            "--systemd-unit",
+            "mariadb.service",
+            "--systemd-unit",
+            "mysql@main.service",
+            "--json",
+        ],
+    );
+    let plan = doc("advise --systemd-unit", &r);
+    assert_eq!(
+        plan["config"]["systemd_units"],
+        serde_json::json!(["mariadb.service", "mysql@main.service"])
+    );
+    assert!(file(
+        &plan,
+        "/etc/systemd/system/mariadb.service.d/60-hugeshm.conf"
+    )
+    .is_some());
+    assert!(file(&plan, pg).is_none());
+    // A spec's.
+    let tmp = hugeshm_testkit::TempDir::new("advise-units");
+    let spec = tmp.path().join("spec.toml");
+    let write_spec = |unit: &str| {
+        std::fs::write(
+            &spec,
+            format!("systemd_unit = \"{unit}\"\n[[region]]\nname = \"sga\"\nsize = \"64M\"\n"),
+        )
+        .unwrap()
+    };
+    write_spec("oracle-ohasd.service");
+    let s = spec.to_str().unwrap();
+    let plan = doc("spec", &run(name, &["advise", "--spec", s, "--json"]));
+    assert_eq!(
+        plan["config"]["systemd_units"],
+        serde_json::json!(["oracle-ohasd.service"])
+    );
+    // Refused: a path, a scope (systemd limits those per session, not by drop-in).
+    let r = run(name, &["advise", "--systemd-unit", "../x.service"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("is not a systemd service"),
+        "{}",
+        r.stderr
+    );
+    write_spec("session-3.scope");
+    let r = run(name, &["advise", "--spec", s]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.stderr.contains("systemd_unit"), "{}", r.stderr);
+    // apply --persist writes it, and says what to run.
+    let root = tmp.path().join("root");
+    let r = run(
+        name,
+        &["apply", "--persist-only", "--root", root.to_str().unwrap()],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("systemd: run systemctl daemon-reload; the new limit applies when postgresql@16-main.service next starts"),
+        "{}",
+        r.stdout
+    );
+    let written = std::fs::read_to_string(root.join(pg.trim_start_matches('/'))).unwrap();
+    assert_eq!(written, text);
 }
 
 /// With nothing to count (no process, no segment), `advise` says so and
@@ -2330,6 +2441,10 @@ fn apply_persists_only_what_advise_writes() {
     let mut bad = plan.clone();
     bad["config"]["memlock_users"] = serde_json::json!(["postgres hard memlock unlimited\n*"]);
     refused(&bad, "is not a limits.conf user");
+    // A service name that would put its drop-in elsewhere.
+    let mut bad = plan.clone();
+    bad["config"]["systemd_units"] = serde_json::json!(["../../cron.d/x.service"]);
+    refused(&bad, "is not a service name");
     // A file left out.
     let mut bad = plan.clone();
     bad["config"]["files"].as_array_mut().unwrap().remove(0);

@@ -68,6 +68,10 @@ pub struct Demand {
     /// directory's), when known: the memlock setting names that user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_uid: Option<u32>,
+    /// The systemd services of the processes that map it: limits.d does not
+    /// apply to them, so the plan gives each a drop-in with its memlock limit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<String>,
 }
 
 impl Demand {
@@ -83,12 +87,19 @@ impl Demand {
             note: None,
             nodes: BTreeMap::new(),
             owner_uid: None,
+            units: Vec::new(),
         }
     }
 
     /// The same, owned by this uid.
     pub fn owned_by(mut self, uid: u32) -> Self {
         self.owner_uid = Some(uid);
+        self
+    }
+
+    /// The same, mapped by processes of these systemd units.
+    pub fn in_units(mut self, units: Vec<String>) -> Self {
+        self.units = units;
         self
     }
 
@@ -205,6 +216,11 @@ pub struct PlanConfig {
     /// root).
     #[serde(default)]
     pub memlock_users: Vec<String>,
+    /// The systemd services that get a drop-in with `LimitMEMLOCK=`
+    /// (pam_limits, hence limits.d, does not apply to services): those of
+    /// the processes that map what the plan counts, or `--systemd-unit`'s.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub systemd_units: Vec<String>,
     /// The systemd unit line.
     pub systemd: String,
     /// `vm.hugetlb_shm_group`, when SysV segments of a non-root group need it.
@@ -403,9 +419,13 @@ pub fn min_left_bytes(mem_total: u64) -> u64 {
 /// page size; SysV, anonymous and memfd segments of at least one huge page
 /// that sit on 4 KiB pages at the default size (they would use the pool if it
 /// had room); the rest skipped with the reason.
+///
+/// `units_of` gives the systemd services of a segment's processes (read
+/// from their `/proc/PID/cgroup`).
 pub fn demands_from_segments(
     host: &HostSnapshot,
     segs: &SegmentsReport,
+    units_of: impl Fn(&crate::segments::Segment) -> Vec<String>,
 ) -> (Vec<Demand>, Vec<Skipped>) {
     let default = host.default_page_size().unwrap_or(2 * MIB);
     let mut demands = Vec::new();
@@ -460,7 +480,8 @@ pub fn demands_from_segments(
         let demand = match s.owner_uid {
             Some(uid) => demand.owned_by(uid),
             None => demand,
-        };
+        }
+        .in_units(units_of(s));
         demands.push(match gid {
             Some(g) => demand.with_sysv_gid(g),
             None => demand,
@@ -677,7 +698,20 @@ pub fn plan(
     }
 
     let gid = demands.iter().find_map(|d| d.sysv_gid);
-    let config = config_for(&pools, default, huge_bytes, gid, memlock_users(demands));
+    let units: std::collections::BTreeSet<String> = demands
+        .iter()
+        .flat_map(|d| d.units.iter())
+        .filter(|u| valid_systemd_unit(u))
+        .cloned()
+        .collect();
+    let config = config_for(
+        &pools,
+        default,
+        huge_bytes,
+        gid,
+        memlock_users(demands),
+        units.into_iter().collect(),
+    );
     Plan {
         pools,
         counted,
@@ -838,6 +872,7 @@ fn config_for(
     huge_bytes: u64,
     gid: Option<u32>,
     memlock_users: Vec<String>,
+    systemd_units: Vec<String>,
 ) -> PlanConfig {
     let mut runtime = Vec::new();
     let mut sysctl = Vec::new();
@@ -922,6 +957,7 @@ fn config_for(
         });
     }
     files.push(limits_file(&memlock_users, memlock_kib));
+    files.extend(systemd_units.iter().map(|u| dropin_file(u, memlock_kib)));
     let kernel_cmdline = (!cmdline.is_empty()).then(|| cmdline.join(" "));
     if let Some(k) = &kernel_cmdline {
         files.push(ConfigFile {
@@ -937,6 +973,7 @@ fn config_for(
         kernel_cmdline,
         memlock_kib,
         memlock_users,
+        systemd_units,
         systemd: format!("LimitMEMLOCK={}", memlock_kib * 1024),
         hugetlb_shm_group: gid,
         thp: "madvise".into(),
@@ -959,6 +996,14 @@ pub fn check_plan_files(plan: &Plan, default: Option<u64>) -> Result<(), String>
     {
         return Err(format!("its memlock user {u:?} is not a limits.conf user"));
     }
+    if let Some(u) = plan
+        .config
+        .systemd_units
+        .iter()
+        .find(|u| !valid_systemd_unit(u))
+    {
+        return Err(format!("its systemd unit {u:?} is not a service name"));
+    }
     // Plans from before memlock_users had the lines for every user.
     let users = if plan.config.memlock_users.is_empty() {
         vec!["*".to_string()]
@@ -971,6 +1016,7 @@ pub fn check_plan_files(plan: &Plan, default: Option<u64>) -> Result<(), String>
         plan.huge_bytes,
         plan.config.hugetlb_shm_group,
         users,
+        plan.config.systemd_units.clone(),
     )
     .files;
     for f in &plan.config.files {
@@ -1013,6 +1059,35 @@ fn limits_file(users: &[String], memlock_kib: u64) -> ConfigFile {
     }
 }
 
+/// Where the drop-ins of systemd services go.
+const SYSTEMD_DIR: &str = "/etc/systemd/system/";
+
+/// A service's drop-in: its memlock limit (`LimitMEMLOCK=`, bytes).
+fn dropin_file(unit: &str, memlock_kib: u64) -> ConfigFile {
+    ConfigFile {
+        path: format!("{SYSTEMD_DIR}{unit}.d/60-hugeshm.conf"),
+        content: format!(
+            "# Written by hugeshm apply --persist: let {unit} lock its shared memory\n\
+             # (limits.d does not apply to services). Then: systemctl daemon-reload,\n\
+             # and restart {unit} when it suits.\n[Service]\nLimitMEMLOCK={}\n",
+            memlock_kib * 1024
+        ),
+    }
+}
+
+/// Whether `s` names a systemd service hugeshm may write a drop-in for:
+/// `NAME.service` or `NAME@INSTANCE.service` of unit-name characters (no
+/// `/`, so the drop-in stays under /etc/systemd/system).
+pub fn valid_systemd_unit(s: &str) -> bool {
+    s.len() <= 255
+        && s.strip_suffix(".service").is_some_and(|n| {
+            !n.is_empty()
+                && !n.starts_with(['.', '-', '@'])
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || ":_.@-\\".contains(c))
+        })
+}
+
 /// Who the memlock lines name: the non-root owners of the demands, as
 /// exact-uid domains (`:UID`), where every demand's owner is known and
 /// one is not root; otherwise every user (`*`, which pam_limits does not
@@ -1043,6 +1118,14 @@ impl PlanConfig {
     pub fn set_memlock_users(&mut self, users: Vec<String>) {
         self.memlock_users = users;
         self.rewrite_limits_file();
+    }
+
+    /// Names the services that get a drop-in; rewrites the drop-ins.
+    pub fn set_systemd_units(&mut self, units: Vec<String>) {
+        self.files.retain(|f| !f.path.starts_with(SYSTEMD_DIR));
+        self.files
+            .extend(units.iter().map(|u| dropin_file(u, self.memlock_kib)));
+        self.systemd_units = units;
     }
 
     /// Replaces each `:UID` domain with the login name `name` gives it
@@ -1351,6 +1434,75 @@ mod tests {
             .filter(|f| f.path == LIMITS_FILE)
             .count();
         assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn services_get_a_memlock_drop_in() {
+        let h = host(1);
+        let pg = "postgresql@16-main.service".to_string();
+        let d = [
+            Demand::new("a", 64 * MIB, M2).in_units(vec![pg.clone()]),
+            Demand::new("b", 64 * MIB, M2).in_units(vec![pg.clone(), "ora.service".into()]),
+            // Not a service name hugeshm writes under: left out.
+            Demand::new("c", 64 * MIB, M2).in_units(vec!["../../x.service".into()]),
+        ];
+        let p = plan(&h, &d, vec![], 0);
+        assert_eq!(p.config.systemd_units, ["ora.service", pg.as_str()]);
+        let bytes = p.config.memlock_kib * 1024;
+        let dropin = |p: &Plan, u: &str| {
+            p.config
+                .files
+                .iter()
+                .find(|f| f.path == format!("/etc/systemd/system/{u}.d/60-hugeshm.conf"))
+                .map(|f| f.content.clone())
+        };
+        let text = dropin(&p, &pg).expect("drop-in");
+        assert!(
+            text.ends_with(&format!("[Service]\nLimitMEMLOCK={bytes}\n")),
+            "{text}"
+        );
+        assert!(dropin(&p, "ora.service").is_some());
+        assert_eq!(check_plan_files(&p, Some(M2)), Ok(()));
+        // --systemd-unit replaces them.
+        let mut p2 = p.clone();
+        p2.config.set_systemd_units(vec!["mysql.service".into()]);
+        assert!(dropin(&p2, &pg).is_none() && dropin(&p2, "mysql.service").is_some());
+        assert_eq!(check_plan_files(&p2, Some(M2)), Ok(()));
+        // A plan file's unit that would write elsewhere is refused.
+        let mut p3 = p.clone();
+        p3.config.systemd_units = vec!["../../cron.d/x.service".into()];
+        assert!(check_plan_files(&p3, Some(M2))
+            .unwrap_err()
+            .contains("is not a service name"));
+        // No services: no drop-in.
+        let p4 = plan(&h, &[Demand::new("a", 64 * MIB, M2)], vec![], 0);
+        assert!(p4.config.systemd_units.is_empty());
+        assert!(!p4.config.files.iter().any(|f| f.path.contains("systemd")));
+    }
+
+    #[test]
+    fn systemd_unit_syntax() {
+        for ok in [
+            "postgresql.service",
+            "postgresql@16-main.service",
+            "oracle-ohasd.service",
+            "a:b_c.d\\x2d.service",
+        ] {
+            assert!(valid_systemd_unit(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            ".service",
+            "x.scope",
+            "x",
+            "../x.service",
+            "a/b.service",
+            ".hidden.service",
+            "a b.service",
+            "x.service\n",
+        ] {
+            assert!(!valid_systemd_unit(bad), "{bad:?}");
+        }
     }
 
     #[test]

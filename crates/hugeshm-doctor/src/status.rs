@@ -348,17 +348,6 @@ pub fn add_cgroup(
     report.cgroup = Some(cg);
 }
 
-/// The systemd unit of a process, from its `/proc/PID/cgroup` text: the
-/// innermost `*.service` (or `*.scope`) in its cgroup path.
-fn unit_of(cgroup: &str) -> Option<String> {
-    cgroup.lines().find_map(|l| {
-        let path = l.splitn(3, ':').nth(2)?;
-        path.rsplit('/')
-            .find(|c| c.ends_with(".service") || c.ends_with(".scope"))
-            .map(str::to_owned)
-    })
-}
-
 /// The processes attached to huge page segments, with the huge page bytes
 /// each maps and its memlock limit (processes whose limits cannot be read
 /// are left out).
@@ -408,7 +397,7 @@ fn servers(probe: &Probe, segs: &SegmentsReport, shm_group: Option<u64>) -> Vec<
             }
             e.unit = std::fs::read_to_string(probe.proc_path(&format!("{}/cgroup", e.pid)))
                 .ok()
-                .and_then(|t| unit_of(&t));
+                .and_then(|t| hugeshm_parse::cgroup::systemd_unit(&t));
             Some(e)
         })
         .collect()
@@ -1138,16 +1127,6 @@ mod tests {
 
     #[test]
     fn servers_below_their_huge_memory_get_memlock_small() {
-        assert_eq!(
-            unit_of("0::/system.slice/system-postgresql.slice/postgresql@15-main.service\n")
-                .as_deref(),
-            Some("postgresql@15-main.service")
-        );
-        assert_eq!(
-            unit_of("0::/user.slice/user-0.slice/session-3.scope\n").as_deref(),
-            Some("session-3.scope")
-        );
-        assert_eq!(unit_of("0::/\n"), None);
         let mut r = build_from(&host(0, 0, 0), None);
         let server = |pid: u32,
                       name: &str,

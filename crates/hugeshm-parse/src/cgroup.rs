@@ -130,6 +130,21 @@ pub fn parse(text: &str) -> Result<Vec<CgroupEntry>, ParseError> {
     Ok(out)
 }
 
+/// The systemd unit of a process, from its `/proc/PID/cgroup` text: the
+/// innermost `*.service` or `*.scope` in its cgroup path (a unit's own
+/// sub-cgroups, `…/postgresql.service/payload`, still name it).
+pub fn systemd_unit(text: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| systemd_unit_of_path(l.splitn(3, ':').nth(2)?))
+}
+
+/// The same, from a cgroup path (`/system.slice/postgresql.service`).
+pub fn systemd_unit_of_path(path: &str) -> Option<String> {
+    path.rsplit('/')
+        .find(|c| c.ends_with(".service") || c.ends_with(".scope"))
+        .map(str::to_owned)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,5 +219,24 @@ mod tests {
         assert!(parse("").unwrap().is_empty());
         // Truncated mid-path: still a path.
         assert_eq!(parse("0::/sys").unwrap()[0].path, "/sys");
+    }
+
+    #[test]
+    fn systemd_units() {
+        assert_eq!(
+            systemd_unit("0::/system.slice/system-postgresql.slice/postgresql@15-main.service\n")
+                .as_deref(),
+            Some("postgresql@15-main.service")
+        );
+        assert_eq!(
+            systemd_unit("0::/system.slice/mysql.service/payload\n").as_deref(),
+            Some("mysql.service")
+        );
+        assert_eq!(
+            systemd_unit("0::/user.slice/user-0.slice/session-3.scope\n").as_deref(),
+            Some("session-3.scope")
+        );
+        assert_eq!(systemd_unit("0::/\n"), None);
+        assert_eq!(systemd_unit("garbage"), None);
     }
 }

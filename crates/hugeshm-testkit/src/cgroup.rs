@@ -45,6 +45,17 @@ impl TestCgroup {
     /// `None`, with a SKIP line naming `test`, where the kernel offers no
     /// hugetlb controller in a cgroup v2 hierarchy.
     pub fn new(test: &str, limits: &[(u64, u64)]) -> Option<TestCgroup> {
+        Self::named(test, "", limits)
+    }
+
+    /// The same, named like a systemd service (`….service`), as the
+    /// cgroup systemd makes for a unit: what a server's processes show in
+    /// `/proc/PID/cgroup` when systemd runs it.
+    pub fn service(test: &str, limits: &[(u64, u64)]) -> Option<TestCgroup> {
+        Self::named(test, ".service", limits)
+    }
+
+    fn named(test: &str, suffix: &str, limits: &[(u64, u64)]) -> Option<TestCgroup> {
         let Some(mount) = cgroup2_mount() else {
             println!("SKIP {test}: no cgroup v2 hierarchy mounted");
             return None;
@@ -62,7 +73,11 @@ impl TestCgroup {
         if enabled_controller {
             std::fs::write(&subtree, "+hugetlb").expect("enable the hugetlb controller");
         }
-        let dir = parent.join(format!("hugeshm-test-{}-{}", test, std::process::id()));
+        let dir = parent.join(format!(
+            "hugeshm-test-{}-{}{suffix}",
+            test,
+            std::process::id()
+        ));
         let cg = TestCgroup {
             dir,
             parent,

@@ -54,6 +54,22 @@ pub struct SourceArgs {
     /// data directory the plan counts, else every user (`*`).
     #[arg(long, value_name = "USER", value_parser = parse_memlock_user)]
     pub memlock_user: Option<String>,
+    /// A systemd service that runs the server (repeat for more): the plan
+    /// gives it a drop-in with `LimitMEMLOCK=`, as limits.d does not apply
+    /// to services. Default: the services of the processes that map the
+    /// live segments the plan counts.
+    #[arg(long, value_name = "UNIT", value_parser = parse_systemd_unit)]
+    pub systemd_unit: Vec<String>,
+}
+
+fn parse_systemd_unit(s: &str) -> Result<String, String> {
+    if advise::valid_systemd_unit(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a systemd service: give NAME.service or NAME@INSTANCE.service"
+        ))
+    }
 }
 
 fn parse_memlock_user(s: &str) -> Result<String, String> {
@@ -89,6 +105,8 @@ struct SpecFile {
     #[serde(default)]
     memlock_user: Option<String>,
     #[serde(default)]
+    systemd_unit: Option<String>,
+    #[serde(default)]
     region: Vec<SpecRegion>,
 }
 
@@ -112,6 +130,7 @@ struct Spec {
     demands: Vec<Demand>,
     spare_pages: Option<u64>,
     memlock_user: Option<String>,
+    systemd_unit: Option<String>,
 }
 
 fn spec_demands(path: &PathBuf, default: u64) -> anyhow::Result<Spec> {
@@ -125,6 +144,10 @@ fn spec_demands(path: &PathBuf, default: u64) -> anyhow::Result<Spec> {
     if let Some(u) = &spec.memlock_user {
         parse_memlock_user(u)
             .map_err(|e| anyhow::anyhow!("{}: memlock_user: {e}", path.display()))?;
+    }
+    if let Some(u) = &spec.systemd_unit {
+        parse_systemd_unit(u)
+            .map_err(|e| anyhow::anyhow!("{}: systemd_unit: {e}", path.display()))?;
     }
     let mut out = Vec::new();
     for r in spec.region {
@@ -168,6 +191,7 @@ fn spec_demands(path: &PathBuf, default: u64) -> anyhow::Result<Spec> {
         demands: out,
         spare_pages: spec.spare_pages,
         memlock_user: spec.memlock_user,
+        systemd_unit: spec.systemd_unit,
     })
 }
 
@@ -181,6 +205,7 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
     let mut skipped: Vec<Skipped> = Vec::new();
     let mut spare = src.spare;
     let mut memlock_user = src.memlock_user.clone();
+    let mut units = src.systemd_unit.clone();
     if let Some(size) = src.size {
         let page = src.page_size.unwrap_or(default);
         if host.pool(page).is_none() {
@@ -236,11 +261,38 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
         }
         // --memlock-user wins over the spec's.
         memlock_user = memlock_user.or(spec.memlock_user);
+        if units.is_empty() {
+            units.extend(spec.systemd_unit);
+        }
     }
     let new_regions_only = !demands.is_empty() && !src.live && src.postgres.is_none();
     if src.live || demands.is_empty() {
         let segs = hugeshm_doctor::segments::build_with(probe, host);
-        let (d, s) = advise::demands_from_segments(host, &segs);
+        let (d, s) = advise::demands_from_segments(host, &segs, |seg| {
+            // The services of the processes that map it: from the hugetlb
+            // cgroup the scan read, else (on cgroup v1 that path need not be
+            // systemd's) from their /proc/PID/cgroup.
+            let mut u: Vec<String> = seg
+                .attached_pids
+                .iter()
+                .filter_map(|pid| {
+                    seg.attached
+                        .iter()
+                        .find(|a| a.pid == *pid)
+                        .and_then(|a| a.cgroup.as_deref())
+                        .and_then(hugeshm_parse::cgroup::systemd_unit_of_path)
+                        .or_else(|| {
+                            std::fs::read_to_string(probe.proc_path(&format!("{pid}/cgroup")))
+                                .ok()
+                                .and_then(|t| hugeshm_parse::cgroup::systemd_unit(&t))
+                        })
+                })
+                .filter(|u| u.ends_with(".service"))
+                .collect();
+            u.sort();
+            u.dedup();
+            u
+        });
         demands.extend(d);
         skipped.extend(s);
     }
@@ -253,6 +305,9 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
         advise::keep_room_for_live(&mut plan, host, segs.as_ref());
     }
     advise::add_demotion(&mut plan, host, src.demote);
+    if !units.is_empty() {
+        plan.config.set_systemd_units(units);
+    }
     match memlock_user {
         Some(u) => plan.config.set_memlock_users(vec![u]),
         None => {
@@ -390,8 +445,14 @@ pub fn print(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
         users.join(", ")
     };
     out.line(format!(
-        "  memlock:  {} KiB for {whom}; systemd: {}",
-        plan.config.memlock_kib, plan.config.systemd
+        "  memlock:  {} KiB for {whom}; systemd: {} {}",
+        plan.config.memlock_kib,
+        plan.config.systemd,
+        if plan.config.systemd_units.is_empty() {
+            "for the server's unit (--systemd-unit NAME writes its drop-in)".to_string()
+        } else {
+            format!("in a drop-in for {}", plan.config.systemd_units.join(", "))
+        }
     ))?;
     if let Some(g) = plan.config.hugetlb_shm_group {
         out.line(format!(

@@ -235,6 +235,12 @@ fn print(
                 .unwrap_or_default()
         ))?;
     }
+    if !persisted.is_empty() && !plan.config.systemd_units.is_empty() {
+        out.line(format!(
+            "systemd: run systemctl daemon-reload; the new limit applies when {} next starts",
+            plan.config.systemd_units.join(", ")
+        ))?;
+    }
     if let Some(k) = &plan.config.kernel_cmdline {
         if !persisted.is_empty() {
             out.line(format!(
