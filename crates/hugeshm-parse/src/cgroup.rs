@@ -131,8 +131,10 @@ pub fn parse(text: &str) -> Result<Vec<CgroupEntry>, ParseError> {
 }
 
 /// The systemd unit of a process, from its `/proc/PID/cgroup` text: the
-/// innermost `*.service` or `*.scope` in its cgroup path (a unit's own
-/// sub-cgroups, `…/postgresql.service/payload`, still name it).
+/// outermost `*.service` in its cgroup path, else the innermost `*.scope`.
+/// A unit's own sub-cgroups (`…/postgresql.service/payload`) still name it,
+/// and a user's service (`…/user@1000.service/app.slice/pg.service`) names
+/// the system unit whose limits bound it, `user@1000.service`.
 pub fn systemd_unit(text: &str) -> Option<String> {
     text.lines()
         .find_map(|l| systemd_unit_of_path(l.splitn(3, ':').nth(2)?))
@@ -140,8 +142,9 @@ pub fn systemd_unit(text: &str) -> Option<String> {
 
 /// The same, from a cgroup path (`/system.slice/postgresql.service`).
 pub fn systemd_unit_of_path(path: &str) -> Option<String> {
-    path.rsplit('/')
-        .find(|c| c.ends_with(".service") || c.ends_with(".scope"))
+    path.split('/')
+        .find(|c| c.ends_with(".service"))
+        .or_else(|| path.rsplit('/').find(|c| c.ends_with(".scope")))
         .map(str::to_owned)
 }
 
@@ -235,6 +238,17 @@ mod tests {
         assert_eq!(
             systemd_unit("0::/user.slice/user-0.slice/session-3.scope\n").as_deref(),
             Some("session-3.scope")
+        );
+        assert_eq!(
+            systemd_unit("0::/user.slice/user-1000.slice/user@1000.service/app.slice/pg.service\n")
+                .as_deref(),
+            Some("user@1000.service")
+        );
+        // cgroup v1: the named systemd hierarchy's line.
+        assert_eq!(
+            systemd_unit("12:hugetlb:/\n1:name=systemd:/system.slice/oracle-ohasd.service\n")
+                .as_deref(),
+            Some("oracle-ohasd.service")
         );
         assert_eq!(systemd_unit("0::/\n"), None);
         assert_eq!(systemd_unit("garbage"), None);
