@@ -391,20 +391,9 @@ fn postgres_in_a_service_gets_a_memlock_drop_in() {
             content.ends_with(&format!("LimitMEMLOCK={bytes}\n")),
             "{content}"
         );
-        // The cluster's owner is among the memlock users.
-        let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(pg.datadir()).unwrap());
-        let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
-        let owner = hugeshm_parse::passwd::name_of(&passwd, uid)
-            .map_or_else(|| format!(":{uid}"), str::to_string);
-        let users = &plan["config"]["memlock_users"];
-        assert!(
-            users
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|u| *u == owner.as_str()),
-            "{owner} not in {users}"
-        );
+        // (The memlock users are checked where the plan's owners are all
+        // known: fixtures and the --postgres test; the live host may hold
+        // segments of unknown owners, which make them `*`.)
         // apply --persist-only into a staging root writes it.
         let root = tmp.path().join("root");
         let out = common::hugeshm(&["apply", "--persist-only", "--root", root.to_str().unwrap()]);

@@ -2445,6 +2445,14 @@ fn apply_persists_only_what_advise_writes() {
     let mut bad = plan.clone();
     bad["config"]["systemd_units"] = serde_json::json!(["../../cron.d/x.service"]);
     refused(&bad, "is not a service name");
+    // A memlock limit of the file's own (its files to match).
+    let mut bad = plan.clone();
+    let huge = plan["huge_bytes"].as_u64().unwrap();
+    bad["huge_bytes"] = Value::from(huge * 1000);
+    refused(
+        &bad,
+        &format!("its huge_bytes ({}) is not what", huge * 1000),
+    );
     // A file left out.
     let mut bad = plan.clone();
     bad["config"]["files"].as_array_mut().unwrap().remove(0);
@@ -2477,14 +2485,44 @@ fn apply_persists_only_what_advise_writes() {
     let kib = old["config"]["memlock_kib"].as_u64().unwrap();
     for f in old["config"]["files"].as_array_mut().unwrap() {
         if f["path"] == limits {
+            // Its columns as they were padded then.
             f["content"] = Value::from(format!(
                 "# Written by hugeshm apply --persist: let servers lock their shared memory.\n\
-                 *        soft    memlock    {kib}\n*        hard    memlock    {kib}\n"
+                 *    soft    memlock    {kib}\n*    hard    memlock    {kib}\n"
             ));
         }
     }
     let r = persist(&old);
     doc("apply --plan (no memlock_users)", &r);
+    // A plan with a demotion (it takes a 1 GiB page from the pool it leaves
+    // alone, so the memlock limit is less by that much) is written too.
+    let r = run(
+        "explain",
+        &[
+            "advise",
+            "--size",
+            "2G",
+            "--page-size",
+            "2m",
+            "--demote",
+            "--json",
+        ],
+    );
+    let plan = doc("advise --demote", &r);
+    assert!(!plan["demote"].as_array().unwrap().is_empty(), "{plan:#}");
+    let _ = std::fs::remove_dir_all(&root);
+    let r = apply_plan(
+        "explain",
+        &file,
+        &plan,
+        &["--persist-only", "--root", root.to_str().unwrap()],
+    );
+    let v = doc("apply --plan (demote) --persist-only", &r);
+    let limits =
+        std::fs::read_to_string(root.join("etc/security/limits.d/60-hugeshm.conf")).unwrap();
+    let kib = v["plan"]["config"]["memlock_kib"].as_u64().unwrap();
+    assert_eq!(kib, v["plan"]["huge_bytes"].as_u64().unwrap() / 1024);
+    assert!(limits.contains(&format!("memlock    {kib}\n")), "{limits}");
 }
 
 #[test]

@@ -324,6 +324,7 @@ pub fn add_demotion(plan: &mut Plan, host: &HostSnapshot, use_it: bool) {
             plan.left_bytes = plan
                 .mem_total_bytes
                 .map(|t| t.saturating_sub(plan.huge_bytes));
+            plan.config.set_memlock_for(plan.huge_bytes);
         } else {
             plan.warnings.push(format!(
                 "the {} pool grows by {growth} pages, and {} free {} page{} could give {} of them by demotion, with no new contiguous memory to find (the {} pool shrinks by {pages}): add --demote, or: {fix}",
@@ -652,13 +653,7 @@ pub fn plan(
     let huge_bytes: u64 = {
         // Sizes the plan does not touch keep what they hold now.
         let planned: u64 = pools.iter().map(|p| p.bytes).sum();
-        let kept: u64 = host
-            .pools
-            .iter()
-            .filter(|p| !sizes.contains(&p.page_size_bytes))
-            .map(|p| p.nr.saturating_mul(p.page_size_bytes))
-            .sum();
-        planned + kept
+        planned + kept_bytes(host, |s| sizes.contains(&s))
     };
     let mem_total = host.meminfo.as_ref().and_then(|m| m.mem_total_bytes);
     let left = mem_total.map(|t| t.saturating_sub(huge_bytes));
@@ -928,7 +923,7 @@ fn config_for(
     // Never below the kernel's default (8 MiB since Linux 5.16): the
     // limits.d file applies to every user, and a small plan would take
     // away what other programs lock today.
-    let memlock_kib = huge_bytes.div_ceil(1024).max(DEFAULT_MEMLOCK_KIB);
+    let memlock_kib = memlock_kib_for(huge_bytes);
     let mut files = Vec::new();
     let mut sysctl_text =
         String::from("# Written by hugeshm apply --persist: huge page pools and SysV access.\n");
@@ -974,7 +969,7 @@ fn config_for(
         memlock_kib,
         memlock_users,
         systemd_units,
-        systemd: format!("LimitMEMLOCK={}", memlock_kib * 1024),
+        systemd: format!("LimitMEMLOCK={}", memlock_kib.saturating_mul(1024)),
         hugetlb_shm_group: gid,
         thp: "madvise".into(),
         thp_reason: "shared memory on hugetlb pages does not need THP; 'always' makes khugepaged and fault-time compaction stall database processes and bloats their private memory, while 'madvise' keeps THP for programs that ask".into(),
@@ -983,11 +978,33 @@ fn config_for(
 
 /// Checks that a plan's configuration files (read from a plan file that
 /// `apply --plan` is to write as root) are exactly what hugeshm writes for
-/// the plan's own pools and settings on a host whose default huge page size
-/// is `default`: no other path, no other line. A plan edited by hand, or
-/// made on a host with another default size, is refused with the first
-/// file that differs.
-pub fn check_plan_files(plan: &Plan, default: Option<u64>) -> Result<(), String> {
+/// the plan's own pools and settings on this host: no other path, no other
+/// line (blanks aside), and a memlock limit from what the pools hold, not a
+/// number of the file's. A plan edited by hand, made on a host with another
+/// default huge page size, or before the host's other pools changed, is
+/// refused with the first thing that differs.
+pub fn check_plan_files(plan: &Plan, host: &HostSnapshot) -> Result<(), String> {
+    // What advise counts: the plan's pools, the host's pools of the sizes
+    // it leaves alone, less what its demotions take from them.
+    let sizes: Vec<u64> = plan.pools.iter().map(|p| p.page_size_bytes).collect();
+    let planned = plan.pools.iter().try_fold(0u64, |a, p| {
+        a.checked_add(p.pages.checked_mul(p.page_size_bytes)?)
+    });
+    let kept = kept_bytes(host, |s| sizes.contains(&s));
+    let demoted: u64 = plan
+        .demote
+        .iter()
+        .map(|d| d.pages.saturating_mul(d.page_size_bytes))
+        .sum();
+    let huge = planned.map(|p| p.saturating_add(kept).saturating_sub(demoted));
+    if huge != Some(plan.huge_bytes) {
+        return Err(format!(
+            "its huge_bytes ({}) is not what its pools and this host's other pools hold ({}): \
+             the plan was edited, or the host's pools changed since it was made",
+            plan.huge_bytes,
+            huge.map_or("more than 2^64 bytes".into(), |h| h.to_string())
+        ));
+    }
     if let Some(u) = plan
         .config
         .memlock_users
@@ -1012,7 +1029,7 @@ pub fn check_plan_files(plan: &Plan, default: Option<u64>) -> Result<(), String>
     };
     let expected = config_for(
         &plan.pools,
-        default,
+        host.default_page_size(),
         plan.huge_bytes,
         plan.config.hugetlb_shm_group,
         users,
@@ -1022,7 +1039,7 @@ pub fn check_plan_files(plan: &Plan, default: Option<u64>) -> Result<(), String>
     for f in &plan.config.files {
         match expected.iter().find(|e| e.path == f.path) {
             None => return Err(format!("{} is not a file hugeshm writes", f.path)),
-            Some(e) if e.content != f.content => {
+            Some(e) if !same_but_blanks(&e.content, &f.content) => {
                 return Err(format!(
                     "{} is not what hugeshm writes for its pools and settings",
                     f.path
@@ -1038,6 +1055,34 @@ pub fn check_plan_files(plan: &Plan, default: Option<u64>) -> Result<(), String>
         return Err(format!("it lacks {}, which its pools need", e.path));
     }
     Ok(())
+}
+
+/// What the host's pools of the sizes a plan leaves alone hold now.
+fn kept_bytes(host: &HostSnapshot, planned: impl Fn(u64) -> bool) -> u64 {
+    host.pools
+        .iter()
+        .filter(|p| !planned(p.page_size_bytes))
+        .map(|p| p.nr.saturating_mul(p.page_size_bytes))
+        .sum()
+}
+
+/// Whether two files say the same, line by line, runs of blanks aside (the
+/// limits.d columns were padded differently before).
+fn same_but_blanks(a: &str, b: &str) -> bool {
+    let words = |t: &str| -> Vec<Vec<String>> {
+        t.lines()
+            .map(|l| l.split_whitespace().map(str::to_owned).collect())
+            .collect()
+    };
+    words(a) == words(b)
+}
+
+/// The memlock limit for pools of `huge_bytes` in all, KiB: never below
+/// the kernel's default (8 MiB since Linux 5.16), as the limits.d file may
+/// apply to every user, and a small plan would take away what other
+/// programs lock today.
+fn memlock_kib_for(huge_bytes: u64) -> u64 {
+    huge_bytes.div_ceil(1024).max(DEFAULT_MEMLOCK_KIB)
 }
 
 /// Where the limits.d memlock lines go.
@@ -1070,7 +1115,7 @@ fn dropin_file(unit: &str, memlock_kib: u64) -> ConfigFile {
             "# Written by hugeshm apply --persist: let {unit} lock its shared memory\n\
              # (limits.d does not apply to services). Then: systemctl daemon-reload,\n\
              # and restart {unit} when it suits.\n[Service]\nLimitMEMLOCK={}\n",
-            memlock_kib * 1024
+            memlock_kib.saturating_mul(1024)
         ),
     }
 }
@@ -1079,7 +1124,9 @@ fn dropin_file(unit: &str, memlock_kib: u64) -> ConfigFile {
 /// `NAME.service` or `NAME@INSTANCE.service` of unit-name characters (no
 /// `/`, so the drop-in stays under /etc/systemd/system).
 pub fn valid_systemd_unit(s: &str) -> bool {
-    s.len() <= 255
+    // "UNIT.d" must fit a file name (255 bytes); systemd allows one '@'.
+    s.len() <= 253
+        && s.matches('@').count() <= 1
         && s.strip_suffix(".service").is_some_and(|n| {
             !n.is_empty()
                 && !n.starts_with(['.', '-', '@'])
@@ -1138,10 +1185,20 @@ impl PlanConfig {
                 u.strip_prefix(':')
                     .and_then(|n| n.parse().ok())
                     .and_then(&name)
+                    .filter(|n| valid_memlock_user(n) && n != "*" && !n.starts_with(['@', ':']))
                     .unwrap_or_else(|| u.clone())
             })
             .collect();
         self.set_memlock_users(users);
+    }
+
+    /// Sets the memlock limit for pools of `huge_bytes` in all, and
+    /// rewrites the files that say it.
+    pub fn set_memlock_for(&mut self, huge_bytes: u64) {
+        self.memlock_kib = memlock_kib_for(huge_bytes);
+        self.systemd = format!("LimitMEMLOCK={}", self.memlock_kib.saturating_mul(1024));
+        self.rewrite_limits_file();
+        self.set_systemd_units(self.systemd_units.clone());
     }
 
     fn rewrite_limits_file(&mut self) {
@@ -1418,6 +1475,12 @@ mod tests {
             .name_memlock_users(|uid| (uid == 105).then(|| "postgres".to_string()));
         // A uid the host has no name for stays `:UID`.
         assert_eq!(p.config.memlock_users, [":7", "postgres"]);
+        // So does one whose name limits.conf would misread.
+        let mut q = plan(&h, &d, vec![], 0);
+        q.config.name_memlock_users(|_| Some("db admin".into()));
+        assert_eq!(q.config.memlock_users, [":7", ":105"]);
+        q.config.name_memlock_users(|_| Some("@wheel".into()));
+        assert_eq!(q.config.memlock_users, [":7", ":105"]);
         assert!(
             limits(&p).contains("postgres soft    memlock"),
             "{}",
@@ -1462,16 +1525,16 @@ mod tests {
             "{text}"
         );
         assert!(dropin(&p, "ora.service").is_some());
-        assert_eq!(check_plan_files(&p, Some(M2)), Ok(()));
+        assert_eq!(check_plan_files(&p, &h), Ok(()));
         // --systemd-unit replaces them.
         let mut p2 = p.clone();
         p2.config.set_systemd_units(vec!["mysql.service".into()]);
         assert!(dropin(&p2, &pg).is_none() && dropin(&p2, "mysql.service").is_some());
-        assert_eq!(check_plan_files(&p2, Some(M2)), Ok(()));
+        assert_eq!(check_plan_files(&p2, &h), Ok(()));
         // A plan file's unit that would write elsewhere is refused.
         let mut p3 = p.clone();
         p3.config.systemd_units = vec!["../../cron.d/x.service".into()];
-        assert!(check_plan_files(&p3, Some(M2))
+        assert!(check_plan_files(&p3, &h)
             .unwrap_err()
             .contains("is not a service name"));
         // No services: no drop-in.
@@ -1482,6 +1545,11 @@ mod tests {
 
     #[test]
     fn systemd_unit_syntax() {
+        // "UNIT.d" must fit a file name.
+        let long = format!("{}.service", "a".repeat(245));
+        assert_eq!(long.len(), 253);
+        assert!(valid_systemd_unit(&long));
+        assert!(!valid_systemd_unit(&format!("a{long}")));
         for ok in [
             "postgresql.service",
             "postgresql@16-main.service",
@@ -1500,6 +1568,7 @@ mod tests {
             ".hidden.service",
             "a b.service",
             "x.service\n",
+            "a@b@c.service",
         ] {
             assert!(!valid_systemd_unit(bad), "{bad:?}");
         }

@@ -458,10 +458,10 @@ fn server_findings(r: &StatusReport) -> Vec<Finding> {
                             Some(u) => (u.as_str(), "its user"),
                             None => ("<user>", "the user that starts it"),
                         };
+                        // Not 60-hugeshm.conf: apply --persist owns that one.
                         format!(
-                            "{}: '{user} soft memlock {kib}' and '{user} hard memlock {kib}' \
-                             for {whom}, then restart it",
-                            crate::advise::LIMITS_FILE
+                            "/etc/security/limits.d/99-hugeshm-local.conf: '{user} soft memlock \
+                             {kib}' and '{user} hard memlock {kib}' for {whom}, then restart it"
                         )
                     }
                 }),
@@ -1185,7 +1185,7 @@ mod tests {
         assert_eq!(
             f[1].fix.as_deref(),
             Some(
-                "/etc/security/limits.d/60-hugeshm.conf: 'jboss soft memlock 2097152' and \
+                "/etc/security/limits.d/99-hugeshm-local.conf: 'jboss soft memlock 2097152' and \
                  'jboss hard memlock 2097152' for its user, then restart it"
             )
         );

@@ -136,8 +136,21 @@ pub fn parse(text: &str) -> Result<Vec<CgroupEntry>, ParseError> {
 /// and a user's service (`…/user@1000.service/app.slice/pg.service`) names
 /// the system unit whose limits bound it, `user@1000.service`.
 pub fn systemd_unit(text: &str) -> Option<String> {
-    text.lines()
-        .find_map(|l| systemd_unit_of_path(l.splitn(3, ':').nth(2)?))
+    // systemd's own lines first: the unified hierarchy's (`0::`) and, on
+    // cgroup v1, `name=systemd`; a v1 controller systemd does not manage
+    // (cpuset, a custom hierarchy) may name something else.
+    let fields = |l: &'_ str| -> Option<(String, String)> {
+        let mut f = l.splitn(3, ':');
+        let (id, ctl, path) = (f.next()?, f.next()?, f.next()?);
+        Some((format!("{id}:{ctl}"), path.to_owned()))
+    };
+    let lines: Vec<(String, String)> = text.lines().filter_map(fields).collect();
+    let systemds = lines
+        .iter()
+        .filter(|(k, _)| k == "0:" || k.ends_with(":name=systemd"));
+    systemds
+        .chain(lines.iter())
+        .find_map(|(_, path)| systemd_unit_of_path(path))
 }
 
 /// The same, from a cgroup path (`/system.slice/postgresql.service`).
@@ -249,6 +262,12 @@ mod tests {
             systemd_unit("12:hugetlb:/\n1:name=systemd:/system.slice/oracle-ohasd.service\n")
                 .as_deref(),
             Some("oracle-ohasd.service")
+        );
+        // A controller systemd does not manage names something else.
+        assert_eq!(
+            systemd_unit("3:cpuset:/other.service\n1:name=systemd:/system.slice/db.service\n")
+                .as_deref(),
+            Some("db.service")
         );
         assert_eq!(systemd_unit("0::/\n"), None);
         assert_eq!(systemd_unit("garbage"), None);

@@ -23,6 +23,15 @@ pub fn name_of(text: &str, uid: u32) -> Option<&str> {
     entries(text).find(|(_, u)| *u == uid).map(|(n, _)| n)
 }
 
+/// The login name of this uid where only one has it (a second name for
+/// the same uid, as some hosts give a service account, would not match a
+/// limits.conf line of the first).
+pub fn only_name_of(text: &str, uid: u32) -> Option<&str> {
+    let mut names = entries(text).filter(|(_, u)| *u == uid).map(|(n, _)| n);
+    let first = names.next()?;
+    names.next().is_none().then_some(first)
+}
+
 /// The uid of this login name.
 pub fn uid_of(text: &str, name: &str) -> Option<u32> {
     entries(text).find(|(n, _)| *n == name).map(|(_, u)| u)
@@ -54,6 +63,9 @@ mod tests {
             "no newline at the end"
         );
         assert_eq!(name_of(PASSWD, 7), None);
+        assert_eq!(only_name_of(PASSWD, 105), None, "two names");
+        assert_eq!(only_name_of(PASSWD, 54321), Some("oracle"));
+        assert_eq!(only_name_of(PASSWD, 7), None);
         assert_eq!(uid_of(PASSWD, "oracle"), Some(54321));
         assert_eq!(uid_of(PASSWD, "alias"), Some(105));
         assert_eq!(uid_of(PASSWD, "bad"), None, "its uid is no number");

@@ -311,11 +311,12 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
     match memlock_user {
         Some(u) => plan.config.set_memlock_users(vec![u]),
         None => {
-            // `:UID` domains read better as the host's login names.
+            // `:UID` domains read better as the host's login names (where
+            // a uid has one name only: a line names one login).
             let passwd =
                 std::fs::read_to_string(probe.roots.fs.join("etc/passwd")).unwrap_or_default();
             plan.config.name_memlock_users(|uid| {
-                hugeshm_parse::passwd::name_of(&passwd, uid).map(str::to_string)
+                hugeshm_parse::passwd::only_name_of(&passwd, uid).map(str::to_string)
             });
         }
     }

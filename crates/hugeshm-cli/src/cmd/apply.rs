@@ -86,7 +86,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
     if let (Some(f), true) = (&args.plan, writes) {
         // The files are written as root: only what advise writes for these
         // pools, never a path or a line a plan file brought.
-        hugeshm_doctor::advise::check_plan_files(&plan, host.default_page_size()).map_err(|e| {
+        hugeshm_doctor::advise::check_plan_files(&plan, &host).map_err(|e| {
             anyhow::anyhow!(
                 "{}: {e}; nothing was written. Make the plan again with hugeshm advise --json, \
                      or persist from the sources (apply --persist --size/--spec/--live)",
