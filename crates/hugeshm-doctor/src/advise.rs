@@ -421,8 +421,8 @@ pub fn min_left_bytes(mem_total: u64) -> u64 {
 /// that sit on 4 KiB pages at the default size (they would use the pool if it
 /// had room); the rest skipped with the reason.
 ///
-/// `units_of` gives the systemd services of a segment's processes (read
-/// from their `/proc/PID/cgroup`).
+/// `units_of` gives the systemd units of a segment's processes (read from
+/// their cgroups); the plan keeps the services among them.
 pub fn demands_from_segments(
     host: &HostSnapshot,
     segs: &SegmentsReport,
@@ -969,7 +969,7 @@ fn config_for(
         memlock_kib,
         memlock_users,
         systemd_units,
-        systemd: format!("LimitMEMLOCK={}", memlock_kib.saturating_mul(1024)),
+        systemd: limit_memlock(memlock_kib),
         hugetlb_shm_group: gid,
         thp: "madvise".into(),
         thp_reason: "shared memory on hugetlb pages does not need THP; 'always' makes khugepaged and fault-time compaction stall database processes and bloats their private memory, while 'madvise' keeps THP for programs that ask".into(),
@@ -1085,6 +1085,11 @@ fn memlock_kib_for(huge_bytes: u64) -> u64 {
     huge_bytes.div_ceil(1024).max(DEFAULT_MEMLOCK_KIB)
 }
 
+/// systemd's setting for a memlock limit of `memlock_kib` KiB.
+fn limit_memlock(memlock_kib: u64) -> String {
+    format!("LimitMEMLOCK={}", memlock_kib.saturating_mul(1024))
+}
+
 /// Where the limits.d memlock lines go.
 pub const LIMITS_FILE: &str = "/etc/security/limits.d/60-hugeshm.conf";
 
@@ -1114,8 +1119,8 @@ fn dropin_file(unit: &str, memlock_kib: u64) -> ConfigFile {
         content: format!(
             "# Written by hugeshm apply --persist: let {unit} lock its shared memory\n\
              # (limits.d does not apply to services). Then: systemctl daemon-reload,\n\
-             # and restart {unit} when it suits.\n[Service]\nLimitMEMLOCK={}\n",
-            memlock_kib.saturating_mul(1024)
+             # and restart {unit} when it suits.\n[Service]\n{}\n",
+            limit_memlock(memlock_kib)
         ),
     }
 }
@@ -1196,7 +1201,7 @@ impl PlanConfig {
     /// rewrites the files that say it.
     pub fn set_memlock_for(&mut self, huge_bytes: u64) {
         self.memlock_kib = memlock_kib_for(huge_bytes);
-        self.systemd = format!("LimitMEMLOCK={}", self.memlock_kib.saturating_mul(1024));
+        self.systemd = limit_memlock(self.memlock_kib);
         self.rewrite_limits_file();
         self.set_systemd_units(self.systemd_units.clone());
     }

@@ -139,18 +139,13 @@ pub fn systemd_unit(text: &str) -> Option<String> {
     // systemd's own lines first: the unified hierarchy's (`0::`) and, on
     // cgroup v1, `name=systemd`; a v1 controller systemd does not manage
     // (cpuset, a custom hierarchy) may name something else.
-    let fields = |l: &'_ str| -> Option<(String, String)> {
-        let mut f = l.splitn(3, ':');
-        let (id, ctl, path) = (f.next()?, f.next()?, f.next()?);
-        Some((format!("{id}:{ctl}"), path.to_owned()))
-    };
-    let lines: Vec<(String, String)> = text.lines().filter_map(fields).collect();
-    let systemds = lines
+    let entries = parse(text).ok()?;
+    let systemds = entries
         .iter()
-        .filter(|(k, _)| k == "0:" || k.ends_with(":name=systemd"));
+        .filter(|e| e.hierarchy_id == 0 || e.controllers.iter().any(|c| c == "name=systemd"));
     systemds
-        .chain(lines.iter())
-        .find_map(|(_, path)| systemd_unit_of_path(path))
+        .chain(entries.iter())
+        .find_map(|e| systemd_unit_of_path(&e.path))
 }
 
 /// The same, from a cgroup path (`/system.slice/postgresql.service`).

@@ -62,24 +62,27 @@ pub struct SourceArgs {
     pub systemd_unit: Vec<String>,
 }
 
+/// `s` where `valid` holds, else "`s` is not WHAT".
+fn accept(s: &str, valid: fn(&str) -> bool, what: &str) -> Result<String, String> {
+    valid(s)
+        .then(|| s.to_string())
+        .ok_or_else(|| format!("{s:?} is not {what}"))
+}
+
 fn parse_systemd_unit(s: &str) -> Result<String, String> {
-    if advise::valid_systemd_unit(s) {
-        Ok(s.to_string())
-    } else {
-        Err(format!(
-            "{s:?} is not a systemd service: give NAME.service or NAME@INSTANCE.service"
-        ))
-    }
+    accept(
+        s,
+        advise::valid_systemd_unit,
+        "a systemd service: give NAME.service or NAME@INSTANCE.service",
+    )
 }
 
 fn parse_memlock_user(s: &str) -> Result<String, String> {
-    if advise::valid_memlock_user(s) {
-        Ok(s.to_string())
-    } else {
-        Err(format!(
-            "{s:?} is not a limits.conf user: give a login name, @group, :UID or *"
-        ))
-    }
+    accept(
+        s,
+        advise::valid_memlock_user,
+        "a limits.conf user: give a login name, @group, :UID or *",
+    )
 }
 
 /// `hugeshm advise` options.
@@ -268,30 +271,33 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
     let new_regions_only = !demands.is_empty() && !src.live && src.postgres.is_none();
     if src.live || demands.is_empty() {
         let segs = hugeshm_doctor::segments::build_with(probe, host);
+        // The services of the processes that map a counted segment, each
+        // process looked up once: from the hugetlb cgroup the scan read,
+        // else (it read none, or on cgroup v1 that path need not be
+        // systemd's) from its /proc/PID/cgroup. advise keeps the services.
+        let unit_of = std::cell::RefCell::new(std::collections::HashMap::new());
         let (d, s) = advise::demands_from_segments(host, &segs, |seg| {
-            // The services of the processes that map it: from the hugetlb
-            // cgroup the scan read, else (on cgroup v1 that path need not be
-            // systemd's) from their /proc/PID/cgroup.
-            let mut u: Vec<String> = seg
-                .attached_pids
+            let mut cache = unit_of.borrow_mut();
+            let units: std::collections::BTreeSet<String> = seg
+                .attached
                 .iter()
-                .filter_map(|pid| {
-                    seg.attached
-                        .iter()
-                        .find(|a| a.pid == *pid)
-                        .and_then(|a| a.cgroup.as_deref())
-                        .and_then(hugeshm_parse::cgroup::systemd_unit_of_path)
-                        .or_else(|| {
-                            std::fs::read_to_string(probe.proc_path(&format!("{pid}/cgroup")))
-                                .ok()
-                                .and_then(|t| hugeshm_parse::cgroup::systemd_unit(&t))
+                .filter_map(|a| {
+                    cache
+                        .entry(a.pid)
+                        .or_insert_with(|| {
+                            a.cgroup
+                                .as_deref()
+                                .and_then(hugeshm_parse::cgroup::systemd_unit_of_path)
+                                .or_else(|| {
+                                    let f = probe.proc_path(&format!("{}/cgroup", a.pid));
+                                    let text = std::fs::read_to_string(f).ok()?;
+                                    hugeshm_parse::cgroup::systemd_unit(&text)
+                                })
                         })
+                        .clone()
                 })
-                .filter(|u| u.ends_with(".service"))
                 .collect();
-            u.sort();
-            u.dedup();
-            u
+            units.into_iter().collect()
         });
         demands.extend(d);
         skipped.extend(s);
