@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use hugeshm_region::Region;
 
 use crate::error::{Bound, CacheError};
-use crate::layout::{control, Layout, MAGIC, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, VERSION};
+use crate::layout::{control, Layout, DESC_BYTES, MAGIC, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, VERSION};
 
 /// The control block's geometry as read (wide, unchecked).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +120,42 @@ fn exactly(
     }
 }
 
+/// The most buffers of `bs` bytes whose layout fits the region (and whose
+/// blocks fit each part): the largest `n` with [`Layout::split`]'s total
+/// within the region, found by bisection (the layout grows with `n`).
+/// Every layout up to it has its counts and offsets within the region's
+/// (or a part's) size, so none overflows. At most `u32::MAX - 1`: links
+/// are a buffer index + 1 in a `u32`.
+pub(crate) fn most_buffers(bs: usize, k: &Known) -> usize {
+    // Each buffer needs a descriptor and a link in the region, and its
+    // block in the region or a part: a bound no layout beyond can meet.
+    let blocks = match k.parts {
+        0 => k.region_bytes / bs,
+        n => (k.smallest_part / bs).saturating_mul(n),
+    };
+    let coarse = (k.region_bytes / (DESC_BYTES + 4))
+        .min(blocks)
+        .min(u32::MAX as usize - 1);
+    let fits = |n: usize| {
+        let l = Layout::split(bs, n, k.parts);
+        // Without parts, part_bytes is 0 and so is the smallest part.
+        l.total <= k.region_bytes && l.part_bytes() <= k.smallest_part
+    };
+    let (mut lo, mut hi) = (0, coarse);
+    if !fits(lo) {
+        return 0;
+    }
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
+
 /// Checks `c` against `k`, field by field, in the order each bound
 /// depends on the ones before (block size, then the buffers that fit,
 /// then the fields the layout of those fixes).
@@ -135,15 +171,7 @@ pub(crate) fn check(c: &Control, k: &Known) -> Result<Checked, CacheError> {
         ));
     }
     let bs = c.block_size as usize;
-    // The most buffers this region (and these parts) hold: every count
-    // and offset of a layout up to it is within the region's size, so
-    // none overflows.
-    let fit = match k.parts {
-        0 => Layout::fitting(bs, k.region_bytes),
-        n => Layout::fitting_split(bs, k.region_bytes, n, k.smallest_part),
-    };
-    // Links are buffer index + 1 in a u32.
-    let most = fit.buffers.min(u32::MAX as usize - 1) as u64;
+    let most = most_buffers(bs, k) as u64;
     let buffers = within(
         "BUFFERS",
         c.buffers,
@@ -348,6 +376,50 @@ mod tests {
             ..g
         };
         assert_eq!(field_of(check(&c, &known())), ("DATA_BLOCKS", 64));
+    }
+
+    /// A control block whose geometry is the layout of `n` buffers.
+    fn of(n: usize, parts: usize) -> Control {
+        let l = Layout::split(BS as usize, n, parts);
+        Control {
+            buffers: n as u64,
+            buckets: l.buckets as u64,
+            partitions: l.partitions as u64,
+            parts: parts as u64,
+            ..good()
+        }
+    }
+
+    /// The largest cache `create_sized` accepts (its whole layout within
+    /// the region: more than `Layout::fitting` finds) opens; one buffer
+    /// more is refused with that largest as the bound.
+    #[test]
+    fn the_largest_layout_that_fits_opens() {
+        for (region, parts, part) in [(1 << 20, 0, 0), (1 << 30, 0, 0), (1 << 20, 3, 1 << 20)] {
+            let k = Known {
+                region_bytes: region,
+                parts,
+                smallest_part: part,
+                ..known()
+            };
+            let bs = BS as usize;
+            let mut n = 1;
+            while {
+                let l = Layout::split(bs, n + 1, parts);
+                l.total <= region && (parts == 0 || l.part_bytes() <= part)
+            } {
+                n += 1;
+            }
+            assert!(check(&of(n, parts), &k).is_ok(), "{n} buffers in {region}");
+            match check(&of(n + 1, parts), &k) {
+                Err(CacheError::Corrupt {
+                    field: "BUFFERS",
+                    bound: Bound::Within { max, .. },
+                    ..
+                }) => assert_eq!(max, n as u64),
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]
