@@ -7,21 +7,23 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
 use hugeshm_region::Region;
 use hugeshm_sys::Mapping;
 use serde::{Deserialize, Serialize};
 
-use crate::error::CacheError;
-use crate::layout::{control, desc, state, Layout, DESC_BYTES, MAGIC, VERSION};
+use crate::error::{Bound, CacheError};
+use crate::layout::{
+    control, desc, state, Layout, DESC_BYTES, MAGIC, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, VERSION,
+};
 use crate::lock::{
-    backoff, lock_header, read_lock, read_unlock, try_write_lock, unlock_header, wait_unlocked,
-    write_lock, write_unlock,
+    self, lock_header, read_lock, read_unlock, try_lock_header, try_write_lock, unlock_header,
+    write_lock, write_unlock, Wait, DEFAULT_LOCK_TIMEOUT,
 };
+use crate::validate::{self, Known};
 
-use state::{
-    DIRTY, EXCLUSIVE, IO_IN_PROGRESS, LOCKED, MAX_USAGE, REF_ONE, SHARE_ONE, TAG_VALID, VALID,
-};
+use state::{DIRTY, EXCLUSIVE, IO_IN_PROGRESS, LOCKED, MAX_USAGE, REF_ONE, TAG_VALID, VALID};
 
 /// Default block size: 8 KiB, PostgreSQL's and Oracle's usual block.
 pub const DEFAULT_BLOCK_SIZE: usize = 8192;
@@ -171,6 +173,9 @@ pub struct Cache {
     stats: Cell<Stats>,
     /// The data file's mapping, in the direct mode.
     direct: Option<Direct>,
+    /// How long a wait for a lock or flag in shared memory may last
+    /// ([`set_lock_timeout`](Cache::set_lock_timeout)).
+    lock_timeout: Duration,
 }
 
 /// This process's shared mapping of the whole data file (direct mode).
@@ -451,19 +456,31 @@ fn map_data(
     Ok(Direct { map, dax })
 }
 
-fn open_data(path: &Path) -> Result<File, CacheError> {
-    std::fs::OpenOptions::new()
+/// Opens the data file; with its length, from `fstat` of what was opened
+/// (a regular file: the length of anything else says nothing).
+fn open_data(path: &Path) -> Result<(File, u64), CacheError> {
+    let io = |op, source| CacheError::Io {
+        op,
+        path: path.to_owned(),
+        block: 0,
+        offset: 0,
+        bytes: 0,
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(path)
-        .map_err(|source| CacheError::Io {
-            op: "open",
-            path: path.to_owned(),
-            block: 0,
-            offset: 0,
-            bytes: 0,
-            source,
-        })
+        .map_err(|e| io("open", e))?;
+    let meta = file.metadata().map_err(|e| io("fstat", e))?;
+    if !meta.is_file() {
+        return Err(CacheError::Config(format!(
+            "the data file {} is not a regular file ({:?})",
+            path.display(),
+            meta.file_type()
+        )));
+    }
+    Ok((file, meta.len()))
 }
 
 /// Creates (or truncates) a data file of `blocks` blocks of `block_size`
@@ -560,9 +577,11 @@ impl Cache {
         buffers: Option<usize>,
         mode: Mode,
     ) -> Result<Cache, CacheError> {
-        if block_size < 64 || !block_size.is_power_of_two() {
+        if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size) || !block_size.is_power_of_two()
+        {
             return Err(CacheError::Config(format!(
-                "block size {block_size} must be a power of two of at least 64 bytes"
+                "block size {block_size} must be a power of two from {MIN_BLOCK_SIZE} to \
+                 {MAX_BLOCK_SIZE} bytes"
             )));
         }
         if parts.len() > u32::MAX as usize {
@@ -607,18 +626,7 @@ impl Cache {
                 Layout::new(block_size, 1).total
             )));
         }
-        let file = open_data(data)?;
-        let len = file
-            .metadata()
-            .map_err(|source| CacheError::Io {
-                op: "stat",
-                path: data.to_owned(),
-                block: 0,
-                offset: 0,
-                bytes: 0,
-                source,
-            })?
-            .len();
+        let (file, len) = open_data(data)?;
         let data_blocks = len / block_size as u64;
         if data_blocks == 0 || len % block_size as u64 != 0 {
             return Err(CacheError::Config(format!(
@@ -680,6 +688,7 @@ impl Cache {
             path: data.to_owned(),
             stats: Cell::new(Stats::default()),
             direct,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
         })
     }
 
@@ -696,60 +705,22 @@ impl Cache {
         parts: Vec<Region>,
         data: &Path,
     ) -> Result<Cache, CacheError> {
-        let r = &region;
-        if r.data_len() < Layout::new(64, 1).total {
-            return Err(CacheError::NotACache(format!(
-                "{} data bytes",
-                r.data_len()
-            )));
-        }
-        if r.atomic_u32(control::READY)?.load(Ordering::Acquire) != 1 {
-            return Err(CacheError::NotACache(
-                "not initialized: Cache::create has not finished".into(),
-            ));
-        }
-        let magic = r.atomic_u64(control::MAGIC)?.load(Ordering::Relaxed);
-        let version = r.atomic_u32(control::VERSION)?.load(Ordering::Relaxed);
-        if magic != MAGIC || version != VERSION {
-            return Err(CacheError::NotACache(format!(
-                "magic {magic:#x}, version {version}; expected {MAGIC:#x}, version {VERSION}"
-            )));
-        }
-        let block_size = r.atomic_u32(control::BLOCK_SIZE)?.load(Ordering::Relaxed) as usize;
-        let buffers = r.atomic_u64(control::BUFFERS)?.load(Ordering::Relaxed) as usize;
-        let data_blocks = r.atomic_u64(control::DATA_BLOCKS)?.load(Ordering::Relaxed);
-        let k = r.atomic_u32(control::PARTS)?.load(Ordering::Relaxed) as usize;
-        if k != parts.len() {
-            return Err(CacheError::NotACache(format!(
-                "the cache's blocks are in {k} parts; {} given",
-                parts.len()
-            )));
-        }
-        let layout = Layout::split(block_size, buffers, k);
-        if let Some(p) = parts
-            .iter()
-            .position(|p| p.data_len() < layout.part_bytes())
-        {
-            return Err(CacheError::NotACache(format!(
-                "part {p} has {} data bytes; {buffers} buffers of {block_size} bytes over {k}                  parts need {} in each",
-                parts[p].data_len(),
-                layout.part_bytes()
-            )));
-        }
-        if layout.total > r.data_len()
-            || layout.buckets as u64 != r.atomic_u64(control::BUCKETS)?.load(Ordering::Relaxed)
-        {
-            return Err(CacheError::NotACache(format!(
-                "{buffers} buffers of {block_size} bytes need {} bytes; the region has {}",
-                layout.total,
-                r.data_len()
-            )));
-        }
-        let file = open_data(data)?;
-        let direct = match r.atomic_u32(control::MODE)?.load(Ordering::Relaxed) {
-            0 => None,
-            1 => Some(map_data(&file, data, data_blocks, block_size)?),
-            m => return Err(CacheError::NotACache(format!("mode {m}; expected 0 or 1"))),
+        // Every number below is checked against what this process knows
+        // before it is used (validate.rs): any attacher may have written
+        // the control block.
+        let ctl = validate::read_control(&region)?;
+        let (file, file_len) = open_data(data)?;
+        let known = Known {
+            region_bytes: region.data_len(),
+            parts: parts.len(),
+            smallest_part: parts.iter().map(Region::data_len).min().unwrap_or(0),
+            file_len,
+        };
+        let ok = validate::check(&ctl, &known)?;
+        let (layout, data_blocks) = (ok.layout, ok.data_blocks);
+        let direct = match ok.direct {
+            true => Some(map_data(&file, data, data_blocks, layout.block_size)?),
+            false => None,
         };
         Ok(Cache {
             region,
@@ -760,6 +731,7 @@ impl Cache {
             path: data.to_owned(),
             stats: Cell::new(Stats::default()),
             direct,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
         })
     }
 
@@ -794,6 +766,24 @@ impl Cache {
     /// Blocks in the data file.
     pub fn data_blocks(&self) -> u64 {
         self.data_blocks
+    }
+
+    /// How long this handle waits for a lock or flag in shared memory (a
+    /// partition or stripe lock, a buffer's header spinlock, pin or
+    /// content lock, another process's read-in) before the operation gives
+    /// up with [`CacheError::LockTimeout`]: [`DEFAULT_LOCK_TIMEOUT`] unless
+    /// [`set_lock_timeout`](Cache::set_lock_timeout) changed it.
+    pub fn lock_timeout(&self) -> Duration {
+        self.lock_timeout
+    }
+
+    /// Sets [`lock_timeout`](Cache::lock_timeout): longer for a server
+    /// whose processes hold guards for long (a guard held past it makes
+    /// other processes' waits for that block fail), shorter to find a
+    /// dead lock holder sooner. `Duration::MAX` waits forever, as a cache
+    /// whose every attacher is trusted and alive may.
+    pub fn set_lock_timeout(&mut self, limit: Duration) {
+        self.lock_timeout = limit;
     }
 
     /// This handle's counters so far.
@@ -871,16 +861,6 @@ impl Cache {
     }
 
     #[inline(always)]
-    fn next(&self, i: usize) -> Result<&AtomicU32, CacheError> {
-        Ok(self.region.atomic_u32(self.layout.link(i))?)
-    }
-
-    #[inline(always)]
-    fn head(&self, b: usize) -> Result<&AtomicU32, CacheError> {
-        Ok(self.region.atomic_u32(self.layout.bucket(b))?)
-    }
-
-    #[inline(always)]
     fn partition(&self, b: usize) -> Result<&AtomicU32, CacheError> {
         Ok(self.region.atomic_u32(self.layout.partition_lock(b))?)
     }
@@ -895,90 +875,82 @@ impl Cache {
     }
 
     /// Removes buffer `v` from bucket `b`'s chain (partition lock held
-    /// exclusive).
+    /// exclusive). Under that lock a chain is whole; a link beyond the
+    /// buffers, or a chain longer than the buffers (a loop), is one
+    /// another attacher wrote: an error, after at most as many steps as
+    /// there are buffers.
     fn unlink(&self, b: usize, v: usize) -> Result<(), CacheError> {
-        let head = self.head(b)?;
+        let t = self.tables()?;
+        let n = t.links.len();
         let target = v as u32 + 1;
-        let after = self.next(v)?.load(Ordering::Relaxed);
-        let mut link = head.load(Ordering::Relaxed);
-        if link == target {
-            head.store(after, Ordering::Release);
+        let after = t.next(v);
+        let Some(mut at) = t.heads.get(b) else {
             return Ok(());
-        }
-        while link != 0 {
-            let n = self.next(link as usize - 1)?;
-            let l = n.load(Ordering::Relaxed);
-            if l == target {
-                n.store(after, Ordering::Release);
+        };
+        let mut from = None;
+        for _ in 0..=n {
+            let link = at.load(Ordering::Relaxed);
+            if link == target {
+                at.store(after, Ordering::Release);
                 return Ok(());
             }
-            link = l;
-        }
-        Ok(())
-    }
-
-    /// Pins the buffer of state `st`, which holds block `blk` (one more
-    /// reference; the usage count goes up when `bump`); refused when its
-    /// count is full.
-    #[inline(always)]
-    fn pin(st: &AtomicU64, bump: bool, blk: u64) -> Result<(), CacheError> {
-        loop {
-            let s = wait_unlocked(st);
-            if !state::can_pin(s) {
-                return Err(CacheError::TooManyPins {
-                    block: blk,
-                    pins: state::refs(s),
+            if link == 0 {
+                return Ok(());
+            }
+            let Some(i) = t.buffer(link) else {
+                return Err(CacheError::Corrupt {
+                    field: if from.is_some() {
+                        "chain link"
+                    } else {
+                        "bucket head"
+                    },
+                    buffer: from,
+                    found: link.into(),
+                    bound: Bound::Within {
+                        min: 0,
+                        max: n as u64,
+                    },
+                    known: "the buffers",
                 });
-            }
-            let mut n = s + REF_ONE;
-            if bump && state::usage(s) < MAX_USAGE {
-                n = state::with_usage(n, state::usage(s) + 1);
-            }
-            if st
-                .compare_exchange_weak(s, n, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
-                return Ok(());
-            }
+            };
+            from = Some(i);
+            at = &t.links[i];
         }
+        Err(CacheError::Corrupt {
+            field: "chain length",
+            buffer: None,
+            found: n as u64 + 1,
+            bound: Bound::Within {
+                min: 0,
+                max: n as u64,
+            },
+            known: "the buffers (the chain loops)",
+        })
+    }
+
+    /// Pins the buffer of state `st`, which holds block `blk`
+    /// ([`lock::pin`], bounded by the lock timeout).
+    #[inline(always)]
+    fn pin(&self, st: &AtomicU64, bump: bool, blk: u64) -> Result<(), CacheError> {
+        lock::pin(st, bump, blk, self.lock_timeout)
     }
 
     #[inline(always)]
-    fn unpin(st: &AtomicU64) {
-        Self::change_unlocked(st, |s| s - REF_ONE);
-    }
-
-    /// Replaces the state word `s` by `f(s)` in one compare-and-swap taken
-    /// while the header spinlock is free (release ordering), retrying
-    /// until it lands.
-    #[inline(always)]
-    fn change_unlocked(st: &AtomicU64, f: impl Fn(u64) -> u64) {
-        loop {
-            let s = wait_unlocked(st);
-            if st
-                .compare_exchange_weak(s, f(s), Ordering::Release, Ordering::Relaxed)
-                .is_ok()
-            {
-                return;
-            }
-        }
+    fn unpin(&self, st: &AtomicU64) -> Result<(), CacheError> {
+        lock::unpin(st, self.lock_timeout)
     }
 
     /// Waits while another process reads the block in: true when the
     /// buffer holds it, false when that read failed.
     #[inline(always)]
-    fn wait_valid(st: &AtomicU64) -> bool {
-        let mut tries = 0;
-        loop {
-            let s = st.load(Ordering::Acquire);
-            if s & VALID != 0 {
-                return true;
-            }
-            if s & IO_IN_PROGRESS == 0 {
-                return false;
-            }
-            backoff(&mut tries);
-        }
+    fn wait_valid(&self, st: &AtomicU64) -> Result<bool, CacheError> {
+        lock::wait_valid(st, self.lock_timeout)
+    }
+
+    /// The state word's header lock (bounded by the lock timeout).
+    #[inline(always)]
+    fn lock_header(&self, st: &AtomicU64) -> Result<u64, CacheError> {
+        lock_header(st, self.lock_timeout)
     }
 
     /// A buffer no one has pinned, with usage count 0, pinned for the
@@ -993,7 +965,11 @@ impl Cache {
             if state::refs(st.load(Ordering::Relaxed)) != 0 {
                 continue;
             }
-            let s = lock_header(st);
+            // A header held by another process is passed like a pinned
+            // buffer: the sweep never waits on one word.
+            let Some(s) = try_lock_header(st) else {
+                continue;
+            };
             if state::refs(s) == 0 {
                 let u = state::usage(s);
                 if u > 0 {
@@ -1014,7 +990,7 @@ impl Cache {
             op,
             path: self.path.clone(),
             block: blk,
-            offset: blk * self.layout.block_size as u64,
+            offset: blk.saturating_mul(self.layout.block_size as u64),
             bytes: self.layout.block_size,
             source,
         }
@@ -1031,10 +1007,10 @@ impl Cache {
         let stripe = match &self.direct {
             Some(_) => {
                 // Pinned by this process: the tag cannot change.
-                let blk = self.tag(i)?.load(Ordering::Relaxed);
+                let blk = self.tag_checked(i)?;
                 let l = self.region.atomic_u32(self.layout.stripe_lock(blk))?;
                 if wait {
-                    write_lock(l);
+                    write_lock(l, self.lock_timeout, STRIPE)?;
                 } else if !try_write_lock(l) {
                     return Ok(false);
                 }
@@ -1051,15 +1027,34 @@ impl Cache {
 
     fn flush_locked(&self, i: usize) -> Result<bool, CacheError> {
         let st = self.state(i)?;
-        Self::lock_content(st, false);
-        let s = lock_header(st);
+        lock::lock_content(st, false, self.lock_timeout)?;
+        let r = self.write_back(i, st);
+        let unlocked = lock::unlock_content(st, false, self.lock_timeout);
+        let written = r?;
+        unlocked?;
+        if written {
+            self.count(|s| s.writes += 1);
+        }
+        Ok(written)
+    }
+
+    /// [`flush_locked`](Cache::flush_locked) under the content lock:
+    /// `DIRTY` cleared, the block copied and written at its tag's offset
+    /// (a tag beyond the data file is an error, the buffer left dirty).
+    fn write_back(&self, i: usize, st: &AtomicU64) -> Result<bool, CacheError> {
+        let s = self.lock_header(st)?;
         if s & DIRTY == 0 || s & VALID == 0 {
             unlock_header(st, s);
-            Self::unlock_content(st, false);
             return Ok(false);
         }
+        let blk = match self.tag_checked(i) {
+            Ok(b) => b,
+            Err(e) => {
+                unlock_header(st, s);
+                return Err(e);
+            }
+        };
         unlock_header(st, s & !DIRTY);
-        let blk = self.tag(i)?.load(Ordering::Relaxed);
         let mut buf = vec![0u8; self.layout.block_size];
         let r = self
             .block_region(i)
@@ -1071,13 +1066,33 @@ impl Cache {
                     .map_err(|e| self.io_error("pwrite", blk, e))
             });
         if r.is_err() {
-            let s = lock_header(st);
-            unlock_header(st, s | DIRTY);
+            // Dirty again: a failed write-back loses nothing (unless the
+            // header stays held past the lock timeout).
+            if let Ok(s) = self.lock_header(st) {
+                unlock_header(st, s | DIRTY);
+            }
         }
-        Self::unlock_content(st, false);
-        r?;
-        self.count(|s| s.writes += 1);
-        Ok(true)
+        r.map(|()| true)
+    }
+
+    /// The block buffer `i` holds, checked against the data file: a
+    /// descriptor's tag is any number another attacher wrote, never an
+    /// offset to read or write at before this check.
+    fn tag_checked(&self, i: usize) -> Result<u64, CacheError> {
+        let blk = self.tag(i)?.load(Ordering::Relaxed);
+        if blk >= self.data_blocks {
+            return Err(CacheError::Corrupt {
+                field: "tag",
+                buffer: Some(i),
+                found: blk,
+                bound: Bound::Within {
+                    min: 0,
+                    max: self.data_blocks - 1,
+                },
+                known: "the data file's length",
+            });
+        }
+        Ok(blk)
     }
 
     /// Reads block `blk` into buffer `v` (pinned by this process, flagged
@@ -1107,11 +1122,14 @@ impl Cache {
         };
         let l1 = self.partition(first)?;
         let l2 = second.map(|p| self.partition(p)).transpose()?;
-        write_lock(l1);
+        write_lock(l1, self.lock_timeout, PARTITION)?;
+        let mut held = Locked([Some(l1), None]);
         if let Some(l) = l2 {
-            write_lock(l);
+            // On a timeout, `held` lets go of the first.
+            write_lock(l, self.lock_timeout, PARTITION)?;
+            held.0[1] = Some(l);
         }
-        Ok(Locked([Some(l1), l2]))
+        Ok(held)
     }
 
     /// Fast path, no partition lock: walks bucket `b`'s chain, pins what
@@ -1124,18 +1142,29 @@ impl Cache {
     fn find_pinned(&self, b: usize, blk: u64) -> Result<Option<usize>, CacheError> {
         if let Some(i) = self.lookup(b, blk)? {
             let st = self.state(i)?;
-            Self::pin(st, true, blk)?;
+            self.pin(st, true, blk)?;
             let s = st.load(Ordering::Acquire);
-            if s & TAG_VALID != 0
-                && self.tag(i)?.load(Ordering::Relaxed) == blk
-                && Self::wait_valid(st)
-            {
+            if s & TAG_VALID == 0 || self.tag(i)?.load(Ordering::Relaxed) != blk {
+                self.unpin(st)?;
+            } else if self.settle(st)? {
                 self.count(|s| s.hits += 1);
                 return Ok(Some(i));
             }
-            Self::unpin(st);
         }
         Ok(None)
+    }
+
+    /// After pinning `st`: waits while another process reads the block
+    /// in. True: the block is there, pinned. False: that read-in failed;
+    /// unpinned. An error (the wait timed out): unpinned.
+    fn settle(&self, st: &AtomicU64) -> Result<bool, CacheError> {
+        let r = match self.wait_valid(st) {
+            Ok(true) => return Ok(true),
+            r => r,
+        };
+        let u = self.unpin(st);
+        r?;
+        u.map(|()| false)
     }
 
     #[inline(always)]
@@ -1160,12 +1189,17 @@ impl Cache {
         }
         let stripe = self.region.atomic_u32(self.layout.stripe_lock(blk))?;
         let plock = self.partition(b)?;
+        let t = self.lock_timeout;
+        let mut again = Wait::new(t, RETRIES);
         loop {
-            read_lock(stripe);
+            read_lock(stripe, t, STRIPE)?;
             // What the table says now holds until the stripe is released: a
             // block leaves the table only after its write-back, which needs
             // the stripe exclusive.
-            read_lock(plock);
+            if let Err(e) = read_lock(plock, t, PARTITION) {
+                read_unlock(stripe);
+                return Err(e);
+            }
             let found = self.lookup(b, blk);
             let Ok(Some(i)) = found else {
                 read_unlock(plock);
@@ -1178,15 +1212,15 @@ impl Cache {
             };
             let st = self
                 .state(i)
-                .and_then(|st| Self::pin(st, true, blk).map(|()| st));
+                .and_then(|st| self.pin(st, true, blk).map(|()| st));
             read_unlock(plock);
             read_unlock(stripe);
             let st = st?;
-            if Self::wait_valid(st) {
+            if self.settle(st)? {
                 self.count(|s| s.hits += 1);
                 return Ok(Ok(i));
             }
-            Self::unpin(st);
+            again.pause(st.load(Ordering::Relaxed))?;
         }
     }
 
@@ -1203,25 +1237,28 @@ impl Cache {
 
     /// [`pin_block`](Cache::pin_block) after the lookup without the
     /// partition lock found nothing: look again under it, else read in.
+    /// Each round that finds the table changed under it starts again, for
+    /// at most the lock timeout.
     #[inline(never)]
     fn pin_block_locked(&self, b: usize, blk: u64) -> Result<usize, CacheError> {
         let plock = self.partition(b)?;
         // Dirty victims passed because their block is being read in place.
         let mut passed = 0usize;
+        let mut again = Wait::new(self.lock_timeout, RETRIES);
         loop {
-            read_lock(plock);
+            read_lock(plock, self.lock_timeout, PARTITION)?;
             let found = self.lookup(b, blk);
             if let Ok(Some(i)) = found {
                 let st = self
                     .state(i)
-                    .and_then(|st| Self::pin(st, true, blk).map(|()| st));
+                    .and_then(|st| self.pin(st, true, blk).map(|()| st));
                 read_unlock(plock);
                 let st = st?;
-                if Self::wait_valid(st) {
+                if self.settle(st)? {
                     self.count(|s| s.hits += 1);
                     return Ok(i);
                 }
-                Self::unpin(st);
+                again.pause(st.load(Ordering::Relaxed))?;
                 continue;
             }
             read_unlock(plock);
@@ -1230,100 +1267,134 @@ impl Cache {
             // A miss: take a victim, clean it, retag it.
             let v = self.victim()?;
             let vst = self.state(v)?;
-            let s = vst.load(Ordering::Acquire);
-            if s & DIRTY != 0 {
-                if let Err(e) = self.flush(v, false) {
-                    Self::unpin(vst);
-                    return Err(e);
+            let claim = self.claim(v, vst, b, blk, &mut passed);
+            if !matches!(claim, Ok(Claim::Retagged)) {
+                // The victim goes back (a failed unpin after an error is
+                // the lesser news).
+                let u = self.unpin(vst);
+                if claim.is_ok() {
+                    u?;
                 }
             }
-            let old = if s & TAG_VALID != 0 {
-                Some(self.layout.bucket_of(self.tag(v)?.load(Ordering::Relaxed)))
-            } else {
-                None
-            };
-            let locked = self.lock_partitions(b, old)?;
-            // Another process may have read the block in meanwhile.
-            if let Some(i) = self.lookup(b, blk)? {
-                let st = self.state(i)?;
-                let pinned = Self::pin(st, true, blk);
-                drop(locked);
-                Self::unpin(vst);
-                pinned?;
-                if Self::wait_valid(st) {
-                    self.count(|s| s.hits += 1);
-                    return Ok(i);
-                }
-                Self::unpin(st);
-                continue;
-            }
-            let s = lock_header(vst);
-            if state::refs(s) != 1 || s & DIRTY != 0 {
-                // Pinned or dirtied by someone else since the sweep, or
-                // (direct mode) not written back: its block is being read
-                // in place.
-                unlock_header(vst, s);
-                drop(locked);
-                Self::unpin(vst);
-                if self.direct.is_some() && s & DIRTY != 0 {
-                    passed += 1;
-                    if passed > self.layout.buffers * 64 + 1024 {
-                        return Err(CacheError::WriteBackBlocked {
-                            buffers: self.layout.buffers,
-                            passed,
-                        });
+            match claim? {
+                Claim::Retagged => return self.fill(v, vst, b, blk),
+                Claim::Found(i) => {
+                    let st = self.state(i)?;
+                    if self.settle(st)? {
+                        self.count(|s| s.hits += 1);
+                        return Ok(i);
                     }
-                    std::thread::yield_now();
                 }
-                continue;
+                Claim::Again => {}
             }
-            if let Some(ob) = old {
-                self.unlink(ob, v)?;
-                self.count(|s| s.evictions += 1);
-            }
-            // An optimistic reader that sees this tag sees the version
-            // below raised (or a later state) when it reloads the state
-            // after its acquire fence (see `read_with`).
-            fence(Ordering::Release);
-            self.tag(v)?.store(blk, Ordering::Relaxed);
-            let head = self.head(b)?;
-            self.next(v)?
-                .store(head.load(Ordering::Relaxed), Ordering::Relaxed);
-            head.store(v as u32 + 1, Ordering::Release);
-            // A new version: an optimistic reader of the old block that
-            // copied any byte of the new one fails its check.
-            let fresh = state::with_usage(REF_ONE, 1)
-                | TAG_VALID
-                | IO_IN_PROGRESS
-                | (state::bump_version(s) & state::VERSION_MASK);
-            unlock_header(vst, fresh);
-            // The block's bytes are stored after the version is (seqlock
-            // writer: release fence between the two).
-            fence(Ordering::Release);
-            drop(locked);
-
-            match self.read_in(v, blk) {
-                Ok(()) => {
-                    let s = lock_header(vst);
-                    unlock_header(vst, (s | VALID) & !IO_IN_PROGRESS);
-                    let bs = self.layout.block_size as u64;
-                    self.count(|s| {
-                        s.misses += 1;
-                        s.bytes_copied += bs;
-                    });
-                    return Ok(v);
-                }
-                Err(e) => {
-                    let locked = self.lock_partitions(b, None)?;
-                    self.unlink(b, v)?;
-                    let s = lock_header(vst);
-                    unlock_header(vst, state::bump_version(s) & !(TAG_VALID | IO_IN_PROGRESS));
-                    drop(locked);
-                    Self::unpin(vst);
-                    return Err(e);
-                }
-            }
+            again.pause(vst.load(Ordering::Relaxed))?;
         }
+    }
+
+    /// Moves victim `v` (pinned by this process, state `vst`) to block
+    /// `blk`'s chain (bucket `b`), flagged `IO_IN_PROGRESS`; or finds that
+    /// another process read `blk` in meanwhile (pinned), or that the
+    /// victim changed (try again). The victim stays pinned on every
+    /// return, an error included: the caller lets go of it unless it was
+    /// retagged.
+    fn claim(
+        &self,
+        v: usize,
+        vst: &AtomicU64,
+        b: usize,
+        blk: u64,
+        passed: &mut usize,
+    ) -> Result<Claim, CacheError> {
+        let s = vst.load(Ordering::Acquire);
+        if s & DIRTY != 0 {
+            self.flush(v, false)?;
+        }
+        let old = if s & TAG_VALID != 0 {
+            Some(self.layout.bucket_of(self.tag(v)?.load(Ordering::Relaxed)))
+        } else {
+            None
+        };
+        let locked = self.lock_partitions(b, old)?;
+        let t = self.tables()?;
+        // Another process may have read the block in meanwhile.
+        if let Some(i) = t.lookup(b, blk) {
+            self.pin(self.state(i)?, true, blk)?;
+            return Ok(Claim::Found(i));
+        }
+        let s = self.lock_header(vst)?;
+        if state::refs(s) != 1 || s & DIRTY != 0 {
+            // Pinned or dirtied by someone else since the sweep, or
+            // (direct mode) not written back: its block is being read
+            // in place.
+            unlock_header(vst, s);
+            drop(locked);
+            if self.direct.is_some() && s & DIRTY != 0 {
+                *passed += 1;
+                if *passed > self.layout.buffers * 64 + 1024 {
+                    return Err(CacheError::WriteBackBlocked {
+                        buffers: self.layout.buffers,
+                        passed: *passed,
+                    });
+                }
+                std::thread::yield_now();
+            }
+            return Ok(Claim::Again);
+        }
+        if let Some(ob) = old {
+            if let Err(e) = self.unlink(ob, v) {
+                unlock_header(vst, s);
+                return Err(e);
+            }
+            self.count(|s| s.evictions += 1);
+        }
+        // An optimistic reader that sees this tag sees the version
+        // below raised (or a later state) when it reloads the state
+        // after its acquire fence (see `read_with`).
+        fence(Ordering::Release);
+        t.descs[2 * v + 1].store(blk, Ordering::Relaxed);
+        let head = &t.heads[b];
+        t.links[v].store(head.load(Ordering::Relaxed), Ordering::Relaxed);
+        head.store(v as u32 + 1, Ordering::Release);
+        // A new version: an optimistic reader of the old block that
+        // copied any byte of the new one fails its check.
+        let fresh = state::with_usage(REF_ONE, 1)
+            | TAG_VALID
+            | IO_IN_PROGRESS
+            | (state::bump_version(s) & state::VERSION_MASK);
+        unlock_header(vst, fresh);
+        // The block's bytes are stored after the version is (seqlock
+        // writer: release fence between the two).
+        fence(Ordering::Release);
+        drop(locked);
+        Ok(Claim::Retagged)
+    }
+
+    /// Reads block `blk` into victim `v`, which [`claim`](Cache::claim)
+    /// retagged: `VALID` once read; a failed read takes it out of the
+    /// table again and lets go of it.
+    fn fill(&self, v: usize, vst: &AtomicU64, b: usize, blk: u64) -> Result<usize, CacheError> {
+        if let Err(e) = self.read_in(v, blk) {
+            // The read's error is the news; the buffer is taken back out
+            // as far as the locks allow (a chain another attacher broke
+            // keeps it).
+            if let Ok(locked) = self.lock_partitions(b, None) {
+                let _ = self.unlink(b, v);
+                if let Ok(s) = self.lock_header(vst) {
+                    unlock_header(vst, state::bump_version(s) & !(TAG_VALID | IO_IN_PROGRESS));
+                }
+                drop(locked);
+            }
+            let _ = self.unpin(vst);
+            return Err(e);
+        }
+        let s = self.lock_header(vst)?;
+        unlock_header(vst, (s | VALID) & !IO_IN_PROGRESS);
+        let bs = self.layout.block_size as u64;
+        self.count(|s| {
+            s.misses += 1;
+            s.bytes_copied += bs;
+        });
+        Ok(v)
     }
 
     #[inline(always)]
@@ -1357,7 +1428,10 @@ impl Cache {
             }
         };
         let st = self.state(i)?;
-        Self::lock_content(st, exclusive);
+        if let Err(e) = lock::lock_content(st, exclusive, self.lock_timeout) {
+            let _ = self.unpin(st);
+            return Err(e);
+        }
         Ok(Block {
             cache: self,
             mem: self.block_region(i),
@@ -1384,94 +1458,11 @@ impl Cache {
             return Ok(None);
         };
         let (st, tag) = (self.state(i)?, self.tag(i)?);
-        let lock = if exclusive { EXCLUSIVE } else { SHARE_ONE };
-        let mut tries = 0;
-        loop {
-            let s = wait_unlocked(st);
-            if s & (TAG_VALID | VALID) != TAG_VALID | VALID || tag.load(Ordering::Relaxed) != blk {
-                return Ok(None);
-            }
-            if !state::can_pin(s) {
-                return Err(CacheError::TooManyPins {
-                    block: blk,
-                    pins: state::refs(s),
-                });
-            }
-            if !state::content_free(s, exclusive) {
-                backoff(&mut tries);
-                continue;
-            }
-            let mut n = s + REF_ONE + lock;
-            if state::usage(s) < MAX_USAGE {
-                n = state::with_usage(n, state::usage(s) + 1);
-            }
-            if st
-                .compare_exchange_weak(s, n, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
-                continue;
-            }
-            if tag.load(Ordering::Relaxed) == blk {
-                if exclusive {
-                    // The writer's bytes come after `EXCLUSIVE` is set.
-                    fence(Ordering::Release);
-                }
-                self.count(|s| s.hits += 1);
-                return Ok(Some(i));
-            }
-            // Another block now (rare): let go without marking it dirty.
-            Self::unlock_content(st, exclusive);
-            Self::unpin(st);
-            return Ok(None);
+        if lock::pin_and_lock(st, tag, blk, exclusive, self.lock_timeout)? {
+            self.count(|s| s.hits += 1);
+            return Ok(Some(i));
         }
-    }
-
-    /// Takes the content lock of a buffer this process has pinned: waits
-    /// while a writer holds it (and, for `exclusive`, readers).
-    fn lock_content(st: &AtomicU64, exclusive: bool) {
-        let lock = if exclusive { EXCLUSIVE } else { SHARE_ONE };
-        let mut tries = 0;
-        loop {
-            let s = wait_unlocked(st);
-            if !state::content_free(s, exclusive) {
-                backoff(&mut tries);
-                continue;
-            }
-            if st
-                .compare_exchange_weak(s, s + lock, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
-                if exclusive {
-                    // The writer's bytes come after `EXCLUSIVE` is set.
-                    fence(Ordering::Release);
-                }
-                return;
-            }
-        }
-    }
-
-    /// Releases a content lock taken by [`lock_content`](Cache::lock_content)
-    /// (the pin stays).
-    fn unlock_content(st: &AtomicU64, exclusive: bool) {
-        let lock = if exclusive { EXCLUSIVE } else { SHARE_ONE };
-        Self::change_unlocked(st, |s| s - lock);
-    }
-
-    /// Releases the content lock and the pin of a guard in one
-    /// compare-and-swap; a writer's release sets `DIRTY` and raises the
-    /// write version in the same step, so the flag is set before the lock
-    /// is free (a write-back either copies the new bytes or finds `DIRTY`
-    /// set) and an optimistic reader that overlapped the write fails its
-    /// check (see [`read_with`](Cache::read_with)).
-    #[inline(always)]
-    fn release(st: &AtomicU64, exclusive: bool) {
-        if exclusive {
-            Self::change_unlocked(st, |s| {
-                state::bump_version(((s - EXCLUSIVE) | DIRTY) - REF_ONE)
-            });
-        } else {
-            Self::change_unlocked(st, |s| s - SHARE_ONE - REF_ONE);
-        }
+        Ok(None)
     }
 
     /// Starts loading what a later [`read`](Cache::read) or
@@ -1600,18 +1591,37 @@ impl Cache {
             if s & (DIRTY | VALID) != DIRTY | VALID {
                 continue;
             }
-            Self::pin(st, false, self.tag(i)?.load(Ordering::Relaxed))?;
+            self.pin(st, false, self.tag(i)?.load(Ordering::Relaxed))?;
             let r = self.flush(i, true);
-            Self::unpin(st);
+            let u = self.unpin(st);
             if r? {
                 written += 1;
             }
+            u?;
         }
         self.file
             .sync_data()
             .map_err(|e| self.io_error("fdatasync", 0, e))?;
         Ok(written)
     }
+}
+
+/// The partition locks' name in a [`CacheError::LockTimeout`].
+const PARTITION: &str = "partition lock";
+/// The stripe locks' name in a [`CacheError::LockTimeout`].
+const STRIPE: &str = "stripe lock";
+/// A lookup that keeps finding the table changed, in a
+/// [`CacheError::LockTimeout`].
+const RETRIES: &str = "lookup (the block's buffer kept changing or failing to read in)";
+
+/// What [`Cache::claim`] did with a victim.
+enum Claim {
+    /// Moved to the block's chain, `IO_IN_PROGRESS`: read it in.
+    Retagged,
+    /// Another process had read the block in: this buffer, pinned.
+    Found(usize),
+    /// The victim changed: take another.
+    Again,
 }
 
 /// Optimistic attempts [`Cache::read_with`] makes before it pins.
@@ -1752,7 +1762,12 @@ impl<'a> std::ops::Deref for ReadGuard<'a> {
 impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
         match self.0.held {
-            Held::Buffer { state, exclusive } => Cache::release(state, exclusive),
+            // A release that times out (a header lock held past the lock
+            // timeout, by a dead process or another attacher) leaves the
+            // pin: a drop cannot fail, and that buffer is lost anyway.
+            Held::Buffer { state, exclusive } => {
+                let _ = lock::release(state, exclusive, self.0.cache.lock_timeout);
+            }
             Held::InPlace(stripe) => read_unlock(stripe),
         }
     }
@@ -1788,7 +1803,8 @@ impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
         // A write guard always holds a buffer (`Cache::write`).
         if let Held::Buffer { state, exclusive } = self.0.held {
-            Cache::release(state, exclusive);
+            // As a read guard's: a timed-out release leaves the pin.
+            let _ = lock::release(state, exclusive, self.0.cache.lock_timeout);
         }
     }
 }

@@ -1,6 +1,7 @@
 //! What can go wrong, with the numbers.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use hugeshm_region::RegionError;
 
@@ -84,4 +85,82 @@ pub enum CacheError {
     /// The region does not hold an initialized cache of this version.
     #[error("the region holds no buffer cache ({0})")]
     NotACache(String),
+    /// A number read from shared memory (a control block field, a
+    /// descriptor's block number, a chain link) is out of the range this
+    /// process knows from elsewhere (the region's size, the data file's
+    /// length, the layout it recomputed): another attacher wrote it, or
+    /// the region holds something else. Nothing was read or written with
+    /// it.
+    #[error(
+        "the shared cache metadata is corrupt: {field}{} is {found}, {bound} by {known} \
+         (written by another process attached to the region; recreate the cache)",
+        buffer.map(|i| format!(" of buffer {i}")).unwrap_or_default()
+    )]
+    Corrupt {
+        /// The field: a control block field by its name (`DATA_BLOCKS`,
+        /// `BLOCK_SIZE`, ...), `tag` (a descriptor's block number),
+        /// `chain link`.
+        field: &'static str,
+        /// The buffer whose descriptor or link it is.
+        buffer: Option<usize>,
+        /// The value found.
+        found: u64,
+        /// What this process knows it must be.
+        bound: Bound,
+        /// Where the bound comes from (`the data file's length`, ...).
+        known: &'static str,
+    },
+    /// A lock word or flag in shared memory stayed held for the whole lock
+    /// timeout ([`Cache::set_lock_timeout`](crate::Cache::set_lock_timeout)):
+    /// a process died or stopped holding it, held a guard that long, or
+    /// another attacher wrote the word. The operation did nothing.
+    #[error(
+        "gave up on the {what} after {waited:?} (the lock timeout): its word stayed {word:#x} \
+         (a holder that died or stopped, a guard held that long, or a word another process \
+         wrote; a cache with a dead holder must be recreated)"
+    )]
+    LockTimeout {
+        /// The lock or flag waited for (`partition lock`, `stripe lock`,
+        /// `buffer header lock`, `content lock`, `read-in`, ...).
+        what: &'static str,
+        /// The word as last seen.
+        word: u64,
+        /// How long this process waited after its first spins.
+        waited: Duration,
+    },
+}
+
+/// The range a number read from shared memory must be in
+/// ([`CacheError::Corrupt`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Bound {
+    /// Exactly this (a field the opener recomputes).
+    Exactly(u64),
+    /// From `min` to `max`, both included.
+    Within {
+        /// Smallest allowed.
+        min: u64,
+        /// Largest allowed.
+        max: u64,
+    },
+    /// A power of two from `min` to `max`.
+    PowerOfTwo {
+        /// Smallest allowed.
+        min: u64,
+        /// Largest allowed.
+        max: u64,
+    },
+}
+
+impl std::fmt::Display for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Bound::Exactly(v) => write!(f, "expected {v}"),
+            Bound::Within { min, max } => write!(f, "expected {min} to {max}"),
+            Bound::PowerOfTwo { min, max } => {
+                write!(f, "expected a power of two from {min} to {max}")
+            }
+        }
+    }
 }

@@ -15,6 +15,11 @@ pub const DESC_BYTES: usize = 16;
 pub const PARTITION_STRIDE: usize = 64;
 /// Stripe locks of the direct mode (block `b` has stripe `b mod STRIPES`).
 pub const STRIPES: usize = 1024;
+/// Smallest block size.
+pub const MIN_BLOCK_SIZE: usize = 64;
+/// Largest block size (1 GiB): a block is copied through a buffer of its
+/// size, and its size is kept in 32 bits.
+pub const MAX_BLOCK_SIZE: usize = 1 << 30;
 /// Magic word at offset 0 of the control block: `"HSHMCACH"`.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HSHMCACH");
 /// Layout version.

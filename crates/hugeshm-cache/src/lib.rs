@@ -109,6 +109,60 @@
 //!    instructions to change flags or tag, or to check that a victim is
 //!    pinned by nobody else. Nothing else is taken while it is held.
 //!
+//! ### Every wait is bounded
+//!
+//! A waiter spins 64 times, then yields the CPU; from its first yield it
+//! looks at the clock, and after the handle's lock timeout
+//! ([`Cache::set_lock_timeout`], [`DEFAULT_LOCK_TIMEOUT`] 10 s) the
+//! operation returns [`CacheError::LockTimeout`] naming what it waited
+//! for (partition lock, stripe lock, buffer header lock, content lock,
+//! another process's read-in) and the word as last seen, having undone
+//! what it held. That covers every loop on a shared word: the lock words,
+//! pins and content locks (a compare-and-swap that keeps failing looks at
+//! the clock every 1,024 failures), the wait for `IO_IN_PROGRESS` to end,
+//! and a miss that keeps finding the table changed under it. The clock
+//! sweep does not wait at all: a buffer whose header lock is held is
+//! passed like a pinned one. An uncontended acquire and an optimistic
+//! read never read the clock. The words record no holder (no bit is free
+//! in the state word, and a pid read from shared memory is itself any
+//! number an attacher wrote), so there is no liveness check: a holder
+//! that died is found by the timeout. A guard's drop cannot fail: a
+//! release that times out leaves the pin (that buffer is lost anyway).
+//!
+//! ### Numbers read from shared memory
+//!
+//! Any process attached to the region may write any of it. At
+//! [`Cache::open`] every field of the control block is checked against
+//! what the opener knows by itself (`validate.rs`), before anything is
+//! mapped or read with it: `PARTS` equals the parts given; `BLOCK_SIZE` is
+//! a power of two from 64 bytes to 1 GiB; `BUFFERS` is at least 1 and at
+//! most what the region (and each part) holds at that block size, so the
+//! layout recomputed from them fits the region and no offset overflows;
+//! `BUCKETS` and `PARTITIONS` equal that layout's; `DATA_BLOCKS` is at
+//! least 1 and at most the data file's length (`fstat` of the opened,
+//! regular file) in blocks, so the direct mode never maps, and the classic
+//! mode never reads, past the file's end; `MODE` is 0 or 1. A field out of
+//! range is [`CacheError::Corrupt`] with its name, the value and the
+//! bound. At run time the opener's own numbers bound everything: a block
+//! number a caller asks for is checked against `DATA_BLOCKS` as it was
+//! checked at open; bucket, partition and stripe indexes are computed from
+//! the block number; the clock hand is taken modulo the buffers. A chain
+//! link beyond the buffers ends a lookup (a miss, which is what a stale
+//! link means too), and a lookup walks at most as many links as there are
+//! buffers. Under the partition lock, where a chain must be whole, a link
+//! beyond the buffers or a chain that loops is [`CacheError::Corrupt`]. A
+//! descriptor's block number is only compared with the one asked for,
+//! except at a write-back, where it is checked against the data file
+//! first (a tag beyond it is [`CacheError::Corrupt`]; nothing is written).
+//! Arithmetic on a state word wraps rather than overflows.
+//!
+//! So another attacher can corrupt data (every byte of the region is
+//! writable by it: blocks, tags that name another block, pins that keep a
+//! buffer, locks it never releases) and make operations fail, but not
+//! crash or hang another process, nor make it read or write outside the
+//! region, the data file's mapping or the data file's blocks. (A data
+//! file truncated under the direct mode is another matter: see below.)
+//!
 //! ## Optimistic reads
 //!
 //! [`Cache::read_with`] reads a block with no lock, no pin and no store to
@@ -172,8 +226,9 @@
 //! ## Limits a server adds on top
 //!
 //! A process that dies while holding a lock or a pin leaves it held (as in
-//! PostgreSQL, whose postmaster then resets shared memory): a server
-//! restarts the cache after a crashed worker. There is no write-ahead log:
+//! PostgreSQL, whose postmaster then resets shared memory): the others'
+//! waits for it end in [`CacheError::LockTimeout`], and a server restarts
+//! the cache after a crashed worker. There is no write-ahead log:
 //! [`Cache::checkpoint`] makes the data file current but not atomic. Block
 //! copies and word accesses go through [`Region`](hugeshm_region::Region)'s
 //! bounds-checked atomic accessors, which hugeshm-sys implements; this
@@ -244,11 +299,13 @@ mod cache;
 mod error;
 pub mod layout;
 mod lock;
+mod validate;
 pub mod workload;
 
 pub use cache::{
     create_data_file, Block, Cache, Lookups, Mode, Prefetch, ReadGuard, Stats, WriteGuard,
     DEFAULT_BLOCK_SIZE, OPTIMISTIC_TRIES,
 };
-pub use error::CacheError;
+pub use error::{Bound, CacheError};
 pub use layout::Layout;
+pub use lock::DEFAULT_LOCK_TIMEOUT;

@@ -1,39 +1,136 @@
-//! Spin locks made of one shared atomic word: what every process maps, so
-//! no process-local pointer or kernel object is involved. A waiter spins a
-//! little, then yields the CPU (a lock holder may be descheduled when
-//! there are more processes than cores).
+//! Locks made of one shared atomic word: what every process maps, so no
+//! process-local pointer or kernel object is involved. The reader-writer
+//! words of partitions and stripes, and the locks in a buffer's state word
+//! (the header spinlock, pins, the content lock, the wait for a read-in).
+//!
+//! Every wait is bounded ([`Wait`]): a waiter spins a little, then yields
+//! the CPU (a lock holder may be descheduled when there are more processes
+//! than cores), and once it has yielded for the lock timeout it gives up
+//! with [`CacheError::LockTimeout`]. A word in shared memory may be held
+//! by a process that died, or written by any attacher, so no wait may be
+//! forever. The clock starts at the first yield: an uncontended acquire,
+//! and a short spin, never read it. A compare-and-swap that keeps failing
+//! (another process changing the word all the time) is bounded the same
+//! way, checked every [`RETRIES_PER_CHECK`] failures.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use crate::layout::state::LOCKED;
+use crate::error::CacheError;
+use crate::layout::state::{
+    self, EXCLUSIVE, IO_IN_PROGRESS, LOCKED, MAX_USAGE, REF_ONE, SHARE_ONE, TAG_VALID, VALID,
+};
 
 /// Writer bit of a reader-writer lock word; the readers count below it.
-const WRITER: u32 = 1 << 31;
+pub(crate) const WRITER: u32 = 1 << 31;
 
-/// Back-off for one failed attempt: spin for the first tries, then yield.
-#[inline]
-pub(crate) fn backoff(tries: &mut u32) {
-    if *tries < 64 {
-        std::hint::spin_loop();
-    } else {
-        std::thread::yield_now();
+/// How long a process waits for a lock or flag in shared memory before it
+/// gives up with [`CacheError::LockTimeout`], unless
+/// [`Cache::set_lock_timeout`](crate::Cache::set_lock_timeout) says
+/// otherwise: far longer than any lock of the protocol is held between
+/// two live processes (a few instructions, a block's `pread`), shorter
+/// than an operator waits for a hung server.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Spins before a waiter starts to yield (and to look at the clock).
+const SPINS: u32 = 64;
+
+/// Failed compare-and-swaps between two looks at the clock.
+const RETRIES_PER_CHECK: u32 = 1024;
+
+/// One bounded wait for a word in shared memory: the back-off of each
+/// failed attempt and the deadline.
+pub(crate) struct Wait {
+    limit: Duration,
+    what: &'static str,
+    tries: u32,
+    retries: u32,
+    since: Option<Instant>,
+}
+
+impl Wait {
+    /// A wait for `what` of at most `limit` (after the spins).
+    #[inline(always)]
+    pub(crate) fn new(limit: Duration, what: &'static str) -> Wait {
+        Wait {
+            limit,
+            what,
+            tries: 0,
+            retries: 0,
+            since: None,
+        }
     }
-    *tries = tries.saturating_add(1);
+
+    /// One attempt found the word `word` held: spin for the first tries,
+    /// then yield; the error once the lock timeout has passed.
+    #[inline(always)]
+    pub(crate) fn pause(&mut self, word: u64) -> Result<(), CacheError> {
+        self.pause_as(word, self.what)
+    }
+
+    /// [`pause`](Wait::pause) for another lock of the same word (the
+    /// header lock, while waiting for a content lock): the error names
+    /// `what`.
+    #[inline(always)]
+    pub(crate) fn pause_as(&mut self, word: u64, what: &'static str) -> Result<(), CacheError> {
+        if self.tries < SPINS {
+            self.tries += 1;
+            std::hint::spin_loop();
+            Ok(())
+        } else {
+            self.yield_or_give_up(word, what)
+        }
+    }
+
+    /// A compare-and-swap failed (the word changed under it): try again
+    /// at once, but look at the clock now and then.
+    #[inline(always)]
+    pub(crate) fn retry(&mut self, word: u64) -> Result<(), CacheError> {
+        self.retries = self.retries.wrapping_add(1);
+        if self.retries % RETRIES_PER_CHECK == 0 {
+            self.check(word, self.what)
+        } else {
+            Ok(())
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn yield_or_give_up(&mut self, word: u64, what: &'static str) -> Result<(), CacheError> {
+        self.check(word, what)?;
+        std::thread::yield_now();
+        Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn check(&mut self, word: u64, what: &'static str) -> Result<(), CacheError> {
+        let now = Instant::now();
+        let waited = now - *self.since.get_or_insert(now);
+        if waited >= self.limit {
+            return Err(CacheError::LockTimeout { what, word, waited });
+        }
+        Ok(())
+    }
 }
 
 /// Takes `w` shared.
 #[inline]
-pub(crate) fn read_lock(w: &AtomicU32) {
-    let mut tries = 0;
+pub(crate) fn read_lock(
+    w: &AtomicU32,
+    limit: Duration,
+    what: &'static str,
+) -> Result<(), CacheError> {
+    let mut wait = Wait::new(limit, what);
     loop {
         let s = w.load(Ordering::Relaxed);
         if s & WRITER == 0
             && w.compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         {
-            return;
+            return Ok(());
         }
-        backoff(&mut tries);
+        wait.pause(s.into())?;
     }
 }
 
@@ -45,16 +142,21 @@ pub(crate) fn read_unlock(w: &AtomicU32) {
 
 /// Takes `w` exclusive.
 #[inline]
-pub(crate) fn write_lock(w: &AtomicU32) {
-    let mut tries = 0;
+pub(crate) fn write_lock(
+    w: &AtomicU32,
+    limit: Duration,
+    what: &'static str,
+) -> Result<(), CacheError> {
+    let mut wait = Wait::new(limit, what);
     loop {
-        if w.load(Ordering::Relaxed) == 0
+        let s = w.load(Ordering::Relaxed);
+        if s == 0
             && w.compare_exchange_weak(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         {
-            return;
+            return Ok(());
         }
-        backoff(&mut tries);
+        wait.pause(s.into())?;
     }
 }
 
@@ -71,18 +173,30 @@ pub(crate) fn write_unlock(w: &AtomicU32) {
     w.store(0, Ordering::Release);
 }
 
+/// What the header spinlock's waits are called in a
+/// [`CacheError::LockTimeout`].
+const HEADER: &str = "buffer header lock";
+
 /// Sets the `LOCKED` bit of a buffer state word, returning the state with
 /// it set.
 #[inline]
-pub(crate) fn lock_header(s: &AtomicU64) -> u64 {
-    let mut tries = 0;
+pub(crate) fn lock_header(s: &AtomicU64, limit: Duration) -> Result<u64, CacheError> {
+    let mut wait = Wait::new(limit, HEADER);
     loop {
         let old = s.fetch_or(LOCKED, Ordering::Acquire);
         if old & LOCKED == 0 {
-            return old | LOCKED;
+            return Ok(old | LOCKED);
         }
-        backoff(&mut tries);
+        wait.pause(old)?;
     }
+}
+
+/// Sets the `LOCKED` bit if it is clear: the state with it set, or `None`
+/// (nothing changed) when another process holds it.
+#[inline]
+pub(crate) fn try_lock_header(s: &AtomicU64) -> Option<u64> {
+    let old = s.fetch_or(LOCKED, Ordering::Acquire);
+    (old & LOCKED == 0).then_some(old | LOCKED)
 }
 
 /// Stores `new` (without `LOCKED`) into a state word this process locked.
@@ -91,16 +205,223 @@ pub(crate) fn unlock_header(s: &AtomicU64, new: u64) {
     s.store(new & !LOCKED, Ordering::Release);
 }
 
-/// Waits until the state word is not header-locked; returns it.
-#[inline]
-pub(crate) fn wait_unlocked(s: &AtomicU64) -> u64 {
-    let mut tries = 0;
+/// The state word once it is not header-locked (acquire).
+#[inline(always)]
+fn unlocked(st: &AtomicU64, wait: &mut Wait) -> Result<u64, CacheError> {
     loop {
-        let v = s.load(Ordering::Acquire);
+        let v = st.load(Ordering::Acquire);
         if v & LOCKED == 0 {
-            return v;
+            return Ok(v);
         }
-        backoff(&mut tries);
+        wait.pause_as(v, HEADER)?;
+    }
+}
+
+/// Replaces the state word `s` by `f(s)` in one compare-and-swap taken
+/// while the header spinlock is free (release ordering), retrying until it
+/// lands or the lock timeout passes. `f` must not panic on any word (the
+/// word may be anything another process wrote): it uses wrapping
+/// arithmetic.
+#[inline(always)]
+pub(crate) fn change_unlocked(
+    st: &AtomicU64,
+    limit: Duration,
+    f: impl Fn(u64) -> u64,
+) -> Result<(), CacheError> {
+    let mut wait = Wait::new(limit, HEADER);
+    loop {
+        let s = unlocked(st, &mut wait)?;
+        if st
+            .compare_exchange_weak(s, f(s), Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+        {
+            return Ok(());
+        }
+        wait.retry(s)?;
+    }
+}
+
+/// Pins the buffer of state `st`, which holds block `blk` (one more
+/// reference; the usage count goes up when `bump`); refused when its count
+/// is full.
+#[inline(always)]
+pub(crate) fn pin(st: &AtomicU64, bump: bool, blk: u64, limit: Duration) -> Result<(), CacheError> {
+    let mut wait = Wait::new(limit, HEADER);
+    loop {
+        let s = unlocked(st, &mut wait)?;
+        if !state::can_pin(s) {
+            return Err(CacheError::TooManyPins {
+                block: blk,
+                pins: state::refs(s),
+            });
+        }
+        let mut n = s + REF_ONE;
+        if bump && state::usage(s) < MAX_USAGE {
+            n = state::with_usage(n, state::usage(s) + 1);
+        }
+        if st
+            .compare_exchange_weak(s, n, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return Ok(());
+        }
+        wait.retry(s)?;
+    }
+}
+
+/// Lets go of a pin.
+#[inline(always)]
+pub(crate) fn unpin(st: &AtomicU64, limit: Duration) -> Result<(), CacheError> {
+    change_unlocked(st, limit, |s| s.wrapping_sub(REF_ONE))
+}
+
+/// Waits while another process reads the block in: true when the buffer
+/// holds it, false when that read failed.
+#[inline(always)]
+pub(crate) fn wait_valid(st: &AtomicU64, limit: Duration) -> Result<bool, CacheError> {
+    let mut wait = Wait::new(
+        limit,
+        "read-in of a block by another process (IO_IN_PROGRESS)",
+    );
+    loop {
+        let s = st.load(Ordering::Acquire);
+        if s & VALID != 0 {
+            return Ok(true);
+        }
+        if s & IO_IN_PROGRESS == 0 {
+            return Ok(false);
+        }
+        wait.pause(s)?;
+    }
+}
+
+/// What the content lock's waits are called in a
+/// [`CacheError::LockTimeout`].
+const CONTENT: &str = "content lock";
+
+/// The content lock bit (`exclusive`) or one share.
+#[inline(always)]
+fn content_bit(exclusive: bool) -> u64 {
+    if exclusive {
+        EXCLUSIVE
+    } else {
+        SHARE_ONE
+    }
+}
+
+/// Takes the content lock of a buffer this process has pinned: waits while
+/// a writer holds it (and, for `exclusive`, readers).
+pub(crate) fn lock_content(
+    st: &AtomicU64,
+    exclusive: bool,
+    limit: Duration,
+) -> Result<(), CacheError> {
+    let mut wait = Wait::new(limit, CONTENT);
+    loop {
+        let s = unlocked(st, &mut wait)?;
+        if !state::content_free(s, exclusive) {
+            wait.pause(s)?;
+            continue;
+        }
+        if st
+            .compare_exchange_weak(
+                s,
+                s + content_bit(exclusive),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
+            if exclusive {
+                // The writer's bytes come after `EXCLUSIVE` is set.
+                fence(Ordering::Release);
+            }
+            return Ok(());
+        }
+        wait.retry(s)?;
+    }
+}
+
+/// Releases a content lock taken by [`lock_content`] (the pin stays).
+pub(crate) fn unlock_content(
+    st: &AtomicU64,
+    exclusive: bool,
+    limit: Duration,
+) -> Result<(), CacheError> {
+    let lock = content_bit(exclusive);
+    change_unlocked(st, limit, |s| s.wrapping_sub(lock))
+}
+
+/// Releases the content lock and the pin of a guard in one
+/// compare-and-swap; a writer's release sets `DIRTY` and raises the write
+/// version in the same step, so the flag is set before the lock is free (a
+/// write-back either copies the new bytes or finds `DIRTY` set) and an
+/// optimistic reader that overlapped the write fails its check (see
+/// [`Cache::read_with`](crate::Cache::read_with)).
+#[inline(always)]
+pub(crate) fn release(st: &AtomicU64, exclusive: bool, limit: Duration) -> Result<(), CacheError> {
+    if exclusive {
+        change_unlocked(st, limit, |s| {
+            state::bump_version((s.wrapping_sub(EXCLUSIVE) | state::DIRTY).wrapping_sub(REF_ONE))
+        })
+    } else {
+        change_unlocked(st, limit, |s| s.wrapping_sub(SHARE_ONE + REF_ONE))
+    }
+}
+
+/// The hit path's pin and content lock in one compare-and-swap of state
+/// `st`, while it holds `blk` (tag `tag`) valid: true when pinned and
+/// locked with the tag still `blk` (read again once pinned: a buffer
+/// retagged twice may come back to the same state word), false when the
+/// buffer does not hold it (then nothing is held).
+#[inline(always)]
+pub(crate) fn pin_and_lock(
+    st: &AtomicU64,
+    tag: &AtomicU64,
+    blk: u64,
+    exclusive: bool,
+    limit: Duration,
+) -> Result<bool, CacheError> {
+    let lock = content_bit(exclusive);
+    let mut wait = Wait::new(limit, CONTENT);
+    loop {
+        let s = unlocked(st, &mut wait)?;
+        if s & (TAG_VALID | VALID) != TAG_VALID | VALID || tag.load(Ordering::Relaxed) != blk {
+            return Ok(false);
+        }
+        if !state::can_pin(s) {
+            return Err(CacheError::TooManyPins {
+                block: blk,
+                pins: state::refs(s),
+            });
+        }
+        if !state::content_free(s, exclusive) {
+            wait.pause(s)?;
+            continue;
+        }
+        let mut n = s + REF_ONE + lock;
+        if state::usage(s) < MAX_USAGE {
+            n = state::with_usage(n, state::usage(s) + 1);
+        }
+        if st
+            .compare_exchange_weak(s, n, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            wait.retry(s)?;
+            continue;
+        }
+        if tag.load(Ordering::Relaxed) == blk {
+            if exclusive {
+                // The writer's bytes come after `EXCLUSIVE` is set.
+                fence(Ordering::Release);
+            }
+            return Ok(true);
+        }
+        // Another block now (rare): let go without marking it dirty.
+        let r = unlock_content(st, exclusive, limit);
+        unpin(st, limit)?;
+        r?;
+        return Ok(false);
     }
 }
 
@@ -108,18 +429,20 @@ pub(crate) fn wait_unlocked(s: &AtomicU64) -> u64 {
 mod tests {
     use super::*;
 
+    const T: Duration = Duration::from_millis(50);
+
     #[test]
     fn rw_lock_counts_readers_and_excludes_writer() {
         let w = AtomicU32::new(0);
-        read_lock(&w);
-        read_lock(&w);
+        read_lock(&w, T, "test").unwrap();
+        read_lock(&w, T, "test").unwrap();
         assert_eq!(w.load(Ordering::Relaxed), 2);
         read_unlock(&w);
         read_unlock(&w);
-        read_lock(&w);
+        read_lock(&w, T, "test").unwrap();
         assert!(!try_write_lock(&w));
         read_unlock(&w);
-        write_lock(&w);
+        write_lock(&w, T, "test").unwrap();
         assert_eq!(w.load(Ordering::Relaxed), WRITER);
         assert!(!try_write_lock(&w));
         write_unlock(&w);
@@ -129,9 +452,54 @@ mod tests {
     #[test]
     fn header_lock_keeps_other_bits() {
         let s = AtomicU64::new(5);
-        let v = lock_header(&s);
+        let v = lock_header(&s, T).unwrap();
         assert_eq!(v, 5 | LOCKED);
         unlock_header(&s, v + 1);
-        assert_eq!(wait_unlocked(&s), 6);
+        let mut w = Wait::new(T, "test");
+        assert_eq!(unlocked(&s, &mut w).unwrap(), 6);
+    }
+
+    /// A word held by no live process (or written by another) ends each
+    /// wait with the timeout and the word, never a hang.
+    #[test]
+    fn held_words_time_out() {
+        let timeout = |r: Result<(), CacheError>, word: u64| match r {
+            Err(CacheError::LockTimeout {
+                word: w, waited, ..
+            }) => assert!(w == word && waited >= T, "{w:#x} {waited:?}"),
+            other => panic!("{other:?}"),
+        };
+        let w = AtomicU32::new(WRITER);
+        timeout(read_lock(&w, T, "test"), WRITER.into());
+        timeout(write_lock(&w, T, "test"), WRITER.into());
+        let r = AtomicU32::new(3);
+        timeout(write_lock(&r, T, "test"), 3);
+        let st = AtomicU64::new(LOCKED | TAG_VALID | VALID);
+        timeout(lock_header(&st, T).map(drop), st.load(Ordering::Relaxed));
+        timeout(pin(&st, true, 1, T), st.load(Ordering::Relaxed));
+        timeout(unpin(&st, T), st.load(Ordering::Relaxed));
+        let tag = AtomicU64::new(1);
+        timeout(
+            pin_and_lock(&st, &tag, 1, false, T).map(drop),
+            st.load(Ordering::Relaxed),
+        );
+        let x = AtomicU64::new(TAG_VALID | VALID | EXCLUSIVE | 1);
+        timeout(lock_content(&x, false, T), x.load(Ordering::Relaxed));
+        timeout(
+            pin_and_lock(&x, &tag, 1, false, T).map(drop),
+            x.load(Ordering::Relaxed),
+        );
+        let io = AtomicU64::new(TAG_VALID | IO_IN_PROGRESS | 1);
+        timeout(wait_valid(&io, T).map(drop), io.load(Ordering::Relaxed));
+    }
+
+    /// Releases on a word another process zeroed wrap instead of
+    /// panicking on overflow.
+    #[test]
+    fn releases_of_a_zeroed_word_do_not_panic() {
+        unpin(&AtomicU64::new(0), T).unwrap();
+        release(&AtomicU64::new(0), true, T).unwrap();
+        release(&AtomicU64::new(0), false, T).unwrap();
+        unlock_content(&AtomicU64::new(0), false, T).unwrap();
     }
 }
