@@ -47,6 +47,7 @@ mod perf;
 mod process;
 mod procmap;
 mod shm;
+mod vma;
 mod words;
 
 pub use perf::{PerfCounter, PerfEvent};
@@ -220,7 +221,8 @@ enum Release {
 ///
 /// `len()` is the mapped length: the requested length rounded up to the
 /// mapping's page size for `mmap` (`munmap` of a hugetlb mapping needs the
-/// full length), the segment size for `shmat`.
+/// full length), the segment size rounded up to the segment's page size for
+/// `shmat` (read back from the mapping: see [`shm_attach_placed`]).
 pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
@@ -332,9 +334,9 @@ impl Mapping {
         self.len == 0
     }
 
-    /// Page size backing an `mmap`: the huge page size for hugetlb
-    /// mappings, else the base page size. For a `shmat` attachment the
-    /// base page size (the segment's page size is not visible here; see
+    /// Page size backing the mapping: the huge page size for hugetlb
+    /// mappings (a `SHM_HUGETLB` segment's included), else the base page
+    /// size. Transparent huge pages are not counted (see
     /// `/proc/self/smaps`).
     pub fn page_size(&self) -> usize {
         self.page_size
@@ -1130,8 +1132,14 @@ impl Drop for AddressReservation {
 /// Maps `len` bytes with `map_at`: at a kernel-chosen address
 /// (`map_at(None)`), or, with `align`, at the first `align`-aligned
 /// address inside a fresh [`AddressReservation`] of `len + align` bytes
-/// (`map_at(Some(addr))` must map exactly there with `MAP_FIXED`
-/// semantics), releasing the rest of the reservation afterwards.
+/// (`map_at(Some(addr))` must map exactly `len` bytes there with
+/// `MAP_FIXED` semantics), releasing the rest of the reservation
+/// afterwards.
+///
+/// `len` must be all the mapping will cover (a multiple of `page`, the
+/// mapping's page size) and an `align` above `page` a multiple of it:
+/// what `map_at` maps then lies inside the reservation, which is checked
+/// before it is called.
 fn placed(
     call: &dyn Fn() -> String,
     len: usize,
@@ -1148,10 +1156,13 @@ fn placed(
         Some(a) if a > page => a,
         _ => return nonnull(map_at(None)?),
     };
-    if !align.is_power_of_two() {
+    if !align.is_power_of_two() || align % page != 0 || len % page != 0 {
         return Err(SysError::invalid(
             call(),
-            format!("alignment {align} is not a power of two"),
+            format!(
+                "alignment {align} and length {len} are not both multiples of the page size \
+                 {page}, or the alignment is not a power of two"
+            ),
         ));
     }
     let total = len
@@ -1159,6 +1170,17 @@ fn placed(
         .ok_or_else(|| SysError::invalid(call(), "length overflows"))?;
     let res = AddressReservation::new(total)?;
     let at = res.start.div_ceil(align) * align;
+    // The reservation starts page-aligned, so `at` is less than `align`
+    // past it and `len` more bytes end inside it.
+    if at + len > res.start + res.len {
+        return Err(SysError::invalid(
+            call(),
+            format!(
+                "{len} bytes at {at:#x} would pass the end of the reservation {:#x}+{}",
+                res.start, res.len
+            ),
+        ));
+    }
     // On failure `res` drops and unmaps the whole range, including whatever
     // a failed MAP_FIXED left there.
     let p = map_at(Some(at))?;
@@ -1960,9 +1982,20 @@ mod tests {
             assert_eq!(st.mode & 0o777, 0o600);
             assert!(!st.marked_for_removal());
 
+            assert_eq!((st.lpid, st.atime), (0, 0), "never attached");
+
             let mut a = shm_attach(id).unwrap();
-            let b = shm_attach(id).unwrap();
-            assert_eq!(a.len() as u64, size);
+            // What the kernel maps: the size rounded up to the page size.
+            assert_eq!(a.len(), 4 * page());
+            assert_eq!(a.page_size(), page());
+            let st = shm_stat(id).unwrap();
+            assert_eq!(st.lpid, std::process::id() as i32);
+            assert!(st.atime > 0);
+            // Placed: aligned, the same length, and the kernel's first
+            // attachment gone again.
+            let b = shm_attach_placed(id, Some(2 << 20)).unwrap();
+            assert_eq!(b.addr() % (2 << 20), 0);
+            assert_eq!((b.len(), b.page_size()), (4 * page(), page()));
             assert_eq!(shm_stat(id).unwrap().nattch, 2);
             a.write_at(size as usize - 4, b"sysv").unwrap();
             a.touch();

@@ -130,8 +130,12 @@ pub struct ShmStat {
     pub uid: u32,
     /// Owner gid.
     pub gid: u32,
-    /// Permission bits plus [`SHM_DEST`] / [`SHM_LOCKED`].
+    /// Permission bits plus [`SHM_DEST`] / [`SHM_LOCKED`](crate::SHM_LOCKED).
     pub mode: u32,
+    /// Time of the last `shmat` (seconds since the epoch, 0: never).
+    pub atime: i64,
+    /// Time of the last `shmdt` (0: never).
+    pub dtime: i64,
 }
 
 impl ShmStat {
@@ -169,21 +173,41 @@ pub fn shm_stat(shmid: i32) -> Result<ShmStat, SysError> {
         uid: ds.shm_perm.uid as u32,
         gid: ds.shm_perm.gid as u32,
         mode: u32::from(ds.shm_perm.mode),
+        atime: ds.shm_atime as i64,
+        dtime: ds.shm_dtime as i64,
     })
 }
 
 /// `shmat(shmid, NULL, 0)`: attaches a segment read-write at an address
 /// chosen by the kernel; the [`Mapping`] detaches (`shmdt`) when released,
-/// which does not remove the segment ([`shm_remove`] does). Its length is
-/// the segment size from `IPC_STAT`.
+/// which does not remove the segment ([`shm_remove`] does).
+///
+/// Its [`len`](Mapping::len) and [`page_size`](Mapping::page_size) are
+/// what the kernel mapped, read back from the mapping (see
+/// [`shm_attach_placed`]): the segment size rounded up to the segment's
+/// page size, and that page size (the huge page size of a `SHM_HUGETLB`
+/// segment).
 pub fn shm_attach(shmid: i32) -> Result<Mapping, SysError> {
     shm_attach_placed(shmid, None)
 }
 
-/// [`shm_attach`] at an address that is a multiple of `align` (e.g.
-/// [`PMD_SHARE_ALIGN`]): `shmat(shmid, addr, SHM_REMAP)` over the aligned
-/// part of a reservation of `size + align` bytes, the rest released.
-/// `None` lets the kernel choose.
+/// [`shm_attach`] at an address that is a multiple of `align` (a power of
+/// two, e.g. [`PMD_SHARE_ALIGN`](crate::PMD_SHARE_ALIGN)); `None` lets the
+/// kernel choose.
+///
+/// Neither `IPC_STAT` nor `/proc/sysvipc/shm` says a segment's page size,
+/// and `shmat` maps the segment rounded up to it (a segment of 1 GiB pages
+/// and 1 GiB + 4 KiB maps 2 GiB). So the segment is first attached where
+/// the kernel chooses, which sizes the mapping itself, and that mapping is
+/// read back (`PROCMAP_QUERY`, else `/proc/self/smaps`): its length `L`
+/// and page size `P`, checked against the segment size. When its address
+/// is a multiple of `align` (always when `align <= P`), that attachment is
+/// the result. Otherwise `align` is a multiple of `P`, and the segment is
+/// attached again with `SHM_REMAP` at the first multiple of `align` inside
+/// a fresh reservation of `L + align` bytes, which holds all `L` bytes;
+/// the first attachment is then detached. It keeps the segment, and so its
+/// size and page size, alive in between: a shmid names one segment for as
+/// long as it exists.
 pub fn shm_attach_placed(shmid: i32, align: Option<usize>) -> Result<Mapping, SysError> {
     let stat = shm_stat(shmid)?;
     let call = || {
@@ -196,37 +220,112 @@ pub fn shm_attach_placed(shmid: i32, align: Option<usize>) -> Result<Mapping, Sy
             }
         )
     };
-    let len = usize::try_from(stat.size)
-        .map_err(|_| SysError::invalid(call(), "segment size does not fit in usize"))?;
-    if len == 0 {
-        return Err(SysError::invalid(call(), "segment size is zero"));
+    if let Some(a) = align.filter(|a| !a.is_power_of_two()) {
+        return Err(SysError::invalid(
+            call(),
+            format!("alignment {a} is not a power of two"),
+        ));
     }
-    // The kernel rounds the attachment up to the segment's page size; the
-    // reservation only needs the length rounded to base pages plus the
-    // alignment, which covers any page size up to the alignment.
-    let rounded = round_up(len, base_page_size())
-        .ok_or_else(|| SysError::invalid(call(), "length overflows"))?;
-    let ptr = placed(&call, rounded, base_page_size(), align, |at| {
-        let (addr, flags) = match at {
-            Some(a) => (a as *const c_void, libc::SHM_REMAP),
-            None => (std::ptr::null(), 0),
-        };
-        // SAFETY: either a null address (the kernel picks a fresh range) or
-        // SHM_REMAP onto this call's own PROT_NONE reservation (see
-        // `placed`); the result is owned by the attachment.
-        let p = unsafe { libc::shmat(shmid, addr, flags) };
+    // SAFETY: a null address lets the kernel choose a fresh range of the
+    // size it decides; the attachment is owned by `first` from here on.
+    let p = unsafe { libc::shmat(shmid, std::ptr::null(), 0) };
+    if p as isize == -1 {
+        return Err(SysError::last_os(call()));
+    }
+    let mut first = attachment(shmid, p, base_page_size(), base_page_size(), &call)?;
+    // On an error `first` drops: detached.
+    let (len, page) =
+        attached_extent(&first, stat.size).map_err(|e| SysError::invalid(call(), e))?;
+    first.len = len;
+    first.page_size = page;
+    let a = match align {
+        Some(a) if first.addr() % a != 0 => a,
+        _ => return Ok(first),
+    };
+    // The kernel's address is a multiple of `page` (a power of two), so
+    // `a` is a larger power of two: a multiple of it, as `placed` checks.
+    let ptr = placed(&call, len, page, Some(a), |at| {
+        // `placed` only lets the kernel choose for an alignment it gives
+        // anyway, which `first` would have had.
+        let at = at.ok_or_else(|| SysError::invalid(call(), "no address to place it at"))?;
+        // SAFETY: SHM_REMAP onto this call's own PROT_NONE reservation,
+        // which `placed` made `len + a` bytes long for the `len` bytes the
+        // kernel maps of this segment (read back from `first` above, which
+        // keeps the segment alive); the result is owned by the attachment.
+        let p = unsafe { libc::shmat(shmid, at as *const c_void, libc::SHM_REMAP) };
         if p as isize == -1 {
             return Err(SysError::last_os(call()));
         }
         Ok(p)
     })?;
+    let placed = attachment(shmid, ptr.as_ptr().cast(), len, page, &call)?;
+    match attached_extent(&placed, stat.size) {
+        Ok(extent) if extent == (len, page) => {}
+        Ok((l, p)) => {
+            return Err(SysError::invalid(
+                call(),
+                format!(
+                    "mapped {l} bytes of {} pages at {:#x}, the first attachment {len} bytes \
+                     of {} pages",
+                    format_size(p as u64),
+                    placed.addr(),
+                    format_size(page as u64)
+                ),
+            ))
+        }
+        Err(e) => return Err(SysError::invalid(call(), e)),
+    }
+    first.release()?;
+    Ok(placed)
+}
+
+/// The attachment at `p` (as `shmat` returned it) as a [`Mapping`] that
+/// detaches it when dropped.
+fn attachment(
+    shmid: i32,
+    p: *mut c_void,
+    len: usize,
+    page_size: usize,
+    call: &dyn Fn() -> String,
+) -> Result<Mapping, SysError> {
+    let ptr = std::ptr::NonNull::new(p.cast::<u8>())
+        .ok_or_else(|| SysError::invalid(call(), "kernel returned address 0"))?;
     Ok(Mapping {
         ptr,
         len,
-        page_size: base_page_size(),
+        page_size,
         release: Release::Shmdt { shmid },
         sync: false,
     })
+}
+
+/// The length and page size of the mapping that starts at `m`'s address,
+/// read back from the kernel, checked to be the segment of `size` bytes
+/// rounded up to that page size (what `shmat` maps).
+fn attached_extent(m: &Mapping, size: u64) -> Result<(usize, usize), String> {
+    let addr = m.addr();
+    let (start, end, page) = crate::vma::of_own(addr as u64)?;
+    let extent = end.checked_sub(start).map(usize::try_from);
+    let (len, page) = match (extent, usize::try_from(page)) {
+        (Some(Ok(l)), Ok(p)) if start == addr as u64 && p.is_power_of_two() => (l, p),
+        _ => {
+            return Err(format!(
+                "the mapping at {addr:#x} reads back as {start:#x}-{end:#x} with {page}-byte pages"
+            ))
+        }
+    };
+    let want = usize::try_from(size)
+        .ok()
+        .and_then(|s| round_up(s, page))
+        .filter(|w| *w > 0);
+    if want != Some(len) {
+        return Err(format!(
+            "the attachment at {addr:#x} is {len} bytes of {} pages, not the segment's {size} \
+             bytes rounded up to that page size",
+            format_size(page as u64)
+        ));
+    }
+    Ok((len, page))
 }
 
 /// Reads the first `buf.len()` bytes of a segment through a read-only
