@@ -1280,3 +1280,99 @@ fn base_page_regions_larger_than_available_memory_are_refused() {
     let diff = before.diff(&HostState::capture().unwrap());
     assert!(diff.is_empty(), "left behind: {diff:#?}");
 }
+
+/// A SysV segment of 2 MiB pages, 2 MiB + 4 KiB long, that uid 65534 made
+/// under the key of a region name, and a touched one of base pages under
+/// the next key (with `hugeshm-testproc`, which attaches them, touches
+/// them and leaves them): root's `attach NAME --backend sysv` refuses the
+/// first with its owner and the fix, and neither `attach` nor `ls`
+/// attaches either (their `shm_nattch`, `shm_lpid`, `shm_atime` and
+/// `shm_dtime` stay as uid 65534 left them; `attach` used to map it
+/// read-write first, `ls` read-only to read a resident header); `ls`
+/// lists both from `/proc/sysvipc/shm` as `untrusted`.
+#[test]
+fn attach_and_ls_never_attach_another_users_segment() {
+    const T: &str = "attach_and_ls_never_attach_another_users_segment";
+    if skip_unless_root(T) {
+        return;
+    }
+    let pool = PoolGuard::new().expect("pool lock");
+    pool.ensure_free(M2, 2).expect("2 free 2 MiB pages");
+    let before = HostState::capture().unwrap();
+    let n = name("squat");
+    let key = hugeshm_region::sysv_key(&n);
+    // As uid 65534 in vm.hugetlb_shm_group's group (what SHM_HUGETLB
+    // needs without CAP_IPC_LOCK).
+    let group = std::fs::read_to_string("/proc/sys/vm/hugetlb_shm_group").unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534"])
+        .arg(format!("--groups={}", group.trim()))
+        .args(["--inh-caps=-all", "--bounding-set=-all"])
+        .arg(hugeshm_testkit::testproc_built().unwrap())
+        .args(["--orphan-sysv", "--touch", "--page-size", &M2.to_string()])
+        .args(["--key", &format!("{:#x}", key as u32)])
+        .arg(format!("sysv-huge:{}", M2 + 4096))
+        .arg("sysv-plain:65536")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run hugeshm-testproc as uid 65534");
+    let report: hugeshm_testkit::TestProcReport = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    struct Remove(Vec<i32>);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            for id in &self.0 {
+                let _ = hugeshm_sys::shm_remove(*id);
+            }
+        }
+    }
+    let guard = Remove(report.objects.iter().map(|o| o.shmid.unwrap()).collect());
+    let left: Vec<_> = guard
+        .0
+        .iter()
+        .map(|id| hugeshm_sys::shm_stat(*id).unwrap())
+        .collect();
+    for st in &left {
+        assert_eq!((st.uid, st.nattch), (65534, 0), "{st:?}");
+    }
+    let untouched = |what: &str| {
+        for (id, st) in guard.0.iter().zip(&left) {
+            let now = hugeshm_sys::shm_stat(*id).unwrap();
+            assert_eq!(&now, st, "{what} attached uid 65534's segment {id}");
+        }
+    };
+
+    let out = run(&["attach", &n, "--backend", "sysv"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("owned by uid 65534"), "{err}");
+    assert!(err.contains("--owner 65534"), "{err}");
+    untouched("attach");
+
+    let l = json(run(&["ls", "--json"]));
+    untouched("ls");
+    for (i, id) in guard.0.iter().enumerate() {
+        let entry = l["regions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["object"]["shmid"] == *id)
+            .unwrap_or_else(|| panic!("segment {id} not listed: {l:#}"));
+        assert_eq!(entry["state"], "untrusted", "{entry:#}");
+        let k = key.wrapping_add(i as i32) as u32;
+        assert_eq!(entry["name"], format!("key-{k:08x}"), "{entry:#}");
+        assert_eq!(entry["owner"]["uid"], 65534, "{entry:#}");
+        assert_eq!(entry["header"], Value::Null, "{entry:#}");
+    }
+    let text = String::from_utf8_lossy(&run(&["ls"]).stdout).into_owned();
+    assert!(
+        text.lines()
+            .any(|l| l.contains(&format!("key-{:08x}", key as u32)) && l.contains("uid 65534")),
+        "{text}"
+    );
+    untouched("ls");
+    drop(guard);
+    let diff = before.diff(&HostState::capture().unwrap());
+    assert!(diff.is_empty(), "left behind: {diff:#?}");
+    pool.restore().expect("restore");
+}

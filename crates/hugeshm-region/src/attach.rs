@@ -411,8 +411,9 @@ impl Region {
     /// Attaches a SysV segment by shmid (e.g. an anonymous region's, in a
     /// child). The header is checked.
     pub fn attach_shmid(shmid: i32) -> Result<Region, RegionError> {
-        let opened = backend::sysv::open_shmid(shmid, None, true)?;
-        finish(opened, Backend::Sysv, &Expect::default())
+        let exp = Expect::default();
+        let opened = backend::sysv::open_shmid(shmid, None, true, &exp.trust)?;
+        finish(opened, Backend::Sysv, &exp)
     }
 
     /// Attaches a region file by path: a hugetlbfs or tmpfs file, or a

@@ -49,10 +49,12 @@ use crate::holders::Holders;
 pub use crate::inspect::RegionInfo;
 pub use crate::model::RegionState;
 
-/// Every hugeshm region on the host `probe` reads: SysV segments with a
-/// hugeshm header (each segment with resident memory is attached read-only
-/// for a moment to read its first bytes; segments this user cannot read
-/// are skipped), `hugeshm.*` files in `/dev/shm` and on every hugetlbfs
+/// Every hugeshm region on the host `probe` reads: this user's SysV
+/// segments with a hugeshm header (each one with resident memory is
+/// attached read-only for a moment to read its first bytes; on the live
+/// host only), every other user's named SysV segment as `/proc/sysvipc/shm`
+/// shows it (state `untrusted`, name `key-XXXXXXXX`: never attached, its
+/// header unread), `hugeshm.*` files in `/dev/shm` and on every hugetlbfs
 /// mount, and memfd records. Includes orphans (state `crashed`, `stale`,
 /// or `ready` with `held == false`). Sorted by name, then backend.
 pub fn list_regions_on(probe: &Probe) -> Result<Vec<RegionInfo>, RegionError> {

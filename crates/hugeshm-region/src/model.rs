@@ -331,11 +331,16 @@ pub enum RegionState {
     Newer,
     /// hugeshm's magic, but a header that does not add up.
     Damaged,
+    /// Another user's SysV segment: its header is not read (that would
+    /// attach it, and anyone can write a header), so whether it is a
+    /// hugeshm region is not known. Listed from `/proc/sysvipc/shm` alone,
+    /// under its key; never attached, reused or removed.
+    Untrusted,
 }
 
 impl RegionState {
     /// `ready`, `initializing`, `crashed`, `stale`, `foreign`, `collision`,
-    /// `newer`, `damaged`.
+    /// `newer`, `damaged`, `untrusted`.
     pub fn as_str(self) -> &'static str {
         match self {
             RegionState::Ready => "ready",
@@ -346,6 +351,7 @@ impl RegionState {
             RegionState::Collision => "collision",
             RegionState::Newer => "newer",
             RegionState::Damaged => "damaged",
+            RegionState::Untrusted => "untrusted",
         }
     }
 

@@ -7,10 +7,13 @@
 //! * Four processes looping create / attach / remove / list over the same
 //!   few names: no panic, no attach to a half-made region, and no segment,
 //!   file or reserved page left afterwards.
+//! * Another user's SysV segment under a region's key ([`sysv_squat`]).
 //!
-//! Children are this test binary re-executed with `HUGESHM_RACE_CHILD`.
+//! Children are this test binary re-executed with `HUGESHM_RACE_CHILD`
+//! (`HUGESHM_SYSV_SQUAT_CHILD` for [`sysv_squat`]).
 
 mod common;
+mod sysv_squat;
 
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -317,14 +317,6 @@ fn header_mismatches_are_refused() {
     pool.restore().unwrap();
 }
 
-/// Removes a raw SysV segment on drop.
-struct ShmGuard(i32);
-impl Drop for ShmGuard {
-    fn drop(&mut self) {
-        let _ = sys::shm_remove(self.0);
-    }
-}
-
 #[test]
 fn concurrent_creators_exactly_one_wins() {
     let Some(pool) = pool_guard("concurrent_creators_exactly_one_wins") else {
@@ -665,13 +657,7 @@ fn another_users_region_is_never_used_or_removed() {
     pool.ensure_free(MIB2, 4).unwrap();
     let mount = TempMount::new("hugetlbfs", "pagesize=2M,mode=1777");
     let untrusted = |what: &str, r: Result<(), RegionError>| {
-        let err = r.expect_err(what);
-        let RegionError::Untrusted { owner, reason, .. } = &err else {
-            panic!("{what}: {err}");
-        };
-        assert_eq!(owner.uid, 65534, "{what}: {err}");
-        assert!(reason.contains("uid 65534"), "{what}: {reason}");
-        let fix = err.fix().unwrap().render(Renderer::Cli);
+        let fix = assert_untrusted_65534(what, r);
         assert!(fix.contains("--owner 65534 --mode 0666"), "{what}: {fix}");
     };
     for backend in [

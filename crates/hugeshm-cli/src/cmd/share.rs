@@ -41,7 +41,8 @@ pub struct LsArgs {
     /// Print the regions as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Exit 1 when a region is orphaned, crashed or damaged.
+    /// Exit 1 when a region is orphaned, crashed or damaged (another
+    /// user's SysV segment, listed `untrusted`, is not counted).
     #[arg(long)]
     pub check: bool,
 }
@@ -284,8 +285,11 @@ fn print_attach(r: &AttachReport, out: &mut Out) -> anyhow::Result<()> {
 /// Runs `ls`.
 pub fn ls(roots: &Roots, a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     let regions = list_regions_on(&Probe::new(roots.clone())).map_err(region_error)?;
-    let bad =
-        |r: &RegionInfo| r.is_orphaned() || !matches!(r.state.as_str(), "ready" | "initializing");
+    // Another user's segment (`untrusted`: its header is not read) is no
+    // fault of this host's regions.
+    let bad = |r: &RegionInfo| {
+        r.is_orphaned() || !matches!(r.state.as_str(), "ready" | "initializing" | "untrusted")
+    };
     if a.json {
         out.json_doc(&crate::output::Keyed("regions", &regions))?;
     } else if regions.is_empty() {
@@ -335,6 +339,15 @@ pub fn ls(roots: &Roots, a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
             ]);
         }
         t.render(out, "")?;
+        for r in regions.iter().filter(|r| r.state.as_str() == "untrusted") {
+            out.line(format!(
+                "  {} {} ({}): {}",
+                out.severity(hugeshm_doctor::Severity::Info),
+                r.name,
+                r.backend,
+                r.detail.clone().unwrap_or_default()
+            ))?;
+        }
         for r in regions.iter().filter(|r| bad(r)) {
             let fix = if let Some(fix) = &r.fix {
                 let why = r

@@ -12,8 +12,8 @@ use super::{
 use crate::error::RegionError;
 use crate::header::{self, liveness, Decoded, Liveness, STATE_OFFSET, USED_BYTES};
 use crate::holders::Holders;
-use crate::inspect::{classify, info_from, RegionInfo};
-use crate::model::{Backend, Expect, NamedObject, Owner, RegionState};
+use crate::inspect::{classify, info_from, Classified, RegionInfo};
+use crate::model::{Backend, Expect, NamedObject, Owner, RegionState, Trust};
 use crate::naming::sysv_key;
 use crate::pool::{self, Backing};
 use crate::verify;
@@ -152,16 +152,36 @@ fn shmid_of(name: &str, what: &str) -> Result<Option<i32>, RegionError> {
 }
 
 /// Inspects segment `shmid` (key `key`): the region `expect_name`, or
-/// whatever its header says.
+/// whatever its header says. Its header is read only when `trust` accepts
+/// its owner (see [`untrusted_info`]).
 fn inspect_shmid(
     shmid: i32,
     key: i32,
     expect_name: Option<&str>,
     holders: &Holders<'_>,
+    trust: &Trust,
 ) -> Result<Inspected, RegionError> {
     let object_text = describe(key, shmid);
     let stat = sys::shm_stat(shmid)
         .map_err(|e| RegionError::sys_or_permission(|| format!("inspect {object_text}"), e))?;
+    let object = NamedObject::Sysv {
+        key,
+        shmid,
+        size_bytes: stat.size,
+        nattch: stat.nattch,
+    };
+    let owner = owner_of(&stat);
+    let cpid = u32::try_from(stat.cpid).ok().filter(|p| *p != 0);
+    if let Some(reason) = trust.refuses(owner) {
+        let name = expect_name
+            .map(str::to_owned)
+            .unwrap_or_else(|| key_name(key));
+        let info = untrusted_info(&name, object, owner, reason, cpid, holders);
+        return Ok(Inspected {
+            info,
+            handle: Handle::Sysv(Found { shmid }),
+        });
+    }
     let mut buf = [0u8; USED_BYTES];
     let peeked = if stat.size >= USED_BYTES as u64 {
         sys::shm_peek(shmid, &mut buf, true).map_err(|e| {
@@ -175,19 +195,12 @@ fn inspect_shmid(
     } else {
         Decoded::Unwritten
     };
-    let cpid = u32::try_from(stat.cpid).ok().filter(|p| *p != 0);
     let cpid_live = cpid.map(|p| liveness(p, None)).unwrap_or(Liveness::Unknown);
     let c = classify(decoded, expect_name, (cpid, cpid_live));
     let name = expect_name
         .map(str::to_owned)
         .or_else(|| c.header.as_ref().and_then(|h| h.name.clone()))
-        .unwrap_or_else(|| format!("key-{:08x}", key as u32));
-    let object = NamedObject::Sysv {
-        key,
-        shmid,
-        size_bytes: stat.size,
-        nattch: stat.nattch,
-    };
+        .unwrap_or_else(|| key_name(key));
     let mut info = info_from(
         &name,
         Backend::Sysv,
@@ -197,11 +210,57 @@ fn inspect_shmid(
         stat.nattch > 0,
         Some(stat.nattch),
     );
-    info.owner = Some(owner_of(&stat));
+    info.owner = Some(owner);
     Ok(Inspected {
         info,
         handle: Handle::Sysv(Found { shmid }),
     })
+}
+
+/// `key-XXXXXXXX`: the name of a segment whose header is not known.
+fn key_name(key: i32) -> String {
+    format!("key-{:08x}", key as u32)
+}
+
+/// A segment whose owner the caller does not trust, as the kernel
+/// describes it (`IPC_STAT`, `/proc/sysvipc/shm`), its header unread:
+/// reading it would attach another user's segment (changing its
+/// `shm_nattch`, `shm_lpid` and `shm_atime`, which its users and their
+/// reclaim checks read, and faulting its memory), and a header anyone can
+/// write proves nothing.
+fn untrusted_info(
+    name: &str,
+    object: NamedObject,
+    owner: Owner,
+    reason: String,
+    cpid: Option<u32>,
+    holders: &Holders<'_>,
+) -> RegionInfo {
+    let (shmid, nattch) = match object {
+        NamedObject::Sysv { shmid, nattch, .. } => (shmid, nattch),
+        _ => (0, 0),
+    };
+    let c = Classified {
+        version: None,
+        state: RegionState::Untrusted,
+        header: None,
+        detail: Some(format!(
+            "{reason}; hugeshm does not attach another user's segment to read its header"
+        )),
+        creator_pid: cpid,
+        creator: None,
+    };
+    let mut info = info_from(
+        name,
+        Backend::Sysv,
+        object,
+        c,
+        holders.shm(shmid),
+        nattch > 0,
+        Some(nattch),
+    );
+    info.owner = Some(owner);
+    info
 }
 
 impl Room for Sysv {
@@ -270,9 +329,13 @@ impl Room for Sysv {
 
     fn open(&self, place: &Place<'_>, _: &Holders<'_>) -> Result<Option<Opened>, RegionError> {
         match shmid_of(place.name, "attach")? {
-            Some(shmid) => {
-                open_shmid(shmid, Some(place.name.to_owned()), place.pmd_sharing).map(Some)
-            }
+            Some(shmid) => open_shmid(
+                shmid,
+                Some(place.name.to_owned()),
+                place.pmd_sharing,
+                &place.trust,
+            )
+            .map(Some),
             None => Ok(None),
         }
     }
@@ -296,6 +359,7 @@ impl Room for Sysv {
                 sysv_key(place.name),
                 Some(place.name),
                 holders,
+                &place.trust,
             )?]),
             None => Ok(Vec::new()),
         }
@@ -321,24 +385,58 @@ impl Room for Sysv {
         }
     }
 
+    /// Segments of this user with a hugeshm header (read through a
+    /// read-only attachment), and every other user's named segment from
+    /// `/proc/sysvipc/shm` alone, as [`RegionState::Untrusted`].
     fn list(&self, holders: &Holders<'_>) -> Vec<RegionInfo> {
         let mut out = Vec::new();
         let Ok(segments) = holders.probe().sysv_segments() else {
             return out;
         };
-        let me = rustix::process::geteuid().as_raw();
+        // This user's own segments, whatever their mode: attaching one's
+        // own segment read-only for a moment changes nothing another user
+        // relies on. Only on the live host: a captured /proc's shmids and
+        // uids say nothing about this kernel's segments.
+        let mine = Trust::own(0o777);
+        let live = holders.probe().roots.is_live();
         for seg in segments {
             // Named regions only.
             if seg.key == 0 || seg.size_bytes < USED_BYTES as u64 {
+                continue;
+            }
+            let owner = Owner {
+                uid: seg.uid,
+                mode: seg.perms & 0o777,
+            };
+            if let Some(reason) = mine.refuses(owner) {
+                let object = NamedObject::Sysv {
+                    key: seg.key,
+                    shmid: seg.shmid,
+                    size_bytes: seg.size_bytes,
+                    nattch: seg.nattch,
+                };
+                let cpid = Some(seg.cpid).filter(|p| *p != 0);
+                out.push(untrusted_info(
+                    &key_name(seg.key),
+                    object,
+                    owner,
+                    reason,
+                    cpid,
+                    holders,
+                ));
+                continue;
+            }
+            // The owner again, from the kernel, just before attaching.
+            let still_mine = live
+                && sys::shm_stat(seg.shmid).is_ok_and(|st| mine.refuses(owner_of(&st)).is_none());
+            if !still_mine {
                 continue;
             }
             let mut buf = [0u8; USED_BYTES];
             if seg.rss_bytes == Some(0) {
                 // Never touched: no header yet (whose creator may have
                 // died right after shmget). Nothing to read.
-            } else if !matches!(sys::shm_peek(seg.shmid, &mut buf, seg.uid == me), Ok(true)) {
-                // Never fault in memory of another user's segment just to
-                // look.
+            } else if !matches!(sys::shm_peek(seg.shmid, &mut buf, true), Ok(true)) {
                 continue;
             }
             let name = match header::decode(&buf) {
@@ -346,20 +444,16 @@ impl Room for Sysv {
                     Some(n) => n,
                     None => continue,
                 },
-                Decoded::Newer { .. } | Decoded::Damaged(_) => {
-                    format!("key-{:08x}", seg.key as u32)
-                }
+                Decoded::Newer { .. } | Decoded::Damaged(_) => key_name(seg.key),
                 // A header never written: a creator that died between
                 // shmget and the header (its name is not known yet, only
-                // its key). Shown for this user's idle segments only: an
-                // empty segment of another program looks the same.
-                Decoded::Unwritten if seg.uid == me && seg.nattch == 0 => {
-                    format!("key-{:08x}", seg.key as u32)
-                }
+                // its key). Shown for idle segments only: an empty segment
+                // of another program looks the same.
+                Decoded::Unwritten if seg.nattch == 0 => key_name(seg.key),
                 Decoded::Unwritten | Decoded::Foreign { .. } => continue,
             };
             let expect = (sysv_key(&name) == seg.key).then_some(name.as_str());
-            if let Ok(mut ins) = inspect_shmid(seg.shmid, seg.key, expect, holders) {
+            if let Ok(mut ins) = inspect_shmid(seg.shmid, seg.key, expect, holders, &mine) {
                 if expect.is_none() && ins.info.state == RegionState::Ready {
                     ins.info.state = RegionState::Collision;
                     ins.info.detail = Some(format!(
@@ -380,11 +474,14 @@ impl Room for Sysv {
 
 /// Attaches segment `shmid` read-write (1 GiB-aligned for page-table
 /// sharing when `pmd_sharing` and it is at least 1 GiB) and reads its
-/// header. `name`: the region it should hold, for messages.
+/// header. `name`: the region it should hold, for messages. A segment
+/// whose owner or mode `trust` refuses is refused before it is attached
+/// ([`RegionError::Untrusted`]).
 pub(crate) fn open_shmid(
     shmid: i32,
     name: Option<String>,
     pmd_sharing: bool,
+    trust: &Trust,
 ) -> Result<Opened, RegionError> {
     let stat = sys::shm_stat(shmid).map_err(|e| {
         RegionError::sys_or_permission(
@@ -399,6 +496,13 @@ pub(crate) fn open_shmid(
         )
     })?;
     let object = describe(stat.key, shmid);
+    RegionError::check_trust(
+        trust,
+        owner_of(&stat),
+        &object,
+        name.as_deref().unwrap_or_default(),
+        Backend::Sysv,
+    )?;
     let align = (pmd_sharing && stat.size >= PMD_SHARE_ALIGN as u64).then_some(PMD_SHARE_ALIGN);
     let mem = sys::shm_attach_placed(shmid, align)
         .map_err(|e| RegionError::sys_or_permission(|| format!("attach {object}"), e))?;

@@ -137,6 +137,31 @@ pub fn pool_counts(page: u64) -> (u64, u64, u64) {
     )
 }
 
+/// Asserts that `r` is [`RegionError::Untrusted`] naming uid 65534 as the
+/// owner, with a fix that accepts that owner; returns the fix as the CLI
+/// renders it.
+#[track_caller]
+pub fn assert_untrusted_65534(what: &str, r: Result<(), hugeshm_region::RegionError>) -> String {
+    let err = r.expect_err(what);
+    let hugeshm_region::RegionError::Untrusted { owner, reason, .. } = &err else {
+        panic!("{what}: {err}");
+    };
+    assert_eq!(owner.uid, 65534, "{what}: {err}");
+    assert!(reason.contains("uid 65534"), "{what}: {reason}");
+    let fix = err.fix().unwrap().render(hugeshm_region::Renderer::Cli);
+    assert!(fix.contains("--owner 65534"), "{what}: {fix}");
+    fix
+}
+
+/// Removes a raw SysV segment on drop.
+pub struct ShmGuard(pub i32);
+
+impl Drop for ShmGuard {
+    fn drop(&mut self) {
+        let _ = hugeshm_sys::shm_remove(self.0);
+    }
+}
+
 /// Removes a named region on drop (ignoring "not found"), so a failing
 /// assertion never leaves a segment or file behind. Declare it before the
 /// region: locals drop in reverse order, so the region is unmapped first.
@@ -219,16 +244,32 @@ impl Kid {
 
     /// Like [`Kid::spawn`], as uid/gid 65534 without groups or capabilities.
     pub fn spawn_as_nobody(test_fn: &str, env: &str, spec: &str) -> Kid {
+        Self::spawn_with(Self::nobody("--clear-groups"), test_fn, env, spec)
+    }
+
+    /// [`Kid::spawn_as_nobody`] in the group `vm.hugetlb_shm_group` names
+    /// (as a supplementary group): what `shmget(SHM_HUGETLB)` needs of a
+    /// user without `CAP_IPC_LOCK` (`RLIMIT_MEMLOCK` is not enough: Linux
+    /// 6.18 refused 4 MiB with 8 MiB of it, `EPERM`).
+    pub fn spawn_as_nobody_in_hugetlb_shm_group(test_fn: &str, env: &str, spec: &str) -> Kid {
+        let gid = std::fs::read_to_string("/proc/sys/vm/hugetlb_shm_group").unwrap();
+        let groups = format!("--groups={}", gid.trim());
+        Self::spawn_with(Self::nobody(&groups), test_fn, env, spec)
+    }
+
+    /// `setpriv` running this test binary as uid/gid 65534 without
+    /// capabilities, with `groups` (`--clear-groups` or `--groups=...`).
+    fn nobody(groups: &str) -> Command {
         let mut cmd = Command::new("setpriv");
         cmd.args([
             "--reuid=65534",
             "--regid=65534",
-            "--clear-groups",
+            groups,
             "--inh-caps=-all",
             "--bounding-set=-all",
         ])
         .arg(std::env::current_exe().unwrap());
-        Self::spawn_with(cmd, test_fn, env, spec)
+        cmd
     }
 
     fn spawn_with(mut cmd: Command, test_fn: &str, env: &str, spec: &str) -> Kid {

@@ -402,7 +402,9 @@ fn create(
             obj.info.key = Some(key);
             let att = sys::shm_attach(shmid).map_err(err)?;
             obj.info.addr = att.addr() as u64;
-            obj.info.size = att.len() as u64;
+            // The segment's size (the attachment is that rounded up to
+            // its page size).
+            obj.info.size = spec.size;
             if opts.touch {
                 populate(att.populate_write(), || att.touch())?;
             }
