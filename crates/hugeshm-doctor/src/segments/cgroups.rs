@@ -264,3 +264,92 @@ fn short_size(page: u64) -> String {
         format!("{}MB", page >> 20)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M2: u64 = 2 * MIB;
+
+    /// A 2 MiB size entry of a cgroup `/pg` whose own level limits faults
+    /// and reservations to `limit` and holds `held`.
+    fn size(limit: u64, held: u64) -> HugetlbCgroupSize {
+        let dir = "/sys/fs/cgroup/pg";
+        serde_json::from_value(serde_json::json!({
+            "page_size_bytes": M2,
+            "limit_bytes": limit, "usage_bytes": held,
+            "rsvd_limit_bytes": limit, "rsvd_usage_bytes": held,
+            "max_events": 0,
+            "effective_limit_bytes": limit, "effective_rsvd_limit_bytes": limit,
+            "binding_file": format!("{dir}/hugetlb.2MB.rsvd.max"),
+            "room_bytes": limit - held, "rsvd_room_bytes": limit - held,
+            "levels": [{"path": "/pg", "dir": dir, "limit_bytes": limit, "usage_bytes": held,
+                        "rsvd_limit_bytes": limit, "rsvd_usage_bytes": held, "max_events": 0}],
+        }))
+        .unwrap()
+    }
+
+    fn segment() -> Segment {
+        serde_json::from_value(serde_json::json!({
+            "kind": "anon", "id": 7, "key": null, "path": "/dev/zero", "size_bytes": 70 * MIB,
+            "page_size_bytes": 4096, "page_size_source": "smaps", "resident_bytes": null,
+            "thp_bytes": null, "owner_uid": 0, "mode": null, "creator_pid": null,
+            "creator_name": null, "attached_pids": [9], "attached": [], "nattch": null,
+            "nodes": {}, "numa_policy": null, "findings": [],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_cgroup_with_too_little_room_explains_the_fallback() {
+        // 8 MiB allowed, 2 MiB held by another process: room for 3 pages
+        // of the 35 the segment needs.
+        let f = fallback(&segment(), 9, "/pg", M2, 35, &size(8 * MIB, M2)).unwrap();
+        assert_eq!(f.code, "cgroup-fallback");
+        assert!(
+            f.message
+                .contains("lets a new mapping have 3 (hugetlb.2MB.max = 8 MiB, rsvd.max = 8 MiB)"),
+            "{}",
+            f.message
+        );
+        // What it holds plus the 35 pages, in both files.
+        let bytes = 2 * MIB + 35 * M2;
+        let fix = f.fix.unwrap();
+        assert!(
+            fix.starts_with(&format!(
+                "echo {bytes} > /sys/fs/cgroup/pg/hugetlb.2MB.max && echo {bytes} > \
+                 /sys/fs/cgroup/pg/hugetlb.2MB.rsvd.max"
+            )),
+            "{fix}"
+        );
+        // Room enough: the cgroup is not why.
+        assert!(fallback(&segment(), 9, "/pg", M2, 35, &size(80 * MIB, 0)).is_none());
+    }
+
+    #[test]
+    fn only_fallen_back_or_huge_segments_are_checked() {
+        let mut s = segment();
+        assert!(
+            check_of(&s, Some(M2)).is_none(),
+            "no silent-fallback finding"
+        );
+        s.findings.push(Finding::new(
+            Severity::Warning,
+            "silent-fallback",
+            "x",
+            None,
+        ));
+        assert!(matches!(
+            check_of(&s, Some(M2)),
+            Some(Check::Fallback { pages: 35, .. })
+        ));
+        s.kind = SegmentKind::Posix;
+        assert!(check_of(&s, Some(M2)).is_none(), "tmpfs is not charged");
+        s.kind = SegmentKind::Sysv;
+        s.page_size_bytes = Some(M2);
+        assert!(matches!(
+            check_of(&s, Some(M2)),
+            Some(Check::Short { page: M2 })
+        ));
+    }
+}

@@ -1176,6 +1176,61 @@ fn bind_nodes(policy: Option<&str>) -> Option<Vec<u32>> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_file_object_is_as_long_as_its_furthest_mapping() {
+        // DPDK --single-file-segments: one memfd, 32 mappings of 2 MiB.
+        let key = Key::File(0, 1, 25924);
+        let mut o = Obj::new(SegmentKind::Memfd, Some("/memfd:seg_2".into()));
+        for i in 0..32u64 {
+            let line = format!(
+                "{:x}-{:x} rw-s {:08x} 00:01 25924 /memfd:seg_2 (deleted)",
+                0x1180200000 + i * 2 * MIB,
+                0x1180400000 + i * 2 * MIB,
+                i * 2 * MIB
+            );
+            let m = hugeshm_parse::maps::parse_line("maps", 1, &line).unwrap();
+            o.add_mapping(&key, 42, &m);
+        }
+        assert_eq!(o.size, 64 * MIB);
+        assert_eq!(o.maps[&42].len(), 32);
+        // A private mapping at an offset is only its own length.
+        let m = hugeshm_parse::maps::parse_line(
+            "maps",
+            1,
+            "7f0000000000-7f0000200000 rw-p 00400000 00:0f 77 /dev/hugepages/x",
+        )
+        .unwrap();
+        let mut p = Obj::new(SegmentKind::PrivateHugetlb, None);
+        p.add_mapping(&Key::Private(42, m.start), 42, &m);
+        assert_eq!(p.size, 2 * MIB);
+    }
+
+    #[test]
+    fn as_root_only_unreadable_processes_seen_mapping_shm_matter() {
+        let problem = |pid: u32, kind: ProblemKind| ProcessProblem {
+            pid,
+            problem: Problem::new(format!("/proc/{pid}/maps"), kind, "denied"),
+        };
+        let all = [
+            problem(1, ProblemKind::Permission),
+            problem(7, ProblemKind::Permission),
+            problem(8, ProblemKind::Malformed),
+        ];
+        let mut h = HostSnapshot::default();
+        h.self_uid = Some(0);
+        h.shm = hugeshm_parse::sysvipc_shm::parse(
+            "       key      shmid perms                  size  cpid  lpid nattch   uid   gid  cuid  cgid      atime      dtime      ctime                   rss                  swap\n\
+                      0      32768   600               8388608     7     7      1     0     0     0     0          0          0          0               8388608                     0\n",
+        )
+        .unwrap();
+        let pids = |v: Vec<ProcessProblem>| v.iter().map(|p| p.pid).collect::<Vec<_>>();
+        // Pid 7 created an attached segment; 8's smaps is malformed.
+        assert_eq!(pids(unreadable_that_matter(&all, &h)), [7, 8]);
+        // Not root: every one of them.
+        h.self_uid = Some(1000);
+        assert_eq!(pids(unreadable_that_matter(&all, &h)), [1, 7, 8]);
+    }
+
     /// A 2-node host with /dev/shm mounted with `shm_options`.
     fn host(shm_options: &str) -> HostSnapshot {
         let mut h = HostSnapshot::default();
