@@ -104,7 +104,9 @@ fn all_findings<'a>(status: &'a StatusReport, segs: &'a SegmentsReport) -> Vec<&
 }
 
 fn is_fallback(s: &Segment) -> bool {
-    s.findings.iter().any(|f| f.code == "silent-fallback")
+    s.findings
+        .iter()
+        .any(|f| f.code == "silent-fallback" || f.code == "cgroup-fallback")
 }
 
 /// The metrics of one scrape.
@@ -213,7 +215,7 @@ pub fn registry(status: &StatusReport, segs: &SegmentsReport, info: ScrapeInfo) 
     fb.set(gauge_value(fallback));
     reg.register(
         "hugeshm_silent_fallback_bytes",
-        "Bytes of segments that sit on 4 KiB pages where huge pages were meant (finding silent-fallback)",
+        "Bytes of segments that sit on 4 KiB pages where huge pages were meant (findings silent-fallback, cgroup-fallback)",
         fb,
     );
 

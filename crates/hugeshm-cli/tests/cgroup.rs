@@ -318,13 +318,44 @@ fn postgres_in_a_limited_cgroup_is_explained() {
                 area["size_bytes"], area["page_size_bytes"]
             );
             assert_eq!(area["page_size_bytes"].as_u64(), Some(4096), "{area:#}");
+            // The cgroup refused the pages, not the pool: the fix raises
+            // the cgroup's limits (huge_pages=on alone would stop it from
+            // starting).
+            let codes: Vec<&str> = area["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|f| f["code"].as_str())
+                .collect();
             assert!(
-                area["findings"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|f| f["code"] == "silent-fallback"),
+                codes.contains(&"cgroup-fallback") && !codes.contains(&"silent-fallback"),
                 "{area:#}"
+            );
+            let finding = area["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["code"] == "cgroup-fallback")
+                .unwrap()
+                .clone();
+            let fix = finding["fix"].as_str().unwrap().to_owned();
+            println!("cgroup-fallback: {}\n  fix: {fix}", finding["message"]);
+            assert!(
+                !fix.contains("with huge pages required") && fix.contains("rsvd.max"),
+                "{fix}"
+            );
+            // Root's plain status lists the cgroup beside its own.
+            let st = common::json(common::hugeshm(&["status", "--json"]));
+            assert!(
+                st["server_cgroups"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|c| c["pids"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|p| p.as_u64() == Some(post as u64)))),
+                "{:#}",
+                st["server_cgroups"]
             );
             let out = in_cgroup(&cg, &["status", "--json"]).output().unwrap();
             let st: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -336,6 +367,21 @@ fn postgres_in_a_limited_cgroup_is_explained() {
                 .unwrap()
                 .clone();
             assert_eq!(row["can_get_pages"].as_u64(), Some(4), "{row}");
+            pg.stop().expect("stop");
+
+            // The printed fix, as an admin runs it, then a restart: huge pages.
+            let command = fix.split(" (Kubernetes").next().unwrap();
+            let ran = std::process::Command::new("sh")
+                .args(["-c", command])
+                .status()
+                .unwrap();
+            assert!(ran.success(), "{command}");
+            pg.start("try").expect("PostgreSQL starts after the fix");
+            let post = pg.postmaster_pid().expect("postmaster");
+            let vma = hugeshm_testkit::postgres::main_shm_vma(post)
+                .unwrap()
+                .expect("its shared memory");
+            assert_eq!(vma.kernel_page_kb(), Some(2048), "{vma:?}");
             pg.stop().expect("stop");
         }
     }

@@ -196,6 +196,15 @@ pub struct StatusReport {
     /// what `hugeadm --explain` says, with the numbers.
     #[serde(default)]
     pub tuning: crate::tuning::TuningReport,
+    /// The hugetlb cgroups with a limit that hold processes mapping shared
+    /// memory that needs huge pages (or fell back from them): shown beside
+    /// the cgroup of `cgroup_pid` or hugeshm's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_cgroups: Vec<segments::LimitedCgroup>,
+    /// Processes the scan could not read; those that matter are also a
+    /// `processes-unreadable` finding, the rest a footnote.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<segments::ProcessProblem>,
 }
 
 /// A process that maps huge page shared memory, and its memlock limit.
@@ -218,10 +227,22 @@ pub struct ServerLimit {
     /// those to its memlock limit unless it has `CAP_IPC_LOCK` or is in
     /// `vm.hugetlb_shm_group`.
     pub sysv_created_bytes: u64,
-    /// Bytes it has locked (`VmLck`).
+    /// Bytes it has locked (`VmLck`). After `mlockall(MCL_FUTURE)` this
+    /// also counts address space reserved with `PROT_NONE`, which holds
+    /// no memory (DPDK reserves 128 GiB so).
     pub locked_bytes: u64,
+    /// Of [`locked_bytes`](Self::locked_bytes), the locked mappings that
+    /// can be accessed (not `PROT_NONE`), from its smaps: read only where
+    /// `VmLck` exceeds a limit that binds it (`None` otherwise, or where
+    /// smaps could not be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locked_accessible_bytes: Option<u64>,
     /// Its soft `RLIMIT_MEMLOCK` (`None`: unlimited).
     pub memlock_bytes: Option<u64>,
+    /// Whether it has `CAP_IPC_LOCK` (`CapEff`): then `RLIMIT_MEMLOCK`
+    /// binds none of its locking and none of its SysV segments.
+    #[serde(default)]
+    pub cap_ipc_lock: bool,
     /// Whether it has `CAP_IPC_LOCK`, or is in `vm.hugetlb_shm_group`: the
     /// memlock limit does not apply to its SysV huge page segments.
     pub exempt: bool,
@@ -371,7 +392,9 @@ fn servers(probe: &Probe, segs: &SegmentsReport, shm_group: Option<u64>) -> Vec<
                 huge_bytes: 0,
                 sysv_created_bytes: 0,
                 locked_bytes: 0,
+                locked_accessible_bytes: None,
                 memlock_bytes: None,
+                cap_ipc_lock: false,
                 exempt: false,
             });
             e.huge_bytes = e.huge_bytes.saturating_add(s.size_bytes);
@@ -392,8 +415,19 @@ fn servers(probe: &Probe, segs: &SegmentsReport, shm_group: Option<u64>) -> Vec<
                         .map_or_else(|| format!(":{u}"), str::to_owned)
                 });
                 e.locked_bytes = st.vm_lck_bytes.unwrap_or(0);
-                e.exempt = st.has_cap_ipc_lock()
+                e.cap_ipc_lock = st.has_cap_ipc_lock();
+                e.exempt = e.cap_ipc_lock
                     || shm_group.is_some_and(|g| u32::try_from(g).is_ok_and(|g| st.in_group(g)));
+            }
+            // VmLck over a limit that binds: what of it the limit would
+            // refuse on the next start (its PROT_NONE reservations hold
+            // nothing and mlock of them is not what fails).
+            if !e.cap_ipc_lock && e.memlock_bytes.is_some_and(|ml| e.locked_bytes > ml) {
+                e.locked_accessible_bytes = probe
+                    .pid(e.pid)
+                    .smaps()
+                    .ok()
+                    .map(|sm| locked_accessible(&sm));
             }
             e.unit = std::fs::read_to_string(probe.proc_path(&format!("{}/cgroup", e.pid)))
                 .ok()
@@ -403,11 +437,47 @@ fn servers(probe: &Probe, segs: &SegmentsReport, shm_group: Option<u64>) -> Vec<
         .collect()
 }
 
-/// What a server needs its memlock limit to cover: the SysV huge page
-/// segments it creates (unless exempt), and what it locks.
+/// Bytes of the locked mappings of a process that can be accessed: those
+/// with the `lo` flag that are not `PROT_NONE`. hugetlb mappings are never
+/// marked locked (mlock skips them).
+fn locked_accessible(smaps: &[hugeshm_parse::smaps::SmapsEntry]) -> u64 {
+    smaps
+        .iter()
+        .filter(|e| e.vm_flags.iter().any(|f| f == "lo"))
+        .filter(|e| e.map.perms.read || e.map.perms.write || e.map.perms.exec)
+        .map(|e| e.size_bytes)
+        .fold(0, u64::saturating_add)
+}
+
+/// What a server needs its memlock limit to cover, where the limit binds
+/// it at all (not with `CAP_IPC_LOCK`): the SysV huge page segments it
+/// creates (unless in `vm.hugetlb_shm_group`), and what it locks that is
+/// accessible (its `VmLck` where smaps was not read).
 fn memlock_needed(s: &ServerLimit) -> u64 {
+    if s.cap_ipc_lock {
+        return 0;
+    }
     let sysv = if s.exempt { 0 } else { s.sysv_created_bytes };
-    sysv.max(s.locked_bytes)
+    sysv.max(s.locked_accessible_bytes.unwrap_or(s.locked_bytes))
+}
+
+/// What [`memlock_needed`] counted, in words.
+fn memlock_reason(s: &ServerLimit, need: u64) -> String {
+    let locked = s.locked_accessible_bytes.unwrap_or(s.locked_bytes);
+    if locked < need {
+        return "its SysV huge page segments, without CAP_IPC_LOCK or vm.hugetlb_shm_group"
+            .to_owned();
+    }
+    match s.locked_accessible_bytes {
+        Some(a) if a < s.locked_bytes => format!(
+            "its locked mappings that can be accessed; VmLck {} also counts {} of PROT_NONE \
+             reservations",
+            format_bytes(s.locked_bytes),
+            format_bytes(s.locked_bytes - a)
+        ),
+        Some(_) => "its locked mappings".to_owned(),
+        None => "it locks its memory (VmLck)".to_owned(),
+    }
 }
 
 /// `memlock-small`: a server whose memlock limit is below what it needs:
@@ -438,15 +508,16 @@ fn server_findings(r: &StatusReport) -> Vec<Finding> {
                 Severity::Warning,
                 "memlock-small",
                 format!(
-                    "{who} needs {} of locked memory ({}) with a memlock limit of {}: its next \
-                     start fails",
+                    "{who} needs {} of locked memory ({}) with a memlock limit of {}, which binds \
+                     it (no CAP_IPC_LOCK): its next start fails to {}",
                     format_bytes(need),
-                    if s.locked_bytes >= need {
-                        "it locks its memory"
+                    memlock_reason(s, need),
+                    format_bytes(ml),
+                    if s.locked_accessible_bytes.unwrap_or(s.locked_bytes) >= need {
+                        "lock it"
                     } else {
-                        "its SysV huge page segments, without CAP_IPC_LOCK or vm.hugetlb_shm_group"
-                    },
-                    format_bytes(ml)
+                        "create them"
+                    }
                 ),
                 Some(match &s.unit {
                     Some(u) if u.ends_with(".service") => format!(
@@ -636,6 +707,8 @@ pub fn build_from(host: &HostSnapshot, segs: Option<&SegmentsReport>) -> StatusR
         cgroup_pid: None,
         pmem: None,
         tuning: crate::tuning::build(host),
+        server_cgroups: segs.map(|s| s.limited_cgroups.clone()).unwrap_or_default(),
+        unreadable: segs.map(|s| s.unreadable.clone()).unwrap_or_default(),
     };
     report.findings = findings(host, &report, segs);
     report
@@ -1142,7 +1215,9 @@ mod tests {
             huge_bytes: GIB.max(locked),
             sysv_created_bytes: sysv,
             locked_bytes: locked,
+            locked_accessible_bytes: None,
             memlock_bytes: Some(limit),
+            cap_ipc_lock: false,
             exempt,
         };
         r.servers = vec![
@@ -1162,9 +1237,30 @@ mod tests {
             server(13, "postgres", None, 0, 0, 64 << 10, false),
             // Locks 2 GiB under a 1 GiB limit.
             server(12, "java", None, 0, 2 * GIB, GIB, false),
+            // Root's DPDK: mlockall with CAP_IPC_LOCK, VmLck 128 GiB of
+            // reservations: the limit does not bind it.
+            ServerLimit {
+                cap_ipc_lock: true,
+                ..server(14, "dpdk-testpmd", None, 0, 128 * GIB, 8 << 20, true)
+            },
+            // The same as a user: 96 MiB of its VmLck can be accessed.
+            ServerLimit {
+                locked_accessible_bytes: Some(96 << 20),
+                ..server(15, "dpdk-testpmd", None, 0, 128 * GIB, 8 << 20, false)
+            },
         ];
         let f = server_findings(&r);
-        assert_eq!(f.len(), 2, "{f:#?}");
+        assert_eq!(f.len(), 3, "{f:#?}");
+        assert!(
+            f[2].message.starts_with(
+                "pid 15 (dpdk-testpmd) needs 96 MiB of locked memory (its locked mappings that \
+                 can be accessed; VmLck 128 GiB also counts 128 GiB of PROT_NONE reservations) \
+                 with a memlock limit of 8 MiB, which binds it (no CAP_IPC_LOCK): its next start \
+                 fails to lock it"
+            ),
+            "{}",
+            f[2].message
+        );
         assert!(
             f[0].message.starts_with(
                 "pid 10 (oracle) of oracle-db.service needs 1 GiB of locked memory (its SysV"

@@ -354,6 +354,24 @@ pub fn nr_hugepages_path(page_size_bytes: u64, node: Option<u32>) -> String {
     }
 }
 
+/// The two hugetlb limit files of a cgroup level from either one: the
+/// limit on faulted pages and the reservation limit beside it (`None`
+/// where the name is neither form).
+fn cgroup_limit_pair(file: &str) -> (String, Option<String>) {
+    for (faults, rsvd) in [
+        (".max", ".rsvd.max"),
+        (".limit_in_bytes", ".rsvd.limit_in_bytes"),
+    ] {
+        if let Some(p) = file.strip_suffix(rsvd) {
+            return (format!("{p}{faults}"), Some(file.to_owned()));
+        }
+        if let Some(p) = file.strip_suffix(faults) {
+            return (file.to_owned(), Some(format!("{p}{rsvd}")));
+        }
+    }
+    (file.to_owned(), None)
+}
+
 /// A Kubernetes quantity: `64Mi`, `2Gi`, else bytes.
 pub fn k8s_quantity(bytes: u64) -> String {
     const GI: u64 = 1 << 30;
@@ -410,20 +428,16 @@ impl Fix {
                 let size = format!("{}B", short_size(*page_size_bytes));
                 match file {
                     Some(f) => {
-                        // The reservation limit beside it (v2 `.rsvd.max`,
-                        // v1 `.rsvd.limit_in_bytes`).
-                        let rsvd = f
-                            .strip_suffix(".max")
-                            .map(|p| format!("{p}.rsvd.max"))
-                            .or_else(|| {
-                                f.strip_suffix(".limit_in_bytes")
-                                    .map(|p| format!("{p}.rsvd.limit_in_bytes"))
-                            })
-                            .filter(|_| !f.contains(".rsvd."))
+                        // Both limits of the level: on faulted pages (v2
+                        // `.max`, v1 `.limit_in_bytes`) and on reservations
+                        // (`.rsvd.max`, `.rsvd.limit_in_bytes`), whichever
+                        // of the two binds.
+                        let (faults, rsvd) = cgroup_limit_pair(f);
+                        let rsvd = rsvd
                             .map(|r| format!(" && echo {bytes} > {r}"))
                             .unwrap_or_default();
                         format!(
-                            "echo {bytes} > {f}{rsvd} (Kubernetes: \
+                            "echo {bytes} > {faults}{rsvd} (Kubernetes: \
                              resources.limits.hugepages-{}i: {})",
                             size.trim_end_matches('B'),
                             k8s_quantity(*bytes)
@@ -910,6 +924,19 @@ mod tests {
             "echo 67108864 > /sys/fs/cgroup/pod/hugetlb.2MB.max && echo 67108864 > \
              /sys/fs/cgroup/pod/hugetlb.2MB.rsvd.max (Kubernetes: \
              resources.limits.hugepages-2Mi: 64Mi)"
+        );
+        // From the reservation limit, both files too.
+        let rsvd = Fix::RaiseCgroupLimit {
+            page_size_bytes: 2 << 20,
+            file: Some("/sys/fs/cgroup/pod/hugetlb.2MB.rsvd.max".into()),
+            bytes: 64 << 20,
+        };
+        assert!(
+            rsvd.to_string().starts_with(
+                "echo 67108864 > /sys/fs/cgroup/pod/hugetlb.2MB.max && echo 67108864 > \
+                 /sys/fs/cgroup/pod/hugetlb.2MB.rsvd.max (Kubernetes"
+            ),
+            "{rsvd}"
         );
         let v1 = Fix::RaiseCgroupLimit {
             page_size_bytes: 2 << 20,

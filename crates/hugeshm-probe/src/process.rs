@@ -44,6 +44,17 @@ impl PidFiles {
     pub fn smaps(&self) -> Result<Vec<SmapsEntry>, ReadError> {
         read_parse(&self.dir.join("smaps"), smaps::parse)
     }
+    /// The size of the file mapped at `start..end` (`stat` of
+    /// `/proc/PID/map_files/START-END`, which needs `CAP_SYS_ADMIN` or
+    /// `CAP_CHECKPOINT_RESTORE`; absent from captured trees): the whole
+    /// object's length, where the mappings may show only pieces of it.
+    /// Nothing is opened. `None` where it cannot be read or is not a
+    /// regular file (a device-dax character device).
+    pub fn mapped_file_size(&self, start: u64, end: u64) -> Option<u64> {
+        let path = self.dir.join(format!("map_files/{start:x}-{end:x}"));
+        let meta = std::fs::metadata(path).ok()?;
+        meta.is_file().then_some(meta.len())
+    }
     /// `/proc/PID/numa_maps` (absent on kernels without NUMA).
     pub fn numa_maps(&self) -> Result<Vec<NumaMapsEntry>, ReadError> {
         read_parse(&self.dir.join("numa_maps"), numa_maps::parse)

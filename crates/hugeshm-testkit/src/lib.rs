@@ -43,6 +43,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cgroup;
+pub mod dpdk;
 pub mod guest;
 mod host;
 mod pool;

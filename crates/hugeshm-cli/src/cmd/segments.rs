@@ -45,6 +45,11 @@ struct Doc<'a> {
     segments: &'a [Segment],
     findings: &'a [Finding],
     problems: &'a [Problem],
+    /// Every process that could not be read (those that matter are also a
+    /// `processes-unreadable` finding).
+    unreadable: &'a [segments::ProcessProblem],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    limited_cgroups: &'a [segments::LimitedCgroup],
 }
 
 /// Runs the command.
@@ -59,12 +64,12 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
     let actionable = any_actionable(&report.findings)
         || report.segments.iter().any(|s| any_actionable(&s.findings));
     if args.json {
-        // Processes that could not be read are in the findings
-        // (processes-unreadable), host files in the problems.
         out.json_doc(&Doc {
             segments: &report.segments,
             findings: &report.findings,
             problems: &report.problems,
+            unreadable: &report.unreadable,
+            limited_cgroups: &report.limited_cgroups,
         })?;
     } else {
         print(&report, out)?;
@@ -268,10 +273,14 @@ pub fn print(r: &SegmentsReport, out: &mut Out) -> anyhow::Result<()> {
         "scanned {} processes in {:.0} ms{}{}",
         r.processes_scanned,
         r.scan_seconds * 1000.0,
-        if r.unreadable.is_empty() {
-            String::new()
-        } else {
-            format!("; {} could not be read", r.unreadable.len())
+        match r.unreadable.first() {
+            None => String::new(),
+            Some(first) => format!(
+                "; {} could not be read (pid {}: {}), their shared memory not counted",
+                r.unreadable.len(),
+                first.pid,
+                first.problem.reason
+            ),
         },
         if r.processes_vanished == 0 {
             String::new()

@@ -1,7 +1,7 @@
 //! `hugeshm status`.
 
 use crate::output::{self, Out, Table};
-use hugeshm_doctor::finding::any_actionable;
+use hugeshm_doctor::finding::{any_actionable, plural};
 use hugeshm_doctor::status::{self, StatusReport};
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{Probe, Roots};
@@ -231,6 +231,14 @@ pub fn print(r: &StatusReport, out: &mut Out) -> anyhow::Result<()> {
         out.line(out.bold("Findings"))?;
         output::findings(out, &r.findings, "  ")?;
     }
+    if let Some(first) = r.unreadable.first() {
+        out.line(out.dim(&format!(
+            "{} could not be read (pid {}: {}): the shared memory only they map is not counted",
+            plural(r.unreadable.len(), "process", "processes"),
+            first.pid,
+            first.problem.reason
+        )))?;
+    }
     Ok(())
 }
 
@@ -352,6 +360,37 @@ fn print_cgroup(r: &StatusReport, out: &mut Out) -> anyhow::Result<()> {
             page_size_short(s.page_size_bytes),
             s.binding_file.as_deref().unwrap_or_default()
         )))?;
+    }
+    print_server_cgroups(r, &cg.path, out)
+}
+
+/// The limited cgroups of the processes that map shared memory, other
+/// than the one shown above: a line per page size they limit.
+fn print_server_cgroups(r: &StatusReport, shown: &str, out: &mut Out) -> anyhow::Result<()> {
+    let others: Vec<_> = r
+        .server_cgroups
+        .iter()
+        .filter(|c| c.cgroup.path != shown)
+        .collect();
+    if others.is_empty() {
+        return Ok(());
+    }
+    out.line("  cgroups with a hugetlb limit of the processes that map shared memory:")?;
+    for c in others {
+        let pids: Vec<String> = c.pids.iter().map(u32::to_string).collect();
+        for s in c.cgroup.sizes.iter().filter(|s| s.binding_file.is_some()) {
+            out.line(format!(
+                "    {} (pids {}): {} limit {}, usage {}, room {} pages for a new mapping ({})",
+                c.cgroup.path,
+                pids.join(", "),
+                page_size_short(s.page_size_bytes),
+                limit_with_rsvd(s.effective_limit_bytes, s.effective_rsvd_limit_bytes),
+                format_bytes(s.usage_bytes.max(s.rsvd_usage_bytes.unwrap_or(0))),
+                s.new_mapping_pages()
+                    .map_or_else(|| "unlimited".to_owned(), |p| p.to_string()),
+                s.binding_file.as_deref().unwrap_or_default()
+            ))?;
+        }
     }
     Ok(())
 }

@@ -12,6 +12,10 @@
 //! one process's PMD mappings say nothing of another's: sampling goes on
 //! unless the object is all PMD-mapped.)
 
+mod cgroups;
+
+pub use cgroups::LimitedCgroup;
+
 use crate::dax::{self, DaxInfo};
 use crate::finding::{plural, pool_fix, Finding, Severity};
 use hugeshm_parse::maps::MapsEntry;
@@ -215,9 +219,13 @@ pub struct SegmentsReport {
     /// or `text`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maps_read: Option<MapsRead>,
+    /// The hugetlb cgroups with a limit that hold processes mapping the
+    /// segments that need huge pages (or fell back from them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limited_cgroups: Vec<LimitedCgroup>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Key {
     Sysv(u64),
     File(u32, u32, u64),
@@ -234,6 +242,67 @@ struct Obj {
     page_from_mount: Option<(u64, String)>,
     /// pid → (start, end, file offset) of its mappings (`dax` only).
     ranges: BTreeMap<u32, Vec<(u64, u64, u64)>>,
+    /// One mapping (pid, start, end) of a file-backed object, through
+    /// which its own size can be read.
+    first_map: Option<(u32, u64, u64)>,
+}
+
+impl Obj {
+    fn new(kind: SegmentKind, path: Option<String>) -> Obj {
+        Obj {
+            kind,
+            path,
+            size: 0,
+            maps: BTreeMap::new(),
+            file: None,
+            page_from_mount: None,
+            ranges: BTreeMap::new(),
+            first_map: None,
+        }
+    }
+
+    /// Adds one mapping of the object by `pid`. A file-backed object
+    /// (memfd, hugetlbfs or tmpfs file, DAX, shared anonymous memory) is as
+    /// long as the furthest `offset + length` of any mapping of it: a
+    /// process may map it in pieces (DPDK's `--single-file-segments` maps a
+    /// 64 MiB memfd as 32 mappings of 2 MiB). A private mapping is its own
+    /// object.
+    fn add_mapping(&mut self, key: &Key, pid: u32, m: &MapsEntry) {
+        let extent = match key {
+            Key::File(..) => m.offset.saturating_add(m.size_bytes()),
+            Key::Sysv(_) | Key::Private(..) => m.size_bytes(),
+        };
+        self.size = self.size.max(extent);
+        self.maps.entry(pid).or_default().push(m.start);
+        if self.kind == SegmentKind::Dax {
+            self.ranges
+                .entry(pid)
+                .or_default()
+                .push((m.start, m.end, m.offset));
+        }
+        if matches!(key, Key::File(..)) && self.first_map.is_none() {
+            self.first_map = Some((pid, m.start, m.end));
+        }
+    }
+
+    /// The object's size: its file's own length where the file can be
+    /// read through a mapping (live host, as root) and is not on a mount
+    /// hugeshm lists (those have it already), else the extent of its
+    /// mappings.
+    fn size_bytes(&self, probe: &Probe) -> u64 {
+        if self.file.is_some()
+            || !matches!(
+                self.kind,
+                SegmentKind::Memfd | SegmentKind::Hugetlbfs | SegmentKind::Posix | SegmentKind::Dax
+            )
+        {
+            return self.size;
+        }
+        self.first_map
+            .and_then(|(pid, start, end)| probe.pid(pid).mapped_file_size(start, end))
+            .filter(|&n| n > 0)
+            .unwrap_or(self.size)
+    }
 }
 
 struct Mounts {
@@ -412,23 +481,9 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
             None => {}
         }
         for (key, kind, m) in maps {
-            let o = objs.entry(key).or_insert_with(|| Obj {
-                kind,
-                path: m.pathname.clone(),
-                size: 0,
-                maps: BTreeMap::new(),
-                file: None,
-                page_from_mount: None,
-                ranges: BTreeMap::new(),
-            });
-            o.size = o.size.max(m.size_bytes());
-            o.maps.entry(pid).or_default().push(m.start);
-            if kind == SegmentKind::Dax {
-                o.ranges
-                    .entry(pid)
-                    .or_default()
-                    .push((m.start, m.end, m.offset));
-            }
+            objs.entry(key)
+                .or_insert_with(|| Obj::new(kind, m.pathname.clone()))
+                .add_mapping(&key, pid, &m);
         }
     }
     // Problems with status after those with maps, as when they were read
@@ -465,19 +520,14 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
         };
         for f in files {
             let key = Key::File(f.dev.0, f.dev.1, f.inode);
-            let o = objs.entry(key).or_insert_with(|| Obj {
-                kind: if mnt.is_hugetlbfs() {
-                    SegmentKind::Hugetlbfs
-                } else {
-                    SegmentKind::Posix
-                },
-                path: Some(f.path.clone()),
-                size: 0,
-                maps: BTreeMap::new(),
-                file: None,
-                page_from_mount: None,
-                ranges: BTreeMap::new(),
-            });
+            let kind = if mnt.is_hugetlbfs() {
+                SegmentKind::Hugetlbfs
+            } else {
+                SegmentKind::Posix
+            };
+            let o = objs
+                .entry(key)
+                .or_insert_with(|| Obj::new(kind, Some(f.path.clone())));
             o.size = o.size.max(f.size_bytes);
             o.path = Some(f.path.clone());
             o.page_from_mount = page.clone();
@@ -488,15 +538,7 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
     // 3. SysV segments nobody maps (or whose users we cannot see).
     for s in &host.shm {
         objs.entry(Key::Sysv(s.shmid as u64))
-            .or_insert_with(|| Obj {
-                kind: SegmentKind::Sysv,
-                path: None,
-                size: 0,
-                maps: BTreeMap::new(),
-                file: None,
-                page_from_mount: None,
-                ranges: BTreeMap::new(),
-            });
+            .or_insert_with(|| Obj::new(SegmentKind::Sysv, None));
     }
 
     // 4. smaps/numa_maps of a sample of each object's processes, read in
@@ -557,7 +599,7 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
                     .map(|p| p.trim_start_matches('/').to_string()),
                 _ => o.path.clone(),
             },
-            size_bytes: sysv.map(|s| s.size_bytes).unwrap_or(o.size),
+            size_bytes: sysv.map_or_else(|| o.size_bytes(probe), |s| s.size_bytes),
             page_size_bytes: None,
             page_size_source: String::new(),
             resident_bytes: None,
@@ -721,13 +763,14 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
         report.segments.push(seg);
     }
 
-    cgroup_pass(probe, &mut report.segments);
+    report.limited_cgroups = cgroups::pass(probe, &mut report.segments, default_huge);
     report.processes_vanished = vanished;
     report.unreadable = unreadable;
-    if !report.unreadable.is_empty() {
+    let matters = unreadable_that_matter(&report.unreadable, host);
+    if !matters.is_empty() {
         report
             .findings
-            .push(unreadable_finding(&report.unreadable, host.self_uid));
+            .push(unreadable_finding(&matters, host.self_uid));
     }
     report.segments.sort_by_key(|s| {
         (
@@ -824,71 +867,24 @@ fn dax_pass(
     seg.dax = Some(info);
 }
 
-/// For the processes that map hugetlb memory: their hugetlb cgroup, and a
-/// `segment-cgroup-short` finding on a segment larger than what the cgroup
-/// of a process mapping it allows (its faults past the limit are refused).
-/// One cgroup read per distinct cgroup.
-fn cgroup_pass(probe: &Probe, segments: &mut [Segment]) {
-    let mut by_path: BTreeMap<String, Option<hugeshm_probe::HugetlbCgroup>> = BTreeMap::new();
-    for seg in segments.iter_mut() {
-        let Some(page) = seg.page_size_bytes.filter(|p| *p > BASE_PAGE) else {
-            continue;
-        };
-        if matches!(seg.kind, SegmentKind::Posix | SegmentKind::Dax) {
-            continue; // tmpfs THP, DAX: not charged to the hugetlb controller
-        }
-        let mut short: Option<(u32, String, u64, String)> = None;
-        for a in seg.attached.iter_mut() {
-            let Ok(entries) = probe.cgroups(Some(a.pid)) else {
-                continue;
-            };
-            let Some(path) = hugeshm_parse::cgroup::find(&entries, "hugetlb", false)
-                .or_else(|| hugeshm_parse::cgroup::find(&entries, "hugetlb", true))
-                .map(|e| e.path.clone())
-            else {
-                continue;
-            };
-            a.cgroup = Some(path.clone());
-            let cg = by_path
-                .entry(path.clone())
-                .or_insert_with(|| probe.hugetlb_cgroup(Some(a.pid)).ok().flatten());
-            let Some(size) = cg.as_ref().and_then(|c| c.size(page)) else {
-                continue;
-            };
-            if let (Some(limit), None) = (size.effective_limit_bytes, &short) {
-                if limit < seg.size_bytes {
-                    let file = size
-                        .binding_file
-                        .clone()
-                        .unwrap_or_else(|| format!("hugetlb limit of {path}"));
-                    short = Some((a.pid, path.clone(), limit, file));
-                }
-            }
-        }
-        if let Some((pid, path, limit, file)) = short {
-            seg.findings.push(Finding::new(
-                Severity::Warning,
-                "segment-cgroup-short",
-                format!(
-                    "{} ({} on {} pages) is mapped by pid {pid} in cgroup {path}, whose hugetlb \
-                     limit allows {} ({file}): its faults past the limit are refused (SIGBUS, or \
-                     an error where they are pre-faulted)",
-                    seg.label(),
-                    format_bytes(seg.size_bytes),
-                    format_bytes(page),
-                    format_bytes(limit)
-                ),
-                Some(
-                    hugeshm_fix::Fix::RaiseCgroupLimit {
-                        page_size_bytes: page,
-                        file: Some(file),
-                        bytes: seg.size_bytes,
-                    }
-                    .to_string(),
-                ),
-            ));
-        }
-    }
+/// The unreadable processes worth a finding: every one the caller could
+/// read with more rights (not root), every malformed file, and, as root,
+/// those whose maps are closed to root too (another pid namespace, an LSM)
+/// only where they are seen mapping shared memory anyway (the creator or
+/// last user of a SysV segment still attached). The others are only
+/// counted in the scan's footnote.
+fn unreadable_that_matter(all: &[ProcessProblem], host: &HostSnapshot) -> Vec<ProcessProblem> {
+    let maps_shm = |pid: u32| {
+        host.shm
+            .iter()
+            .any(|s| s.nattch > 0 && (s.cpid == pid || s.lpid == pid))
+    };
+    all.iter()
+        .filter(|p| {
+            p.problem.kind != ProblemKind::Permission || host.self_uid != Some(0) || maps_shm(p.pid)
+        })
+        .cloned()
+        .collect()
 }
 
 /// One finding for the processes the scan could not read, with a fix per cause.
@@ -1179,6 +1175,61 @@ fn bind_nodes(policy: Option<&str>) -> Option<Vec<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_object_is_as_long_as_its_furthest_mapping() {
+        // DPDK --single-file-segments: one memfd, 32 mappings of 2 MiB.
+        let key = Key::File(0, 1, 25924);
+        let mut o = Obj::new(SegmentKind::Memfd, Some("/memfd:seg_2".into()));
+        for i in 0..32u64 {
+            let line = format!(
+                "{:x}-{:x} rw-s {:08x} 00:01 25924 /memfd:seg_2 (deleted)",
+                0x1180200000 + i * 2 * MIB,
+                0x1180400000 + i * 2 * MIB,
+                i * 2 * MIB
+            );
+            let m = hugeshm_parse::maps::parse_line("maps", 1, &line).unwrap();
+            o.add_mapping(&key, 42, &m);
+        }
+        assert_eq!(o.size, 64 * MIB);
+        assert_eq!(o.maps[&42].len(), 32);
+        // A private mapping at an offset is only its own length.
+        let m = hugeshm_parse::maps::parse_line(
+            "maps",
+            1,
+            "7f0000000000-7f0000200000 rw-p 00400000 00:0f 77 /dev/hugepages/x",
+        )
+        .unwrap();
+        let mut p = Obj::new(SegmentKind::PrivateHugetlb, None);
+        p.add_mapping(&Key::Private(42, m.start), 42, &m);
+        assert_eq!(p.size, 2 * MIB);
+    }
+
+    #[test]
+    fn as_root_only_unreadable_processes_seen_mapping_shm_matter() {
+        let problem = |pid: u32, kind: ProblemKind| ProcessProblem {
+            pid,
+            problem: Problem::new(format!("/proc/{pid}/maps"), kind, "denied"),
+        };
+        let all = [
+            problem(1, ProblemKind::Permission),
+            problem(7, ProblemKind::Permission),
+            problem(8, ProblemKind::Malformed),
+        ];
+        let mut h = HostSnapshot::default();
+        h.self_uid = Some(0);
+        h.shm = hugeshm_parse::sysvipc_shm::parse(
+            "       key      shmid perms                  size  cpid  lpid nattch   uid   gid  cuid  cgid      atime      dtime      ctime                   rss                  swap\n\
+                      0      32768   600               8388608     7     7      1     0     0     0     0          0          0          0               8388608                     0\n",
+        )
+        .unwrap();
+        let pids = |v: Vec<ProcessProblem>| v.iter().map(|p| p.pid).collect::<Vec<_>>();
+        // Pid 7 created an attached segment; 8's smaps is malformed.
+        assert_eq!(pids(unreadable_that_matter(&all, &h)), [7, 8]);
+        // Not root: every one of them.
+        h.self_uid = Some(1000);
+        assert_eq!(pids(unreadable_that_matter(&all, &h)), [1, 7, 8]);
+    }
 
     /// A 2-node host with /dev/shm mounted with `shm_options`.
     fn host(shm_options: &str) -> HostSnapshot {

@@ -1,0 +1,174 @@
+//! A real DPDK application for the doctor's tests: `dpdk-testpmd` (Debian
+//! package `dpdk-dev`) on a null device, no NIC, in interactive mode so that
+//! it stays up until its stdin closes.
+//!
+//! `--in-memory` keeps its huge pages in memfds (no hugetlbfs mount, no
+//! files left behind); `--single-file-segments` makes one memfd per memory
+//! segment list, mapped page by page at growing offsets. 2048 mbufs keep it
+//! within a 64 MiB `-m`.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The testpmd binary, where it is installed.
+pub fn testpmd_path() -> Option<PathBuf> {
+    ["/usr/bin/dpdk-testpmd", "/usr/local/bin/dpdk-testpmd"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+/// Prints why and returns true when `dpdk-testpmd` is not installed.
+pub fn skip_unless_testpmd(test: &str) -> bool {
+    if testpmd_path().is_some() {
+        return false;
+    }
+    println!("SKIP {test}: dpdk-testpmd is not installed (Debian package dpdk-dev)");
+    true
+}
+
+/// How testpmd is started.
+#[derive(Debug, Clone)]
+pub struct TestpmdOptions {
+    /// `-m`: MiB of huge page memory.
+    pub memory_mib: u32,
+    /// `--single-file-segments`.
+    pub single_file_segments: bool,
+    /// Run as this uid and gid (through `setpriv`, no supplementary groups);
+    /// `None`: as the caller (root).
+    pub user: Option<u32>,
+    /// The soft and hard `RLIMIT_MEMLOCK` it starts with (through
+    /// `prlimit`); `None`: inherited. `Some(None)`: unlimited.
+    pub memlock: Option<Option<u64>>,
+}
+
+impl Default for TestpmdOptions {
+    fn default() -> Self {
+        TestpmdOptions {
+            memory_mib: 64,
+            single_file_segments: true,
+            user: None,
+            memlock: None,
+        }
+    }
+}
+
+/// A running testpmd; killed and reaped on drop.
+pub struct Testpmd {
+    child: Child,
+    pid: u32,
+    log: PathBuf,
+    _dir: crate::TempDir,
+}
+
+impl Testpmd {
+    /// Starts it and waits (up to 60 s) until its huge page memory is
+    /// mapped (its mbuf pool is made) and it waits at its prompt.
+    pub fn start(o: &TestpmdOptions) -> Result<Testpmd, String> {
+        let bin = testpmd_path().ok_or("dpdk-testpmd is not installed")?;
+        let dir = crate::TempDir::new("testpmd");
+        if let Some(uid) = o.user {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(uid))
+                .map_err(|e| format!("chown {}: {e}", dir.path().display()))?;
+        }
+        let log = dir.path().join("testpmd.log");
+        let prefix = format!("hugeshm-test-{}", std::process::id());
+        let mut cmd = Command::new("prlimit");
+        match o.memlock {
+            Some(Some(b)) => {
+                cmd.arg(format!("--memlock={b}:{b}"));
+            }
+            Some(None) => {
+                cmd.arg("--memlock=unlimited:unlimited");
+            }
+            None => {}
+        }
+        cmd.arg("--");
+        if let Some(uid) = o.user {
+            cmd.args([
+                "setpriv",
+                &format!("--reuid={uid}"),
+                &format!("--regid={uid}"),
+                "--clear-groups",
+                "--",
+            ]);
+        }
+        cmd.arg(&bin)
+            .args([
+                "-l",
+                "0-1",
+                "--no-pci",
+                "--vdev",
+                "net_null0",
+                "--in-memory",
+            ])
+            .args(["--file-prefix", &prefix, "-m", &o.memory_mib.to_string()]);
+        if o.single_file_segments {
+            cmd.arg("--single-file-segments");
+        }
+        cmd.args(["--", "-i", "--total-num-mbufs=2048"])
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(std::fs::File::create(&log).map_err(|e| e.to_string())?)
+            .stderr(Stdio::from(
+                std::fs::File::options()
+                    .append(true)
+                    .open(&log)
+                    .map_err(|e| e.to_string())?,
+            ));
+        let child = cmd.spawn().map_err(|e| format!("spawn testpmd: {e}"))?;
+        // prlimit and setpriv exec, so the child's pid is testpmd's.
+        let pid = child.id();
+        let mut t = Testpmd {
+            child,
+            pid,
+            log,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(st)) = t.child.try_wait() {
+                return Err(format!("testpmd exited ({st}): {}", t.log()));
+            }
+            if t.log().contains("testpmd>") {
+                return Ok(t);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("testpmd not ready after 60 s: {}", t.log()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// What it printed so far.
+    pub fn log(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+}
+
+impl Drop for Testpmd {
+    fn drop(&mut self) {
+        // Closing stdin ends interactive mode; kill in case it does not.
+        drop(self.child.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
