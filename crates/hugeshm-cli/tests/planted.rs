@@ -304,3 +304,170 @@ fn lab_and_generate_refuse_an_out_directory_another_user_controls() {
     assert_eq!(mode(&out_dir), 0o755);
     assert_eq!(mode(&out_dir.join("hugeshm.1")), 0o644);
 }
+
+/// `advise --postgres DATADIR` as root, with `SECRET_TOKEN` and `HOME=/root`
+/// in its environment.
+fn advise_postgres(dd: &Path, bin: Option<&Path>) -> Output {
+    let mut args = vec!["60".to_owned(), env!("CARGO_BIN_EXE_hugeshm").to_owned()];
+    args.extend(["advise", "--json", "--postgres"].map(String::from));
+    args.push(dd.display().to_string());
+    if let Some(b) = bin {
+        args.extend(["--postgres-bin".to_owned(), b.display().to_string()]);
+    }
+    // `timeout`: the old code blocked for ever on a FIFO.
+    Command::new("timeout")
+        .args(&args)
+        .env_remove(hugeshm_probe::PROC_ROOT_ENV)
+        .env_remove(hugeshm_probe::SYS_ROOT_ENV)
+        .env_remove(hugeshm_probe::FS_ROOT_ENV)
+        .env("SECRET_TOKEN", "hunter2")
+        .env("HOME", "/root")
+        .output()
+        .unwrap()
+}
+
+/// A shell script standing in for `postgres -C`: records its environment,
+/// uid and session in `record`, answers each setting.
+fn fake_postgres(record: &Path) -> String {
+    format!(
+        "#!/bin/sh\n{{ env; echo uid=$(id -u); echo \"sid=$(cut -d' ' -f6 /proc/$$/stat) pid=$$\"; }} > {}\n\
+         case \"$*\" in *in_huge_pages*) echo 1;; *huge_page_size*) echo 2048;; \
+         *shared_memory_size*) echo 2;; *) echo try;; esac\n",
+        record.display()
+    )
+}
+
+#[test]
+fn advise_postgres_refuses_a_hostile_pg_version() {
+    if skip("advise_postgres_refuses_a_hostile_pg_version") {
+        return;
+    }
+    let v = Victim::new();
+    let home = nobodys("planted-pg");
+    let hp = home.path().display();
+    let record = home.join("ran");
+    // The owner's data directory, and a "server" of theirs to run.
+    plant(&format!("mkdir -p {hp}/data {hp}/evil/bin"));
+    std::fs::write(home.join("evil/bin/postgres"), fake_postgres(&record)).unwrap();
+    std::os::unix::fs::chown(home.join("evil/bin/postgres"), Some(NOBODY), Some(NOBODY)).unwrap();
+    std::fs::set_permissions(
+        home.join("evil/bin/postgres"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let pg_version = format!("{hp}/data/PG_VERSION");
+    for (what, make, says) in [
+        (
+            "path traversal",
+            format!("echo ../../../../../../../..{hp}/evil > {pg_version}"),
+            "not a PostgreSQL major version",
+        ),
+        (
+            "not a number",
+            format!("echo 15abc > {pg_version}"),
+            "not a PostgreSQL major version",
+        ),
+        (
+            "huge",
+            format!("head -c 1048576 /dev/zero | tr \"\\\\000\" 1 > {pg_version}"),
+            "more than the 64",
+        ),
+        (
+            "a symlink to a root-only file",
+            format!("ln -s {} {pg_version}", v.path.display()),
+            "symbolic link",
+        ),
+        ("a FIFO", format!("mkfifo {pg_version}"), "a FIFO"),
+    ] {
+        plant(&format!("rm -f {pg_version} && {make}"));
+        let out = advise_postgres(&home.join("data"), None);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{what}: accepted");
+        assert_ne!(out.status.code(), Some(124), "{what}: hung");
+        assert!(err.contains(says), "{what}: {err}");
+        assert!(!err.contains("SECRET_TOKEN"), "{what}: {err}");
+        assert!(!record.exists(), "{what}: the planted binary ran");
+    }
+    v.unchanged();
+
+    // A --postgres-bin of the owner's: refused, not run.
+    plant(&format!("rm -f {pg_version} && echo 16 > {pg_version}"));
+    let out = advise_postgres(&home.join("data"), Some(&home.join("evil/bin/postgres")));
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("owned by uid 65534"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!record.exists(), "the owner's binary ran");
+}
+
+#[test]
+fn advise_postgres_runs_the_server_with_a_cleared_environment() {
+    if skip("advise_postgres_runs_the_server_with_a_cleared_environment") {
+        return;
+    }
+    let home = nobodys("planted-pg-env");
+    let hp = home.path().display();
+    plant(&format!(
+        "mkdir {hp}/data && echo 16 > {hp}/data/PG_VERSION"
+    ));
+    // root's own stand-in for the server, where only root writes.
+    let bin = TempDir::new("planted-pg-bin");
+    let record = home.join("ran");
+    let server = bin.join("postgres");
+    std::fs::write(&server, fake_postgres(&record)).unwrap();
+    std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = advise_postgres(&home.join("data"), Some(&server));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let seen = std::fs::read_to_string(&record).unwrap();
+    let env: Vec<&str> = seen
+        .lines()
+        .filter(|l| !l.starts_with("uid=") && !l.starts_with("sid="))
+        .collect();
+    // Names only in messages: the test's own environment is not printed.
+    let names: Vec<&str> = env.iter().filter_map(|l| l.split('=').next()).collect();
+    for want in [
+        "PATH=/usr/bin:/bin",
+        "LC_ALL=C",
+        &format!("PGDATA={hp}/data"),
+    ] {
+        assert!(env.contains(&want), "{want} not in {names:?}");
+    }
+    // Only what the shell sets itself besides those three.
+    for k in &names {
+        assert!(
+            ["PATH", "LC_ALL", "PGDATA", "PWD", "OLDPWD", "SHLVL", "_"].contains(k),
+            "{k} reached the server: {names:?}"
+        );
+    }
+    assert!(seen.contains("uid=65534"), "{seen}");
+    // Its own session: the session id is its pid.
+    let sid = seen.lines().find(|l| l.starts_with("sid=")).unwrap();
+    let (s, p) = sid.split_once(' ').unwrap();
+    assert_eq!(&s[4..], &p[4..], "{sid}");
+}
+
+#[test]
+fn advise_postgres_still_asks_a_real_cluster() {
+    use hugeshm_testkit::postgres::{skip_unless_postgres, PgCluster};
+    const T: &str = "advise_postgres_still_asks_a_real_cluster";
+    if skip(T) || skip_unless_postgres(T) {
+        return;
+    }
+    let mut pg = PgCluster::init("16MB").expect("initdb");
+    for (state, how) in [("down", "postgres -C"), ("up", "running server")] {
+        if state == "up" {
+            pg.start("off").expect("start");
+        }
+        let out = advise_postgres(pg.datadir(), None);
+        assert!(out.status.success(), "{state}: {}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let counted = &v["counted"][0];
+        assert!(counted["pages"].as_u64().unwrap() > 0, "{v:#}");
+        assert!(
+            counted["note"].as_str().unwrap().contains(how),
+            "{state}: {counted}"
+        );
+    }
+}
