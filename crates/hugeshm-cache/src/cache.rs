@@ -4,7 +4,7 @@
 use std::cell::Cell;
 use std::fs::File;
 use std::os::fd::AsFd;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -483,7 +483,8 @@ fn open_data(path: &Path) -> Result<(File, u64), CacheError> {
     Ok((file, meta.len()))
 }
 
-/// Creates (or truncates) a data file of `blocks` blocks of `block_size`
+/// Creates a new data file (mode 0600; an existing name, a symlink
+/// included, is an error: `O_EXCL`) of `blocks` blocks of `block_size`
 /// bytes, each filled by `init(block, bytes)`.
 pub fn create_data_file(
     path: &Path,
@@ -499,7 +500,12 @@ pub fn create_data_file(
         bytes: block_size,
         source,
     };
-    let f = File::create(path).map_err(|e| io("create", 0, e))?;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| io("create", 0, e))?;
     let mut buf = vec![0u8; block_size];
     for b in 0..blocks {
         buf.fill(0);

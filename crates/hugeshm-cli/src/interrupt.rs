@@ -58,8 +58,11 @@ pub enum Give {
         /// Its backend.
         backend: Backend,
     },
-    /// Delete this file.
-    File(PathBuf),
+    /// Delete this private directory (made by
+    /// `hugeshm_sys::DirHandle::private_temp`) and the files in it; refused
+    /// if it is not a directory of this user that only it can enter, and
+    /// no symlink is followed.
+    PrivateDir(PathBuf),
 }
 
 static PENDING: Mutex<Vec<(u64, Give)>> = Mutex::new(Vec::new());
@@ -452,8 +455,8 @@ fn do_give(g: &Give, region_wait: Duration) -> String {
                 }
             }
         }
-        Give::File(p) => match std::fs::remove_file(p) {
-            Ok(()) => format!("deleted {}", p.display()),
+        Give::PrivateDir(p) => match hugeshm_sys::remove_private_dir(p) {
+            Ok(n) => format!("deleted {} and the {n} file(s) in it", p.display()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 format!("{} was already gone", p.display())
             }
@@ -475,8 +478,9 @@ mod tests {
         // A pool this run added 4 pages to, and someone else 2 more since.
         let shared = dir.join("node1_nr_hugepages");
         std::fs::write(&shared, "12\n").unwrap();
-        let file = dir.join("data");
-        std::fs::write(&file, "x").unwrap();
+        let private = hugeshm_sys::DirHandle::private_temp(&dir, "data-", None).unwrap();
+        private.create_new("data", 0o600).unwrap();
+        let file = private.path().to_owned();
         let kept = dir.join("kept");
         std::fs::write(&kept, "x").unwrap();
         let regions = give_back_now(vec![
@@ -488,7 +492,7 @@ mod tests {
                     added: None,
                 },
             ),
-            (2, Give::File(file.clone())),
+            (2, Give::PrivateDir(file.clone())),
             (
                 4,
                 Give::Pool {
@@ -510,15 +514,27 @@ mod tests {
         // After: the other's 2 pages stay.
         assert_eq!(std::fs::read_to_string(&shared).unwrap(), "8\n");
         assert!(!file.exists());
+        // A symlink, or another user's directory, where a data directory
+        // was is left alone, and what it leads to too.
+        let elsewhere = dir.join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("keep"), "x").unwrap();
+        let link = dir.join("data-link");
+        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+        let said = do_give(&Give::PrivateDir(link.clone()), WORKERS_STOPPED);
+        assert!(said.contains("not a directory"), "{said}");
+        let said = do_give(&Give::PrivateDir(elsewhere.clone()), WORKERS_STOPPED);
+        assert!(said.contains("not a private directory"), "{said}");
+        assert!(elsewhere.join("keep").exists() && link.is_symlink());
         assert_eq!(regions, [("r".to_owned(), Backend::Sysv)]);
         // A dropped registration is forgotten.
-        let u = undo(Give::File(kept.clone()));
+        let u = undo(Give::PrivateDir(kept.clone()));
         drop(u);
         assert!(!PENDING
             .lock()
             .unwrap()
             .iter()
-            .any(|(_, g)| matches!(g, Give::File(p) if *p == kept)));
+            .any(|(_, g)| matches!(g, Give::PrivateDir(p) if *p == kept)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -528,7 +544,7 @@ mod tests {
         let add = |id: u64, p: &str| {
             line(&Msg::Add {
                 id,
-                give: Give::File(p.into()),
+                give: Give::PrivateDir(p.into()),
             })
         };
         // The run died: what is left is given back.
@@ -539,13 +555,13 @@ mod tests {
             let left = heard(input.as_bytes()).expect("no Done");
             let ids: Vec<u64> = left.iter().map(|(id, _)| *id).collect();
             assert_eq!(ids, [2, 3]);
-            assert!(matches!(&left[0].1, Give::File(p) if p.as_os_str() == "/b"));
+            assert!(matches!(&left[0].1, Give::PrivateDir(p) if p.as_os_str() == "/b"));
         }
         // An update (the amount now known) replaces the entry.
         let updated = add(1, "/a") + &add(1, "/a2");
         let left = heard(updated.as_bytes()).unwrap();
         assert_eq!(left.len(), 1);
-        assert!(matches!(&left[0].1, Give::File(p) if p.as_os_str() == "/a2"));
+        assert!(matches!(&left[0].1, Give::PrivateDir(p) if p.as_os_str() == "/a2"));
         // The run's handler gives back itself.
         assert!(heard((text + &line(&Msg::Done)).as_bytes()).is_none());
         // A run that gave everything back.

@@ -7,11 +7,27 @@
 //! so the running server is asked over its unix socket (`psql ... SHOW`).
 //! PostgreSQL refuses to run as root: when hugeshm runs as root it runs
 //! these commands as the owner of the data directory (`setpriv`).
+//!
+//! That owner controls every file in the data directory, so nothing read
+//! there chooses what root runs: `PG_VERSION` is read without following a
+//! symlink, at most [`PG_VERSION_MAX`] bytes, and must be a major version
+//! number; the binary is `/usr/lib/postgresql/N/bin/postgres` or
+//! `/usr/pgsql-N/bin/postgres` (or `--postgres-bin`), a regular file owned
+//! by root (or the caller) in directories only they can write; it runs with
+//! a cleared environment (`PATH=/usr/bin:/bin`, `LC_ALL=C`, `PGDATA`), in
+//! a session of its own, with `/` as its working directory.
 
+use hugeshm_sys::DirHandle;
 use serde::{Deserialize, Serialize};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+
+/// The most bytes `PG_VERSION` may hold ("16\n" is 3).
+pub const PG_VERSION_MAX: u64 = 64;
+/// The most bytes `postmaster.pid` may hold (a few short lines).
+const PIDFILE_MAX: u64 = 4096;
+/// The whole `PATH` of the commands run.
+const SAFE_PATH: &str = "/usr/bin:/bin";
 
 /// What the server says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,6 +56,21 @@ pub enum PgError {
     /// Not a data directory.
     #[error("{0}: not a PostgreSQL data directory (no PG_VERSION)")]
     NotADataDir(String),
+    /// A file of the data directory, or the binary, that hugeshm will not
+    /// use (a symlink, not a regular file, too large, another user's): the
+    /// reason, naming the file.
+    #[error("{0}")]
+    Refused(String),
+    /// `PG_VERSION` holds something other than a major version number.
+    #[error(
+        "{datadir}/PG_VERSION holds {found}, not a PostgreSQL major version number: refusing it"
+    )]
+    BadVersion {
+        /// The data directory.
+        datadir: String,
+        /// What it holds (quoted, escaped, cut at 32 characters).
+        found: String,
+    },
     /// No server binary.
     #[error("no postgres binary for version {version} (looked in {looked}); pass --postgres-bin")]
     NoBinary {
@@ -89,11 +120,17 @@ struct Runner {
     uid: u32,
     gid: u32,
     as_other: bool,
+    /// The data directory, absolute (`PGDATA`).
+    datadir: PathBuf,
 }
 
 impl Runner {
-    fn command(&self, program: &Path) -> Command {
-        if self.as_other {
+    /// `program ARGS` (through `setpriv` as the data directory's owner when
+    /// that is not the caller) with only `PATH=/usr/bin:/bin`, `LC_ALL=C`
+    /// and `PGDATA` in its environment, `/` as its directory, no standard
+    /// input, in a session of its own.
+    fn command(&self, program: &Path, args: &[&str]) -> Command {
+        let mut c = if self.as_other {
             let mut c = Command::new("setpriv");
             c.arg(format!("--reuid={}", self.uid))
                 .arg(format!("--regid={}", self.gid))
@@ -103,18 +140,27 @@ impl Runner {
             c
         } else {
             Command::new(program)
-        }
+        };
+        c.args(args)
+            .env_clear()
+            .env("PATH", SAFE_PATH)
+            .env("LC_ALL", "C")
+            .env("PGDATA", &self.datadir)
+            .current_dir("/")
+            .stdin(Stdio::null());
+        hugeshm_sys::in_new_session(&mut c);
+        c
     }
 
-    fn run(&self, program: &Path, args: &[&str], datadir: &Path) -> Result<String, PgError> {
-        let mut c = self.command(program);
-        c.args(args)
-            .current_dir(datadir.parent().unwrap_or(Path::new("/")));
+    fn run(&self, program: &Path, args: &[&str]) -> Result<String, PgError> {
         let line = format!("{} {}", program.display(), args.join(" "));
-        let out = c.output().map_err(|e| PgError::Command {
-            command: line.clone(),
-            output: e.to_string(),
-        })?;
+        let out = self
+            .command(program, args)
+            .output()
+            .map_err(|e| PgError::Command {
+                command: line.clone(),
+                output: e.to_string(),
+            })?;
         if !out.status.success() {
             let mut msg = String::from_utf8_lossy(&out.stderr).trim().to_string();
             if msg.is_empty() {
@@ -142,46 +188,66 @@ enum Asker {
 }
 
 impl Asker {
-    fn show(&self, runner: &Runner, setting: &str, datadir: &Path) -> Result<String, PgError> {
+    fn show(&self, runner: &Runner, setting: &str) -> Result<String, PgError> {
         match self {
             Asker::Running { psql, host, port } => {
                 let q = format!("SHOW {setting}");
                 runner.run(
                     psql,
                     &["-X", "-h", host, "-p", port, "-d", "postgres", "-Atc", &q],
-                    datadir,
                 )
             }
             Asker::Down { postgres } => {
-                let dd = datadir.display().to_string();
-                runner.run(postgres, &["-D", &dd, "-C", setting], datadir)
+                let dd = runner.datadir.display().to_string();
+                runner.run(postgres, &["-D", &dd, "-C", setting])
             }
         }
     }
 }
 
-/// The `postgres` binary for a data directory: `bin` if given, else
-/// `/usr/lib/postgresql/<PG_VERSION>/bin/postgres` (Debian, Ubuntu), else
-/// `/usr/pgsql-<ver>/bin/postgres` (RHEL), else `postgres` on PATH.
-pub fn postgres_binary(version: &str, bin: Option<&Path>) -> Result<PathBuf, PgError> {
+/// The major version in the text of `PG_VERSION`: digits ("16"), or the
+/// two numbers of a release before 10 ("9.6", too old: [`PgError::TooOld`]).
+/// Anything else (a path, a word, a number too large) is refused.
+pub fn major_version(text: &[u8], datadir: &str) -> Result<u32, PgError> {
+    let t = std::str::from_utf8(text).unwrap_or("").trim();
+    let digits = |p: &str| !p.is_empty() && p.len() <= 4 && p.bytes().all(|b| b.is_ascii_digit());
+    match t.split_once('.') {
+        None if digits(t) => t.parse().map_err(|_| bad_version(text, datadir)),
+        Some((a, b)) if digits(a) && digits(b) => Err(PgError::TooOld(t.to_owned())),
+        _ => Err(bad_version(text, datadir)),
+    }
+}
+
+fn bad_version(text: &[u8], datadir: &str) -> PgError {
+    let shown: String = String::from_utf8_lossy(text).chars().take(32).collect();
+    PgError::BadVersion {
+        datadir: datadir.to_owned(),
+        found: format!("{shown:?}"),
+    }
+}
+
+/// The `postgres` binary of major version `version`: `bin` if given, else
+/// `/usr/lib/postgresql/<version>/bin/postgres` (Debian, Ubuntu), else
+/// `/usr/pgsql-<version>/bin/postgres` (RHEL); never one found on `PATH`.
+/// Refused unless it is a regular file owned by root (or the caller) that
+/// nobody else can write, in directories only they can write
+/// ([`hugeshm_sys::check_trusted_file`]).
+pub fn postgres_binary(version: u32, bin: Option<&Path>) -> Result<PathBuf, PgError> {
+    let trusted = |p: &Path| {
+        hugeshm_sys::check_trusted_file(p)
+            .map(|_| p.to_path_buf())
+            .map_err(|e| PgError::Refused(e.to_string()))
+    };
     if let Some(b) = bin {
-        return Ok(b.to_path_buf());
+        return trusted(b);
     }
     let candidates = [
         PathBuf::from(format!("/usr/lib/postgresql/{version}/bin/postgres")),
         PathBuf::from(format!("/usr/pgsql-{version}/bin/postgres")),
     ];
     for c in &candidates {
-        if c.exists() {
-            return Ok(c.clone());
-        }
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let p = dir.join("postgres");
-            if p.exists() {
-                return Ok(p);
-            }
+        if c.symlink_metadata().is_ok() {
+            return trusted(c);
         }
     }
     Err(PgError::NoBinary {
@@ -190,8 +256,7 @@ pub fn postgres_binary(version: &str, bin: Option<&Path>) -> Result<PathBuf, PgE
             .iter()
             .map(|c| c.display().to_string())
             .collect::<Vec<_>>()
-            .join(", ")
-            + ", PATH",
+            .join(", "),
     })
 }
 
@@ -203,26 +268,31 @@ pub fn pg_sizing(
     proc_root: &Path,
 ) -> Result<PgSizing, PgError> {
     let dd = datadir.display().to_string();
-    let version = std::fs::read_to_string(datadir.join("PG_VERSION"))
-        .map_err(|_| PgError::NotADataDir(dd.clone()))?
-        .trim()
-        .to_string();
-    if version.parse::<u32>().is_ok_and(|v| v < 15) {
-        return Err(PgError::TooOld(version));
+    let refused = |e: std::io::Error| PgError::Refused(e.to_string());
+    let dir = DirHandle::open(datadir).map_err(|_| PgError::NotADataDir(dd.clone()))?;
+    let (text, _) = dir
+        .read_regular("PG_VERSION", PG_VERSION_MAX)
+        .map_err(refused)?
+        .ok_or_else(|| PgError::NotADataDir(dd.clone()))?;
+    let version = major_version(&text, &dd)?;
+    if version < 15 {
+        return Err(PgError::TooOld(version.to_string()));
     }
-    let postgres = postgres_binary(&version, bin)?;
-    let md = std::fs::metadata(datadir).map_err(|_| PgError::NotADataDir(dd.clone()))?;
-    let me = std::fs::metadata(proc_root.join("self"))
-        .map(|m| m.uid())
-        .unwrap_or(u32::MAX);
+    let postgres = postgres_binary(version, bin)?;
+    let owner = dir.owner().map_err(refused)?;
     let runner = Runner {
-        uid: md.uid(),
-        gid: md.gid(),
-        as_other: me != md.uid(),
+        uid: owner.uid,
+        gid: owner.gid,
+        as_other: hugeshm_sys::euid() != owner.uid,
+        datadir: std::path::absolute(datadir).map_err(refused)?,
     };
 
     // A running postmaster?
-    let pidfile = std::fs::read_to_string(datadir.join("postmaster.pid")).ok();
+    let pidfile = dir
+        .read_regular("postmaster.pid", PIDFILE_MAX)
+        .ok()
+        .flatten()
+        .map(|(b, _)| String::from_utf8_lossy(&b).into_owned());
     let running = pidfile.as_ref().and_then(|t| {
         let lines: Vec<&str> = t.lines().collect();
         let pid: u32 = lines.first()?.trim().parse().ok()?;
@@ -241,13 +311,11 @@ pub fn pg_sizing(
 
     let asker = match &running {
         Some((port, sock)) => {
+            // Beside the server binary, checked the same way.
             let psql = postgres.with_file_name("psql");
+            hugeshm_sys::check_trusted_file(&psql).map_err(refused)?;
             Asker::Running {
-                psql: if psql.exists() {
-                    psql
-                } else {
-                    PathBuf::from("psql")
-                },
+                psql,
                 host: if sock.is_empty() {
                     "/var/run/postgresql".to_string()
                 } else {
@@ -264,7 +332,7 @@ pub fn pg_sizing(
         Asker::Running { .. } => "running server",
         Asker::Down { .. } => "postgres -C",
     };
-    let show = |setting: &str| asker.show(&runner, setting, datadir);
+    let show = |setting: &str| asker.show(&runner, setting);
     let pages_text = show("shared_memory_size_in_huge_pages")?;
     let pages: i64 = pages_text.trim().parse().map_err(|_| PgError::Command {
         command: "shared_memory_size_in_huge_pages".into(),
@@ -288,7 +356,7 @@ pub fn pg_sizing(
         shared_memory_bytes: shm,
         huge_pages_setting: setting,
         source: source.to_string(),
-        version: Some(version),
+        version: Some(version.to_string()),
     })
 }
 
@@ -310,6 +378,72 @@ mod tests {
         assert_eq!(pg_size("326", MB), Some(326 << 20));
         assert_eq!(pg_size("2048", 1024), Some(2 << 20));
         assert_eq!(pg_size("18446744073709551615", MB), None);
+    }
+
+    #[test]
+    fn only_a_major_version_number_is_accepted() {
+        assert_eq!(major_version(b"16\n", "/d").unwrap(), 16);
+        assert_eq!(major_version(b"15", "/d").unwrap(), 15);
+        assert!(matches!(major_version(b"9.6\n", "/d"), Err(PgError::TooOld(v)) if v == "9.6"));
+        for bad in [
+            &b"../../../../tmp/evil"[..],
+            b"15/../../../tmp/evil",
+            b"15abc",
+            b"",
+            b"-15",
+            b"99999",
+            b"1.2.3",
+            b"\x1b]0;owned\x07",
+        ] {
+            let e = major_version(bad, "/d").unwrap_err();
+            assert!(matches!(e, PgError::BadVersion { .. }), "{bad:?}: {e}");
+            let said = e.to_string();
+            assert!(said.contains("/d/PG_VERSION holds"), "{said}");
+            assert!(!said.contains('\x1b'), "{said}");
+        }
+    }
+
+    #[test]
+    fn commands_get_only_path_locale_and_pgdata() {
+        let r = Runner {
+            uid: 65534,
+            gid: 65534,
+            as_other: true,
+            datadir: PathBuf::from("/srv/pg/data"),
+        };
+        let c = r.command(
+            Path::new("/usr/lib/postgresql/16/bin/postgres"),
+            &["-C", "x"],
+        );
+        assert_eq!(c.get_program(), "setpriv");
+        let args: Vec<_> = c.get_args().collect();
+        assert_eq!(
+            args,
+            [
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--",
+                "/usr/lib/postgresql/16/bin/postgres",
+                "-C",
+                "x"
+            ]
+        );
+        let mut env: Vec<_> = c
+            .get_envs()
+            .map(|(k, v)| (k.to_owned(), v.map(|v| v.to_owned())))
+            .collect();
+        env.sort();
+        let set = |k: &str, v: &str| (k.into(), Some(v.into()));
+        assert_eq!(
+            env,
+            [
+                set("LC_ALL", "C"),
+                set("PATH", "/usr/bin:/bin"),
+                set("PGDATA", "/srv/pg/data")
+            ]
+        );
+        assert_eq!(c.get_current_dir(), Some(Path::new("/")));
     }
 
     #[test]

@@ -43,6 +43,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
+mod files;
 mod perf;
 mod process;
 mod procmap;
@@ -50,8 +51,11 @@ mod shm;
 mod vma;
 mod words;
 
+pub use files::{check_trusted_file, euid, remove_private_dir, DirHandle, Owner};
 pub use perf::{PerfCounter, PerfEvent};
-pub use process::{fork_child, process_cpu_seconds, thread_count, thread_cpu_seconds, wait_child};
+pub use process::{
+    fork_child, in_new_session, process_cpu_seconds, thread_count, thread_cpu_seconds, wait_child,
+};
 pub use procmap::{is_procfs, procmap_query, procmap_query_supported, Vma, VmaQuery};
 pub use shm::{
     shm_attach, shm_attach_placed, shm_get, shm_peek, shm_remove, shm_stat, ShmFlags, ShmStat,

@@ -114,6 +114,24 @@ fn cpu_seconds(clock: libc::clockid_t, name: &str) -> Result<f64, SysError> {
     Ok(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
 }
 
+/// Makes `cmd` start its program in a session of its own (`setsid(2)` in
+/// the child, before `exec`): the program has no controlling terminal, so
+/// one run for root as another user (a PostgreSQL binary as its cluster's
+/// owner) cannot reach root's terminal (`TIOCSTI`, reading `/dev/tty`).
+pub fn in_new_session(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec; it calls
+    // setsid(2) only, which is async-signal-safe, and allocates nothing
+    // (an errno converts to io::Error without allocating).
+    unsafe {
+        cmd.pre_exec(|| {
+            rustix::process::setsid()
+                .map(|_| ())
+                .map_err(std::io::Error::from)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,7 +28,10 @@ pub struct SourceArgs {
     /// down, the running server otherwise).
     #[arg(long, value_name = "DATADIR")]
     pub postgres: Option<PathBuf>,
-    /// The postgres binary (default: found from the cluster's PG_VERSION).
+    /// The postgres binary (default: /usr/lib/postgresql/N/bin/postgres or
+    /// /usr/pgsql-N/bin/postgres for the major version N in PG_VERSION). It
+    /// must be a regular file of root's (or the caller's) that nobody else
+    /// can write, in directories nobody else can write.
     #[arg(long, value_name = "PATH", requires = "postgres")]
     pub postgres_bin: Option<PathBuf>,
     /// Regions listed in a hugeshm spec file (TOML, see the README).

@@ -387,28 +387,46 @@ impl Drop for PoolTopUp<'_> {
     }
 }
 
-/// A bench's data file: removed when dropped, or by the interrupt handler
-/// on Ctrl-C.
+/// A bench's data file, `data` in a private directory of its own (mode
+/// 0700, a random name, made in `--dir`, which is often `/var/tmp`): no
+/// other user can plant a symlink or a file where it goes. Created with
+/// `O_EXCL`; the directory is removed when dropped, by the interrupt
+/// handler on Ctrl-C, or by the keeper if the run is killed.
 pub(crate) struct DataFile {
-    /// The file.
+    /// The file (not created yet).
     pub(crate) path: std::path::PathBuf,
+    dir: std::path::PathBuf,
     _on_interrupt: crate::interrupt::Undo,
 }
 
 impl DataFile {
-    /// Takes charge of `path` (the file may not exist yet).
-    pub(crate) fn new(path: std::path::PathBuf) -> Self {
-        let undo = crate::interrupt::undo(crate::interrupt::Give::File(path.clone()));
-        DataFile {
-            path,
+    /// Makes the private directory `PREFIX…` in `parent` (refused where
+    /// `parent` or a directory above it is another user's, or one others
+    /// can write that is not sticky).
+    pub(crate) fn new(parent: &std::path::Path, prefix: &str) -> anyhow::Result<Self> {
+        use anyhow::Context;
+        let dir = hugeshm_sys::DirHandle::private_temp(parent, prefix, crate::cmd::sudo_uid())
+            .with_context(|| {
+                format!(
+                    "making a private directory for the data file in {}",
+                    parent.display()
+                )
+            })?;
+        let dir = dir.path().to_owned();
+        let undo = crate::interrupt::undo(crate::interrupt::Give::PrivateDir(dir.clone()));
+        Ok(DataFile {
+            path: dir.join("data"),
+            dir,
             _on_interrupt: undo,
-        }
+        })
     }
 }
 
 impl Drop for DataFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if let Err(e) = hugeshm_sys::remove_private_dir(&self.dir) {
+            log::warn!("{e}");
+        }
     }
 }
 

@@ -31,7 +31,9 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Directory of the data file (a DAX mount such as /mnt/pmem for the
-    /// real thing); the file is removed afterwards.
+    /// real thing); the file goes in a private directory made there, all
+    /// removed afterwards (refused if it or a directory above it is another
+    /// user's, or writable by others and not sticky).
     #[arg(long, default_value = "/var/tmp")]
     pub dir: PathBuf,
     /// Size of the data file.
@@ -453,10 +455,8 @@ pub fn measure(roots: &Roots, o: &Options) -> anyhow::Result<Report> {
         "--write-pct {} is above 100",
         o.write_pct
     );
-    let path = o
-        .dir
-        .join(format!("hugeshm-dmbc-{}.data", std::process::id()));
-    let _remove = TempFile::new(path.clone());
+    let data_file = TempFile::new(&o.dir, "hugeshm-dmbc-")?;
+    let path = data_file.path.clone();
     let blocks = o.data_size_bytes / o.block_size;
     create_data_file(&path, blocks, o.block_size as usize, |b, buf| {
         buf[..8].copy_from_slice(&b.to_le_bytes())

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -61,7 +62,9 @@ pub struct Args {
     /// Block size.
     #[arg(long, default_value = "8k", value_parser = parse_size_arg)]
     pub block_size: u64,
-    /// Directory of the data file (a sparse file, removed afterwards).
+    /// Directory of the data file (a sparse file in a private directory
+    /// made there, all removed afterwards; refused if it or a directory
+    /// above it is another user's, or writable by others and not sticky).
     #[arg(long, default_value = "/var/tmp")]
     pub data_dir: PathBuf,
     /// Skip the raw loop (no cache overhead ratio).
@@ -779,12 +782,13 @@ pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow
     let host = probe.host();
     std::fs::create_dir_all(&o.data_dir)
         .with_context(|| format!("creating {}", o.data_dir.display()))?;
-    let data = DataFile::new(
-        o.data_dir
-            .join(format!("hugeshm-oltp-{}.data", std::process::id())),
-    );
+    let data = DataFile::new(&o.data_dir, "hugeshm-oltp-")?;
     {
-        let f = File::create(&data.path)
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&data.path)
             .with_context(|| format!("creating {}", data.path.display()))?;
         let blocks = o.data_size_bytes / o.block_size;
         f.set_len(blocks * o.block_size)

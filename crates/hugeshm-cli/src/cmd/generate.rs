@@ -6,7 +6,8 @@
 use crate::output::Out;
 use anyhow::Context;
 use clap_complete::Shell;
-use std::path::{Path, PathBuf};
+use hugeshm_sys::DirHandle;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// What to generate.
@@ -23,7 +24,9 @@ pub enum GenerateCommand {
 /// Where to write.
 #[derive(Debug, clap::Args)]
 pub struct GenerateArgs {
-    /// Directory to write into (created if missing).
+    /// Directory to write into (created 0755 if missing; refused if it, or
+    /// a directory or symlink on its path, belongs to another user, or
+    /// others can write it).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
     /// Print the files written as JSON.
@@ -37,13 +40,23 @@ struct Generated {
     files: Vec<PathBuf>,
 }
 
+/// Writes `name` into `dir` (a new file renamed over the old one, 0644),
+/// returning its path.
+fn write(dir: &DirHandle, name: &str, text: &[u8]) -> std::io::Result<PathBuf> {
+    dir.write_atomic(name, text, 0o644)?;
+    Ok(dir.path().join(name))
+}
+
 /// Writes the man pages of `cmd` and its visible subcommands (recursively).
-fn man_pages(cmd: clap::Command, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    fn walk(cmd: clap::Command, dir: &Path, files: &mut Vec<PathBuf>) -> std::io::Result<()> {
+fn man_pages(cmd: clap::Command, dir: &DirHandle) -> std::io::Result<Vec<PathBuf>> {
+    fn walk(cmd: clap::Command, dir: &DirHandle, files: &mut Vec<PathBuf>) -> std::io::Result<()> {
         for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned() {
             walk(sub, dir, files)?;
         }
-        files.push(clap_mangen::Man::new(cmd).generate_to(dir)?);
+        let man = clap_mangen::Man::new(cmd);
+        let mut text = Vec::new();
+        man.render(&mut text)?;
+        files.push(write(dir, &man.get_filename(), &text)?);
         Ok(())
     }
     let mut cmd = cmd.disable_help_subcommand(true);
@@ -55,11 +68,16 @@ fn man_pages(cmd: clap::Command, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 }
 
 /// Writes the bash, zsh and fish completions of `cmd`.
-fn completions(mut cmd: clap::Command, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+fn completions(mut cmd: clap::Command, dir: &DirHandle) -> std::io::Result<Vec<PathBuf>> {
+    use clap_complete::Generator;
     let name = cmd.get_name().to_string();
     [Shell::Bash, Shell::Zsh, Shell::Fish]
         .into_iter()
-        .map(|shell| clap_complete::generate_to(shell, &mut cmd, &name, dir))
+        .map(|shell| {
+            let mut text = Vec::new();
+            clap_complete::generate(shell, &mut cmd, &name, &mut text);
+            write(dir, &shell.file_name(&name), &text)
+        })
         .collect()
 }
 
@@ -69,11 +87,10 @@ pub fn run(cli: clap::Command, what: &GenerateCommand, out: &mut Out) -> anyhow:
         GenerateCommand::Man(a) => (a, "man pages"),
         GenerateCommand::Completions(a) => (a, "completions"),
     };
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let dir = crate::cmd::out_dir(&args.out, "--out")?;
     let files = match what {
-        GenerateCommand::Man(_) => man_pages(cli, &args.out),
-        GenerateCommand::Completions(_) => completions(cli, &args.out),
+        GenerateCommand::Man(_) => man_pages(cli, &dir),
+        GenerateCommand::Completions(_) => completions(cli, &dir),
     }
     .with_context(|| format!("cannot write the {kind} into {}", args.out.display()))?;
     if args.json {

@@ -19,3 +19,24 @@ pub mod share;
 pub mod status;
 pub mod status_pmem;
 pub mod status_tuning;
+
+/// Opens the output directory `dir` of `flag` (`--out`), made 0755 if
+/// missing, refused if it or a directory or symlink on its path belongs to
+/// another user or others can write it (`hugeshm_sys::DirHandle::open_output`):
+/// root's files never land where another user pointed them.
+pub(crate) fn out_dir(dir: &std::path::Path, flag: &str) -> anyhow::Result<hugeshm_sys::DirHandle> {
+    use anyhow::Context;
+    // The error names the directory (or the one above it) refused.
+    hugeshm_sys::DirHandle::open_output(dir, true, sudo_uid()).with_context(|| flag.to_owned())
+}
+
+/// As root under `sudo`, the uid that ran `sudo` (`SUDO_UID`): that user
+/// could write anywhere as root anyway, so its directories (a home
+/// directory, `sudo hugeshm lab --out report` from it) are as good as
+/// root's. Only sudo sets it in root's environment; `None` otherwise.
+pub(crate) fn sudo_uid() -> Option<u32> {
+    if hugeshm_sys::euid() != 0 {
+        return None;
+    }
+    std::env::var("SUDO_UID").ok()?.parse().ok()
+}

@@ -38,7 +38,8 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Write lab.json, one SVG per plot and report.html into this directory
-    /// (created if missing).
+    /// (created 0755 if missing; refused if it, or a directory or symlink
+    /// on its path, belongs to another user, or others can write it).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Do not raise the huge page pools (by default, as root, the lab adds
@@ -102,10 +103,11 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         .map(|l| l.as_ref())
         .filter(|l| a.only.is_empty() || a.only.iter().any(|n| n == l.name()))
         .collect();
-    if let Some(dir) = &a.out {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating the --out directory {}", dir.display()))?;
-    }
+    let out_dir = a
+        .out
+        .as_deref()
+        .map(|dir| crate::cmd::out_dir(dir, "--out"))
+        .transpose()?;
     let started = Instant::now();
     let load_before = load_average(roots);
     let probe = Probe::new(roots.clone());
@@ -200,7 +202,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         reproductions,
         seconds: started.elapsed().as_secs_f64(),
     };
-    if let Some(dir) = &a.out {
+    if let Some(dir) = &out_dir {
         write_out(dir, &report)?;
     }
     if a.json {
@@ -216,10 +218,10 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
 }
 
 /// lab.json, one SVG per plot, report.html.
-fn write_out(dir: &Path, report: &LabReport) -> anyhow::Result<()> {
+fn write_out(dir: &hugeshm_sys::DirHandle, report: &LabReport) -> anyhow::Result<()> {
     let write = |name: &str, text: &str| {
-        let p = dir.join(name);
-        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))
+        dir.write_atomic(name, text.as_bytes(), 0o644)
+            .with_context(|| format!("writing {}", dir.path().join(name).display()))
     };
     let mut svgs = Vec::new();
     for p in report.reproductions.iter().flat_map(|r| &r.plots) {
