@@ -156,7 +156,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
         } else {
             metrics::prometheus_text(&reg)
         };
-        out.line(text.trim_end())?;
+        out.exact(text.trim_end())?;
         out.flush()?;
         if !ok {
             anyhow::bail!(
@@ -193,7 +193,7 @@ fn write_textfile(dir: &Path, text: &str) -> anyhow::Result<PathBuf> {
 fn serve(scraper: &Scraper, addr: SocketAddr) -> anyhow::Result<ExitCode> {
     let listener = std::net::TcpListener::bind(addr)
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-    eprintln!("hugeshm: serving http://{addr}/metrics");
+    crate::terminal::eprintln(format_args!("hugeshm: serving http://{addr}/metrics"));
     exporter_http::serve(&listener, Limits::default(), &|req| answer(scraper, req))
 }
 

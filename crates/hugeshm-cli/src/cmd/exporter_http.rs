@@ -303,9 +303,9 @@ pub fn serve(
                     match &mut failing {
                         Some((_, n)) => *n += 1,
                         None => {
-                            eprintln!(
+                            crate::terminal::eprintln(format_args!(
                                 "hugeshm: exporter: accept failed ({e}): pausing and retrying"
-                            );
+                            ));
                             failing = Some((e, 1));
                         }
                     }
@@ -314,7 +314,9 @@ pub fn serve(
                 }
             };
             if let Some((e, n)) = failing.take() {
-                eprintln!("hugeshm: exporter: accepting again after {n} failed accepts ({e})");
+                crate::terminal::eprintln(format_args!(
+                    "hugeshm: exporter: accepting again after {n} failed accepts ({e})"
+                ));
             }
             let accepted = Instant::now();
             if active.load(Ordering::Acquire) >= limits.connections {
