@@ -145,7 +145,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             output::print_error(&e);
-            ExitCode::from(3)
+            ExitCode::from(output::error_status(&e))
         }
     }
 }

@@ -208,6 +208,28 @@ impl std::fmt::Display for WithFix {
 
 impl std::error::Error for WithFix {}
 
+/// A usage error found once the arguments were read (a number that does
+/// not fit, a page size the host does not offer): the command exits 2.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// The exit status of a failed command: 2 for a [`Usage`] error, else 3.
+pub fn error_status(e: &anyhow::Error) -> u8 {
+    if e.chain().any(|c| c.is::<Usage>()) {
+        2
+    } else {
+        3
+    }
+}
+
 /// Prints an error on stderr: `hugeshm: error: ` and [`error_text`], then
 /// the fix of a [`WithFix`] in its chain on a line of its own.
 pub fn print_error(e: &anyhow::Error) {
