@@ -12,7 +12,7 @@
 //!
 //! let probe = Probe::new(Roots::default());
 //! let host = probe.host();
-//! let p = plan(&host, &[Demand::new("sga", 8 << 30, 2 << 20)], vec![], 2);
+//! let p = plan(&host, &[Demand::new("sga", 8 << 30, 2 << 20)], vec![], 2).unwrap();
 //! match apply(&probe, &p, &ApplyOptions::default()) {
 //!     Ok(r) => println!("reserved in {:.2} s", r.seconds),
 //!     Err(e) => eprintln!("{e}"), // every pool is as it was

@@ -2,8 +2,9 @@
 //! roll-back that makes it all or nothing.
 
 use hugeshm_doctor::advise::{
-    crowded_pools, nr_hugepages_path, pool_name as advise_pool_name, Plan,
+    check_sums, crowded_pools, nr_hugepages_path, pool_name as advise_pool_name, Plan,
 };
+use hugeshm_doctor::checked::{self, TooLarge};
 use hugeshm_parse::hugepages::parse_counter;
 use hugeshm_parse::size::format_bytes;
 use hugeshm_probe::Probe;
@@ -163,6 +164,9 @@ pub enum ApplyError {
         /// The pools as they were when the shortage was seen.
         changes: Vec<PoolChange>,
     },
+    /// The plan counts more pages or bytes than 64 bits hold.
+    #[error("refused: {0}; nothing was changed")]
+    TooLarge(#[from] TooLarge),
     /// A sysfs file could not be read or written.
     #[error("{path}: {source}")]
     Io {
@@ -303,6 +307,7 @@ fn pool_name(c: &PoolChange) -> String {
 /// checking that the caller is root and that the growth fits in the memory
 /// the kernel reports available.
 pub fn apply(probe: &Probe, plan: &Plan, opts: &ApplyOptions) -> Result<ApplyReport, ApplyError> {
+    check_sums(plan)?;
     let pools = SysfsPools::new(probe);
     if !opts.dry_run {
         if let Some(uid) = euid(probe).filter(|u| *u != 0) {
@@ -325,18 +330,22 @@ pub fn apply(probe: &Probe, plan: &Plan, opts: &ApplyOptions) -> Result<ApplyRep
     let mut growth: u64 = 0;
     for p in &plan.pools {
         let before = pools.nr(p.page_size_bytes, p.node)?;
-        growth = growth.saturating_add(
-            p.pages
-                .saturating_sub(before)
-                .saturating_mul(p.page_size_bytes),
-        );
+        let what = || {
+            format!(
+                "{}: bytes added",
+                advise_pool_name(p.page_size_bytes, p.node)
+            )
+        };
+        let added = checked::mul(p.pages.saturating_sub(before), p.page_size_bytes, what)?;
+        growth = checked::add(growth, added, || "the bytes the plan adds".to_string())?;
     }
     // Pages a demotion gives need no new memory.
-    let demoted: u64 = plan
-        .demote
-        .iter()
-        .map(|d| d.pages.saturating_mul(d.page_size_bytes))
-        .fold(0, u64::saturating_add);
+    let demoted = checked::sum(
+        plan.demote
+            .iter()
+            .map(|d| d.pages.saturating_mul(d.page_size_bytes)),
+        || "the bytes demotions give".to_string(),
+    )?;
     let growth = growth.saturating_sub(demoted);
     if let Some(avail) = available {
         if growth > avail && !opts.force {
@@ -381,6 +390,7 @@ pub fn apply_to(
     opts: &ApplyOptions,
     describe_free: &dyn Fn() -> String,
 ) -> Result<ApplyReport, ApplyError> {
+    check_sums(plan)?;
     let t0 = Instant::now();
     let mut changes = Vec::new();
     for p in &plan.pools {

@@ -115,6 +115,24 @@ fn complete() {
     assert_eq!(r.compactions, 0);
 }
 
+/// A plan (a file can say anything) whose bytes do not fit in 64 bits is
+/// refused with its numbers before any pool is written.
+#[test]
+fn a_plan_past_64_bits_is_refused_before_any_write() {
+    let k = Kernel::with(&[(M2, 10)]);
+    let mut p = plan(&[(M2, 1)]);
+    p.pools[0].pages = u64::MAX / 1024;
+    let e = apply_to(&k, &p, &opts(), &none).unwrap_err();
+    assert!(matches!(e, ApplyError::TooLarge(_)), "{e}");
+    assert!(
+        e.to_string()
+            .contains(&format!("{} * {M2} is more than", u64::MAX / 1024)),
+        "{e}"
+    );
+    assert_eq!(k.writes.get(), 0);
+    assert_eq!(k.nr(M2, None).unwrap(), 10);
+}
+
 #[test]
 fn short_restores_every_pool() {
     let k = Kernel::with(&[(M2, 10), (G1, 1)]);

@@ -22,7 +22,7 @@ fn host() -> HostSnapshot {
 #[test]
 fn twice_changes_nothing_and_updates_keep_a_backup() {
     let r = root("twice");
-    let p = plan(&host(), &[Demand::new("sga", 1 << 30, 2 << 20)], vec![], 2);
+    let p = plan(&host(), &[Demand::new("sga", 1 << 30, 2 << 20)], vec![], 2).unwrap();
     let first = persist(&p, &r).unwrap();
     assert!(
         first.iter().all(|f| f.action == PersistAction::Created),
@@ -41,7 +41,7 @@ fn twice_changes_nothing_and_updates_keep_a_backup() {
     assert_eq!(std::fs::read_to_string(&sysctl).unwrap(), text);
 
     // A new plan replaces the file and keeps the old one beside it.
-    let p2 = plan(&host(), &[Demand::new("sga", 2 << 30, 2 << 20)], vec![], 2);
+    let p2 = plan(&host(), &[Demand::new("sga", 2 << 30, 2 << 20)], vec![], 2).unwrap();
     let third = persist(&p2, &r).unwrap();
     let f = third
         .iter()
@@ -69,7 +69,7 @@ fn an_unwritable_root_is_an_error_naming_the_file() {
     let r = root("blocked");
     std::fs::create_dir_all(&r).unwrap();
     std::fs::write(r.join("etc"), "not a directory").unwrap();
-    let p = plan(&host(), &[Demand::new("sga", 1 << 30, 2 << 20)], vec![], 2);
+    let p = plan(&host(), &[Demand::new("sga", 1 << 30, 2 << 20)], vec![], 2).unwrap();
     let e = persist(&p, &r).unwrap_err();
     assert!(e.to_string().contains("etc/sysctl.d"), "{e}");
     std::fs::remove_dir_all(&r).unwrap();
@@ -81,7 +81,7 @@ fn mode(p: &std::path::Path) -> u32 {
 }
 
 fn one_plan() -> hugeshm_doctor::advise::Plan {
-    plan(&host(), &[Demand::new("sga", 1 << 30, 2 << 20)], vec![], 2)
+    plan(&host(), &[Demand::new("sga", 1 << 30, 2 << 20)], vec![], 2).expect("a plan")
 }
 
 /// A root-only file outside the tree that planted symlinks point at.

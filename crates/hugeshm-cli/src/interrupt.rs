@@ -143,10 +143,10 @@ fn start_keeper() -> Keeper {
         Ok(Some(pipe)) => Keeper::Running(pipe),
         Ok(None) => Keeper::Failed,
         Err(e) => {
-            eprintln!(
+            crate::terminal::eprintln(format_args!(
                 "hugeshm: warning: no keeper process ({e}): if this run is killed with SIGKILL, \
                  the pools it raised and the regions it made stay behind"
-            );
+            ));
             Keeper::Failed
         }
     }
@@ -275,9 +275,9 @@ fn start_handler() -> Handler {
                 Err(e) => e,
             };
             for (name, backend) in &regions {
-                eprintln!(
+                crate::terminal::eprintln(format_args!(
                     "hugeshm: interrupted: could not re-execute to remove the {backend} region {name} ({err}): remove it with hugeshm rm {name} --backend {backend}"
-                );
+                ));
             }
             std::process::exit(128 + sig);
         }
@@ -293,7 +293,10 @@ fn give_back_now(mut pending: Vec<(u64, Give)>) -> Vec<(String, Backend)> {
     for (_, g) in pending {
         match g {
             Give::Region { name, backend } => regions.push((name, backend)),
-            other => eprintln!("hugeshm: interrupted: {}", do_give(&other, WORKERS_STOPPED)),
+            other => crate::terminal::eprintln(format_args!(
+                "hugeshm: interrupted: {}",
+                do_give(&other, WORKERS_STOPPED)
+            )),
         }
     }
     regions
@@ -340,7 +343,7 @@ pub fn finish(signal: i32, regions: &[String]) -> std::process::ExitCode {
             ),
             _ => format!("{r:?} is not BACKEND:NAME"),
         };
-        eprintln!("hugeshm: interrupted: {line}");
+        crate::terminal::eprintln(format_args!("hugeshm: interrupted: {line}"));
     }
     std::process::ExitCode::from((128 + signal).clamp(0, 255) as u8)
 }
@@ -368,15 +371,18 @@ pub fn keep() -> std::process::ExitCode {
     let Some(mut pending) = heard(std::io::stdin().lock()).filter(|p| !p.is_empty()) else {
         return std::process::ExitCode::SUCCESS;
     };
-    eprintln!(
+    crate::terminal::eprintln(format_args!(
         "hugeshm: the run (pid {parent}) ended without giving back what it took (killed?); giving it back"
-    );
+    ));
     pending.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
     let (regions, rest): (Vec<_>, Vec<_>) = pending
         .into_iter()
         .partition(|(_, g)| matches!(g, Give::Region { .. }));
     for (_, g) in regions.iter().chain(&rest) {
-        eprintln!("hugeshm: keeper: {}", do_give(g, WORKERS_ORPHANED));
+        crate::terminal::eprintln(format_args!(
+            "hugeshm: keeper: {}",
+            do_give(g, WORKERS_ORPHANED)
+        ));
     }
     std::process::ExitCode::from(1)
 }
@@ -396,7 +402,9 @@ fn heard(input: impl std::io::BufRead) -> Option<Vec<(u64, Give)>> {
             }
             Ok(Msg::Forget { id }) => pending.retain(|(i, _)| *i != id),
             Ok(Msg::Done) => return None,
-            Err(e) => eprintln!("hugeshm: keeper: ignored {line:?}: {e}"),
+            Err(e) => {
+                crate::terminal::eprintln(format_args!("hugeshm: keeper: ignored {line:?}: {e}"))
+            }
         }
     }
     Some(pending)

@@ -3,11 +3,15 @@
 //! Exit codes: 0 success; 1 `--check` found a warning or error; 2 usage error;
 //! 3 the command failed.
 #![forbid(unsafe_code)]
+// Human text reaches stdout and stderr only through the output layer
+// (output::Out, terminal::eprintln), which makes it safe for a terminal.
+#![deny(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
 
 mod cmd;
 mod interrupt;
 mod metrics;
 mod output;
+mod terminal;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use hugeshm_probe::{Roots, FS_ROOT_ENV, PROC_ROOT_ENV, SYS_ROOT_ENV};
@@ -88,11 +92,11 @@ impl log::Log for StderrLog {
     }
     fn log(&self, r: &log::Record<'_>) {
         if self.enabled(r.metadata()) {
-            eprintln!(
+            terminal::eprintln(format_args!(
                 "hugeshm: {}: {}",
                 r.level().as_str().to_lowercase(),
                 r.args()
-            );
+            ));
         }
     }
     fn flush(&self) {}
@@ -106,7 +110,7 @@ fn main() -> ExitCode {
     interrupt::enable_keeper();
     hugeshm_doctor::dax::set_file_dax_reader(Box::new(cmd::segments::SysFileDax));
     if let Err(e) = hugeshm_probe::MapsSource::from_env() {
-        eprintln!("hugeshm: error: {e}");
+        terminal::eprintln(format_args!("hugeshm: error: {e}"));
         return ExitCode::from(2);
     }
     let defaults = Roots::default();
@@ -140,8 +144,8 @@ fn main() -> ExitCode {
             if output::is_broken_pipe(&e) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("hugeshm: error: {}", output::error_text(&e));
-            ExitCode::from(3)
+            output::print_error(&e);
+            ExitCode::from(output::error_status(&e))
         }
     }
 }

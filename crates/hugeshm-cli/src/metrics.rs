@@ -40,11 +40,29 @@ fn gauge_value(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
+/// Labels, each value escaped as the text formats require (`\\`, `\"`,
+/// `\n`): prometheus-client writes label values as they are, and a value
+/// such as a cgroup's path is whatever its creator named it (a `"` and a
+/// newline in it would end the sample and add lines of its own).
 fn labels(pairs: &[(&str, String)]) -> Labels {
     pairs
         .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
+        .map(|(k, v)| (k.to_string(), label_value(v)))
         .collect()
+}
+
+/// A label value escaped for the Prometheus and OpenMetrics text formats.
+fn label_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn page_label(p: Option<u64>) -> String {
@@ -172,7 +190,7 @@ pub fn registry(status: &StatusReport, segs: &SegmentsReport, info: ScrapeInfo) 
         ]);
         for (n, b) in &s.nodes {
             let mut nl = l.clone();
-            nl.push(("node".to_string(), n.clone()));
+            nl.push(("node".to_string(), label_value(n)));
             *node_sums.entry(nl).or_default() += b;
         }
         let e = sums.entry(l).or_default();
@@ -411,6 +429,27 @@ pub fn wants_openmetrics(accept: Option<&str>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A label value with a quote, a backslash and a newline stays one
+    /// sample on one line, escaped.
+    #[test]
+    fn label_values_are_escaped() {
+        let mut reg = Registry::default();
+        let f = Family::<Labels, Gauge>::default();
+        f.get_or_create(&labels(&[(
+            "cgroup",
+            "/x\"} 1\nhugeshm_up 0\n# \\".to_string(),
+        )]))
+        .set(7);
+        reg.register("hugeshm_t", "test", f);
+        let text = prometheus_text(&reg);
+        let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            samples,
+            [r#"hugeshm_t{cgroup="/x\"} 1\nhugeshm_up 0\n# \\"} 7"#],
+            "{text}"
+        );
+    }
 
     #[test]
     fn accept_header_negotiation() {

@@ -3,7 +3,14 @@
 //! simple aligned tables (hand-written: see the README), the `--json`
 //! envelope every command prints its report in, a progress bar
 //! (`indicatif`) and a broken pipe that is not an error.
+//!
+//! Every human line goes through [`Out::line`], which makes it safe for a
+//! terminal ([`crate::terminal`]: control characters in names a user
+//! chose are shown escaped, the tool's own colours kept); `--json`
+//! ([`Out::json_doc`]) and other machine text ([`Out::exact`]) are written
+//! as they are.
 
+use crate::terminal;
 use crate::ColorChoice;
 use anstyle::{AnsiColor, Style};
 use hugeshm_doctor::Severity;
@@ -61,24 +68,32 @@ pub struct Out {
 impl Out {
     /// Stdout with the colour choice resolved.
     pub fn new(choice: ColorChoice) -> Self {
-        let tty = std::io::stdout().is_terminal();
+        let tty = stdout().is_terminal();
         let color = match choice {
             ColorChoice::Always => true,
             ColorChoice::Never => false,
             ColorChoice::Auto => {
-                anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never
+                anstream::AutoStream::choice(&stdout()) != anstream::ColorChoice::Never
             }
         };
         Out {
             color,
             tty,
-            buf: std::io::BufWriter::new(std::io::stdout()),
+            buf: std::io::BufWriter::new(stdout()),
         }
     }
 
-    /// Writes a line.
+    /// Writes a line of human text: one line, made safe for a terminal
+    /// (a newline or escape sequence inside it is shown escaped).
     pub fn line(&mut self, s: impl AsRef<str>) -> anyhow::Result<()> {
-        writeln!(self.buf, "{}", s.as_ref())?;
+        writeln!(self.buf, "{}", terminal::render(s.as_ref()))?;
+        Ok(())
+    }
+
+    /// Writes machine-readable text exactly as it is, and a newline (the
+    /// Prometheus text of `exporter --once`, a child's protocol line).
+    pub fn exact(&mut self, s: &str) -> anyhow::Result<()> {
+        writeln!(self.buf, "{s}")?;
         Ok(())
     }
 
@@ -130,11 +145,23 @@ impl Out {
 
     fn paint(&self, s: &str, style: Style) -> String {
         if self.color {
-            format!("{style}{s}{style:#}")
+            terminal::styled(style, s)
         } else {
             s.to_string()
         }
     }
+}
+
+/// Stdout: the only handle on it is [`Out`]'s.
+#[allow(clippy::disallowed_methods)]
+fn stdout() -> std::io::Stdout {
+    std::io::stdout()
+}
+
+/// Stdout for a hidden child's protocol with its parent (a bench worker's
+/// answers): machine text, not for a terminal.
+pub fn protocol_stdout() -> std::io::StdoutLock<'static> {
+    stdout().lock()
 }
 
 /// Whether an error is a closed stdout (`hugeshm status | head`).
@@ -161,6 +188,55 @@ pub fn error_text(e: &anyhow::Error) -> String {
         }
     }
     text
+}
+
+/// An error and its fix, which the error printer puts on a line of its
+/// own below it (`  to fix: FIX`).
+#[derive(Debug)]
+pub struct WithFix {
+    /// The error's text.
+    pub error: String,
+    /// The fix, rendered for the CLI.
+    pub fix: String,
+}
+
+impl std::fmt::Display for WithFix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.error)
+    }
+}
+
+impl std::error::Error for WithFix {}
+
+/// A usage error found once the arguments were read (a number that does
+/// not fit, a page size the host does not offer): the command exits 2.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// The exit status of a failed command: 2 for a [`Usage`] error, else 3.
+pub fn error_status(e: &anyhow::Error) -> u8 {
+    if e.chain().any(|c| c.is::<Usage>()) {
+        2
+    } else {
+        3
+    }
+}
+
+/// Prints an error on stderr: `hugeshm: error: ` and [`error_text`], then
+/// the fix of a [`WithFix`] in its chain on a line of its own.
+pub fn print_error(e: &anyhow::Error) {
+    terminal::eprintln(format_args!("hugeshm: error: {}", error_text(e)));
+    if let Some(w) = e.chain().find_map(|c| c.downcast_ref::<WithFix>()) {
+        terminal::eprintln(format_args!("  to fix: {}", w.fix));
+    }
 }
 
 /// A table of left- or right-aligned columns (numbers right-aligned).
@@ -194,14 +270,14 @@ impl Table {
         let mut w = vec![0usize; n];
         for r in std::iter::once(&self.header).chain(self.rows.iter()) {
             for (i, c) in r.iter().enumerate().take(n) {
-                w[i] = w[i].max(visible_len(c));
+                w[i] = w[i].max(terminal::width(c));
             }
         }
         let fmt = |r: &[String]| -> String {
             let mut s = String::from(indent);
             for (i, width) in w.iter().enumerate() {
                 let c = r.get(i).map(String::as_str).unwrap_or("");
-                let pad = width.saturating_sub(visible_len(c));
+                let pad = width.saturating_sub(terminal::width(c));
                 if self.right[i] {
                     s.push_str(&" ".repeat(pad));
                     s.push_str(c);
@@ -224,24 +300,6 @@ impl Table {
         }
         Ok(())
     }
-}
-
-/// Length without ANSI colour codes.
-fn visible_len(s: &str) -> usize {
-    let mut n = 0;
-    let mut esc = false;
-    for c in s.chars() {
-        if esc {
-            if c == 'm' {
-                esc = false;
-            }
-        } else if c == '\x1b' {
-            esc = true;
-        } else {
-            n += 1;
-        }
-    }
-    n
 }
 
 /// Prints findings: severity, code, message, and the fix on its own line.
@@ -279,7 +337,7 @@ impl ProgressBar {
         ) {
             bar.set_style(style.progress_chars("=> "));
         }
-        bar.set_message(label.to_string());
+        bar.set_message(terminal::terminal_safe(label).into_owned());
         ProgressBar { bar }
     }
 

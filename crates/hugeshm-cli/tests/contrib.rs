@@ -390,6 +390,17 @@ fn systemd_units_pass_systemd_analyze_verify() {
     let exporter = std::fs::read_to_string(contrib("systemd/hugeshm-exporter.service")).unwrap();
     assert_eq!(unit_value(&exporter, "ProtectSystem"), "strict");
     assert_eq!(unit_value(&exporter, "NoNewPrivileges"), "yes");
+    // Bounded, sandboxed, reachable from the host only (issue 25).
+    assert_eq!(unit_value(&exporter, "PrivateDevices"), "yes");
+    assert_eq!(unit_value(&exporter, "IPAddressDeny"), "any");
+    assert_eq!(unit_value(&exporter, "IPAddressAllow"), "localhost");
+    let nofile: u64 = unit_value(&exporter, "LimitNOFILE").parse().unwrap();
+    assert!(
+        (64..=4096).contains(&nofile),
+        "LimitNOFILE={nofile}: room for 32 connections and a scrape, and a bound"
+    );
+    assert!(unit_value(&exporter, "MemoryMax").ends_with('M'));
+    assert_eq!(unit_value(&exporter, "Restart"), "on-failure");
 }
 
 /// setpriv arguments giving an unprivileged user (nobody) exactly the

@@ -103,8 +103,30 @@ fn http(
 
 /// Starts `hugeshm exporter --listen` on a free port and waits for it.
 fn start_exporter() -> (Killed, u16) {
+    start_exporter_with_fd_limit(None)
+}
+
+/// Starts the exporter, with at most `fds` file descriptors when given
+/// (`ulimit -n` in a shell that then runs it: same process).
+fn start_exporter_with_fd_limit(fds: Option<u32>) -> (Killed, u16) {
     let port = free_port();
-    let child = common::cmd(&["exporter", "--listen", &format!("127.0.0.1:{port}")])
+    let listen = format!("127.0.0.1:{port}");
+    let mut c = common::cmd(&["exporter", "--listen", &listen]);
+    if let Some(n) = fds {
+        let bin = env!("CARGO_BIN_EXE_hugeshm");
+        let script = format!("ulimit -n {n} && exec \"$0\" \"$@\"");
+        let mut sh = Command::new("sh");
+        sh.args(["-c", &script, bin, "exporter", "--listen", &listen]);
+        // The same environment as common::cmd's.
+        for (k, v) in c.get_envs() {
+            match v {
+                Some(v) => sh.env(k, v),
+                None => sh.env_remove(k),
+            };
+        }
+        c = sh;
+    }
+    let child = c
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -471,5 +493,203 @@ fn http_with_a_blocked_proc_answers_within_the_timeout_and_recovers() {
     assert!(
         m.contains_key(r#"hugeshm_pool_pages{page_size_bytes="2097152",node="all",state="total"}"#),
         "{body}"
+    );
+}
+
+/// The open file descriptors of a process.
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// A `kB` field of /proc/PID/status (VmHWM, VmRSS).
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
+    line.trim().trim_end_matches("kB").trim().parse().unwrap()
+}
+
+/// `n` connections that send nothing (fewer if the test's own descriptor
+/// limit is near, or connecting stalls for 30 s).
+fn idle_connections(port: u16, n: usize) -> Vec<TcpStream> {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    let n = n.min(usize::try_from(soft.saturating_sub(64)).unwrap_or(usize::MAX));
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let t = Instant::now();
+    let mut conns = Vec::new();
+    while conns.len() < n && t.elapsed() < Duration::from_secs(30) {
+        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+            conns.push(s);
+        }
+    }
+    conns
+}
+
+/// GET /metrics until it answers 200 (up to 60 s); the body.
+fn metrics_once_up(port: u16) -> String {
+    let t = Instant::now();
+    loop {
+        if let Some((200, _, body)) = http(port, "GET", "/metrics", None) {
+            return body;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the exporter never answered /metrics again"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// 1000 idle connections: the exporter holds a bounded number of them
+/// (tiny_http took every one, ~600 of them ran it out of descriptors),
+/// answers the rest 503, drops the idle ones at its head deadline, and
+/// serves /metrics again.
+#[test]
+fn idle_connections_are_bounded_and_the_exporter_serves_on() {
+    let (mut exporter, port) = start_exporter();
+    let pid = exporter.0.id();
+    let base = fd_count(pid);
+    let idle = idle_connections(port, 1000);
+    assert!(idle.len() >= 200, "only {} connections opened", idle.len());
+    // Each accepted connection is either held (a descriptor) or answered
+    // 503 and closed: the descriptors stay bounded however many come.
+    let held = fd_count(pid).saturating_sub(base);
+    assert!(
+        held <= 40,
+        "the exporter holds {held} descriptors for {} idle connections",
+        idle.len()
+    );
+    let busy = idle.iter().filter(|s| {
+        let mut s = *s;
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut b = [0u8; 64];
+        matches!(s.read(&mut b), Ok(n) if n > 0 && b[..n].starts_with(b"HTTP/1.1 503"))
+    });
+    assert!(busy.count() > 0, "no connection was answered 503");
+    // Idle connections are cut at the head deadline; then /metrics answers.
+    let body = metrics_once_up(port);
+    assert_eq!(parse(&body).get("hugeshm_up"), Some(&1.0), "{body}");
+    assert!(
+        exporter.0.try_wait().unwrap().is_none(),
+        "the exporter ended"
+    );
+    drop(idle);
+}
+
+/// With its descriptors used up (a limit of 24, below its connection
+/// bound), accept fails with EMFILE: the exporter pauses and accepts again
+/// once connections close (tiny_http either ended the process with status
+/// 0, so Restart=on-failure never restarted it, or stopped answering).
+#[test]
+fn an_accept_error_does_not_end_the_exporter() {
+    let (mut exporter, port) = start_exporter_with_fd_limit(Some(24));
+    let pid = exporter.0.id();
+    let idle = idle_connections(port, 100);
+    // Wait (a while at most) until the exporter has its descriptors used
+    // up, or has ended; accept fails from then on.
+    let t = Instant::now();
+    while fd_count(pid) < 23
+        && exporter.0.try_wait().unwrap().is_none()
+        && t.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        exporter.0.try_wait().unwrap().is_none(),
+        "the exporter ended on EMFILE"
+    );
+    drop(idle);
+    let body = metrics_once_up(port);
+    assert_eq!(parse(&body).get("hugeshm_up"), Some(&1.0), "{body}");
+    assert!(
+        exporter.0.try_wait().unwrap().is_none(),
+        "the exporter ended"
+    );
+}
+
+/// A 300 MiB header line is cut off at the head limit (8 KiB) and
+/// answered 431: the exporter's peak memory stays small (tiny_http read
+/// the whole line: 315 MB).
+#[test]
+fn a_huge_header_line_is_cut_off_early() {
+    let (mut exporter, port) = start_exporter();
+    let pid = exporter.0.id();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nX-Long: ").unwrap();
+    let chunk = vec![b'a'; 1 << 20];
+    let mut sent = 0usize;
+    while sent < 300 << 20 {
+        if s.write_all(&chunk).is_err() {
+            break;
+        }
+        sent += chunk.len();
+    }
+    assert!(sent < 300 << 20, "the exporter read a 300 MiB header line");
+    let mut answer = Vec::new();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let _ = s.read_to_end(&mut answer);
+    let hwm = status_kib(pid, "VmHWM");
+    assert!(hwm < 64 * 1024, "the exporter's peak memory is {hwm} kB");
+    let body = metrics_once_up(port);
+    assert_eq!(parse(&body).get("hugeshm_up"), Some(&1.0), "{body}");
+    assert!(
+        exporter.0.try_wait().unwrap().is_none(),
+        "the exporter ended"
+    );
+    // What came back, when the answer was read before the reset: 431.
+    if !answer.is_empty() {
+        assert!(
+            answer.starts_with(b"HTTP/1.1 431 "),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+}
+
+/// A client that trickles its head a header every 100 ms is answered 408
+/// and closed at the head deadline instead of holding its connection.
+#[test]
+fn a_slow_loris_is_cut_off() {
+    let (_exporter, port) = start_exporter();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+    let t = Instant::now();
+    let mut answer = Vec::new();
+    let mut b = [0u8; 4096];
+    loop {
+        // Guards against a hang only: the head deadline is 5 s.
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "still connected after 2 minutes of trickling"
+        );
+        if s.write_all(b"X-Slow: 1\r\n").is_err() {
+            break;
+        }
+        match s.read(&mut b) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&b[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    assert!(
+        answer.starts_with(b"HTTP/1.1 408 "),
+        "{}",
+        String::from_utf8_lossy(&answer)
     );
 }

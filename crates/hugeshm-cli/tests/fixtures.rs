@@ -31,6 +31,8 @@
 //!
 //! Assertions marked `// Regression:` pin bugs these fixtures once found.
 
+mod common;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -105,14 +107,7 @@ fn finish(what: &str, out: Output) -> Run {
 fn on_fixture(name: &str) -> Command {
     let dir = fixture_dir(name);
     assert!(dir.join("proc").is_dir(), "no fixture {}", dir.display());
-    let mut c = hugeshm();
-    c.arg("--proc-root")
-        .arg(dir.join("proc"))
-        .arg("--sys-root")
-        .arg(dir.join("sys"))
-        .arg("--fs-root")
-        .arg(dir.join("fs"));
-    c
+    common::on_fixture(name)
 }
 
 /// Runs `hugeshm --proc-root F/proc --sys-root F/sys --fs-root F/fs ARGS...`.

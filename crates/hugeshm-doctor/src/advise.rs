@@ -14,6 +14,8 @@
 //! huge pages live segments use; [`keep_room_for_live`] marks it so that
 //! `apply` refuses a pool that would not hold both.
 
+use crate::checked;
+pub use crate::checked::TooLarge;
 use crate::finding::plural;
 use crate::segments::{SegmentKind, SegmentsReport};
 use hugeshm_fix::pool_command;
@@ -369,7 +371,10 @@ pub struct ContainerAdvice {
 pub fn container_advice(plan: &Plan) -> ContainerAdvice {
     let mut by_size: std::collections::BTreeMap<u64, u64> = Default::default();
     for c in &plan.counted {
-        *by_size.entry(c.page_size_bytes).or_default() += c.pages * c.page_size_bytes;
+        // plan() checked that these fit.
+        let bytes = c.pages.saturating_mul(c.page_size_bytes);
+        let e = by_size.entry(c.page_size_bytes).or_default();
+        *e = e.saturating_add(bytes);
     }
     let resources: Vec<PodResource> = by_size
         .into_iter()
@@ -491,13 +496,14 @@ pub fn demands_from_segments(
     (demands, skipped)
 }
 
-/// Builds the plan.
+/// Builds the plan; refused when a sum of its pages or bytes does not fit
+/// in 64 bits.
 pub fn plan(
     host: &HostSnapshot,
     demands: &[Demand],
     skipped: Vec<Skipped>,
     spare_pages: u64,
-) -> Plan {
+) -> Result<Plan, TooLarge> {
     let nodes: Vec<u32> = if host.nodes.is_empty() {
         vec![0]
     } else {
@@ -513,8 +519,14 @@ pub fn plan(
     let mut sitting: BTreeMap<(u64, u32), u64> = BTreeMap::new();
     let mut sitting_label: Vec<(usize, u64)> = Vec::new();
     let mut counted = Vec::new();
+    let mut counted_bytes: BTreeMap<u64, u64> = BTreeMap::new();
     for d in demands {
         let pages = d.pages_needed();
+        let pool = || pool_name(d.page_size_bytes, None);
+        // Its bytes, and with the others of its page size (a pod's limit).
+        let what = || format!("{}: bytes of its pages", d.label);
+        let bytes = checked::mul(pages, d.page_size_bytes, what)?;
+        checked::bump(&mut counted_bytes, d.page_size_bytes, bytes, what)?;
         if !host.pools.is_empty() && host.pool(d.page_size_bytes).is_none() {
             warnings.push(format!(
                 "{}: this kernel offers no {} pages (sizes: {})",
@@ -533,14 +545,16 @@ pub fn plan(
                 for (n, p) in &d.nodes {
                     let p = (*p).min(pages - known);
                     if nodes.contains(n) && p > 0 {
-                        *sitting.entry((d.page_size_bytes, *n)).or_default() += p;
+                        checked::bump(&mut sitting, (d.page_size_bytes, *n), p, || {
+                            pool_name(d.page_size_bytes, Some(*n))
+                        })?;
                         known += p;
                     }
                 }
                 if known > 0 {
                     sitting_label.push((counted.len(), d.page_size_bytes));
                 }
-                *need.entry((d.page_size_bytes, None)).or_default() += pages - known;
+                checked::bump(&mut need, (d.page_size_bytes, None), pages - known, pool)?;
             }
             Placement::Node(n) => {
                 if !nodes.contains(&n) {
@@ -549,13 +563,17 @@ pub fn plan(
                         d.label
                     ));
                 }
-                *need.entry((d.page_size_bytes, Some(n))).or_default() += pages;
+                checked::bump(&mut need, (d.page_size_bytes, Some(n)), pages, || {
+                    pool_name(d.page_size_bytes, Some(n))
+                })?;
             }
             Placement::Spread => {
                 let k = nodes.len() as u64;
                 for (i, n) in nodes.iter().enumerate() {
                     let share = pages / k + u64::from((i as u64) < pages % k);
-                    *need.entry((d.page_size_bytes, Some(*n))).or_default() += share;
+                    checked::bump(&mut need, (d.page_size_bytes, Some(*n)), share, || {
+                        pool_name(d.page_size_bytes, Some(*n))
+                    })?;
                 }
             }
         }
@@ -587,7 +605,7 @@ pub fn plan(
             .collect();
         if has_node {
             for (n, p) in &on_nodes {
-                *need.entry((*s, Some(*n))).or_default() += p;
+                checked::bump(&mut need, (*s, Some(*n)), *p, || pool_name(*s, Some(*n)))?;
             }
             for (i, size) in &sitting_label {
                 if size == s {
@@ -611,12 +629,13 @@ pub fn plan(
             if let Some(any) = need.remove(&(*s, None)) {
                 let k = nodes.len() as u64;
                 for (i, n) in nodes.iter().enumerate() {
-                    *need.entry((*s, Some(*n))).or_default() +=
-                        any / k + u64::from((i as u64) < any % k);
+                    let share = any / k + u64::from((i as u64) < any % k);
+                    checked::bump(&mut need, (*s, Some(*n)), share, || pool_name(*s, Some(*n)))?;
                 }
             }
         } else if !on_nodes.is_empty() {
-            *need.entry((*s, None)).or_default() += on_nodes.iter().map(|(_, p)| p).sum::<u64>();
+            let on = checked::sum(on_nodes.iter().map(|(_, p)| *p), || pool_name(*s, None))?;
+            checked::bump(&mut need, (*s, None), on, || pool_name(*s, None))?;
         }
     }
     // A split that left a node's pool of a size at zero pages needs no row.
@@ -638,22 +657,27 @@ pub fn plan(
                 .map(|p| p.counters.nr)
                 .unwrap_or(0),
         };
-        let total = pages + spare;
+        let what = || format!("{}: pages and spare", pool_name(*size, *node));
+        let total = checked::add(*pages, spare, what)?;
+        let bytes = checked::mul(total, *size, || {
+            format!("{}: bytes", pool_name(*size, *node))
+        })?;
         pools.push(PlanPool {
             page_size_bytes: *size,
             node: *node,
             pages: total,
             spare_pages: spare,
             current_pages: current,
-            bytes: total.saturating_mul(*size),
+            bytes,
         });
     }
     pools.sort_by_key(|p| (p.node.is_some(), p.page_size_bytes, p.node));
 
     let huge_bytes: u64 = {
         // Sizes the plan does not touch keep what they hold now.
-        let planned: u64 = pools.iter().map(|p| p.bytes).sum();
-        planned + kept_bytes(host, |s| sizes.contains(&s))
+        let what = || "the bytes of every pool".to_string();
+        let planned = checked::sum(pools.iter().map(|p| p.bytes), what)?;
+        checked::add(planned, kept_bytes(host, |s| sizes.contains(&s)), what)?
     };
     let mem_total = host.meminfo.as_ref().and_then(|m| m.mem_total_bytes);
     let left = mem_total.map(|t| t.saturating_sub(huge_bytes));
@@ -677,11 +701,13 @@ pub fn plan(
         let Some(nt) = n.meminfo.as_ref().and_then(|m| m.mem_total_bytes) else {
             continue;
         };
-        let on_node: u64 = pools
-            .iter()
-            .filter(|p| p.node == Some(n.node))
-            .map(|p| p.bytes)
-            .sum();
+        let on_node = checked::sum(
+            pools
+                .iter()
+                .filter(|p| p.node == Some(n.node))
+                .map(|p| p.bytes),
+            || format!("the bytes of node {}'s pools", n.node),
+        )?;
         if on_node > nt {
             warnings.push(format!(
                 "node {} has {} of memory but the plan puts {} of huge pages on it",
@@ -707,7 +733,7 @@ pub fn plan(
         memlock_users(demands),
         units.into_iter().collect(),
     );
-    Plan {
+    Ok(Plan {
         pools,
         counted,
         skipped,
@@ -720,7 +746,29 @@ pub fn plan(
         container: None,
         keep_live: false,
         demote: Vec::new(),
+    })
+}
+
+/// Checks that a plan counts bytes that fit in 64 bits (a plan file may
+/// say anything): each pool's and demotion's pages times its page size, and
+/// all of them together.
+pub fn check_sums(plan: &Plan) -> Result<(), TooLarge> {
+    let mut all = 0u64;
+    for p in &plan.pools {
+        let what = || format!("{}: bytes", pool_name(p.page_size_bytes, p.node));
+        let bytes = checked::mul(p.pages, p.page_size_bytes, what)?;
+        all = checked::add(all, bytes, || "the bytes of every pool".to_string())?;
     }
+    for d in &plan.demote {
+        let what = || {
+            format!(
+                "the demotion of {} pages: bytes",
+                format_bytes(d.page_size_bytes)
+            )
+        };
+        checked::mul(d.pages, d.page_size_bytes, what)?;
+    }
+    Ok(())
 }
 
 /// Pages of a pool in use or reserved now: a node's faulted pages (the
@@ -1063,7 +1111,7 @@ fn kept_bytes(host: &HostSnapshot, planned: impl Fn(u64) -> bool) -> u64 {
         .iter()
         .filter(|p| !planned(p.page_size_bytes))
         .map(|p| p.nr.saturating_mul(p.page_size_bytes))
-        .sum()
+        .fold(0, u64::saturating_add)
 }
 
 /// Whether two files say the same, line by line, runs of blanks aside (the
@@ -1288,7 +1336,7 @@ mod tests {
         ]))
         .unwrap();
         let grow = |use_it: bool| {
-            let mut p = plan(&h, &[Demand::new("sga", 1200 * MIB, M2)], vec![], 2);
+            let mut p = plan(&h, &[Demand::new("sga", 1200 * MIB, M2)], vec![], 2).unwrap();
             add_demotion(&mut p, &h, use_it);
             p
         };
@@ -1326,7 +1374,8 @@ mod tests {
             ],
             vec![],
             2,
-        );
+        )
+        .unwrap();
         add_demotion(&mut p, &h, true);
         assert!(p.demote.is_empty() && p.warnings.iter().all(|w| !w.contains("demot")));
         // Old plans without the key still read.
@@ -1334,6 +1383,40 @@ mod tests {
         v.as_object_mut().unwrap().remove("demote");
         let back: Plan = serde_json::from_value(v).unwrap();
         assert!(back.demote.is_empty());
+    }
+
+    /// `--spare 18446744073709551615` with 512 pages wrapped to a pool of
+    /// 511; sums that do not fit are refused with their numbers.
+    #[test]
+    fn sums_past_64_bits_are_refused() {
+        let h = host(1);
+        let e = plan(&h, &[Demand::new("sga", GIB, M2)], vec![], u64::MAX).unwrap_err();
+        assert_eq!((e.a, e.op, e.b), (512, '+', u64::MAX), "{e}");
+        assert!(
+            e.to_string().starts_with(
+                "the 2 MiB pool (host-wide): pages and spare: 512 + 18446744073709551615 "
+            ),
+            "{e}"
+        );
+        // Two demands whose pages add past 64 bits, and pages whose bytes do.
+        let big = Demand::new("a", u64::MAX / 2 + 4096, 4096);
+        let e = plan(&h, &[big.clone(), big], vec![], 0).unwrap_err();
+        assert_eq!(e.op, '+', "{e}");
+        let e = plan(
+            &h,
+            &[Demand::new("b", 1, M2).with_pages(u64::MAX / 2)],
+            vec![],
+            0,
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.op, e.what.as_str()),
+            ('*', "b: bytes of its pages"),
+            "{e}"
+        );
+        // The largest that fits is planned exactly.
+        let p = plan(&h, &[Demand::new("sga", GIB, M2)], vec![], 1000).unwrap();
+        assert_eq!(pool(&p, M2, None).pages, 1512);
     }
 
     #[test]
@@ -1348,7 +1431,8 @@ mod tests {
             ],
             vec![],
             2,
-        );
+        )
+        .unwrap();
         let c = container_advice(&p);
         let r: Vec<(&str, &str)> = c
             .resources
@@ -1378,16 +1462,16 @@ mod tests {
     fn exact_multiples_and_rounding() {
         let h = host(1);
         // 18 GiB on 2 MiB pages: exactly 9216 pages, + 2 spare.
-        let p = plan(&h, &[Demand::new("sga", 18 * GIB, M2)], vec![], 2);
+        let p = plan(&h, &[Demand::new("sga", 18 * GIB, M2)], vec![], 2).unwrap();
         assert_eq!(pool(&p, M2, None).pages, 9218);
         assert_eq!(pool(&p, M2, None).spare_pages, 2);
         assert_eq!(pool(&p, M2, None).current_pages, 10);
         assert_eq!(p.counted[0].pages, 9216);
         // One byte more needs one page more.
-        let p = plan(&h, &[Demand::new("sga", 18 * GIB + 1, M2)], vec![], 0);
+        let p = plan(&h, &[Demand::new("sga", 18 * GIB + 1, M2)], vec![], 0).unwrap();
         assert_eq!(pool(&p, M2, None).pages, 9217);
         // A segment smaller than a page still needs a whole page.
-        let p = plan(&h, &[Demand::new("tiny", 4096, M2)], vec![], 0);
+        let p = plan(&h, &[Demand::new("tiny", 4096, M2)], vec![], 0).unwrap();
         assert_eq!(pool(&p, M2, None).pages, 1);
         // The server's own count wins over the arithmetic.
         let p = plan(
@@ -1395,7 +1479,8 @@ mod tests {
             &[Demand::new("pg", 140 * MIB, M2).with_pages(71)],
             vec![],
             0,
-        );
+        )
+        .unwrap();
         assert_eq!(pool(&p, M2, None).pages, 71);
     }
 
@@ -1404,7 +1489,7 @@ mod tests {
         let h = host(1);
         // 2 MiB of pools: the limits.d file for every user says 8 MiB,
         // not 2 MiB, which would take away what others lock today.
-        let p = plan(&h, &[Demand::new("tiny", 4096, M2)], vec![], 0);
+        let p = plan(&h, &[Demand::new("tiny", 4096, M2)], vec![], 0).unwrap();
         assert_eq!(p.huge_bytes, M2);
         assert_eq!(p.config.memlock_kib, DEFAULT_MEMLOCK_KIB);
         assert_eq!(p.config.systemd, "LimitMEMLOCK=8388608");
@@ -1420,7 +1505,7 @@ mod tests {
             limits.content
         );
         // Above it, the pools' size.
-        let p = plan(&h, &[Demand::new("sga", 64 * MIB, M2)], vec![], 0);
+        let p = plan(&h, &[Demand::new("sga", 64 * MIB, M2)], vec![], 0).unwrap();
         assert_eq!(p.config.memlock_kib, p.huge_bytes / 1024);
     }
 
@@ -1443,7 +1528,7 @@ mod tests {
             Demand::new("b", 64 * MIB, M2).owned_by(26),
             Demand::new("c", 64 * MIB, M2).owned_by(0),
         ];
-        let p = plan(&h, &d, vec![], 0);
+        let p = plan(&h, &d, vec![], 0).unwrap();
         assert_eq!(p.config.memlock_users, [":26", ":105"]);
         let kib = p.config.memlock_kib;
         assert!(
@@ -1459,12 +1544,13 @@ mod tests {
             &[d[0].clone(), Demand::new("new", 64 * MIB, M2)],
             vec![],
             0,
-        );
+        )
+        .unwrap();
         assert_eq!(p.config.memlock_users, ["*"]);
         let kib = p.config.memlock_kib;
         assert!(limits(&p).contains(&format!("*        soft    memlock    {kib}\n")));
         // Only root's: root locks by CAP_IPC_LOCK; the lines stay for everyone.
-        let p = plan(&h, &[d[2].clone()], vec![], 0);
+        let p = plan(&h, &[d[2].clone()], vec![], 0).unwrap();
         assert_eq!(p.config.memlock_users, ["*"]);
     }
 
@@ -1475,13 +1561,13 @@ mod tests {
             Demand::new("a", 64 * MIB, M2).owned_by(105),
             Demand::new("b", 64 * MIB, M2).owned_by(7),
         ];
-        let mut p = plan(&h, &d, vec![], 0);
+        let mut p = plan(&h, &d, vec![], 0).unwrap();
         p.config
             .name_memlock_users(|uid| (uid == 105).then(|| "postgres".to_string()));
         // A uid the host has no name for stays `:UID`.
         assert_eq!(p.config.memlock_users, [":7", "postgres"]);
         // So does one whose name limits.conf would misread.
-        let mut q = plan(&h, &d, vec![], 0);
+        let mut q = plan(&h, &d, vec![], 0).unwrap();
         q.config.name_memlock_users(|_| Some("db admin".into()));
         assert_eq!(q.config.memlock_users, [":7", ":105"]);
         q.config.name_memlock_users(|_| Some("@wheel".into()));
@@ -1514,7 +1600,7 @@ mod tests {
             // Not a service name hugeshm writes under: left out.
             Demand::new("c", 64 * MIB, M2).in_units(vec!["../../x.service".into()]),
         ];
-        let p = plan(&h, &d, vec![], 0);
+        let p = plan(&h, &d, vec![], 0).unwrap();
         assert_eq!(p.config.systemd_units, ["ora.service", pg.as_str()]);
         let bytes = p.config.memlock_kib * 1024;
         let dropin = |p: &Plan, u: &str| {
@@ -1543,7 +1629,7 @@ mod tests {
             .unwrap_err()
             .contains("is not a service name"));
         // No services: no drop-in.
-        let p4 = plan(&h, &[Demand::new("a", 64 * MIB, M2)], vec![], 0);
+        let p4 = plan(&h, &[Demand::new("a", 64 * MIB, M2)], vec![], 0).unwrap();
         assert!(p4.config.systemd_units.is_empty());
         assert!(!p4.config.files.iter().any(|f| f.path.contains("systemd")));
     }
@@ -1602,7 +1688,8 @@ mod tests {
             ],
             vec![],
             1,
-        );
+        )
+        .unwrap();
         assert_eq!(pool(&p, M2, None).pages, 2049);
         assert_eq!(
             pool(&p, GIB, None).pages,
@@ -1650,7 +1737,8 @@ mod tests {
             &[Demand::new("x", 1001 * M2, M2).placed(Placement::Spread)],
             vec![],
             2,
-        );
+        )
+        .unwrap();
         assert_eq!(pool(&p, M2, Some(0)).pages, 503);
         assert_eq!(pool(&p, M2, Some(1)).pages, 502);
         assert_eq!(pool(&p, M2, Some(1)).spare_pages, 2);
@@ -1660,7 +1748,8 @@ mod tests {
             &[Demand::new("--size 200 MiB", 200 * MIB, M2).placed(Placement::Spread)],
             vec![],
             2,
-        );
+        )
+        .unwrap();
         let split: Vec<(Option<u32>, u64, u64)> = p
             .pools
             .iter()
@@ -1680,7 +1769,8 @@ mod tests {
             &[Demand::new("g", 3 * GIB, GIB).placed(Placement::Spread)],
             vec![],
             2,
-        );
+        )
+        .unwrap();
         assert_eq!(pool(&p, GIB, Some(0)).pages, 2);
         assert_eq!(pool(&p, GIB, Some(1)).pages, 1);
         assert!(p.pools.iter().all(|x| x.node.is_some()));
@@ -1693,7 +1783,8 @@ mod tests {
             ],
             vec![],
             0,
-        );
+        )
+        .unwrap();
         assert_eq!(pool(&p, M2, Some(0)).pages, 5);
         assert_eq!(pool(&p, M2, Some(1)).pages, 105);
         assert!(p
@@ -1712,7 +1803,8 @@ mod tests {
             &[Demand::new("g", 4 * GIB, GIB).placed(Placement::Spread)],
             vec![],
             0,
-        );
+        )
+        .unwrap();
         assert_eq!(
             p.config.kernel_cmdline.as_deref(),
             Some("hugepagesz=1G hugepages=0:2,1:2")
@@ -1723,7 +1815,8 @@ mod tests {
             &[Demand::new("n9", M2, M2).placed(Placement::Node(9))],
             vec![],
             0,
-        );
+        )
+        .unwrap();
         assert!(
             p.warnings
                 .iter()
@@ -1767,7 +1860,8 @@ mod tests {
             ],
             vec![],
             2,
-        );
+        )
+        .unwrap();
         assert_eq!(pool(&p, M2, Some(0)).pages, 50 + 40 + 10 + 2);
         assert_eq!(pool(&p, M2, Some(1)).pages, 50 + 4 + 10 + 2);
         assert_eq!(
@@ -1775,7 +1869,7 @@ mod tests {
             Some("counted on the nodes it sits on now (node 0: 40, node 1: 4 pages)")
         );
         // Alone, it stays host-wide: the kernel spreads the pool itself.
-        let p = plan(&h, &[live(&[(0, 40), (1, 4)])], vec![], 2);
+        let p = plan(&h, &[live(&[(0, 40), (1, 4)])], vec![], 2).unwrap();
         assert_eq!(pool(&p, M2, None).pages, 66);
         assert_eq!(p.pools.len(), 1);
         assert_eq!(p.counted[0].note, None);
@@ -1794,7 +1888,8 @@ mod tests {
             &[Demand::new("--size 200 MiB", 200 * MIB, M2).placed(Placement::Spread)],
             vec![],
             2,
-        );
+        )
+        .unwrap();
         assert!(!p.keep_live && p.warnings.is_empty(), "{:?}", p.warnings);
         keep_room_for_live(&mut p, &h, None);
         assert!(p.keep_live);
@@ -1815,7 +1910,8 @@ mod tests {
             &[Demand::new("--size 200 MiB", 200 * MIB, M2).placed(Placement::Spread)],
             vec![],
             2,
-        );
+        )
+        .unwrap();
         keep_room_for_live(&mut p, &h2, None);
         assert!(p.warnings.is_empty(), "{:?}", p.warnings);
         // Reserved pages sit on no node: the nodes together must hold them.
@@ -1825,7 +1921,8 @@ mod tests {
             &[Demand::new("--size 200 MiB", 200 * MIB, M2).placed(Placement::Spread)],
             vec![],
             2,
-        );
+        )
+        .unwrap();
         let crowded = crowded_pools(&p, |s, n| live_pages(&h3, s, n));
         assert_eq!(crowded.len(), 1, "{crowded:?}");
         assert_eq!(
@@ -1842,20 +1939,20 @@ mod tests {
     #[test]
     fn memory_left_warnings() {
         let h = host(1);
-        let p = plan(&h, &[Demand::new("big", 60 * GIB, M2)], vec![], 0);
+        let p = plan(&h, &[Demand::new("big", 60 * GIB, M2)], vec![], 0).unwrap();
         assert_eq!(p.left_bytes, Some(4 * GIB));
         assert!(
             p.warnings.iter().any(|w| w.contains("leaves 4 GiB")),
             "{:?}",
             p.warnings
         );
-        let p = plan(&h, &[Demand::new("huge", 65 * GIB, M2)], vec![], 0);
+        let p = plan(&h, &[Demand::new("huge", 65 * GIB, M2)], vec![], 0).unwrap();
         assert!(
             p.warnings.iter().any(|w| w.contains("machine has 64 GiB")),
             "{:?}",
             p.warnings
         );
-        let p = plan(&h, &[Demand::new("odd", GIB, 16 * GIB)], vec![], 0);
+        let p = plan(&h, &[Demand::new("odd", GIB, 16 * GIB)], vec![], 0).unwrap();
         assert!(
             p.warnings.iter().any(|w| w.contains("no 16 GiB pages")),
             "{:?}",
@@ -1871,7 +1968,8 @@ mod tests {
             &[Demand::new("s", 8 * M2, M2).with_sysv_gid(54321)],
             vec![],
             0,
-        );
+        )
+        .unwrap();
         assert_eq!(p.config.hugetlb_shm_group, Some(54321));
         let sysctl = p
             .config

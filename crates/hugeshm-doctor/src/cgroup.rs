@@ -47,6 +47,12 @@ fn file(dir: &str, name: &str) -> String {
     format!("{}/{name}", dir.trim_end_matches('/'))
 }
 
+/// [`file`] as one word of a shell command (a cgroup's name is anyone's
+/// choice under a delegated subtree).
+fn file_word(dir: &str, name: &str) -> String {
+    hugeshm_fix::shell_quote(&file(dir, name)).into_owned()
+}
+
 fn pages_of(bytes: u64, page: u64) -> u64 {
     bytes / page.max(1)
 }
@@ -142,9 +148,9 @@ fn limit_short(
             let want = need.saturating_mul(page);
             let mut fix: Vec<String> = Vec::new();
             for l in &levels {
-                fix.push(format!("echo {want} > {}", file(&l.dir, &limit_name)));
+                fix.push(format!("echo {want} > {}", file_word(&l.dir, &limit_name)));
                 if l.rsvd_limit_bytes.is_some_and(|r| r < want) {
-                    fix.push(format!("echo {want} > {}", file(&l.dir, &rsvd_name)));
+                    fix.push(format!("echo {want} > {}", file_word(&l.dir, &rsvd_name)));
                 }
             }
             let (res, qty) = k8s(page, want);
@@ -212,7 +218,7 @@ fn rsvd_unset(cg: &HugetlbCgroup, s: &HugetlbCgroupSize) -> Option<Finding> {
             ),
             Some(format!(
                 "echo {limit} > {}   # the reservation limit equal to the limit",
-                file(&at.dir, &rsvd_name)
+                file_word(&at.dir, &rsvd_name)
             )),
         )
     } else {

@@ -22,6 +22,7 @@
 
 pub mod advise;
 pub mod cgroup;
+pub mod checked;
 pub mod dax;
 pub mod finding;
 pub mod numa;

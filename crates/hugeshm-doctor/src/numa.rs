@@ -352,7 +352,10 @@ pub fn tmpfs_mount_of<'a>(host: &'a HostSnapshot, path: &str) -> Option<&'a Moun
 
 /// The command that interleaves the new pages of a tmpfs mount.
 pub fn mpol_remount(target: &str) -> String {
-    format!("mount -o remount,mpol=interleave {target}")
+    format!(
+        "mount -o remount,mpol=interleave {}",
+        hugeshm_fix::shell_quote(target)
+    )
 }
 
 /// `tmpfs-no-mpol`: on a multi-node host, tmpfs mounts that `status` lists

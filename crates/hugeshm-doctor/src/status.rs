@@ -521,7 +521,8 @@ fn server_findings(r: &StatusReport) -> Vec<Finding> {
                 ),
                 Some(match &s.unit {
                     Some(u) if u.ends_with(".service") => format!(
-                        "systemctl edit {u}: add LimitMEMLOCK={} under [Service], then restart it",
+                        "systemctl edit {}: add LimitMEMLOCK={} under [Service], then restart it",
+                        hugeshm_fix::shell_quote(u),
                         kib * 1024
                     ),
                     _ => {

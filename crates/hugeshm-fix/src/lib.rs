@@ -24,7 +24,11 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod shell;
+
 use std::fmt;
+
+pub use shell::quote as shell_quote;
 
 use hugeshm_parse::size::{format_bytes as human, page_size_short as short_size};
 use serde::{Deserialize, Serialize};
@@ -434,11 +438,12 @@ impl Fix {
                         // of the two binds.
                         let (faults, rsvd) = cgroup_limit_pair(f);
                         let rsvd = rsvd
-                            .map(|r| format!(" && echo {bytes} > {r}"))
+                            .map(|r| format!(" && echo {bytes} > {}", shell_quote(&r)))
                             .unwrap_or_default();
                         format!(
-                            "echo {bytes} > {faults}{rsvd} (Kubernetes: \
+                            "echo {bytes} > {}{rsvd} (Kubernetes: \
                              resources.limits.hugepages-{}i: {})",
+                            shell_quote(&faults),
                             size.trim_end_matches('B'),
                             k8s_quantity(*bytes)
                         )
@@ -459,12 +464,15 @@ impl Fix {
             Fix::MountHugetlbfs {
                 page_size_bytes,
                 dir,
-            } => format!(
-                "mkdir -p {dir} && mount -t hugetlbfs -o pagesize={},mode=1770 nodev {dir}",
-                short_size(*page_size_bytes)
-            ),
+            } => {
+                let dir = shell_quote(dir);
+                format!(
+                    "mkdir -p {dir} && mount -t hugetlbfs -o pagesize={},mode=1770 nodev {dir}",
+                    short_size(*page_size_bytes)
+                )
+            }
             Fix::RemountTmpfsHuge { mount } => {
-                format!("mount -o remount,huge=within_size {mount}")
+                format!("mount -o remount,huge=within_size {}", shell_quote(mount))
             }
             Fix::ShmemEnabledNever => {
                 "echo never > /sys/kernel/mm/transparent_hugepage/shmem_enabled \
@@ -488,8 +496,9 @@ impl Fix {
                 mount,
                 missing_bytes,
             } => format!(
-                "free {} on {mount}, or grow it: mount -o remount,size=<bytes> {mount}",
-                human(*missing_bytes)
+                "free {} on {mount}, or grow it: mount -o remount,size=<bytes> {}",
+                human(*missing_bytes),
+                shell_quote(mount)
             ),
             Fix::FreeMemory {
                 missing_bytes,
@@ -599,6 +608,7 @@ impl Fix {
             } => {
                 let dir = path.rsplit_once('/').map_or(".", |(d, _)| if d.is_empty() { "/" } else { d });
                 let chattr = |p: &str| {
+                    let p = shell_quote(p);
                     if fstype == "xfs" {
                         format!("xfs_io -c 'chattr +x' {p}")
                     } else {
@@ -618,7 +628,9 @@ impl Fix {
                     )
                 }
             }
-            Fix::Sysctl { key, value } => format!("sysctl -w {key}={value}"),
+            Fix::Sysctl { key, value } => {
+                format!("sysctl -w {}", shell_quote(&format!("{key}={value}")))
+            }
             Fix::Demote {
                 page_size_bytes,
                 to_page_size_bytes,
@@ -757,7 +769,8 @@ impl Fix {
 fn reclaim_text(who: Renderer, name: &str, backend: &str, dir: Option<&str>, how: &str) -> String {
     match who {
         Renderer::Cli => format!(
-            "hugeshm create {name} --backend {backend}{} --reclaim {how}",
+            "hugeshm create {} --backend {backend}{} --reclaim {how}",
+            shell_quote(name),
             dir_option(dir)
         ),
         Renderer::C => {
@@ -782,14 +795,18 @@ fn reclaim_text(who: Renderer, name: &str, backend: &str, dir: Option<&str>, how
 fn remove_text(who: Renderer, name: &str, backend: &str, dir: Option<&str>) -> String {
     match (who, dir) {
         (Renderer::Cli, _) => {
-            format!("hugeshm rm {name} --backend {backend}{}", dir_option(dir))
+            format!(
+                "hugeshm rm {} --backend {backend}{}",
+                shell_quote(name),
+                dir_option(dir)
+            )
         }
         (Renderer::C, None) => format!(
-            "hugeshm_remove(\"{name}\", HUGESHM_BACKEND_{})",
+            "hugeshm_remove({name:?}, HUGESHM_BACKEND_{})",
             backend.to_uppercase()
         ),
         (Renderer::C, Some(d)) => format!(
-            "hugeshm_remove_in(\"{name}\", HUGESHM_BACKEND_{}, {d:?})",
+            "hugeshm_remove_in({name:?}, HUGESHM_BACKEND_{}, {d:?})",
             backend.to_uppercase()
         ),
         (Renderer::Rust, None) => format!(
@@ -805,7 +822,8 @@ fn remove_text(who: Renderer, name: &str, backend: &str, dir: Option<&str>) -> S
 
 /// ` --dir DIR` where a region must be looked for in `dir`.
 fn dir_option(dir: Option<&str>) -> String {
-    dir.map(|d| format!(" --dir {d}")).unwrap_or_default()
+    dir.map(|d| format!(" --dir {}", shell_quote(d)))
+        .unwrap_or_default()
 }
 
 fn capitalize(s: &str) -> String {
@@ -826,6 +844,30 @@ impl fmt::Display for Fix {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A name from a file anyone made is one quoted word in the commands.
+    #[test]
+    fn names_in_commands_are_shell_words() {
+        let fix = Fix::Reclaim {
+            name: "v'; touch /tmp/x; echo '".into(),
+            backend: "posix".into(),
+            dir: Some("/mnt/a b".into()),
+            keep_contents: false,
+        };
+        assert_eq!(
+            fix.render(Renderer::Cli),
+            r"recreate it: hugeshm create 'v'\''; touch /tmp/x; echo '\''' --backend posix --dir '/mnt/a b' --reclaim recreate; or remove it: hugeshm rm 'v'\''; touch /tmp/x; echo '\''' --backend posix --dir '/mnt/a b'"
+        );
+        let fix = Fix::Remove {
+            name: "a\"b".into(),
+            backend: "posix".into(),
+            dir: None,
+        };
+        assert_eq!(
+            fix.render(Renderer::C),
+            r#"hugeshm_remove("a\"b", HUGESHM_BACKEND_POSIX)"#
+        );
+    }
 
     #[test]
     fn pool_commands() {

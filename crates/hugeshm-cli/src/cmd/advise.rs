@@ -1,9 +1,10 @@
 //! `hugeshm advise`: pages per size per node, and the configuration.
 
 use crate::cmd::bench_common::parse_size_arg;
-use crate::output::{Out, Table};
+use crate::output::{Out, Table, Usage};
 use anyhow::{bail, Context};
 use hugeshm_doctor::advise::{self, Demand, Placement, Plan, Skipped, DEFAULT_SPARE_PAGES};
+use hugeshm_doctor::checked;
 use hugeshm_parse::size::{format_bytes, page_size_short, parse_size, MIB};
 use hugeshm_probe::{HostSnapshot, Probe, Roots};
 use std::path::PathBuf;
@@ -139,7 +140,27 @@ struct Spec {
     systemd_unit: Option<String>,
 }
 
-fn spec_demands(path: &PathBuf, default: u64) -> anyhow::Result<Spec> {
+/// A page size the host's kernel offers, or a usage error that names it
+/// and those it offers (a size it lacks would be written as a pool that
+/// does not exist: `page_size = "3"` gave `hugepages-0kB`).
+fn offered_page_size(host: &HostSnapshot, page: u64, what: &str) -> anyhow::Result<()> {
+    if host.pool(page).is_some() {
+        return Ok(());
+    }
+    let offered: Vec<String> = host
+        .pools
+        .iter()
+        .map(|p| page_size_short(p.page_size_bytes))
+        .collect();
+    Err(Usage(format!(
+        "{what}: this kernel offers no {} pages ({page} bytes; it offers {})",
+        format_bytes(page),
+        offered.join(", ")
+    ))
+    .into())
+}
+
+fn spec_demands(host: &HostSnapshot, path: &PathBuf, default: u64) -> anyhow::Result<Spec> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let spec: SpecFile = toml::from_str(&text)
@@ -187,6 +208,11 @@ fn spec_demands(path: &PathBuf, default: u64) -> anyhow::Result<Spec> {
             (None, true) => Placement::Spread,
             _ => Placement::Any,
         };
+        offered_page_size(
+            host,
+            page,
+            &format!("{}: region {:?}: page_size", path.display(), r.name),
+        )?;
         let mut d = Demand::new(format!("spec {}", r.name), size, page).placed(placement);
         if let Some(g) = r.sysv_group {
             d = d.with_sysv_gid(g);
@@ -214,18 +240,7 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
     let mut units = src.systemd_unit.clone();
     if let Some(size) = src.size {
         let page = src.page_size.unwrap_or(default);
-        if host.pool(page).is_none() {
-            let offered: Vec<String> = host
-                .pools
-                .iter()
-                .map(|p| page_size_short(p.page_size_bytes))
-                .collect();
-            bail!(
-                "this kernel offers no {} pages (it offers {})",
-                format_bytes(page),
-                offered.join(", ")
-            );
-        }
+        offered_page_size(host, page, "--page-size")?;
         let placement = match (src.node, src.spread) {
             (Some(n), _) => Placement::Node(n),
             (None, true) => Placement::Spread,
@@ -246,7 +261,13 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
         demands.push(
             Demand::new(
                 format!("postgres {}", dd.display()),
-                pg.shared_memory_bytes.unwrap_or(pg.huge_pages * page),
+                match pg.shared_memory_bytes {
+                    Some(b) => b,
+                    None => checked::mul(pg.huge_pages, page, || {
+                        format!("PostgreSQL's {} huge pages: bytes", dd.display())
+                    })
+                    .map_err(|e| Usage(e.to_string()))?,
+                },
                 page,
             )
             .with_pages(pg.huge_pages)
@@ -260,7 +281,7 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
         );
     }
     if let Some(spec) = &src.spec {
-        let spec = spec_demands(spec, default)?;
+        let spec = spec_demands(host, spec, default)?;
         demands.extend(spec.demands);
         if let Some(s) = spec.spare_pages {
             spare = s;
@@ -305,7 +326,8 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
         demands.extend(d);
         skipped.extend(s);
     }
-    let mut plan = advise::plan(host, &demands, skipped, spare);
+    let mut plan =
+        advise::plan(host, &demands, skipped, spare).map_err(|e| Usage(e.to_string()))?;
     if new_regions_only {
         // Name the live segments only where a pool is crowded by them.
         let crowded =
@@ -435,7 +457,8 @@ pub fn print(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
             d.pages,
             page_size_short(d.page_size_bytes),
             if d.pages == 1 { "" } else { "s" },
-            d.pages * (d.page_size_bytes / d.to_page_size_bytes.max(1)),
+            d.pages
+                .saturating_mul(d.page_size_bytes / d.to_page_size_bytes.max(1)),
             page_size_short(d.to_page_size_bytes)
         ))?;
     }

@@ -2,7 +2,7 @@
 //! optionally persist it.
 
 use crate::cmd::advise::{build_plan, SourceArgs};
-use crate::output::{Out, Table, JSON_SCHEMA};
+use crate::output::{Out, Table, Usage, JSON_SCHEMA};
 use anyhow::{bail, Context};
 use hugeshm_apply::{persist, ApplyOptions, ApplyReport, PersistAction, PersistedFile};
 use hugeshm_doctor::advise::Plan;
@@ -108,7 +108,15 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
         opts.allow_partial = args.allow_partial;
         opts.dry_run = args.dry_run;
         opts.force = args.force;
-        Some(hugeshm_apply::apply(&probe, &plan, &opts)?)
+        Some(
+            hugeshm_apply::apply(&probe, &plan, &opts).map_err(|e| match e {
+                // A plan file's numbers that do not fit: bad input.
+                hugeshm_apply::ApplyError::TooLarge(t) => {
+                    anyhow::Error::new(Usage(format!("refused: {t}; nothing was changed")))
+                }
+                e => e.into(),
+            })?,
+        )
     };
     let persisted = if writes && !args.dry_run {
         persist(&plan, &args.root).context("persisting the configuration")?
@@ -193,8 +201,8 @@ fn print(
             let bytes: u64 = r
                 .changes
                 .iter()
-                .map(|c| c.granted * c.page_size_bytes)
-                .sum();
+                .map(|c| c.granted.saturating_mul(c.page_size_bytes))
+                .fold(0, u64::saturating_add);
             out.line(format!(
                 "reserved {} in {:.3} s ({:.0} pages/s{})",
                 format_bytes(bytes),

@@ -235,10 +235,10 @@ pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<Ex
         BenchCommand::Keeper => Ok(crate::interrupt::keep()),
         BenchCommand::Attach(a) => crate::cmd::bench_attach::run(roots, &a, out),
         BenchCommand::AttachTimeChild { name, backend } => {
-            crate::cmd::bench_attach::child(&name, backend)
+            crate::cmd::bench_attach::child(&name, backend, out)
         }
         BenchCommand::PagetablesChild { name, backend } => {
-            crate::cmd::bench_pagetables::child(&name, backend)
+            crate::cmd::bench_pagetables::child(&name, backend, out)
         }
         BenchCommand::AttachChild { shmid } => attach_child(shmid),
         BenchCommand::DaxChild {
@@ -246,7 +246,7 @@ pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<Ex
             name,
             offset,
             arg,
-        } => dax_child(roots, &op, &name, offset, &arg),
+        } => dax_child(roots, &op, &name, offset, &arg, out),
     }
 }
 
@@ -256,6 +256,7 @@ fn dax_child(
     name: &str,
     offset: usize,
     arg: &str,
+    out: &mut Out,
 ) -> anyhow::Result<ExitCode> {
     let mut region = hugeshm_region::Locator::new(name, hugeshm_region::Backend::Dax)
         .probe(Probe::new(roots.clone()))
@@ -269,22 +270,24 @@ fn dax_child(
             let how = region
                 .persist(offset, arg.len())
                 .map_err(crate::cmd::region::region_error)?;
-            println!(
+            out.exact(&format!(
                 "wrote {} bytes at {offset}, persisted with {}",
                 arg.len(),
                 how.as_str()
-            );
+            ))?;
         }
         "read" => {
             let mut buf = vec![0u8; arg.parse()?];
             region
                 .read_at(offset, &mut buf)
                 .map_err(crate::cmd::region::region_error)?;
-            println!("{}", String::from_utf8_lossy(&buf));
+            // What the parent test wrote, compared byte for byte.
+            out.exact(&String::from_utf8_lossy(&buf))?;
         }
         other => anyhow::bail!("dax-child: {other}: expected write or read"),
     }
     region.close().map_err(crate::cmd::region::region_error)?;
+    out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -371,13 +374,16 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
                 .map_err(|e| anyhow::anyhow!("spawning child {i} of {n}: {e}"))?;
             fleet.children.push(child);
             if bar && i % 50 == 0 {
-                eprint!("\rspawning {i}/{n} processes");
+                crate::terminal::eprogress(&format!("spawning {i}/{n} processes"), 0);
             }
         }
         wait_attached(shmid, n, &mut fleet)?;
         spawn_seconds += t0.elapsed().as_secs_f64();
         if bar {
-            eprintln!("\r{n} processes attached in {spawn_seconds:.1} s");
+            crate::terminal::eprogress_clear(30);
+            crate::terminal::eprintln(format_args!(
+                "{n} processes attached in {spawn_seconds:.1} s"
+            ));
         }
         sweep.push(scan_once(&probe, a, n, shmid)?);
     }

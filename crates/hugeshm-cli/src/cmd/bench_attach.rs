@@ -89,7 +89,7 @@ struct Report {
 }
 
 /// The hidden child: attach, touch, verify, print the times.
-pub fn child(name: &str, backend: Backend) -> anyhow::Result<ExitCode> {
+pub fn child(name: &str, backend: Backend, out: &mut Out) -> anyhow::Result<ExitCode> {
     let (region, s) = attach_and_touch(&Locator::new(name, backend), Touch::Read)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let t = Instant::now();
@@ -106,7 +106,7 @@ pub fn child(name: &str, backend: Backend) -> anyhow::Result<ExitCode> {
         check.page_size_bytes,
         v.page_size_bytes
     );
-    let out = ChildSample {
+    let report = ChildSample {
         attach_seconds: s.attach_seconds,
         touch_seconds: s.touch_seconds,
         verify_seconds,
@@ -117,7 +117,9 @@ pub fn child(name: &str, backend: Backend) -> anyhow::Result<ExitCode> {
         pmd_shareable_bytes: s.pmd_shareable_bytes,
         vm_pte_bytes: s.vm_pte_bytes,
     };
-    println!("{}", serde_json::to_string(&out)?);
+    let line = serde_json::to_string(&report)?;
+    out.exact(&line)?;
+    out.flush()?;
     region.close().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(ExitCode::SUCCESS)
 }

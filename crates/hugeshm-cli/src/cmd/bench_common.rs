@@ -378,10 +378,10 @@ impl Drop for PoolTopUp<'_> {
                 .and_then(|now| self.pools.set_nr(*size, *node, now.saturating_sub(*added)));
             if let Err(e) = back {
                 let on = node.map(|n| format!(" of node {n}")).unwrap_or_default();
-                eprintln!(
+                crate::terminal::eprintln(format_args!(
                     "hugeshm: warning: could not take the {added} pages this bench added off the {} pool{on}: {e}",
                     format_bytes(*size)
-                );
+                ));
             }
         }
     }

@@ -242,12 +242,12 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let tty = out.tty && !a.json;
     let note = |s: &str| {
         if tty {
-            eprint!("\r{s:<70}");
+            crate::terminal::eprogress(s, 70);
         }
     };
     let report = measure(&probe, a, &note)?;
     if tty {
-        eprint!("\r{:<70}\r", "");
+        crate::terminal::eprogress_clear(70);
     }
     print(a, &report, out)
 }

@@ -353,7 +353,11 @@ pub fn worker(name: &str, backend: Backend, data: &Path) -> anyhow::Result<ExitC
         .attach()
         .map_err(crate::cmd::region::region_error)?;
     let cache = Cache::open(region, data)?;
-    serve(&cache, std::io::stdin().lock(), std::io::stdout().lock())?;
+    serve(
+        &cache,
+        std::io::stdin().lock(),
+        crate::output::protocol_stdout(),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -888,15 +892,18 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         let done = row_no.saturating_sub(1).min(steps);
         let width = 20;
         let fill = (done * width / steps.max(1)) as usize;
-        eprint!(
-            "\r[{}{}] {row_no}/{steps} {s:<60}",
-            "#".repeat(fill),
-            ".".repeat(width as usize - fill)
+        crate::terminal::eprogress(
+            &format!(
+                "[{}{}] {row_no}/{steps} {s:<60}",
+                "#".repeat(fill),
+                ".".repeat(width as usize - fill)
+            ),
+            0,
         );
     };
     let report = measure(roots, &o, &mut note)?;
     if tty {
-        eprint!("\r{:<100}\r", "");
+        crate::terminal::eprogress_clear(100);
     }
     if a.json {
         out.json_doc(&report)?;

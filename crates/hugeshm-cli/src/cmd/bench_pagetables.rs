@@ -198,7 +198,7 @@ pub(crate) fn page_tables() -> anyhow::Result<u64> {
 
 /// The hidden child: waits for "attach", attaches and touches, reports its
 /// time, and holds the region until stdin closes.
-pub fn child(name: &str, backend: Backend) -> anyhow::Result<ExitCode> {
+pub fn child(name: &str, backend: Backend, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mut line = String::new();
     let stdin = std::io::stdin();
     stdin.lock().read_line(&mut line)?;
@@ -210,8 +210,8 @@ pub fn child(name: &str, backend: Backend) -> anyhow::Result<ExitCode> {
     // Map every page (MADV_POPULATE_READ; reads map the existing pages).
     region.populate_read().map_err(|e| anyhow::anyhow!("{e}"))?;
     let secs = t.elapsed().as_secs_f64();
-    println!("ready {secs}");
-    std::io::stdout().flush()?;
+    out.exact(&format!("ready {secs}"))?;
+    out.flush()?;
     let mut rest = String::new();
     while stdin.lock().read_line(&mut rest)? > 0 {}
     drop(region);

@@ -294,7 +294,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let tty = out.tty && !a.json;
     let note = |s: &str| {
         if tty {
-            eprint!("\r{s:<70}");
+            crate::terminal::eprogress(s, 70);
         }
     };
     let mut memset = Vec::new();
@@ -347,7 +347,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         sizes.retain(|ps| !failed.contains(ps));
     }
     if tty {
-        eprint!("\r{:<70}\r", "");
+        crate::terminal::eprogress_clear(70);
     }
     // Ratios, all from this run.
     // x 4k and x 1 thread compare ready rates (for posix on one thread the

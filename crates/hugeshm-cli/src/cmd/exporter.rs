@@ -8,6 +8,7 @@
 //! raised) and the next scrape waits for that same reading rather than
 //! starting another one, so a hung /proc costs one thread, not one per scrape.
 
+use super::exporter_http::{self, Limits, Request, Response};
 use crate::metrics::{self, ScrapeInfo, OPENMETRICS_TYPE, PROMETHEUS_TYPE};
 use crate::output::Out;
 use hugeshm_doctor::segments::SegmentsReport;
@@ -154,7 +155,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
         } else {
             metrics::prometheus_text(&reg)
         };
-        out.line(text.trim_end())?;
+        out.exact(text.trim_end())?;
         out.flush()?;
         if !ok {
             anyhow::bail!(
@@ -180,43 +181,37 @@ fn write_textfile(dir: &Path, text: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-fn header(name: &str, value: &str) -> tiny_http::Header {
-    // Both are ASCII constants of this file.
-    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes())
-        .unwrap_or_else(|()| unreachable!("ASCII header"))
+/// Serves /metrics until the process is killed (the server's limits are
+/// in [`exporter_http`]).
+fn serve(scraper: &Scraper, addr: SocketAddr) -> anyhow::Result<ExitCode> {
+    let listener = std::net::TcpListener::bind(addr)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    crate::terminal::eprintln(format_args!("hugeshm: serving http://{addr}/metrics"));
+    exporter_http::serve(&listener, Limits::default(), &|req| answer(scraper, req))
 }
 
-/// Serves /metrics until the process is killed.
-fn serve(scraper: &Scraper, addr: SocketAddr) -> anyhow::Result<ExitCode> {
-    let server = tiny_http::Server::http(addr)
-        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-    eprintln!("hugeshm: serving http://{addr}/metrics");
-    for req in server.incoming_requests() {
-        let path = req.url().split('?').next().unwrap_or_default().to_string();
-        let response = if path != "/metrics" {
-            tiny_http::Response::from_string("not found: the metrics are at /metrics\n")
-                .with_status_code(404)
-        } else if *req.method() != tiny_http::Method::Get {
-            tiny_http::Response::from_string("method not allowed: use GET\n")
-                .with_status_code(405)
-                .with_header(header("Allow", "GET"))
-        } else {
-            let accept = req
-                .headers()
-                .iter()
-                .find(|h| h.field.equiv("Accept"))
-                .map(|h| h.value.as_str().to_string());
-            let (reg, _) = scraper.scrape();
-            if metrics::wants_openmetrics(accept.as_deref()) {
-                tiny_http::Response::from_string(metrics::openmetrics(&reg))
-                    .with_header(header("Content-Type", OPENMETRICS_TYPE))
-            } else {
-                tiny_http::Response::from_string(metrics::prometheus_text(&reg))
-                    .with_header(header("Content-Type", PROMETHEUS_TYPE))
-            }
-        };
-        // A client that went away is its own problem, not the exporter's.
-        let _ = req.respond(response);
+/// The answer to one request: /metrics to GET and HEAD, in the format the
+/// `Accept` header prefers; 404 elsewhere, 405 to other methods.
+fn answer(scraper: &Scraper, req: &Request) -> Response {
+    if req.path != "/metrics" {
+        return Response::text(404, "not found: the metrics are at /metrics\n");
     }
-    Ok(ExitCode::SUCCESS)
+    if req.method != "GET" && req.method != "HEAD" {
+        return Response {
+            headers: vec!["Allow: GET, HEAD".to_string()],
+            ..Response::text(405, "method not allowed: use GET\n")
+        };
+    }
+    let (reg, _) = scraper.scrape();
+    let (content_type, body) = if metrics::wants_openmetrics(req.accept.as_deref()) {
+        (OPENMETRICS_TYPE, metrics::openmetrics(&reg))
+    } else {
+        (PROMETHEUS_TYPE, metrics::prometheus_text(&reg))
+    };
+    Response {
+        status: 200,
+        content_type,
+        headers: Vec::new(),
+        body,
+    }
 }

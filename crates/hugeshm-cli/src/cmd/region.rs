@@ -203,7 +203,10 @@ fn parse_mode(s: &str) -> Result<u32, String> {
 /// a line of its own.
 pub(crate) fn region_error(e: RegionError) -> anyhow::Error {
     match e.fix() {
-        Some(fix) => anyhow::anyhow!("{e}\n  to fix: {}", fix.render(Renderer::Cli)),
+        Some(fix) => anyhow::Error::new(crate::output::WithFix {
+            error: e.to_string(),
+            fix: fix.render(Renderer::Cli),
+        }),
         None => anyhow::anyhow!("{e}"),
     }
 }
@@ -275,7 +278,7 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
     };
     if a.hold {
         let hold = Hold::catch()?;
-        eprintln!(
+        crate::terminal::eprintln(format_args!(
             "holding region {} (pid {}); SIGINT (Ctrl-C), SIGTERM or SIGHUP releases it{}",
             a.name,
             std::process::id(),
@@ -284,9 +287,9 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
             } else {
                 ""
             }
-        );
+        ));
         let sig = hold.wait();
-        eprintln!("{sig}: releasing region {}", a.name);
+        crate::terminal::eprintln(format_args!("{sig}: releasing region {}", a.name));
     }
     // Unmaps; a memfd region's last holder removes its record.
     for region in regions {

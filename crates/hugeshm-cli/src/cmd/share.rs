@@ -95,13 +95,13 @@ pub fn attach(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Result<Ex
     }
     if a.hold {
         let hold = Hold::catch()?;
-        eprintln!(
+        crate::terminal::eprintln(format_args!(
             "holding region {} (pid {}); SIGINT (Ctrl-C), SIGTERM or SIGHUP detaches",
             a.name,
             std::process::id()
-        );
+        ));
         let sig = hold.wait();
-        eprintln!("{sig}: detaching from region {}", a.name);
+        crate::terminal::eprintln(format_args!("{sig}: detaching from region {}", a.name));
     }
     region.close().map_err(region_error)?;
     Ok(ExitCode::SUCCESS)
@@ -158,14 +158,14 @@ fn attach_per_node(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Resu
     }
     if a.hold {
         let hold = Hold::catch()?;
-        eprintln!(
+        crate::terminal::eprintln(format_args!(
             "holding the {} parts of {} (pid {}); SIGINT (Ctrl-C), SIGTERM or SIGHUP detaches",
             doc.len(),
             a.name,
             std::process::id()
-        );
+        ));
         let sig = hold.wait();
-        eprintln!("{sig}: detaching from {}", a.name);
+        crate::terminal::eprintln(format_args!("{sig}: detaching from {}", a.name));
     }
     for p in parts {
         p.region.close().map_err(region_error)?;

@@ -12,6 +12,7 @@ pub fn cmd(args: &[&str]) -> Command {
         .env_remove(PROC_ROOT_ENV)
         .env_remove(SYS_ROOT_ENV)
         .env_remove(FS_ROOT_ENV)
+        .env_remove("HUGESHM_MAPS")
         .env("NO_COLOR", "1");
     c
 }
@@ -43,4 +44,20 @@ pub fn nr_2m() -> u64 {
         .trim()
         .parse()
         .unwrap()
+}
+
+/// `hugeshm --proc-root F/proc --sys-root F/sys --fs-root F/fs`, for the
+/// fixture tree `tests/fixtures/NAME`, no colour.
+pub fn on_fixture(name: &str) -> Command {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let mut c = cmd(&[]);
+    c.arg("--proc-root")
+        .arg(dir.join("proc"))
+        .arg("--sys-root")
+        .arg(dir.join("sys"))
+        .arg("--fs-root")
+        .arg(dir.join("fs"));
+    c
 }

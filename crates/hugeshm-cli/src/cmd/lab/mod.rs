@@ -129,11 +129,11 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         })
         .count()
         .max(1);
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr()) && !a.json;
+    let tty = crate::terminal::stderr_is_terminal() && !a.json;
     let progress = move |s: &str| {
         if tty {
             let s: String = s.chars().take(78).collect();
-            eprint!("\r{s:<78}");
+            crate::terminal::eprogress(&s, 78);
         }
     };
 
@@ -189,7 +189,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         c.gbps_at_end = Some(memset(c.threads)?.gbps);
     }
     if tty {
-        eprint!("\r{:<78}\r", "");
+        crate::terminal::eprogress_clear(78);
     }
     let report = LabReport {
         host: host_line(roots, mem_bytes, cpus, memory_nodes),
