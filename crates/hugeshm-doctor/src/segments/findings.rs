@@ -1,4 +1,5 @@
-//! What is wrong with each segment, and with the scan as a whole.
+//! What is wrong with each segment ([`segment_findings`], phase 4 of the
+//! scan), and with the scan as a whole ([`scan_findings`], phase 6).
 
 use super::{ProcessProblem, Segment, SegmentKind};
 use crate::dax;
@@ -6,16 +7,23 @@ use crate::finding::{plural, pool_fix, Finding, Severity};
 use hugeshm_parse::size::{format_bytes, BASE_PAGE, MIB};
 use hugeshm_probe::{HostSnapshot, ProblemKind};
 
+/// The scan-wide findings: one `processes-unreadable` for the unreadable
+/// processes that matter ([`unreadable_that_matter`]), if any.
+pub(super) fn scan_findings(unreadable: &[ProcessProblem], host: &HostSnapshot) -> Vec<Finding> {
+    let matters = unreadable_that_matter(unreadable, host);
+    if matters.is_empty() {
+        return Vec::new();
+    }
+    vec![unreadable_finding(&matters, host.self_uid)]
+}
+
 /// The unreadable processes worth a finding: every one the caller could
 /// read with more rights (not root), every malformed file, and, as root,
 /// those whose maps are closed to root too (another pid namespace, an LSM)
 /// only where they are seen mapping shared memory anyway (the creator or
 /// last user of a SysV segment still attached). The others are only
 /// counted in the scan's footnote.
-pub(super) fn unreadable_that_matter(
-    all: &[ProcessProblem],
-    host: &HostSnapshot,
-) -> Vec<ProcessProblem> {
+fn unreadable_that_matter(all: &[ProcessProblem], host: &HostSnapshot) -> Vec<ProcessProblem> {
     let maps_shm = |pid: u32| {
         host.shm
             .iter()
@@ -30,7 +38,7 @@ pub(super) fn unreadable_that_matter(
 }
 
 /// One finding for the processes the scan could not read, with a fix per cause.
-pub(super) fn unreadable_finding(unreadable: &[ProcessProblem], self_uid: Option<u32>) -> Finding {
+fn unreadable_finding(unreadable: &[ProcessProblem], self_uid: Option<u32>) -> Finding {
     let pids: Vec<String> = unreadable
         .iter()
         .take(10)
@@ -304,7 +312,7 @@ pub(super) fn segment_findings(
 
 /// The nodes of a `bind` policy as `numa_maps` prints it (`bind:1`,
 /// `bind=static:0-1`); `None` for other policies.
-pub(super) fn bind_nodes(policy: Option<&str>) -> Option<Vec<u32>> {
+fn bind_nodes(policy: Option<&str>) -> Option<Vec<u32>> {
     let (mode, nodes) = policy?.split_once(':')?;
     if mode.split('=').next() != Some("bind") {
         return None;
@@ -468,5 +476,98 @@ mod tests {
         assert_eq!(bind_nodes(Some("interleave:0-1")), None);
         assert_eq!(bind_nodes(Some("bind:")), None);
         assert_eq!(bind_nodes(None), None);
+    }
+
+    #[test]
+    fn the_scan_has_one_finding_for_the_unreadable_processes_that_matter() {
+        let problem = |pid: u32, kind: ProblemKind| ProcessProblem {
+            pid,
+            problem: Problem::new(format!("/proc/{pid}/smaps"), kind, "bad line 3"),
+        };
+        let mut h = HostSnapshot::default();
+        h.self_uid = Some(0);
+        // As root, a process closed to root that maps nothing seen: no finding.
+        let denied = [problem(1, ProblemKind::Permission)];
+        assert!(scan_findings(&denied, &h).is_empty());
+        assert!(scan_findings(&[], &h).is_empty());
+        let both = [
+            problem(1, ProblemKind::Permission),
+            problem(8, ProblemKind::Malformed),
+        ];
+        let f = scan_findings(&both, &h);
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            (f[0].code.as_str(), f[0].severity),
+            ("processes-unreadable", Severity::Warning)
+        );
+        assert_eq!(
+            f[0].message,
+            "1 process could not be read (pids 8): the shared memory they map is not counted; first: bad line 3"
+        );
+        assert!(
+            !f[0].fix.as_deref().unwrap().contains("/proc/8/smaps"),
+            "{:?}",
+            f[0].fix
+        );
+    }
+
+    #[test]
+    fn a_big_sysv_segment_on_4k_pages_fell_back_and_costs_page_tables() {
+        let mut h = HostSnapshot::default();
+        h.hugetlb_sysfs = true;
+        h.pools = vec![hugeshm_parse::hugepages::PoolCounters::new(
+            2 * MIB,
+            20,
+            10,
+            Some(0),
+            0,
+            Some(0),
+        )];
+        let mut seg = file("sysv 12", SegmentKind::Sysv, &[("0", 64 * MIB)]);
+        seg.path = None;
+        seg.nattch = Some(2);
+        seg.attached = serde_json::from_value(serde_json::json!([
+            {"pid": 1, "name": "db", "uid": 0, "vm_pte_bytes": 200 << 10},
+            {"pid": 2, "name": "db", "uid": 0, "vm_pte_bytes": 40 << 10}
+        ]))
+        .unwrap();
+        let f = segment_findings(&seg, &h, Some(2 * MIB), 1);
+        let codes: Vec<&str> = f.iter().map(|f| f.code.as_str()).collect();
+        assert_eq!(codes, ["silent-fallback", "page-tables"]);
+        assert_eq!(
+            f[0].message,
+            "sysv 12 (64 MiB) sits on 4 KiB pages: on 2 MiB pages it would take 32 pages; the 2 MiB pool has 10 available"
+        );
+        assert!(
+            f[0].fix
+                .as_deref()
+                .unwrap()
+                .contains("=44, then restart its owner"),
+            "{:?}",
+            f[0].fix
+        );
+        // 64 MiB / 512 = 128 KiB of page tables each at most.
+        assert!(
+            f[1].message.ends_with("would save up to 168 KiB"),
+            "{}",
+            f[1].message
+        );
+        // The same on huge pages, half touched, and nobody attached.
+        seg.page_size_bytes = Some(2 * MIB);
+        seg.resident_bytes = Some(32 * MIB);
+        seg.nattch = Some(0);
+        seg.attached.clear();
+        let f = segment_findings(&seg, &h, Some(2 * MIB), 1);
+        let codes: Vec<&str> = f.iter().map(|f| f.code.as_str()).collect();
+        assert_eq!(codes, ["reserved-untouched", "orphan"]);
+        assert!(
+            f[0].message.starts_with("16 of 32 2 MiB pages of sysv 12"),
+            "{}",
+            f[0].message
+        );
+        assert_eq!(
+            f[1].fix.as_deref(),
+            Some("ipcrm -m 12   # only if no server will attach it again")
+        );
     }
 }

@@ -11,6 +11,20 @@
 //! process sees, which cannot exceed all of it. (Where shmem THP is enabled,
 //! one process's PMD mappings say nothing of another's: sampling goes on
 //! unless the object is all PMD-mapped.)
+//!
+//! The phases, in the order [`build_with`] runs them:
+//!
+//! 1. the maps of every process, and the status of those that map an
+//!    object, one visit per process (`scan.rs`: `read_processes`,
+//!    `classify`);
+//! 2. the files on hugetlbfs mounts and `/dev/shm` (`Scan::add_mount_files`);
+//! 3. the SysV segments nobody maps (`Scan::add_unmapped_sysv`);
+//! 4. each object as a [`Segment`] (`sample.rs`): what the object and SysV
+//!    say, a sample of its processes' `smaps`/`numa_maps`, the DAX pass,
+//!    then its findings (`findings.rs`: `segment_findings`);
+//! 5. the hugetlb cgroups of the processes mapping them (`cgroups.rs`);
+//! 6. the scan-wide findings (`findings::scan_findings`);
+//! 7. the order: SysV first, then by size (`sort`).
 
 mod cgroups;
 mod findings;
@@ -19,13 +33,11 @@ mod scan;
 
 pub use cgroups::LimitedCgroup;
 
-use crate::dax::{self, DaxInfo};
+use crate::dax::DaxInfo;
 use crate::finding::Finding;
-use findings::{segment_findings, unreadable_finding, unreadable_that_matter};
-use hugeshm_parse::size::BASE_PAGE;
-use hugeshm_probe::{HostSnapshot, MapsRead, Probe, Problem, ReadError};
-use sample::{dax_pass, Sample};
-use scan::{classify, Key, Mounts, Obj};
+use hugeshm_probe::{HostSnapshot, MapsRead, Probe, Problem};
+use sample::{DaxHost, Sample, Sampler};
+use scan::{Key, Mounts};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -245,398 +257,143 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
         ..Default::default()
     };
     let default_huge = host.default_page_size();
-    let mounts = Mounts {
-        hugetlbfs: host
-            .mounts
-            .iter()
-            .filter(|m| m.is_hugetlbfs())
-            .filter_map(|m| Some((m.target.clone(), m.hugetlbfs_page_size().or(default_huge)?)))
-            .collect(),
-        tmpfs: host
-            .mounts
-            .iter()
-            .filter(|m| m.is_tmpfs())
-            .map(|m| {
-                (
-                    m.target.clone(),
-                    matches!(m.option("huge"), Some(h) if h != "never"),
-                )
-            })
-            .collect(),
-        dax: host
-            .mounts
-            .iter()
-            .filter(|m| dax::is_dax_mount(m))
-            .map(|m| m.target.clone())
-            .collect(),
-    };
-
-    let mut objs: BTreeMap<Key, Obj> = BTreeMap::new();
-    let mut unreadable = Vec::new();
-    let record =
-        |unreadable: &mut Vec<ProcessProblem>, vanished: &mut u64, pid: u32, e: ReadError| {
-            if e.is_not_found() {
-                *vanished += 1;
-            } else {
-                unreadable.push(ProcessProblem {
-                    pid,
-                    problem: e.to_problem(),
-                });
-            }
-        };
-
-    // 1. maps of every process.
-    let pids = match probe.processes() {
-        Ok(l) => l.pids,
-        Err(e) => {
-            report.problems.push(e.to_problem());
-            Vec::new()
-        }
-    };
-    let mut vanished = 0u64;
-    // Only the mappings that can be shared memory or huge pages (by ioctl
-    // where the kernel has it, else the lines of the text), and the status
-    // of each process that maps something reported, in one visit per
-    // process, on every CPU (the kernel's work of formatting /proc files
-    // is most of the cost).
     let how = probe.maps_read();
     report.maps_read = Some(how);
-    let visits = probe.read_each(&pids, 0, |p| {
-        let maps = p.maps_candidates(how).map(|maps| {
-            maps.into_iter()
-                .filter_map(|m| classify(p.pid, &m, &mounts).map(|(k, kind)| (k, kind, m)))
-                .collect::<Vec<_>>()
-        });
-        let status = match &maps {
-            Ok(found) if !found.is_empty() => Some(p.status()),
-            _ => None,
-        };
-        (maps, status)
-    });
-    let mut status = HashMap::new();
-    let mut status_problems = Vec::new();
-    for (pid, (maps, st)) in visits {
-        let maps = match maps {
-            Ok(m) => m,
-            Err(e) => {
-                record(&mut unreadable, &mut vanished, pid, e);
-                continue;
-            }
-        };
-        report.processes_scanned += 1;
-        match st {
-            Some(Ok(s)) => {
-                status.insert(pid, s);
-            }
-            Some(Err(e)) => status_problems.push((pid, e)),
-            None => {}
-        }
-        for (key, kind, m) in maps {
-            objs.entry(key)
-                .or_insert_with(|| Obj::new(kind, m.pathname.clone()))
-                .add_mapping(&key, pid, &m);
-        }
-    }
-    // Problems with status after those with maps, as when they were read
-    // in two passes.
-    for (pid, e) in status_problems {
-        record(&mut unreadable, &mut vanished, pid, e);
-    }
 
-    // 2. Files on hugetlbfs and tmpfs mounts (found even when nobody maps them).
-    for mnt in host
-        .mounts
-        .iter()
-        .filter(|m| m.is_hugetlbfs() || (m.is_tmpfs() && m.target == "/dev/shm"))
-    {
-        let files = match probe.mount_files(&mnt.target) {
-            Ok(f) => f,
-            Err(e) if e.is_not_found() => continue,
-            Err(e) => {
-                report.problems.push(e.to_problem());
-                continue;
-            }
-        };
-        let page = if mnt.is_hugetlbfs() {
-            mnt.hugetlbfs_page_size()
-                .or(default_huge)
-                .map(|p| (p, format!("mount {} (pagesize)", mnt.target)))
-        } else if matches!(mnt.option("huge"), None | Some("never")) {
-            Some((
-                BASE_PAGE,
-                format!("mount {} (tmpfs without huge=)", mnt.target),
-            ))
-        } else {
-            None
-        };
-        for f in files {
-            let key = Key::File(f.dev.0, f.dev.1, f.inode);
-            let kind = if mnt.is_hugetlbfs() {
-                SegmentKind::Hugetlbfs
-            } else {
-                SegmentKind::Posix
-            };
-            let o = objs
-                .entry(key)
-                .or_insert_with(|| Obj::new(kind, Some(f.path.clone())));
-            o.size = o.size.max(f.size_bytes);
-            o.path = Some(f.path.clone());
-            o.page_from_mount = page.clone();
-            o.file = Some(f);
-        }
-    }
+    // 1-3. The objects: mapped, on a mount, or SysV.
+    let mut scan = scan::read_processes(probe, how, &Mounts::of(host), &mut report.problems);
+    report.processes_scanned = scan.processes_scanned;
+    scan.add_mount_files(probe, host, &mut report.problems);
+    scan.add_unmapped_sysv(host);
 
-    // 3. SysV segments nobody maps (or whose users we cannot see).
-    for s in &host.shm {
-        objs.entry(Key::Sysv(s.shmid as u64))
-            .or_insert_with(|| Obj::new(SegmentKind::Sysv, None));
-    }
-
-    // 4. smaps/numa_maps of a sample of each object's processes, read in
-    // step 5 as each object needs them (and kept for the next object).
-    let shm_by_id: HashMap<u64, &hugeshm_parse::sysvipc_shm::ShmSegment> =
-        host.shm.iter().map(|s| (s.shmid as u64, s)).collect();
-    let mut samples: HashMap<u32, Sample> = HashMap::new();
-    // Whether a process could map a shmem object by PMD (THP for shmem):
-    // then one process seeing it all resident does not say how the others
-    // map it.
-    let shmem_thp = host
-        .thp
-        .shmem_enabled
-        .as_ref()
-        .is_some_and(|s| !matches!(s.selected.as_str(), "never" | "deny"));
-    // A creator that has exited but is named by SysV.
-    let name_of = |pid: u32| -> Option<String> {
-        status
-            .get(&pid)
-            .map(|s| s.name.clone())
-            .or_else(|| probe.pid(pid).status().ok().map(|s| s.name))
-    };
-
-    // DAX mappings: where their memory is (sysfs), read only when there are any.
-    let pmem = if objs.values().any(|o| o.kind == SegmentKind::Dax) {
-        probe.pmem()
-    } else {
-        Default::default()
-    };
-    let dax_mounts: Vec<&hugeshm_parse::mounts::Mount> = host
-        .mounts
-        .iter()
-        .filter(|m| dax::is_dax_mount(m))
-        .collect();
-
-    // 5. Build the segments.
-    for (key, o) in objs {
-        let sysv = match &key {
+    // 4. Each object as a segment, its processes sampled, with its findings.
+    let shm_by_id: HashMap<u64, _> = host.shm.iter().map(|s| (s.shmid as u64, s)).collect();
+    let mut sampler = Sampler::new(host);
+    let dax_host = DaxHost::read(probe, host, scan.objs.values());
+    for (key, o) in &scan.objs {
+        let sysv = match key {
             Key::Sysv(id) => shm_by_id.get(id).copied(),
             _ => None,
         };
-        // A SysV mapping missing from /proc/sysvipc/shm (removed after the list
-        // was read) is kept, with what its mappings tell.
-        let mut seg = Segment {
-            kind: o.kind,
-            id: match &key {
-                Key::Sysv(id) => Some(*id),
-                Key::File(_, _, ino) => Some(*ino),
-                Key::Private(_, _) => None,
-            },
-            key: sysv.map(|s| format!("0x{:08x}", s.key as u32)),
-            // The /SYSVxxxxxxxx name of a SysV mapping says nothing the key does not.
-            path: match o.kind {
-                SegmentKind::Sysv => None,
-                SegmentKind::Memfd => o
-                    .path
-                    .as_deref()
-                    .map(|p| p.trim_start_matches('/').to_string()),
-                _ => o.path.clone(),
-            },
-            size_bytes: sysv.map_or_else(|| o.size_bytes(probe), |s| s.size_bytes),
-            page_size_bytes: None,
-            page_size_source: String::new(),
-            resident_bytes: None,
-            thp_bytes: None,
-            owner_uid: sysv.map(|s| s.uid).or(o.file.as_ref().map(|f| f.uid)),
-            mode: sysv
-                .map(|s| s.perms & 0o777)
-                .or(o.file.as_ref().map(|f| f.mode & 0o7777)),
-            creator_pid: match &key {
-                Key::Private(pid, _) => Some(*pid),
-                _ => sysv.map(|s| s.cpid),
-            },
-            creator_name: None,
-            attached_pids: o.maps.keys().copied().collect(),
-            attached: o
-                .maps
-                .keys()
-                .map(|&pid| {
-                    let st = status.get(&pid);
-                    AttachedProcess {
-                        pid,
-                        name: st.map(|s| s.name.clone()),
-                        uid: st.and_then(|s| s.uid),
-                        vm_pte_bytes: st.and_then(|s| s.vm_pte_bytes),
-                        cgroup: None,
-                    }
-                })
-                .collect(),
-            nattch: sysv.map(|s| s.nattch),
-            nodes: BTreeMap::new(),
-            numa_policy: None,
-            findings: Vec::new(),
-            dax: None,
-        };
-        seg.creator_name = seg.creator_pid.and_then(name_of);
-        if seg.owner_uid.is_none() {
-            seg.owner_uid = seg.attached.first().and_then(|a| a.uid);
-        }
-
-        // Page size, resident, THP, nodes from up to SAMPLE_PROCESSES of its
-        // processes, the creator first; the rest are not read once one has
-        // seen the whole object resident (a process's smaps and numa_maps
-        // walk its page tables: 70 ms and 45 ms for 4 GiB on 4 KiB pages).
-        let mut best_resident: Option<u64> = None;
-        let mut best_nodes: (u64, BTreeMap<u32, u64>, Option<String>) = (0, BTreeMap::new(), None);
-        let mut cands: Vec<u32> = o.maps.keys().copied().collect();
-        if let Some(i) = seg
-            .creator_pid
-            .and_then(|c| cands.iter().position(|p| *p == c))
-        {
-            let c = cands.remove(i);
-            cands.insert(0, c);
-        }
-        let mut read_here = 0;
-        for pid in cands {
-            if let std::collections::hash_map::Entry::Vacant(slot) = samples.entry(pid) {
-                if read_here == SAMPLE_PROCESSES {
-                    continue;
-                }
-                read_here += 1;
-                slot.insert(Sample::read(probe, pid, &mut |pid, e| {
-                    record(&mut unreadable, &mut vanished, pid, e)
-                }));
-            }
-            let Some(starts) = o.maps.get(&pid) else {
-                continue;
-            };
-            let Some(sample) = samples.get(&pid) else {
-                continue;
-            };
-            let Some(sm) = &sample.smaps else { continue };
-            let mut res = 0u64;
-            let mut thp = 0u64;
-            let mut matched = false;
-            let mut hugetlb = false;
-            for e in sm.iter().filter(|e| starts.contains(&e.map.start)) {
-                matched = true;
-                hugetlb |= e.is_hugetlb();
-                if seg.page_size_bytes.is_none() {
-                    seg.page_size_bytes = e.kernel_page_size_bytes.or(Some(BASE_PAGE));
-                    seg.page_size_source = format!("smaps of pid {pid}");
-                }
-                res = res
-                    .saturating_add(e.rss_bytes)
-                    .saturating_add(e.hugetlb_bytes());
-                thp = thp
-                    .saturating_add(e.shmem_pmd_mapped_bytes.unwrap_or(0))
-                    .saturating_add(e.anon_huge_pages_bytes.unwrap_or(0));
-            }
-            if matched {
-                best_resident = Some(best_resident.unwrap_or(0).max(res));
-                seg.thp_bytes = Some(seg.thp_bytes.unwrap_or(0).max(thp));
-            }
-            let seen_all = matched
-                && seg.size_bytes > 0
-                && res >= seg.size_bytes
-                && (hugetlb || !shmem_thp || thp >= seg.size_bytes);
-            if let Some(nm) = &sample.numa {
-                let mut nodes: BTreeMap<u32, u64> = BTreeMap::new();
-                let mut policy = None;
-                for e in nm.iter().filter(|e| starts.contains(&e.start)) {
-                    for (n, b) in e.node_bytes() {
-                        *nodes.entry(n).or_default() += b;
-                    }
-                    policy.get_or_insert_with(|| e.policy.clone());
-                }
-                let sum: u64 = nodes.values().sum();
-                if policy.is_some() && (best_nodes.2.is_none() || sum > best_nodes.0) {
-                    best_nodes = (sum, nodes, policy);
-                }
-            }
-            if seen_all {
-                break;
-            }
-        }
-        if seg.page_size_bytes.is_none() {
-            if let Some((p, src)) = &o.page_from_mount {
-                seg.page_size_bytes = Some(*p);
-                seg.page_size_source = src.clone();
-            } else if !o.maps.is_empty() {
-                seg.page_size_source = "unknown: attached processes could not be read".to_string();
-            } else if sysv.is_some_and(|s| s.nattch > 0) {
-                seg.page_size_source =
-                    "unknown: attached processes not visible (other pid namespace?)".to_string();
-            } else {
-                seg.page_size_source = "unknown: no process attached".to_string();
-            }
-        }
-        // Object-wide residency where the kernel keeps it. /proc/sysvipc/shm's
-        // rss of a hugetlb segment is inflated by the huge page's base-page
-        // count on folio-based kernels (6.x: 8 MiB shows as 4 GiB), so it is
-        // used only when it cannot exceed the segment.
-        let sysv_rss = sysv.and_then(|s| s.rss_bytes).filter(|&rss| {
-            let rounded = seg.size_bytes.div_ceil(BASE_PAGE) * BASE_PAGE;
-            seg.page_size_bytes.is_none_or(|p| p <= BASE_PAGE) && rss <= rounded
+        let mut seg = sample::segment_of(probe, key, o, sysv, &scan.status);
+        let seen = sampler.sample(o, seg.creator_pid, seg.size_bytes, &mut |pid| {
+            Sample::read(probe, pid, &mut |pid, e| scan.unread.record(pid, e))
         });
-        if seg.page_size_bytes.is_none()
-            && sysv
-                .and_then(|s| s.rss_bytes)
-                .is_some_and(|r| r > seg.size_bytes.div_ceil(BASE_PAGE) * BASE_PAGE)
-        {
-            seg.page_size_source.push_str(
-                " (its kernel rss exceeds its size, which only happens for hugetlb segments)",
-            );
-        }
-        let object_resident = sysv_rss.or(o.file.as_ref().map(|f| f.allocated_bytes));
-        seg.resident_bytes = match (best_resident, object_resident) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
-        seg.nodes = best_nodes
-            .1
-            .into_iter()
-            .map(|(n, b)| (n.to_string(), b))
-            .collect();
-        seg.numa_policy = best_nodes.2;
+        sample::fill(&mut seg, o, sysv, seen);
         if o.kind == SegmentKind::Dax {
-            dax_pass(probe, &o, &mut seg, &dax_mounts, &pmem);
+            dax_host.pass(probe, o, &mut seg);
         }
-        seg.findings = segment_findings(&seg, host, default_huge, report.numa_nodes);
+        seg.findings = findings::segment_findings(&seg, host, default_huge, report.numa_nodes);
         report.segments.push(seg);
     }
 
+    // 5. The hugetlb cgroups of their processes.
     report.limited_cgroups = cgroups::pass(probe, &mut report.segments, default_huge);
-    report.processes_vanished = vanished;
-    report.unreadable = unreadable;
-    let matters = unreadable_that_matter(&report.unreadable, host);
-    if !matters.is_empty() {
-        report
-            .findings
-            .push(unreadable_finding(&matters, host.self_uid));
-    }
-    report.segments.sort_by_key(|s| {
+    // 6. What the scan could not read.
+    report.processes_vanished = scan.unread.vanished;
+    report.unreadable = scan.unread.problems;
+    report.findings = findings::scan_findings(&report.unreadable, host);
+    // 7. SysV first, then by size.
+    sort(&mut report.segments);
+    report.scan_seconds = t0.elapsed().as_secs_f64();
+    report
+}
+
+/// The order of the report: SysV segments first, then by size (largest
+/// first), then by id.
+fn sort(segments: &mut [Segment]) {
+    segments.sort_by_key(|s| {
         (
             s.kind != SegmentKind::Sysv,
             std::cmp::Reverse(s.size_bytes),
             s.id,
         )
     });
-    report.scan_seconds = t0.elapsed().as_secs_f64();
-    report
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reader over the CLI's fixture tree `name` (`crates/hugeshm-cli/tests/fixtures/`),
+    /// and its host.
+    pub(super) fn fixture(name: &str) -> (Probe, HostSnapshot) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../hugeshm-cli/tests/fixtures")
+            .join(name);
+        let probe = Probe::new(hugeshm_probe::Roots::fixture(&dir))
+            .with_maps(hugeshm_probe::MapsSource::Text);
+        let host = probe.host_without_free_lists();
+        (probe, host)
+    }
+
+    /// A segment of `kind`, `size` bytes, with `id`, and nothing else known.
+    pub(super) fn bare(kind: SegmentKind, id: u64, size: u64) -> Segment {
+        Segment {
+            kind,
+            id: Some(id),
+            key: None,
+            path: None,
+            size_bytes: size,
+            page_size_bytes: None,
+            page_size_source: String::new(),
+            resident_bytes: None,
+            thp_bytes: None,
+            owner_uid: None,
+            mode: None,
+            creator_pid: None,
+            creator_name: None,
+            attached_pids: vec![],
+            attached: vec![],
+            nattch: None,
+            nodes: BTreeMap::new(),
+            numa_policy: None,
+            findings: vec![],
+            dax: None,
+        }
+    }
+
+    #[test]
+    fn sysv_segments_come_first_then_the_largest_then_by_id() {
+        let mut segs = vec![
+            bare(SegmentKind::Posix, 7, 64 << 20),
+            bare(SegmentKind::Sysv, 3, 1 << 20),
+            bare(SegmentKind::Memfd, 2, 1 << 30),
+            bare(SegmentKind::Sysv, 9, 1 << 30),
+            bare(SegmentKind::Anon, 1, 64 << 20),
+            bare(SegmentKind::Sysv, 4, 1 << 20),
+        ];
+        sort(&mut segs);
+        let order: Vec<(SegmentKind, u64)> = segs.iter().map(|s| (s.kind, s.id.unwrap())).collect();
+        assert_eq!(
+            order,
+            [
+                (SegmentKind::Sysv, 9),
+                (SegmentKind::Sysv, 3),
+                (SegmentKind::Sysv, 4),
+                (SegmentKind::Memfd, 2),
+                (SegmentKind::Anon, 1),
+                (SegmentKind::Posix, 7),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_fixture_host_scans_to_its_phases_results() {
+        // The whole of build_with on two-nodes-uneven: the PostgreSQL and
+        // Oracle segments from the maps, the orphan from sysvipc/shm only.
+        let (probe, host) = fixture("two-nodes-uneven");
+        let r = build_with(&probe, &host);
+        let ids: Vec<Option<u64>> = r.segments.iter().map(|s| s.id).collect();
+        assert_eq!(ids, [Some(3), Some(4), Some(5)]);
+        assert_eq!(r.processes_scanned, 7);
+        assert_eq!(r.maps_read, Some(MapsRead::Text));
+        assert!(r.unreadable.is_empty() && r.findings.is_empty());
+        let pg = &r.segments[0];
+        assert_eq!(pg.page_size_source, "smaps of pid 2001");
+        assert_eq!(pg.resident_bytes, Some(400 * (2 << 20)));
+        assert_eq!(r.segments[2].page_size_source, "unknown: no process attached (its kernel rss exceeds its size, which only happens for hugetlb segments)");
+    }
 
     #[test]
     fn kinds_serialize_as_their_names() {
