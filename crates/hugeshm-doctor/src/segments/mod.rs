@@ -315,18 +315,6 @@ fn sort(segments: &mut [Segment]) {
 mod tests {
     use super::*;
 
-    /// A reader over the CLI's fixture tree `name` (`crates/hugeshm-cli/tests/fixtures/`),
-    /// and its host.
-    pub(super) fn fixture(name: &str) -> (Probe, HostSnapshot) {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../hugeshm-cli/tests/fixtures")
-            .join(name);
-        let probe = Probe::new(hugeshm_probe::Roots::fixture(&dir))
-            .with_maps(hugeshm_probe::MapsSource::Text);
-        let host = probe.host_without_free_lists();
-        (probe, host)
-    }
-
     /// A segment of `kind`, `size` bytes, with `id`, and nothing else known.
     pub(super) fn bare(kind: SegmentKind, id: u64, size: u64) -> Segment {
         Segment {
@@ -382,7 +370,7 @@ mod tests {
     fn a_fixture_host_scans_to_its_phases_results() {
         // The whole of build_with on two-nodes-uneven: the PostgreSQL and
         // Oracle segments from the maps, the orphan from sysvipc/shm only.
-        let (probe, host) = fixture("two-nodes-uneven");
+        let (probe, host) = crate::fixture::tree("two-nodes-uneven");
         let r = build_with(&probe, &host);
         let ids: Vec<Option<u64>> = r.segments.iter().map(|s| s.id).collect();
         assert_eq!(ids, [Some(3), Some(4), Some(5)]);

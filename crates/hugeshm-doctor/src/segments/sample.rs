@@ -386,8 +386,9 @@ impl<'a> DaxHost<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixture::tree as fixture;
     use crate::segments::scan::{read_processes, Mounts};
-    use crate::segments::tests::{bare, fixture};
+    use crate::segments::tests::bare;
     use hugeshm_parse::size::MIB;
     use hugeshm_probe::MapsRead;
 

@@ -384,7 +384,7 @@ impl Scan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::segments::tests::fixture;
+    use crate::fixture::tree as fixture;
     use hugeshm_parse::size::MIB;
     use hugeshm_probe::ProblemKind;
 

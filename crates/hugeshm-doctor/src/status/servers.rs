@@ -320,4 +320,43 @@ mod tests {
             )
         );
     }
+
+    #[test]
+    fn servers_are_the_processes_on_huge_pages_with_their_limits() {
+        // two-nodes-uneven: PostgreSQL (2001 creates, 2002 and 2003 attach)
+        // on a 1 GiB hugetlb segment; Oracle (3001, 3002) on 4 KiB pages.
+        let (probe, host) = crate::fixture::tree("two-nodes-uneven");
+        let segs = crate::segments::build_with(&probe, &host);
+        let s = servers(&probe, &segs, Some(0));
+        let pids: Vec<u32> = s.iter().map(|s| s.pid).collect();
+        assert_eq!(pids, [2001, 2002, 2003]);
+        let pm = &s[0];
+        assert_eq!(
+            (pm.name.as_deref(), pm.user.as_deref(), pm.unit.as_deref()),
+            (
+                Some("postgres"),
+                Some("postgres"),
+                Some("postgresql@16-main.service")
+            )
+        );
+        assert_eq!((pm.huge_bytes, pm.sysv_created_bytes), (GIB, GIB));
+        assert_eq!((s[1].huge_bytes, s[1].sysv_created_bytes), (GIB, 0));
+        assert_eq!(pm.memlock_bytes, Some(64 << 10));
+        assert!(!pm.cap_ipc_lock && !pm.exempt);
+        assert_eq!((pm.locked_bytes, pm.locked_accessible_bytes), (0, None));
+        // In vm.hugetlb_shm_group 26: exempt.
+        assert!(servers(&probe, &segs, Some(26)).iter().all(|s| s.exempt));
+        // The postmaster's segment is charged to its 64 KiB limit.
+        let f = server_findings(&StatusReport {
+            servers: s,
+            ..build_from(&host, None)
+        });
+        assert_eq!(f.len(), 1);
+        assert!(
+            f[0].message
+                .starts_with("pid 2001 (postgres) of postgresql@16-main.service needs 1 GiB"),
+            "{}",
+            f[0].message
+        );
+    }
 }
