@@ -31,4 +31,7 @@ pub mod segments;
 pub mod status;
 pub mod tuning;
 
+#[cfg(test)]
+mod fixture;
+
 pub use finding::{Finding, Severity};
