@@ -1280,3 +1280,46 @@ fn base_page_regions_larger_than_available_memory_are_refused() {
     let diff = before.diff(&HostState::capture().unwrap());
     assert!(diff.is_empty(), "left behind: {diff:#?}");
 }
+
+/// A region name that cannot be one (a path, a space, a leading dot,
+/// empty, too long) is a usage error in every command that takes one:
+/// exit 2 with clap's "invalid value" and the reason, before anything is
+/// looked up (it was exit 3, a failure, from the library's check).
+#[test]
+fn invalid_region_names_are_usage_errors() {
+    let long = "x".repeat(hugeshm_region::MAX_NAME_LEN + 1);
+    let names: [(&str, &str); 5] = [
+        ("a/../b", "character '/' not allowed"),
+        ("a b", "character ' ' not allowed"),
+        (".hidden", "starts with '.'"),
+        ("", "empty"),
+        (&long, "longer than 200 bytes"),
+    ];
+    let commands: [&[&str]; 8] = [
+        &["create", "NAME", "--size", "2M"],
+        &["rm", "NAME"],
+        &["rm", "NAME", "--backend", "dax", "--dir", "/nonexistent"],
+        &["attach", "NAME"],
+        &["bench", "oltp-worker", "NAME", "posix", "/nonexistent"],
+        &["bench", "attach-time-child", "NAME", "sysv"],
+        &["bench", "pagetables-child", "NAME", "sysv"],
+        &["bench", "dax-child", "read", "NAME", "0", "1"],
+    ];
+    for c in commands {
+        for (bad, why) in &names {
+            let args: Vec<&str> = c
+                .iter()
+                .map(|&a| if a == "NAME" { *bad } else { a })
+                .collect();
+            let out = run(&args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(
+                err.contains(&format!("invalid region name {bad:?}")) && err.contains(why),
+                "{args:?}: {err}"
+            );
+            assert!(err.contains("invalid value"), "{args:?}: {err}");
+            assert!(out.stdout.is_empty(), "{args:?} printed {:?}", out.stdout);
+        }
+    }
+}

@@ -187,7 +187,7 @@ pub use model::{
     Backend, Fallback, NamedObject, NodeNeed, PageSize, Placement, Policy, PrefaultMethod, Reclaim,
     RegionState, Shortfall,
 };
-pub use naming::sysv_key;
+pub use naming::{sysv_key, validate_name, MAX_NAME_LEN};
 pub use per_node::{part_name, NodeRegion};
 pub use prefault::{
     available_cpus, memset_baseline, MemsetBaseline, Progress, CLEAR_CHUNK_BYTES, SUB_CHUNK_BYTES,
