@@ -451,23 +451,26 @@ fn map_data(
     Ok(Direct { map, dax })
 }
 
+/// Opens the data file read-write through the checked open: a regular
+/// file, not a link to one (it often lives in /var/tmp), never a FIFO
+/// waited on.
 fn open_data(path: &Path) -> Result<File, CacheError> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
+    hugeshm_sys::OpenCheck::read_write()
         .open(path)
-        .map_err(|source| CacheError::Io {
+        .map(|f| File::from(f.into_fd()))
+        .map_err(|e| CacheError::Io {
             op: "open",
             path: path.to_owned(),
             block: 0,
             offset: 0,
             bytes: 0,
-            source,
+            source: e.into(),
         })
 }
 
-/// Creates (or truncates) a data file of `blocks` blocks of `block_size`
-/// bytes, each filled by `init(block, bytes)`.
+/// Creates a new data file (mode 0600; an existing file or a link at
+/// `path` is an error, `EEXIST`, never truncated or followed) of `blocks`
+/// blocks of `block_size` bytes, each filled by `init(block, bytes)`.
 pub fn create_data_file(
     path: &Path,
     blocks: u64,
@@ -482,7 +485,9 @@ pub fn create_data_file(
         bytes: block_size,
         source,
     };
-    let f = File::create(path).map_err(|e| io("create", 0, e))?;
+    let f = hugeshm_sys::create_new(path, 0o600)
+        .map(File::from)
+        .map_err(|e| io("create", 0, e.into()))?;
     let mut buf = vec![0u8; block_size];
     for b in 0..blocks {
         buf.fill(0);

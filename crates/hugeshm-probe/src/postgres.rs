@@ -195,6 +195,15 @@ pub fn postgres_binary(version: &str, bin: Option<&Path>) -> Result<PathBuf, PgE
     })
 }
 
+/// A PostgreSQL major version as `PG_VERSION` holds it: `16`, `9.6`
+/// (digits, single dots between): nothing that could climb out of the
+/// directory it names.
+fn is_version(v: &str) -> bool {
+    !v.is_empty()
+        && v.split('.')
+            .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Asks PostgreSQL how many huge pages the cluster in `datadir` needs.
 /// `proc_root` tells whether the postmaster in `postmaster.pid` is alive.
 pub fn pg_sizing(
@@ -203,10 +212,15 @@ pub fn pg_sizing(
     proc_root: &Path,
 ) -> Result<PgSizing, PgError> {
     let dd = datadir.display().to_string();
-    let version = std::fs::read_to_string(datadir.join("PG_VERSION"))
-        .map_err(|_| PgError::NotADataDir(dd.clone()))?
-        .trim()
-        .to_string();
+    // The data directory is the cluster owner's: its files are read
+    // through the checked open (no link, no FIFO), a few bytes at most,
+    // and the version must be one (it names the binary's directory).
+    let version = hugeshm_sys::read_checked(&datadir.join("PG_VERSION"), 64)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .map(|t| t.trim().to_string())
+        .filter(|v| is_version(v))
+        .ok_or_else(|| PgError::NotADataDir(dd.clone()))?;
     if version.parse::<u32>().is_ok_and(|v| v < 15) {
         return Err(PgError::TooOld(version));
     }
@@ -222,7 +236,9 @@ pub fn pg_sizing(
     };
 
     // A running postmaster?
-    let pidfile = std::fs::read_to_string(datadir.join("postmaster.pid")).ok();
+    let pidfile = hugeshm_sys::read_checked(&datadir.join("postmaster.pid"), 4096)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok());
     let running = pidfile.as_ref().and_then(|t| {
         let lines: Vec<&str> = t.lines().collect();
         let pid: u32 = lines.first()?.trim().parse().ok()?;
@@ -319,5 +335,38 @@ mod tests {
             e.to_string().contains("not a PostgreSQL data directory"),
             "{e}"
         );
+    }
+
+    /// The cluster owner writes the data directory: a PG_VERSION that is
+    /// a FIFO (which a plain read waited on forever), a link to another
+    /// file, or a "version" that climbs out of /usr/lib/postgresql (which
+    /// chose the binary run) is not a data directory.
+    #[test]
+    fn a_hostile_pg_version_is_not_a_data_directory() {
+        for ok in ["16", "9.6", "17.2"] {
+            assert!(is_version(ok), "{ok}");
+        }
+        for bad in ["", "..", "16/../../../tmp/x", "9..6", ".16", "16.", "x"] {
+            assert!(!is_version(bad), "{bad}");
+        }
+        let dir = std::env::temp_dir().join(format!("hugeshm-pgv-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        let pgv = dir.join("PG_VERSION");
+        let not_dd = |what: &str| {
+            let e = pg_sizing(&dir, None, Path::new("/proc")).unwrap_err();
+            assert!(matches!(e, PgError::NotADataDir(_)), "{what}: {e}");
+        };
+        let made = std::process::Command::new("mkfifo").arg(&pgv).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        not_dd("a FIFO");
+        std::fs::remove_file(&pgv).unwrap();
+        let real = dir.join("real");
+        std::fs::write(&real, "16\n").unwrap();
+        std::os::unix::fs::symlink(&real, &pgv).unwrap();
+        not_dd("a link");
+        std::fs::remove_file(&pgv).unwrap();
+        std::fs::write(&pgv, "../../../../tmp/evil\n").unwrap();
+        not_dd("a path");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

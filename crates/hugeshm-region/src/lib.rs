@@ -151,6 +151,7 @@
 mod attach;
 mod backend;
 pub mod bench;
+mod checked_open;
 mod create;
 mod error;
 mod handle;

@@ -43,10 +43,13 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
+mod open;
 mod perf;
 mod process;
 mod procmap;
 mod words;
+
+pub use open::{create_new, read_checked, write_replacing, CheckedFile, FileKind, OpenCheck};
 
 pub use perf::{PerfCounter, PerfEvent};
 pub use process::{fork_child, process_cpu_seconds, thread_count, thread_cpu_seconds, wait_child};
@@ -94,6 +97,20 @@ pub enum SysError {
         /// Why the arguments were rejected.
         reason: String,
     },
+    /// A path holds another kind of file than the one asked for (a FIFO,
+    /// a symbolic link where a regular file should be); see
+    /// [`OpenCheck`]. Nothing was read from it.
+    #[error("{path} is {found} (owned by uid {uid}), not {expected}: not opened, left as it is")]
+    WrongFileType {
+        /// The path.
+        path: String,
+        /// What is there (`lstat`, or `fstat` of what was opened).
+        found: FileKind,
+        /// Its owner.
+        uid: u32,
+        /// What was asked for, in words (`a regular file`).
+        expected: String,
+    },
 }
 
 impl SysError {
@@ -122,6 +139,7 @@ impl SysError {
     pub fn call(&self) -> &str {
         match self {
             SysError::Os { call, .. } | SysError::InvalidArgument { call, .. } => call,
+            SysError::WrongFileType { path, .. } => path,
         }
     }
 
@@ -130,7 +148,7 @@ impl SysError {
     pub fn errno(&self) -> Option<i32> {
         match self {
             SysError::Os { errno, .. } => Some(*errno),
-            SysError::InvalidArgument { .. } => None,
+            SysError::InvalidArgument { .. } | SysError::WrongFileType { .. } => None,
         }
     }
 
@@ -1525,11 +1543,19 @@ pub fn posix_shm_create(name: &str, mode: u32) -> Result<OwnedFd, SysError> {
     })
 }
 
-/// `shm_open(name, O_RDWR)`: opens an existing POSIX shared memory object.
+/// Opens an existing POSIX shared memory object read-write: what
+/// `shm_open(name, O_RDWR)` opens, `/dev/shm/NAME`, through
+/// [`OpenCheck`] (no link followed, no FIFO waited on, a regular file).
 pub fn posix_shm_open(name: &str) -> Result<OwnedFd, SysError> {
-    use rustix::shm;
-    shm::open(name, shm::OFlags::RDWR, shm::Mode::empty())
-        .map_err(|e| SysError::os(format!("shm_open(name={name:?}, O_RDWR)"), e))
+    let name = name.strip_prefix('/').unwrap_or(name);
+    if name.is_empty() || name.contains('/') {
+        return Err(SysError::invalid(
+            format!("shm_open(name={name:?})"),
+            "a POSIX shared memory name is one path component",
+        ));
+    }
+    let path = std::path::Path::new("/dev/shm").join(name);
+    Ok(OpenCheck::read_write().open(&path)?.into_fd())
 }
 
 /// `shm_unlink(name)`: removes a POSIX shared memory object from `/dev/shm`.

@@ -784,8 +784,12 @@ pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow
             .join(format!("hugeshm-oltp-{}.data", std::process::id())),
     );
     {
-        let f = File::create(&data.path)
-            .with_context(|| format!("creating {}", data.path.display()))?;
+        // A new file of ours: nothing someone put at the name in
+        // /var/tmp is followed or truncated.
+        let f = File::from(
+            hugeshm_sys::create_new(&data.path, 0o600)
+                .with_context(|| format!("creating {}", data.path.display()))?,
+        );
         let blocks = o.data_size_bytes / o.block_size;
         f.set_len(blocks * o.block_size)
             .with_context(|| format!("sizing {}", data.path.display()))?;

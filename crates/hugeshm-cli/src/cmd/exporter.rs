@@ -13,7 +13,6 @@ use crate::output::Out;
 use hugeshm_doctor::segments::SegmentsReport;
 use hugeshm_doctor::status::{self, StatusReport};
 use hugeshm_probe::{Probe, Roots};
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -173,17 +172,11 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
 fn write_textfile(dir: &Path, text: &str) -> anyhow::Result<PathBuf> {
     use anyhow::Context;
     let path = dir.join(TEXTFILE_NAME);
-    let tmp = dir.join(format!(".{TEXTFILE_NAME}.{}.tmp", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path)
-    };
-    if let Err(e) = write() {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("cannot write {}", path.display()));
-    }
+    // A new file beside it (its name starts with '.', which the textfile
+    // collector ignores), renamed over it: nothing at either name is
+    // written through.
+    hugeshm_sys::write_replacing(&path, text.as_bytes(), 0o644)
+        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
 }
 

@@ -219,7 +219,10 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
 fn write_out(dir: &Path, report: &LabReport) -> anyhow::Result<()> {
     let write = |name: &str, text: &str| {
         let p = dir.join(name);
-        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))
+        // --out may be a directory others can write (/tmp): a new file
+        // renamed over the name, never written through a link there.
+        hugeshm_sys::write_replacing(&p, text.as_bytes(), 0o644)
+            .with_context(|| format!("writing {}", p.display()))
     };
     let mut svgs = Vec::new();
     for p in report.reproductions.iter().flat_map(|r| &r.plots) {
