@@ -738,3 +738,90 @@ fn planted_child() {
     while hear().is_some() {}
     drop(fd);
 }
+
+/// A region file that its mode lets another user write (here 0666), cut
+/// short by that user (uid 65534, `truncate`) while this process holds
+/// it attached through the safe API: on tmpfs (posix) and on hugetlbfs.
+/// Past the new end a plain access died of SIGBUS; now every checked
+/// accessor returns `RegionError::Lost` with the file's new size, the
+/// process goes on, and closing, attaching again and destroying work.
+#[test]
+fn a_region_truncated_under_its_holder_is_an_error_not_sigbus() {
+    const T: &str = "a_region_truncated_under_its_holder_is_an_error_not_sigbus";
+    let Some(pool) = pool_guard(T) else {
+        return;
+    };
+    if skip_without_setpriv(T) {
+        return;
+    }
+    pool.ensure_free(MIB2, 2).unwrap();
+    let mount = TempMount::new("hugetlbfs", "pagesize=2M,mode=1777");
+    let cases = [
+        (Backend::Posix, PageSize::Base, None, 4096u64),
+        (
+            Backend::Hugetlbfs,
+            PageSize::HUGE_2M,
+            Some(mount.path()),
+            MIB2,
+        ),
+    ];
+    for (backend, page, dir, cut) in cases {
+        let name = unique("cut-held");
+        let _cleanup = RemoveOnDrop::new(&name, backend, dir);
+        let mut b = RegionBuilder::new(4 << 20)
+            .name(&name)
+            .backend(backend)
+            .page_size(page)
+            .policy(Policy::Only)
+            .mode(0o666);
+        let mut l = Locator::new(&name, backend).mode(0o666);
+        if let Some(d) = dir {
+            b = b.directory(d);
+            l = l.directory(d);
+        }
+        let (created, _) = b.create().unwrap();
+        let mut region = l.attach().unwrap();
+        let end = region.data_len() - 8;
+        region.write_at(end, b"the end!").unwrap();
+        let path = region.path().expect("a file region has a path");
+        let st = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["truncate", "-s", &cut.to_string()])
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(st.success(), "{backend}: truncate as uid 65534");
+        let what = format!("{backend} cut to {cut}");
+        let lost = |r: Result<(), RegionError>, op: &str| {
+            let e = r.unwrap_err();
+            let text = e.to_string();
+            match &e {
+                RegionError::Lost { file_bytes, .. } => {
+                    assert_eq!(*file_bytes, Some(cut), "{what} {op}: {text}")
+                }
+                _ => panic!("{what} {op}: {text}"),
+            }
+            assert!(
+                text.contains(&format!("truncated to {cut} bytes by another process")),
+                "{what} {op}: {text}"
+            );
+            assert!(e.fix().is_some(), "{what} {op}: a fix");
+        };
+        let mut buf = [0u8; 8];
+        lost(region.read_at(end, &mut buf), "read_at");
+        assert!(region.is_lost(), "{what}");
+        lost(region.write_at(end, b"again..."), "write_at");
+        lost(region.atomic_u64(end).map(|_| ()), "atomic_u64");
+        lost(region.atomic_u32s(0, 2).map(|_| ()), "atomic_u32s");
+        lost(region.load_words(end, &mut buf), "load_words");
+        lost(region.store_words(end, &buf), "store_words");
+        region.close().unwrap();
+        // The creator's handle faults too; it goes cleanly, and so does
+        // the name.
+        lost(created.read_at(end, &mut buf), "the creator's read_at");
+        created.destroy().unwrap();
+        assert!(!path.exists(), "{what}: destroyed");
+    }
+    drop(mount);
+    pool.restore().unwrap();
+}

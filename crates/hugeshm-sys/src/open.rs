@@ -102,8 +102,8 @@ impl fmt::Display for FileKind {
     }
 }
 
-/// How to open a path others may have planted something at (see the
-/// [module](self) docs): read-only or read-write, which kinds of file are
+/// How to open a path others may have planted something at (a FIFO
+/// would block a plain open, a link would send it elsewhere): read-only or read-write, which kinds of file are
 /// accepted (a regular file by default), and whether the last component
 /// is a `/proc` magic link to follow.
 ///
