@@ -467,20 +467,14 @@ fn open_data(path: &Path) -> Result<(File, u64), CacheError> {
         bytes: 0,
         source,
     };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
+    // Through the checked open: it often lives in /var/tmp, so a link
+    // there is not followed and a FIFO is refused, never waited on; the
+    // length is fstat's of what was opened (a regular file).
+    let file = hugeshm_sys::OpenCheck::read_write()
         .open(path)
-        .map_err(|e| io("open", e))?;
-    let meta = file.metadata().map_err(|e| io("fstat", e))?;
-    if !meta.is_file() {
-        return Err(CacheError::Config(format!(
-            "the data file {} is not a regular file ({:?})",
-            path.display(),
-            meta.file_type()
-        )));
-    }
-    Ok((file, meta.len()))
+        .map_err(|e| io("open", e.into()))?;
+    let len = file.size();
+    Ok((File::from(file.into_fd()), len))
 }
 
 /// Creates a new data file (mode 0600; an existing name, a symlink

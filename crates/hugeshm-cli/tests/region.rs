@@ -1376,3 +1376,188 @@ fn attach_and_ls_never_attach_another_users_segment() {
     assert!(diff.is_empty(), "left behind: {diff:#?}");
     pool.restore().expect("restore");
 }
+
+/// A region name that cannot be one (a path, a space, a leading dot,
+/// empty, too long) is a usage error in every command that takes one:
+/// exit 2 with clap's "invalid value" and the reason, before anything is
+/// looked up (it was exit 3, a failure, from the library's check).
+#[test]
+fn invalid_region_names_are_usage_errors() {
+    let long = "x".repeat(hugeshm_region::MAX_NAME_LEN + 1);
+    let names: [(&str, &str); 5] = [
+        ("a/../b", "character '/' not allowed"),
+        ("a b", "character ' ' not allowed"),
+        (".hidden", "starts with '.'"),
+        ("", "empty"),
+        (&long, "longer than 200 bytes"),
+    ];
+    let commands: [&[&str]; 8] = [
+        &["create", "NAME", "--size", "2M"],
+        &["rm", "NAME"],
+        &["rm", "NAME", "--backend", "dax", "--dir", "/nonexistent"],
+        &["attach", "NAME"],
+        &["bench", "oltp-worker", "NAME", "posix", "/nonexistent"],
+        &["bench", "attach-time-child", "NAME", "sysv"],
+        &["bench", "pagetables-child", "NAME", "sysv"],
+        &["bench", "dax-child", "read", "NAME", "0", "1"],
+    ];
+    for c in commands {
+        for (bad, why) in &names {
+            let args: Vec<&str> = c
+                .iter()
+                .map(|&a| if a == "NAME" { *bad } else { a })
+                .collect();
+            let out = run(&args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(
+                err.contains(&format!("invalid region name {bad:?}")) && err.contains(why),
+                "{args:?}: {err}"
+            );
+            assert!(err.contains("invalid value"), "{args:?}: {err}");
+            assert!(out.stdout.is_empty(), "{args:?} printed {:?}", out.stdout);
+        }
+    }
+}
+
+/// Root's `ls`, `rm`, `create` and `attach` against a FIFO and a symbolic
+/// link (to a root-only file) that uid 65534 put at a region's path, in
+/// /dev/shm and in a directory given with --dir (posix and dax): each
+/// command ends (run under timeout(1): a hang fails), `ls` lists them as
+/// foreign without opening them, the others exit 3 naming the path and
+/// what is there, no byte of the link's target is printed (`ls` printed
+/// its first 8 as a header), and the planted entries are left alone.
+#[test]
+fn planted_fifos_and_links_never_hang_or_leak() {
+    const T: &str = "planted_fifos_and_links_never_hang_or_leak";
+    if skip_unless_root(T) {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    const SECRET: &str = "TOPSECRET-cli-planted";
+    let tag = name("planted");
+    let secret = std::env::temp_dir().join(format!("{tag}-secret"));
+    let dir = std::path::PathBuf::from("/dev/shm").join(format!("{tag}-dir"));
+    // Removed however the test ends.
+    // A FIFO is opened read-write (never waits) and kept open across its
+    // unlink: a process still waiting to open it for reading (another
+    // program's old `hugeshm ls` running meanwhile) gets its partner.
+    struct Cleanup(Vec<std::path::PathBuf>);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            for p in self.0.iter().rev() {
+                use rustix::fs::{Mode, OFlags};
+                let flags = OFlags::RDWR | OFlags::NONBLOCK | OFlags::NOFOLLOW;
+                let partner = rustix::fs::open(p, flags, Mode::empty());
+                let _ = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir_all(p));
+                drop(partner);
+            }
+        }
+    }
+    let mut cleanup = Cleanup(vec![secret.clone(), dir.clone()]);
+    std::fs::write(&secret, SECRET).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let as_nobody = |args: &[&std::ffi::OsStr]| {
+        let st = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(st.success(), "setpriv {args:?}");
+    };
+    // Under timeout(1): 124 when it hung.
+    let timed = |args: &[&str]| {
+        let c = cmd(args);
+        let prog = c.get_program().to_owned();
+        let mut t = std::process::Command::new("timeout");
+        t.arg("30")
+            .arg(prog)
+            .args(c.get_args())
+            .env("NO_COLOR", "1");
+        let out = t.output().unwrap();
+        assert_ne!(out.status.code(), Some(124), "{args:?} hung");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            !all.contains("TOPSECRE") && !all.contains("544f50534543"),
+            "{args:?} printed the secret: {all}"
+        );
+        (out.status.code(), stdout, all)
+    };
+    let shm = std::path::PathBuf::from("/dev/shm");
+    let places: [(&str, &std::path::Path, Option<&str>); 3] = [
+        ("posix", &shm, None),
+        ("posix", &dir, Some(dir.to_str().unwrap())),
+        ("dax", &dir, Some(dir.to_str().unwrap())),
+    ];
+    for (i, (backend, d, dir_arg)) in places.into_iter().enumerate() {
+        for (kind, words) in [
+            ("fifo", "a FIFO (named pipe) owned by uid 65534"),
+            ("link", "a symbolic link owned by uid 65534"),
+        ] {
+            let n = format!("{tag}-{kind}{i}");
+            let path = d.join(format!("hugeshm.{n}"));
+            cleanup.0.push(path.clone());
+            if kind == "fifo" {
+                as_nobody(&["mkfifo".as_ref(), path.as_os_str()]);
+            } else {
+                as_nobody(&[
+                    "ln".as_ref(),
+                    "-s".as_ref(),
+                    secret.as_os_str(),
+                    path.as_os_str(),
+                ]);
+            }
+            let (code, _, out) = timed(&["ls"]);
+            assert!(code == Some(0) && out.contains(words), "ls: {out}");
+            let (code, stdout, out) = timed(&["ls", "--json"]);
+            assert_eq!(code, Some(0), "ls: {out}");
+            let v: Value = serde_json::from_str(&stdout).unwrap();
+            let entry = v["regions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["name"] == n.as_str())
+                .unwrap_or_else(|| panic!("{n} not in ls: {out}"));
+            assert_eq!(entry["state"], "foreign", "{entry:#}");
+            assert!(
+                entry["detail"].as_str().unwrap().contains(words),
+                "{entry:#}"
+            );
+            assert_eq!(entry["owner"]["uid"], 65534, "{entry:#}");
+            let mut place = vec!["--backend", backend];
+            if let Some(d) = dir_arg {
+                place.extend(["--dir", d]);
+            }
+            for c in [
+                vec!["rm", &n],
+                vec!["attach", &n],
+                vec!["create", &n, "--size", "2M", "--page-size", "4k"],
+            ] {
+                let args: Vec<&str> = c.iter().copied().chain(place.iter().copied()).collect();
+                let (code, _, out) = timed(&args);
+                assert_eq!(code, Some(3), "{args:?}: {out}");
+                assert!(
+                    out.contains(&path.display().to_string()) && out.contains(words),
+                    "{args:?}: {out}"
+                );
+            }
+            assert!(
+                std::fs::symlink_metadata(&path).is_ok(),
+                "{} was removed",
+                path.display()
+            );
+        }
+    }
+    drop(cleanup);
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(&tag))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    assert!(!secret.exists());
+}

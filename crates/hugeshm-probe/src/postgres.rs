@@ -454,4 +454,37 @@ mod tests {
             "{e}"
         );
     }
+
+    /// The cluster owner writes the data directory: a PG_VERSION that is
+    /// a FIFO (which a plain read waited on forever), a link to another
+    /// file, or a "version" that climbs out of /usr/lib/postgresql (which
+    /// chose the binary run) is not a data directory.
+    #[test]
+    fn a_hostile_pg_version_is_not_a_data_directory() {
+        let dir = std::env::temp_dir().join(format!("hugeshm-pgv-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        let pgv = dir.join("PG_VERSION");
+        let not_dd = |what: &str| {
+            let e = pg_sizing(&dir, None, Path::new("/proc")).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    PgError::NotADataDir(_) | PgError::Refused(_) | PgError::BadVersion { .. }
+                ),
+                "{what}: {e}"
+            );
+        };
+        let made = std::process::Command::new("mkfifo").arg(&pgv).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        not_dd("a FIFO");
+        std::fs::remove_file(&pgv).unwrap();
+        let real = dir.join("real");
+        std::fs::write(&real, "16\n").unwrap();
+        std::os::unix::fs::symlink(&real, &pgv).unwrap();
+        not_dd("a link");
+        std::fs::remove_file(&pgv).unwrap();
+        std::fs::write(&pgv, "../../../../tmp/evil\n").unwrap();
+        not_dd("a path");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

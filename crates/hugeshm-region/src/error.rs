@@ -458,6 +458,24 @@ pub enum RegionError {
         /// SysV attachment count.
         nattch: Option<u64>,
     },
+    /// The memory behind this process's mapping of the region went away
+    /// (its file was cut short by another process, or a page could not be
+    /// had at fault time): the SIGBUS guard of hugeshm-sys caught the
+    /// fault and mapped zeros in its place (see the crate docs).
+    #[error("{}", lost_text(object, *file_bytes, *region_bytes, source))]
+    Lost {
+        /// The object (its path).
+        object: String,
+        /// The file's size now, where it could be read.
+        file_bytes: Option<u64>,
+        /// The region's size.
+        region_bytes: u64,
+        /// The region's name and backend, for the fix.
+        name: Option<Box<(String, Backend)>>,
+        /// The guard's error: the access and the fault's offset and cause.
+        #[source]
+        source: Box<SysError>,
+    },
     /// The operation does not exist for this backend.
     #[error("{0}")]
     Unsupported(String),
@@ -478,6 +496,23 @@ pub enum RegionError {
     Read(#[from] hugeshm_probe::ReadError),
 }
 
+/// What [`RegionError::Lost`] says: a truncation with both sizes where the
+/// file is now shorter than the region, else the fault as the guard saw it.
+fn lost_text(object: &str, file: Option<u64>, region: u64, source: &SysError) -> String {
+    let offset = match source {
+        SysError::MappingLost { offset, .. } => format!(" (a SIGBUS at offset {offset})"),
+        _ => String::new(),
+    };
+    match file {
+        Some(f) if f < region => format!(
+            "the file behind region {object} was truncated to {f} bytes by another process \
+             (the region has {region}{offset}); the mapping is no longer valid: close the \
+             region; what it held is gone"
+        ),
+        _ => format!("region {object}: {source}; the mapping is no longer valid: close the region"),
+    }
+}
+
 impl RegionError {
     /// The pool numbers of a [`RegionError::PoolShortfall`].
     pub fn shortfall(&self) -> Option<&Shortfall> {
@@ -494,6 +529,16 @@ impl RegionError {
             crate::model::directory_hint(name, *backend, object)
         };
         match self {
+            RegionError::Lost {
+                name: Some(named),
+                object,
+                ..
+            } => Some(Fix::Reclaim {
+                name: named.0.clone(),
+                backend: named.1.to_string(),
+                dir: dir(&named.0, &named.1, object),
+                keep_contents: false,
+            }),
             RegionError::PoolShortfall { shortfall, .. } => Some(shortfall.fix.clone()),
             RegionError::InvalidSize { fix, .. } => fix.as_deref().cloned(),
             RegionError::UnsupportedPageSize {

@@ -153,7 +153,10 @@ impl Region {
 
     /// Start address of the mapping (the header). Accessing memory through
     /// it is the caller's responsibility (`unsafe`); it is valid until the
-    /// region is dropped.
+    /// region is dropped. Handing it out takes a file region out of the
+    /// SIGBUS guard (see the crate docs): a fault through a raw pointer
+    /// ends the process, as it did without the guard, instead of reading
+    /// zeros no one is told about.
     pub fn as_ptr(&self) -> *mut u8 {
         self.mem.as_ptr()
     }
@@ -298,16 +301,40 @@ impl Region {
         })
     }
 
+    /// A failed access: [`RegionError::Lost`] with the file's size now
+    /// when the SIGBUS guard caught a fault, else the system error.
+    #[cold]
+    #[inline(never)]
+    fn access_error(&self, e: SysError) -> RegionError {
+        if !matches!(e, SysError::MappingLost { .. }) {
+            return RegionError::Sys(e);
+        }
+        #[allow(clippy::unnecessary_cast)]
+        let file_bytes = self
+            .fd()
+            .and_then(|fd| rustix::fs::fstat(fd).ok())
+            .map(|st| st.st_size as u64);
+        RegionError::Lost {
+            object: self.object_text(),
+            file_bytes,
+            region_bytes: self.len() as u64,
+            name: self.name.clone().map(|n| Box::new((n, self.backend))),
+            source: Box::new(e),
+        }
+    }
+
     /// Copies `buf.len()` bytes at data offset `offset` out of the region.
     pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Result<(), RegionError> {
         let at = self.data_range("read_at", offset, buf.len())?;
-        Ok(self.mem.read_at(at, buf)?)
+        self.mem.read_at(at, buf).map_err(|e| self.access_error(e))
     }
 
     /// Copies `data` into the region at data offset `offset`.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
         let at = self.data_range("write_at", offset, data.len())?;
-        Ok(self.mem.write_at(at, data)?)
+        self.mem
+            .write_at(at, data)
+            .map_err(|e| self.access_error(e))
     }
 
     /// The 32-bit atomic word at data offset `offset` (a multiple of 4):
@@ -316,14 +343,14 @@ impl Region {
     #[inline(always)]
     pub fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32, RegionError> {
         let at = self.data_range("atomic_u32", offset, 4)?;
-        Ok(self.mem.atomic_u32(at)?)
+        self.mem.atomic_u32(at).map_err(|e| self.access_error(e))
     }
 
     /// The 64-bit atomic word at data offset `offset` (a multiple of 8).
     #[inline(always)]
     pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, RegionError> {
         let at = self.data_range("atomic_u64", offset, 8)?;
-        Ok(self.mem.atomic_u64(at)?)
+        self.mem.atomic_u64(at).map_err(|e| self.access_error(e))
     }
 
     /// `n` consecutive 32-bit atomic words at data offset `offset` (a
@@ -331,7 +358,9 @@ impl Region {
     #[inline(always)]
     pub fn atomic_u32s(&self, offset: usize, n: usize) -> Result<&[AtomicU32], RegionError> {
         let at = self.data_range("atomic_u32s", offset, n.saturating_mul(4))?;
-        Ok(self.mem.atomic_u32s(at, n)?)
+        self.mem
+            .atomic_u32s(at, n)
+            .map_err(|e| self.access_error(e))
     }
 
     /// `n` consecutive 64-bit atomic words at data offset `offset` (a
@@ -339,7 +368,9 @@ impl Region {
     #[inline(always)]
     pub fn atomic_u64s(&self, offset: usize, n: usize) -> Result<&[AtomicU64], RegionError> {
         let at = self.data_range("atomic_u64s", offset, n.saturating_mul(8))?;
-        Ok(self.mem.atomic_u64s(at, n)?)
+        self.mem
+            .atomic_u64s(at, n)
+            .map_err(|e| self.access_error(e))
     }
 
     /// Starts loading the cache line at data offset `offset` (for writing
@@ -358,7 +389,9 @@ impl Region {
     /// blocks that a lock word in the region protects.
     pub fn load_words(&self, offset: usize, buf: &mut [u8]) -> Result<(), RegionError> {
         let at = self.data_range("load_words", offset, buf.len())?;
-        Ok(self.mem.load_words(at, buf)?)
+        self.mem
+            .load_words(at, buf)
+            .map_err(|e| self.access_error(e))
     }
 
     /// Copies `data` into the region at data offset `offset` as atomic
@@ -366,24 +399,39 @@ impl Region {
     /// write a block is the protocol of the structure in the region.
     pub fn store_words(&self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
         let at = self.data_range("store_words", offset, data.len())?;
-        Ok(self.mem.store_words(at, data)?)
+        self.mem
+            .store_words(at, data)
+            .map_err(|e| self.access_error(e))
     }
 
-    /// Sets every data byte to `byte` (the header is kept).
+    /// Sets every data byte to `byte` (the header is kept). A mapping
+    /// that lost its memory ([`is_lost`](Region::is_lost)) takes the
+    /// bytes and keeps nothing.
     pub fn fill(&mut self, byte: u8) {
         let (at, n) = (self.data_offset(), self.data_len());
-        self.mem
-            .fill_range(at, n, byte)
-            .expect("the data lie inside the mapping");
+        match self.mem.fill_range(at, n, byte) {
+            Ok(()) | Err(SysError::MappingLost { .. }) => {}
+            Err(e) => unreachable!("the data lie inside the mapping: {e}"),
+        }
     }
 
     /// The wrapping sum of the data as 8-byte words: reads every data
     /// byte once, front to back (what a read-bandwidth measurement times).
+    /// 0 for a mapping that lost its memory ([`is_lost`](Region::is_lost)).
     pub fn sum_words(&self) -> u64 {
         let (at, n) = (self.data_offset(), self.data_len() & !7);
-        self.mem
-            .sum_u64_range(at, n)
-            .expect("the data lie inside the mapping, 8-byte aligned")
+        match self.mem.sum_u64_range(at, n) {
+            Ok(sum) => sum,
+            Err(SysError::MappingLost { .. }) => 0,
+            Err(e) => unreachable!("the data lie inside the mapping, 8-byte aligned: {e}"),
+        }
+    }
+
+    /// Whether this process's mapping lost the region's memory: another
+    /// process truncated its file (see the crate docs on SIGBUS); every
+    /// checked access then fails with [`RegionError::Lost`].
+    pub fn is_lost(&self) -> bool {
+        self.mem.is_lost()
     }
 
     /// Maps every page of the region into this process's page tables by

@@ -75,6 +75,37 @@ impl RegionInfo {
         (object_bytes > 0 && header_bytes > object_bytes).then_some((object_bytes, header_bytes))
     }
 
+    /// Something at a region's name that is not a hugeshm region (a file
+    /// of another kind, a record that is no record), as `ls` lists it:
+    /// state `foreign`, why in `detail`.
+    pub(crate) fn foreign(
+        name: String,
+        backend: Backend,
+        path: String,
+        reason: String,
+        owner: Option<Owner>,
+    ) -> RegionInfo {
+        RegionInfo {
+            name,
+            backend,
+            object: NamedObject::File {
+                path,
+                size_bytes: 0,
+            },
+            state: RegionState::Foreign,
+            header: None,
+            detail: Some(reason),
+            held: false,
+            holders: Vec::new(),
+            nattch: None,
+            creator_pid: None,
+            creator: None,
+            layout_version: None,
+            owner,
+            fix: None,
+        }
+    }
+
     /// The [`fix`](RegionInfo::fix) of this region as found.
     fn orphan_fix(&self) -> Option<Fix> {
         if !self.is_orphaned() {

@@ -117,6 +117,44 @@
 //! [`bench::bench_numa`] (write and read bandwidth of a region placed
 //! on chosen nodes) is the building block of `hugeshm bench numa`.
 //!
+//! ## When another process cuts the file short (SIGBUS)
+//!
+//! Past the end of a file, a mapping has no memory: an access there gets
+//! SIGBUS, which kills a process that does not handle it. Who can cut a
+//! region short, and what the safe accessors ([`Region::read_at`],
+//! [`Region::write_at`], the atomic words, [`Region::load_words`],
+//! [`Region::store_words`]) guarantee:
+//!
+//! | backend | can it be truncated under its holders? | the accessors |
+//! |---|---|---|
+//! | `sysv` | no (a segment's size is fixed) | never SIGBUS |
+//! | `anon` | no | never SIGBUS |
+//! | `memfd` | no: its size is sealed (`F_SEAL_SHRINK`, `F_SEAL_GROW`) | never SIGBUS |
+//! | `posix`, `hugetlbfs`, `dax` (a file) | yes, by any process that may write the file (its owner, or anyone its mode lets) | the guard: [`RegionError::Lost`] |
+//! | `dax` on a device-dax | no (a device) | the guard, for memory errors |
+//!
+//! **The guard** (hugeshm-sys): every file mapping is registered with a
+//! process-wide SIGBUS handler. A fault inside a registered mapping marks
+//! it lost and maps zero memory over it, so the faulting access completes;
+//! each accessor checks the mark with one load after its access (before it
+//! hands out an atomic word) and returns [`RegionError::Lost`] ("the file
+//! behind region … was truncated to N bytes by another process …; the
+//! mapping is no longer valid") instead of data. The region can still be
+//! closed and destroyed as usual ([`Region::is_lost`] asks). A SIGBUS
+//! anywhere else is handed to the handler that was there before (the
+//! default action ends the process, as without hugeshm). Limits: a value
+//! read through an atomic reference taken *before* the fault is zero, and
+//! the error comes with the next accessor call; a region whose raw pointer
+//! was handed out ([`Region::as_ptr`], [`Region::data_ptr`], the C API's
+//! pointers) leaves the guard, since code reading through the pointer could
+//! not be told: a fault then ends the process as before; [`Region::fill`] and
+//! [`Region::sum_words`] return no error (ask [`Region::is_lost`]); a
+//! program that installs its own SIGBUS handler after hugeshm replaces
+//! the guard until hugeshm next maps a file (which installs it again,
+//! chaining to that handler). A hugetlb pool that runs dry at fault time
+//! or a memory error on a DAX device is caught the same way; the error
+//! then says so (`si_code`).
+//!
 //! ## Errors and fixes
 //!
 //! A [`RegionError`] states what happened with the numbers (its
@@ -151,6 +189,7 @@
 mod attach;
 mod backend;
 pub mod bench;
+mod checked_open;
 mod create;
 mod error;
 mod handle;
@@ -187,7 +226,7 @@ pub use model::{
     Backend, Fallback, NamedObject, NodeNeed, PageSize, Placement, Policy, PrefaultMethod, Reclaim,
     RegionState, Shortfall,
 };
-pub use naming::sysv_key;
+pub use naming::{sysv_key, validate_name, MAX_NAME_LEN};
 pub use per_node::{part_name, NodeRegion};
 pub use prefault::{
     available_cpus, memset_baseline, MemsetBaseline, Progress, CLEAR_CHUNK_BYTES, SUB_CHUNK_BYTES,

@@ -52,7 +52,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::RegionError;
 use crate::model::Owner;
-use hugeshm_sys::{self as sys, SysError};
+use hugeshm_sys as sys;
 
 /// Where memfd records live.
 pub const MEMFD_RECORD_DIR: &str = "/dev/shm";
@@ -160,65 +160,33 @@ const MAX_RECORD_BYTES: usize = 4096;
 
 /// Reads a record and who owns its file; `Ok(None)` when there is none.
 ///
-/// `/dev/shm` is writable by everyone, so the record is opened without
-/// following a symbolic link (`O_NOFOLLOW`), must be a regular file of at
-/// most 4 KiB, and a malformed one is refused without quoting its content.
+/// `/dev/shm` is writable by everyone, so the record is opened through the
+/// checked open (no link followed, a FIFO not waited on: either is
+/// `NotOurs`), must be a regular file of at most 4 KiB, and a malformed one
+/// is refused without quoting its content.
 pub(crate) fn read(path: &Path) -> Result<Option<(MemfdRecord, Owner)>, RegionError> {
-    use rustix::fs::{Mode, OFlags};
     let what = || path.display().to_string();
-    let fd = match rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) => return Ok(None),
-        Err(rustix::io::Errno::LOOP) => {
-            return Err(RegionError::NotOurs {
-                object: what(),
-                reason: "a symbolic link where a memfd record should be".to_owned(),
-            })
-        }
-        Err(e @ (rustix::io::Errno::ACCESS | rustix::io::Errno::PERM)) => {
-            return Err(RegionError::permission(
-                format!("read the memfd record {}", what()),
-                Some(SysError::Os {
-                    call: format!("open({}, O_RDONLY|O_NOFOLLOW)", what()),
-                    errno: e.raw_os_error(),
-                }),
-            ))
-        }
-        Err(e) => return Err(RegionError::io(what(), e.into())),
-    };
-    let st = rustix::fs::fstat(&fd).map_err(|e| RegionError::io(what(), e.into()))?;
     let not_ours = |reason: String| RegionError::NotOurs {
         object: what(),
         reason,
     };
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(not_ours("not a regular file".to_owned()));
-    }
+    let Some(file) = crate::checked_open::open_checked(path, sys::OpenCheck::read())? else {
+        return Ok(None);
+    };
+    let st = *file.stat();
     if st.st_size as u64 > MAX_RECORD_BYTES as u64 {
         return Err(not_ours(format!(
             "{} bytes, more than a memfd record ever has ({MAX_RECORD_BYTES})",
             st.st_size
         )));
     }
-    let mut buf = vec![0u8; MAX_RECORD_BYTES + 1];
-    let mut got = 0;
-    while got < buf.len() {
-        match rustix::io::read(&fd, &mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(RegionError::io(what(), e.into())),
-        }
-    }
-    if got > MAX_RECORD_BYTES {
-        return Err(not_ours(format!("longer than {MAX_RECORD_BYTES} bytes")));
-    }
-    let text =
-        std::str::from_utf8(&buf[..got]).map_err(|_| not_ours("not UTF-8 text".to_owned()))?;
+    let buf = file
+        .read_all(MAX_RECORD_BYTES)
+        .map_err(|e| match e.errno() {
+            Some(libc::EFBIG) => not_ours(format!("longer than {MAX_RECORD_BYTES} bytes")),
+            _ => RegionError::Sys(e),
+        })?;
+    let text = std::str::from_utf8(&buf).map_err(|_| not_ours("not UTF-8 text".to_owned()))?;
     let rec = MemfdRecord::parse(text)
         .map_err(|e| not_ours(format!("not a hugeshm memfd record: {e}")))?;
     #[allow(clippy::unnecessary_cast)]

@@ -419,3 +419,412 @@ fn a_memfd_region_cannot_be_truncated() {
     assert_eq!(other.metadata().unwrap().len(), 4 << 20);
     region.destroy().unwrap();
 }
+
+/// What a planted entry is.
+#[derive(Clone, Copy, Debug)]
+enum Plant {
+    Fifo,
+    Link,
+}
+
+impl Plant {
+    /// How the refusal names it.
+    fn words(self) -> &'static str {
+        match self {
+            Plant::Fifo => "a FIFO (named pipe) owned by uid 65534",
+            Plant::Link => "a symbolic link owned by uid 65534",
+        }
+    }
+}
+
+/// Files planted by uid 65534, removed on drop (also when the test fails
+/// or times out), with the root-only secret a link points at.
+struct Planted {
+    paths: Vec<std::path::PathBuf>,
+    secret: std::path::PathBuf,
+}
+
+/// The bytes of the secret: they must never appear in what root's hugeshm
+/// reports.
+const SECRET: &str = "TOPSECRET-hugeshm-planted";
+
+impl Planted {
+    fn new() -> Planted {
+        use std::os::unix::fs::PermissionsExt;
+        let secret = std::env::temp_dir().join(unique("secret"));
+        std::fs::write(&secret, SECRET).unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        Planted {
+            paths: Vec::new(),
+            secret,
+        }
+    }
+
+    /// Makes `path` a FIFO or a link to the secret, as uid 65534.
+    fn plant(&mut self, path: &std::path::Path, what: Plant) {
+        let mut c = std::process::Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+        match what {
+            Plant::Fifo => c.arg("mkfifo").arg(path),
+            Plant::Link => c.args(["ln", "-s"]).arg(&self.secret).arg(path),
+        };
+        assert!(c.status().unwrap().success(), "planting {}", path.display());
+        self.paths.push(path.to_owned());
+    }
+
+    fn still_there(&self, path: &std::path::Path) -> bool {
+        std::fs::symlink_metadata(path).is_ok()
+    }
+}
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        for p in &self.paths {
+            remove_planted(p);
+        }
+        let _ = std::fs::remove_file(&self.secret);
+    }
+}
+
+/// Removes a planted entry. A FIFO is first opened read-write (which
+/// never waits) and kept open across the unlink: any process still
+/// waiting in an open of it for reading (another program's `hugeshm ls`
+/// that runs meanwhile, without this fix) gets its partner and goes on.
+fn remove_planted(p: &std::path::Path) {
+    let is_fifo = std::fs::symlink_metadata(p)
+        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()));
+    let partner = is_fifo
+        .then(|| {
+            rustix::fs::open(
+                p,
+                rustix::fs::OFlags::RDWR | rustix::fs::OFlags::NONBLOCK,
+                rustix::fs::Mode::empty(),
+            )
+            .ok()
+        })
+        .flatten();
+    let _ = std::fs::remove_file(p);
+    drop(partner);
+}
+
+/// Runs `f` on a thread and fails the test when it has not returned within
+/// a minute: a hang (an open waiting on a FIFO) is a failure, not a stuck
+/// test run.
+fn within_a_minute<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("{what}: no answer within 60 s (hung)"))
+}
+
+/// `err` refuses what was planted at `path`, naming it, and quotes nothing
+/// of the secret.
+#[track_caller]
+fn refused(what: &str, err: RegionError, path: &std::path::Path, plant: Plant) {
+    let text = err.to_string();
+    assert!(matches!(err, RegionError::NotOurs { .. }), "{what}: {text}");
+    assert!(text.contains(&path.display().to_string()), "{what}: {text}");
+    assert!(text.contains(plant.words()), "{what}: {text}");
+    assert!(
+        !text.contains("TOPSECRE") && !text.contains("544f50"),
+        "{what}: {text}"
+    );
+}
+
+/// A FIFO or a symbolic link (to a root-only file) that another user puts
+/// at a region's path, in /dev/shm, in a tmpfs directory given with
+/// `directory` (posix and dax), or at a memfd record's path: listing shows
+/// it as foreign without opening it, and inspect, attach, remove and
+/// create refuse it naming the path and what is there; nothing hangs (a
+/// plain open of the FIFO waited for a writer forever), nothing of the
+/// link's target is read (it was read as a header and its first bytes
+/// printed), nothing is removed.
+#[test]
+fn planted_fifos_and_links_are_refused_never_opened() {
+    const T: &str = "planted_fifos_and_links_are_refused_never_opened";
+    if hugeshm_testkit::skip_unless_root(T) || skip_without_setpriv(T) {
+        return;
+    }
+    let mut planted = Planted::new();
+    let dir = std::path::PathBuf::from("/dev/shm").join(unique("planted-dir"));
+    std::fs::create_dir(&dir).unwrap();
+    let _dir = RemoveDir(dir.clone());
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+    let places: [(Backend, Option<&std::path::Path>); 3] = [
+        (Backend::Posix, None),
+        (Backend::Posix, Some(&dir)),
+        (Backend::Dax, Some(&dir)),
+    ];
+    for (backend, d) in places {
+        for plant in [Plant::Fifo, Plant::Link] {
+            let name = unique("planted");
+            let path = d
+                .unwrap_or(std::path::Path::new("/dev/shm"))
+                .join(format!("hugeshm.{name}"));
+            planted.plant(&path, plant);
+            let what = format!("{backend} {plant:?} at {}", path.display());
+            let locator = {
+                let l = Locator::new(&name, backend);
+                match d {
+                    Some(d) => l.directory(d),
+                    None => l,
+                }
+            };
+            let builder = {
+                let b = RegionBuilder::new(1 << 20)
+                    .name(&name)
+                    .backend(backend)
+                    .page_size(PageSize::Base)
+                    .policy(Policy::Off);
+                match d {
+                    Some(d) => b.directory(d),
+                    None => b,
+                }
+            };
+            let (listed, inspected, attached, removed, created) = within_a_minute(&what, {
+                let l = locator.clone();
+                move || {
+                    (
+                        list_regions().unwrap(),
+                        l.inspect().map(|_| ()),
+                        l.attach().map(|_| ()),
+                        l.remove().map(|_| ()),
+                        builder.create().map(|_| ()),
+                    )
+                }
+            });
+            let info = listed
+                .iter()
+                .find(|i| i.name == name)
+                .unwrap_or_else(|| panic!("{what}: not listed in {listed:#?}"));
+            assert_eq!(info.state, hugeshm_region::RegionState::Foreign, "{what}");
+            let detail = info.detail.as_deref().unwrap_or("");
+            assert!(detail.contains(plant.words()), "{what}: {detail}");
+            assert_eq!(info.owner.map(|o| o.uid), Some(65534), "{what}");
+            assert!(!format!("{listed:?}").contains("TOPSECRE"), "{what}");
+            for (op, r) in [
+                ("inspect", inspected),
+                ("attach", attached),
+                ("remove", removed),
+                ("create", created),
+            ] {
+                refused(&format!("{what}: {op}"), r.unwrap_err(), &path, plant);
+            }
+            assert!(planted.still_there(&path), "{what}: removed");
+        }
+    }
+    // A memfd record's path.
+    for plant in [Plant::Fifo, Plant::Link] {
+        let name = unique("planted-rec");
+        let path = hugeshm_region::memfd_record::memfd_record_path(&name);
+        planted.plant(&path, plant);
+        let what = format!("memfd {plant:?} at {}", path.display());
+        let (listed, inspected, attached, removed) = within_a_minute(&what, {
+            let l = Locator::new(&name, Backend::Memfd);
+            move || {
+                (
+                    list_regions().unwrap(),
+                    l.inspect().map(|_| ()),
+                    l.attach().map(|_| ()),
+                    l.remove().map(|_| ()),
+                )
+            }
+        });
+        let info = listed.iter().find(|i| i.name == name).expect("listed");
+        assert_eq!(info.state, hugeshm_region::RegionState::Foreign, "{what}");
+        for (op, r) in [
+            ("inspect", inspected),
+            ("attach", attached),
+            ("remove", removed),
+        ] {
+            let e = r.unwrap_err().to_string();
+            assert!(
+                e.contains(plant.words()) && !e.contains("TOPSECRE"),
+                "{what} {op}: {e}"
+            );
+        }
+        assert!(planted.still_there(&path), "{what}: removed");
+    }
+    // A well-formed record of uid 65534 whose descriptor is a FIFO that
+    // its process holds open for reading only: /proc/PID/fd/N opened for
+    // reading waited for a writer forever.
+    let name = unique("planted-fd");
+    let fifo = dir.join("fifo");
+    let record = hugeshm_region::memfd_record::memfd_record_path(&name);
+    planted.paths.extend([fifo.clone(), record.clone()]);
+    let mut kid = Kid::spawn_as_nobody(
+        "planted_child",
+        PLANTED_ENV,
+        &format!("{}:{}", fifo.display(), record.display()),
+    );
+    assert_eq!(kid.expect("PLANTED"), "ok");
+    let (listed, inspected, removed) = within_a_minute("a record naming a FIFO", {
+        let l = Locator::new(&name, Backend::Memfd);
+        move || {
+            (
+                list_regions().unwrap(),
+                l.inspect().map(|_| ()),
+                l.remove().map(|_| ()),
+            )
+        }
+    });
+    kid.finish();
+    let info = listed.iter().find(|i| i.name == name).expect("listed");
+    assert_eq!(info.state, hugeshm_region::RegionState::Foreign, "{info:?}");
+    for r in [inspected, removed] {
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("a FIFO (named pipe) owned by uid 65534"), "{e}");
+    }
+    drop(planted);
+    drop(_dir);
+    // Nothing of this test is left (the host-wide comparison would see
+    // other tests' regions come and go).
+    let mine = |n: &str| n.contains("planted") && n.contains(&format!("-{}-", std::process::id()));
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| mine(n))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Removes a directory (and what is in it) on drop.
+struct RemoveDir(std::path::PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const PLANTED_ENV: &str = "HUGESHM_PLANTED_CHILD";
+
+/// As uid 65534: `FIFO:RECORD`: makes the FIFO, holds it open for reading
+/// (non-blocking, no writer), and publishes a record naming that
+/// descriptor; prints `PLANTED ok`; waits for stdin to close.
+#[test]
+fn planted_child() {
+    let Ok(spec) = std::env::var(PLANTED_ENV) else {
+        return;
+    };
+    use rustix::fs::{Mode, OFlags};
+    let (fifo, record) = spec.split_once(':').unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        fifo,
+        rustix::fs::FileType::Fifo,
+        Mode::from_bits_truncate(0o644),
+        0,
+    )
+    .unwrap();
+    let fd = rustix::fs::open(fifo, OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty()).unwrap();
+    let st = rustix::fs::fstat(&fd).unwrap();
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let start_ticks: u64 = after.split(' ').nth(19).unwrap().parse().unwrap();
+    #[allow(clippy::unnecessary_cast)]
+    let dev = st.st_dev as u64;
+    let text = format!(
+        "hugeshm-memfd-record 1\npid {}\nstart_ticks {start_ticks}\nfd {}\ndev {}:{}\nino {}\n\
+         generation 0000000000000001\nuid 65534\nsize 1048576\n",
+        std::process::id(),
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        rustix::fs::major(dev),
+        rustix::fs::minor(dev),
+        st.st_ino,
+    );
+    std::fs::write(record, text).unwrap();
+    say("PLANTED", "ok");
+    while hear().is_some() {}
+    drop(fd);
+}
+
+/// A region file that its mode lets another user write (here 0666), cut
+/// short by that user (uid 65534, `truncate`) while this process holds
+/// it attached through the safe API: on tmpfs (posix) and on hugetlbfs.
+/// Past the new end a plain access died of SIGBUS; now every checked
+/// accessor returns `RegionError::Lost` with the file's new size, the
+/// process goes on, and closing, attaching again and destroying work.
+#[test]
+fn a_region_truncated_under_its_holder_is_an_error_not_sigbus() {
+    const T: &str = "a_region_truncated_under_its_holder_is_an_error_not_sigbus";
+    let Some(pool) = pool_guard(T) else {
+        return;
+    };
+    if skip_without_setpriv(T) {
+        return;
+    }
+    pool.ensure_free(MIB2, 2).unwrap();
+    let mount = TempMount::new("hugetlbfs", "pagesize=2M,mode=1777");
+    let cases = [
+        (Backend::Posix, PageSize::Base, None, 4096u64),
+        (
+            Backend::Hugetlbfs,
+            PageSize::HUGE_2M,
+            Some(mount.path()),
+            MIB2,
+        ),
+    ];
+    for (backend, page, dir, cut) in cases {
+        let name = unique("cut-held");
+        let _cleanup = RemoveOnDrop::new(&name, backend, dir);
+        let mut b = RegionBuilder::new(4 << 20)
+            .name(&name)
+            .backend(backend)
+            .page_size(page)
+            .policy(Policy::Only)
+            .mode(0o666);
+        let mut l = Locator::new(&name, backend).mode(0o666);
+        if let Some(d) = dir {
+            b = b.directory(d);
+            l = l.directory(d);
+        }
+        let (created, _) = b.create().unwrap();
+        let mut region = l.attach().unwrap();
+        let end = region.data_len() - 8;
+        region.write_at(end, b"the end!").unwrap();
+        let path = region.path().expect("a file region has a path");
+        let st = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["truncate", "-s", &cut.to_string()])
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(st.success(), "{backend}: truncate as uid 65534");
+        let what = format!("{backend} cut to {cut}");
+        let lost = |r: Result<(), RegionError>, op: &str| {
+            let e = r.unwrap_err();
+            let text = e.to_string();
+            match &e {
+                RegionError::Lost { file_bytes, .. } => {
+                    assert_eq!(*file_bytes, Some(cut), "{what} {op}: {text}")
+                }
+                _ => panic!("{what} {op}: {text}"),
+            }
+            assert!(
+                text.contains(&format!("truncated to {cut} bytes by another process")),
+                "{what} {op}: {text}"
+            );
+            assert!(e.fix().is_some(), "{what} {op}: a fix");
+        };
+        let mut buf = [0u8; 8];
+        lost(region.read_at(end, &mut buf), "read_at");
+        assert!(region.is_lost(), "{what}");
+        lost(region.write_at(end, b"again..."), "write_at");
+        lost(region.atomic_u64(end).map(|_| ()), "atomic_u64");
+        lost(region.atomic_u32s(0, 2).map(|_| ()), "atomic_u32s");
+        lost(region.load_words(end, &mut buf), "load_words");
+        lost(region.store_words(end, &buf), "store_words");
+        region.close().unwrap();
+        // The creator's handle faults too; it goes cleanly, and so does
+        // the name.
+        lost(created.read_at(end, &mut buf), "the creator's read_at");
+        created.destroy().unwrap();
+        assert!(!path.exists(), "{what}: destroyed");
+    }
+    drop(mount);
+    pool.restore().unwrap();
+}

@@ -18,6 +18,19 @@
 //! pieces for parallel writers ([`Mapping::pieces_mut`]). The raw pointer
 //! is there for callers that take the responsibility ([`Mapping::as_ptr`]).
 //!
+//! A file mapping ([`mmap_fd`] and its siblings) can lose its memory when
+//! another process truncates the file: the next access would get SIGBUS.
+//! Every file mapping is registered with a process-wide SIGBUS handler
+//! that, for a fault inside a registered mapping, maps zero memory over it
+//! and marks it lost; the checked accessors then return
+//! [`SysError::MappingLost`] (one load per access), and a SIGBUS anywhere
+//! else goes to the action that was there before (`sigbus.rs` has the
+//! details and the limits).
+//!
+//! Paths in directories other users can write are opened through
+//! [`OpenCheck`] (no link followed, no FIFO waited on, the kind checked
+//! after the open).
+//!
 //! ```
 //! let mut m = hugeshm_sys::mmap_anon(1 << 20, true, None)?;
 //! m.populate_write_range(0, m.len())?;
@@ -44,14 +57,17 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 mod files;
+mod open;
 mod perf;
 mod process;
 mod procmap;
 mod shm;
+mod sigbus;
 mod vma;
 mod words;
 
 pub use files::{check_trusted_file, euid, remove_private_dir, DirHandle, Owner};
+pub use open::{create_new, CheckedFile, FileKind, OpenCheck};
 pub use perf::{PerfCounter, PerfEvent};
 pub use process::{
     fork_child, in_new_session, process_cpu_seconds, thread_count, thread_cpu_seconds, wait_child,
@@ -103,6 +119,39 @@ pub enum SysError {
         /// Why the arguments were rejected.
         reason: String,
     },
+    /// A path holds another kind of file than the one asked for (a FIFO,
+    /// a symbolic link where a regular file should be); see
+    /// [`OpenCheck`]. Nothing was read from it.
+    #[error("{path} is {found} (owned by uid {uid}), not {expected}: not opened, left as it is")]
+    WrongFileType {
+        /// The path.
+        path: String,
+        /// What is there (`lstat`, or `fstat` of what was opened).
+        found: FileKind,
+        /// Its owner.
+        uid: u32,
+        /// What was asked for, in words (`a regular file`).
+        expected: String,
+    },
+    /// A SIGBUS hit the mapping (its file was truncated by another
+    /// process, a hugetlb pool ran dry at fault time, a memory error): the
+    /// guard mapped zero memory over it so the access completed, and every
+    /// checked access fails from then on. See the crate docs.
+    #[error(
+        "{call}: the mapping lost its file's memory: a SIGBUS at offset {offset} ({}); zero \
+         memory was mapped in its place, so what was read or written there does not count; \
+         release the mapping",
+        sigbus::cause(*code)
+    )]
+    MappingLost {
+        /// The access that found it, with the mapping's address.
+        call: String,
+        /// Offset of the first faulting address in the mapping.
+        offset: usize,
+        /// The fault's `si_code` (`BUS_ADRERR` = 2: past the end of the
+        /// file).
+        code: i32,
+    },
 }
 
 impl SysError {
@@ -131,6 +180,8 @@ impl SysError {
     pub fn call(&self) -> &str {
         match self {
             SysError::Os { call, .. } | SysError::InvalidArgument { call, .. } => call,
+            SysError::WrongFileType { path, .. } => path,
+            SysError::MappingLost { call, .. } => call,
         }
     }
 
@@ -139,7 +190,9 @@ impl SysError {
     pub fn errno(&self) -> Option<i32> {
         match self {
             SysError::Os { errno, .. } => Some(*errno),
-            SysError::InvalidArgument { .. } => None,
+            SysError::InvalidArgument { .. }
+            | SysError::WrongFileType { .. }
+            | SysError::MappingLost { .. } => None,
         }
     }
 
@@ -235,6 +288,8 @@ pub struct Mapping {
     /// Mapped `MAP_SYNC` (a DAX file): flushing CPU caches makes writes
     /// durable.
     sync: bool,
+    /// Its slot in the SIGBUS guard (file mappings), see [`sigbus`].
+    guard: sigbus::Guard,
 }
 
 // SAFETY: a Mapping is a plain owned address range; munmap/shmdt may be
@@ -317,8 +372,20 @@ unsafe fn touch_pages(ptr: *mut u8, len: usize, page: usize) {
 impl Mapping {
     /// Start address. Accessing memory through it is the caller's
     /// responsibility (`unsafe`); it stays valid until `self` is released.
+    ///
+    /// A file mapping whose raw pointer was handed out leaves the SIGBUS
+    /// guard (see the crate docs): code that reads through the pointer
+    /// cannot be told that the memory went, so a fault then ends the
+    /// process as it did without the guard, rather than feed it zeros.
     #[inline]
     pub fn as_ptr(&self) -> *mut u8 {
+        self.guard.hand_out_raw();
+        self.base()
+    }
+
+    /// The start address, for this type's own checked accesses.
+    #[inline(always)]
+    fn base(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
@@ -379,6 +446,7 @@ impl Mapping {
         }
         if self.sync {
             if let Some(m) = cache::flush(start as usize, n) {
+                self.intact("persist")?;
                 return Ok(m);
             }
         }
@@ -396,6 +464,7 @@ impl Mapping {
             )
         }
         .map_err(|e| SysError::os(self.call("msync"), e))?;
+        self.intact("msync")?;
         Ok(PersistMethod::Msync)
     }
 
@@ -404,7 +473,7 @@ impl Mapping {
     fn range_ptr(&self, what: &str, offset: usize, n: usize) -> Result<*mut u8, SysError> {
         check_range(|| self.call(what), offset, n, self.len)?;
         // SAFETY: offset + n <= len: inside (or one past) the mapping.
-        Ok(unsafe { self.as_ptr().add(offset) })
+        Ok(unsafe { self.base().add(offset) })
     }
 
     /// Copies `buf.len()` bytes at `offset` out of the mapping (volatile
@@ -416,7 +485,7 @@ impl Mapping {
             // live mapping owned by self.
             *b = unsafe { std::ptr::read_volatile(src.add(i)) };
         }
-        Ok(())
+        self.intact("read_at")
     }
 
     /// Copies `data` into the mapping at `offset`.
@@ -428,7 +497,7 @@ impl Mapping {
             // this process.
             unsafe { std::ptr::write_volatile(dst.add(i), *b) };
         }
-        Ok(())
+        self.intact("write_at")
     }
 
     /// Sets `offset..offset + n` to `byte` (faults those pages in).
@@ -438,14 +507,15 @@ impl Mapping {
         // self` excludes other accesses from this process and no Rust
         // references into it exist.
         unsafe { std::ptr::write_bytes(dst, byte, n) };
-        Ok(())
+        self.intact("fill")
     }
 
-    /// Sets every byte of the mapping to `byte`.
+    /// Sets every byte of the mapping to `byte` (unchecked for a lost
+    /// mapping: see [`is_lost`](Mapping::is_lost)).
     pub fn fill(&mut self, byte: u8) {
-        let len = self.len;
-        self.fill_range(0, len, byte)
-            .expect("the whole mapping is in range");
+        // SAFETY: the whole live read-write mapping owned by self; `&mut
+        // self` excludes other accesses from this process.
+        unsafe { std::ptr::write_bytes(self.base(), byte, self.len) };
     }
 
     /// Write-faults every page of `offset..offset + n` without changing
@@ -459,13 +529,15 @@ impl Mapping {
         // SAFETY: the checked range of a live read-write mapping; every
         // access is atomic, and non-atomic ones need `&mut self`.
         unsafe { touch_pages(p, n, page) };
-        Ok(())
+        self.intact("touch")
     }
 
-    /// [`touch_range`](Mapping::touch_range) over the whole mapping.
+    /// [`touch_range`](Mapping::touch_range) over the whole mapping
+    /// (unchecked for a lost mapping: see [`is_lost`](Mapping::is_lost)).
     pub fn touch(&self) {
-        self.touch_range(0, self.len, 0)
-            .expect("the whole mapping is in range");
+        // SAFETY: the whole live read-write mapping; every access is
+        // atomic, and non-atomic ones need `&mut self`.
+        unsafe { touch_pages(self.base(), self.len, self.page_size) };
     }
 
     fn madvise(&self, what: &str, offset: usize, n: usize, advice: Advice) -> Result<(), SysError> {
@@ -480,7 +552,10 @@ impl Mapping {
             // by self; the advice used here never changes memory contents.
             match unsafe { rustix::mm::madvise(p as *mut c_void, n, advice) } {
                 Err(rustix::io::Errno::INTR) => continue,
-                r => return r.map_err(|e| SysError::os(call(), e)),
+                r => {
+                    r.map_err(|e| SysError::os(call(), e))?;
+                    return self.intact(what);
+                }
             }
         }
     }
@@ -533,7 +608,7 @@ impl Mapping {
         let mut off = 0;
         while off < self.len {
             // SAFETY: off < len inside the live mapping owned by self.
-            acc ^= unsafe { std::ptr::read_volatile(self.as_ptr().add(off)) };
+            acc ^= unsafe { std::ptr::read_volatile(self.base().add(off)) };
             off += page;
         }
         acc
@@ -569,6 +644,7 @@ impl Mapping {
             acc[0] = acc[0].wrapping_add(unsafe { std::ptr::read_volatile(p.add(i)) });
             i += 1;
         }
+        self.intact("sum_u64")?;
         Ok(acc.iter().fold(0u64, |s, a| s.wrapping_add(*a)))
     }
 
@@ -590,13 +666,15 @@ impl Mapping {
     pub fn store_u32_release(&self, offset: usize, value: u32) -> Result<(), SysError> {
         self.word("store_u32", offset)?
             .store(value, Ordering::Release);
-        Ok(())
+        self.intact("store_u32")
     }
 
     /// Loads a 32-bit word at `offset` with acquire ordering (see
     /// [`store_u32_release`](Mapping::store_u32_release)).
     pub fn load_u32_acquire(&self, offset: usize) -> Result<u32, SysError> {
-        Ok(self.word("load_u32", offset)?.load(Ordering::Acquire))
+        let v = self.word("load_u32", offset)?.load(Ordering::Acquire);
+        self.intact("load_u32")?;
+        Ok(v)
     }
 
     /// `mbind` of the whole mapping: where its pages are allocated from now
@@ -623,7 +701,7 @@ impl Mapping {
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_mbind,
-                self.as_ptr().cast::<c_void>(),
+                self.base().cast::<c_void>(),
                 self.len,
                 mode,
                 mask.0.as_ptr(),
@@ -643,18 +721,20 @@ impl Mapping {
     pub fn mlock(&self) -> Result<(), SysError> {
         // SAFETY: a live mapping owned by self; locking does not change
         // memory contents.
-        unsafe { rustix::mm::mlock(self.as_ptr().cast::<c_void>(), self.len) }.map_err(|e| {
+        unsafe { rustix::mm::mlock(self.base().cast::<c_void>(), self.len) }.map_err(|e| {
             SysError::os(
                 format!("mlock(addr={:#x}, len={})", self.addr(), self.len),
                 e,
             )
-        })
+        })?;
+        self.intact("mlock")
     }
 
     /// Disjoint mutable pieces `offset..offset + len` of the mapping, for
     /// threads that write their own piece each (e.g. a parallel memset).
     /// The ranges must be in bounds and must not overlap.
     pub fn pieces_mut(&mut self, ranges: &[(usize, usize)]) -> Result<Vec<Piece<'_>>, SysError> {
+        self.intact("pieces_mut")?;
         let mut sorted: Vec<(usize, usize)> = ranges.to_vec();
         sorted.sort_unstable();
         for w in sorted.windows(2) {
@@ -681,11 +761,13 @@ impl Mapping {
     /// Releases the mapping now (`munmap` or `shmdt`), returning the error
     /// instead of logging it.
     pub fn release(self) -> Result<(), SysError> {
-        let this = std::mem::ManuallyDrop::new(self);
+        let mut this = std::mem::ManuallyDrop::new(self);
         this.do_release()
     }
 
-    fn do_release(&self) -> Result<(), SysError> {
+    fn do_release(&mut self) -> Result<(), SysError> {
+        // Out of the SIGBUS guard before the range can be someone else's.
+        self.guard.unregister();
         match self.release {
             Release::Munmap => {
                 // SAFETY: ptr/len are exactly what mmap returned and no
@@ -1041,6 +1123,7 @@ fn mmap_anon_inner(
         page_size: page,
         release: Release::Munmap,
         sync: false,
+        guard: sigbus::Guard::none(),
     })
 }
 
@@ -1307,13 +1390,18 @@ fn map_fd(
         }
         .map_err(|e| SysError::os(call(), e))
     })?;
-    Ok(Mapping {
+    let mut mapping = Mapping {
         ptr,
         len: rounded,
         page_size: page,
         release: Release::Munmap,
         sync,
-    })
+        guard: sigbus::Guard::none(),
+    };
+    // A file can be truncated under the mapping (sigbus.rs): guarded from
+    // now on (a failure unmaps it again).
+    mapping.guard = sigbus::register(mapping.addr(), mapping.len)?;
+    Ok(mapping)
 }
 
 /// `memfd_create(name, MFD_CLOEXEC [| MFD_HUGETLB | size bits])`.
@@ -1555,11 +1643,19 @@ pub fn posix_shm_create(name: &str, mode: u32) -> Result<OwnedFd, SysError> {
     })
 }
 
-/// `shm_open(name, O_RDWR)`: opens an existing POSIX shared memory object.
+/// Opens an existing POSIX shared memory object read-write: what
+/// `shm_open(name, O_RDWR)` opens, `/dev/shm/NAME`, through
+/// [`OpenCheck`] (no link followed, no FIFO waited on, a regular file).
 pub fn posix_shm_open(name: &str) -> Result<OwnedFd, SysError> {
-    use rustix::shm;
-    shm::open(name, shm::OFlags::RDWR, shm::Mode::empty())
-        .map_err(|e| SysError::os(format!("shm_open(name={name:?}, O_RDWR)"), e))
+    let name = name.strip_prefix('/').unwrap_or(name);
+    if name.is_empty() || name.contains('/') {
+        return Err(SysError::invalid(
+            format!("shm_open(name={name:?})"),
+            "a POSIX shared memory name is one path component",
+        ));
+    }
+    let path = std::path::Path::new("/dev/shm").join(name);
+    Ok(OpenCheck::read_write().open(&path)?.into_fd())
 }
 
 /// `shm_unlink(name)`: removes a POSIX shared memory object from `/dev/shm`.

@@ -296,6 +296,8 @@ fn attachment(
         page_size,
         release: Release::Shmdt { shmid },
         sync: false,
+        // A SysV segment cannot be truncated: nothing for the SIGBUS guard.
+        guard: crate::sigbus::Guard::none(),
     })
 }
 

@@ -9,6 +9,11 @@
 //! therefore never undefined behaviour, even when another process writes
 //! the same bytes at the same time; whether the bytes are *consistent*
 //! is the caller's protocol (a lock word, a sequence number).
+//!
+//! Each accessor checks the SIGBUS guard's mark (one load; see `sigbus`):
+//! the copies after they copied, the atomic words before they hand out the
+//! reference (an access through a reference taken before a fault sees
+//! zeros, and the next accessor call fails).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -42,6 +47,7 @@ impl Mapping {
     #[inline(always)]
     pub fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32, SysError> {
         let p = self.aligned_ptr("atomic_u32", offset, 4)?;
+        self.intact("atomic_u32")?;
         // SAFETY: p is 4-byte aligned inside a live read-write mapping that
         // outlives the returned reference (bound to `&self`); the mapping
         // hands out no non-atomic references, so every access to the word
@@ -54,6 +60,7 @@ impl Mapping {
     #[inline(always)]
     pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, SysError> {
         let p = self.aligned_ptr("atomic_u64", offset, 8)?;
+        self.intact("atomic_u64")?;
         // SAFETY: as in atomic_u32, with 8-byte alignment checked.
         Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
     }
@@ -89,6 +96,7 @@ impl Mapping {
             .ok_or_else(|| SysError::invalid(self.call(what), format!("{n} words overflow")))?;
         self.range_ptr(what, offset, bytes)?;
         let p = self.aligned_ptr(what, offset, size)?.cast::<W>();
+        self.intact(what)?;
         // SAFETY: n aligned words of W's size inside a live read-write
         // mapping (checked above) that outlives the slice (bound to
         // `&self`); W is an atomic integer (sealed trait), valid for any
@@ -110,7 +118,7 @@ impl Mapping {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0};
-            let p = self.as_ptr().wrapping_add(offset).cast::<i8>().cast_const();
+            let p = self.base().wrapping_add(offset).cast::<i8>().cast_const();
             // SAFETY: a prefetch reads and writes nothing and cannot fault
             // (p is inside the mapping anyway, checked above). Safe to call
             // from Rust 1.87 on; `unsafe` for the 1.85 this crate supports.
@@ -150,7 +158,7 @@ impl Mapping {
             let w = unsafe { AtomicU64::from_ptr(p.add(i)) }.load(Ordering::Relaxed);
             chunk.copy_from_slice(&w.to_ne_bytes());
         }
-        Ok(())
+        self.intact("load_words")
     }
 
     /// Copies `data` into the mapping at `offset` as relaxed atomic 8-byte
@@ -165,7 +173,7 @@ impl Mapping {
             // SAFETY: as in load_words.
             unsafe { AtomicU64::from_ptr(p.add(i)) }.store(w, Ordering::Relaxed);
         }
-        Ok(())
+        self.intact("store_words")
     }
 }
 

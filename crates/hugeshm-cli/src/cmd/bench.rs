@@ -36,6 +36,7 @@ pub enum BenchCommand {
     #[command(hide = true)]
     OltpWorker {
         /// The region name.
+        #[arg(value_parser = crate::cmd::region::parse_region_name)]
         name: String,
         /// Its backend.
         backend: hugeshm_region::Backend,
@@ -64,6 +65,7 @@ pub enum BenchCommand {
     #[command(hide = true)]
     AttachTimeChild {
         /// The region name.
+        #[arg(value_parser = crate::cmd::region::parse_region_name)]
         name: String,
         /// Its backend.
         backend: hugeshm_region::Backend,
@@ -72,6 +74,7 @@ pub enum BenchCommand {
     #[command(hide = true)]
     PagetablesChild {
         /// The region name.
+        #[arg(value_parser = crate::cmd::region::parse_region_name)]
         name: String,
         /// Its backend.
         backend: hugeshm_region::Backend,
@@ -89,6 +92,7 @@ pub enum BenchCommand {
         /// write or read.
         op: String,
         /// The region name.
+        #[arg(value_parser = crate::cmd::region::parse_region_name)]
         name: String,
         /// Data offset.
         offset: usize,

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 #[derive(Debug, clap::Args)]
 pub struct CreateArgs {
     /// The region's name (letters, digits, `-`, `_`, `.`).
+    #[arg(value_parser = parse_region_name)]
     pub name: String,
     /// Size: 1G, 512M, 10G.
     #[arg(long, value_parser = crate::cmd::bench_common::parse_size_arg)]
@@ -71,6 +72,7 @@ pub struct CreateArgs {
 #[derive(Debug, clap::Args)]
 pub struct RmArgs {
     /// The region's name.
+    #[arg(value_parser = parse_region_name)]
     pub name: String,
     /// Only this backend (default: every backend a name finds: sysv, posix, hugetlbfs, memfd, dax).
     #[arg(long)]
@@ -190,6 +192,16 @@ pub(crate) fn looked_text(looked: &[String]) -> String {
         }
     }
     seen.join(", ")
+}
+
+/// A region name on the command line: one that [`validate_name`] accepts,
+/// else a usage error (exit 2) saying why, before anything is looked up.
+///
+/// [`validate_name`]: hugeshm_region::validate_name
+pub(crate) fn parse_region_name(s: &str) -> Result<String, String> {
+    hugeshm_region::validate_name(s)
+        .map(|()| s.to_owned())
+        .map_err(|e| e.to_string())
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {

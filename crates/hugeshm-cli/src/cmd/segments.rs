@@ -17,7 +17,17 @@ pub struct SysFileDax;
 impl FileDaxReader for SysFileDax {
     fn read(&self, path: &std::path::Path) -> Option<FileDax> {
         let dax = hugeshm_sys::is_dax_path(path).ok()?;
-        let flag = std::fs::File::open(path)
+        // Another user's file (by /proc/PID/root/PATH, which that user may
+        // have turned into a FIFO or a link since): the checked open. A
+        // /proc/PID/map_files link is the kernel's, followed.
+        let how = hugeshm_sys::OpenCheck::read();
+        let how = if path.to_string_lossy().contains("/map_files/") {
+            how.follow_proc_link()
+        } else {
+            how
+        };
+        let flag = how
+            .open(path)
             .ok()
             .and_then(|f| hugeshm_sys::dax_flag(std::os::fd::AsFd::as_fd(&f)).ok());
         Some(FileDax::new(dax, flag))

@@ -15,6 +15,7 @@ use std::time::{Duration, UNIX_EPOCH};
 #[derive(Debug, clap::Args)]
 pub struct AttachArgs {
     /// The region's name.
+    #[arg(value_parser = crate::cmd::region::parse_region_name)]
     pub name: String,
     /// Its backend (default: whichever of sysv, posix, hugetlbfs, memfd, dax has the name).
     #[arg(long)]

@@ -19,10 +19,11 @@ use std::path::{Path, PathBuf};
 
 use hugeshm_parse::size::format_bytes;
 use hugeshm_probe::{dev_major, dev_minor, Probe};
-use hugeshm_sys::{self as sys, Mapping};
-use rustix::fs::{FlockOperation, Mode, OFlags};
+use hugeshm_sys::{self as sys, FileKind, Mapping, OpenCheck};
+use rustix::fs::FlockOperation;
 
 use super::fd;
+use crate::checked_open;
 use crate::error::RegionError;
 use crate::header::{self, Decoded, HeaderState, HEADER_BYTES, USED_BYTES};
 use crate::model::Owner;
@@ -32,9 +33,17 @@ pub(crate) use crate::pool::{too_big, DevDax};
 /// 5.10 fault at the region's alignment, 2 MiB unless set otherwise).
 const DEFAULT_ALIGN: u64 = 2 << 20;
 
-/// Whether `path` is a character device (following links).
+/// Whether `path` is a character device, following links: for paths
+/// root gives (`--device`, a device found in sysfs).
 pub(crate) fn is_char_device(path: &Path) -> bool {
     rustix::fs::stat(path).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFCHR)
+}
+
+/// Whether `path` itself (a link not followed) is a character device: for
+/// paths in a directory others can write, where a link to a device is
+/// not the device.
+pub(crate) fn is_device_node(path: &Path) -> bool {
+    rustix::fs::lstat(path).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFCHR)
 }
 
 /// The device-dax behind `path`: `None` when `path` is no character
@@ -181,10 +190,17 @@ pub(crate) fn owner(head: &[u8], node: &rustix::fs::Stat) -> Owner {
     }
 }
 
-/// Opens a device node read-write (its mapping needs it).
+/// Opens a device node read-write (its mapping needs it), checked: a
+/// character device, not a link to one.
 pub(crate) fn open(path: &Path) -> Result<OwnedFd, RegionError> {
-    rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| fd::open_error(path, "O_RDWR", e))
+    let how = OpenCheck::read_write().only(FileKind::CharDevice);
+    match checked_open::open_checked(path, how)? {
+        Some(f) => Ok(f.into_fd()),
+        None => Err(RegionError::io(
+            path.display().to_string(),
+            std::io::Error::from_raw_os_error(libc::ENOENT),
+        )),
+    }
 }
 
 /// Maps the first alignment unit of a device (the smallest mapping it

@@ -4,11 +4,11 @@
 //! name.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use hugeshm_probe::{dev_major, dev_minor};
-use hugeshm_sys::{self as sys, Mapping, SysError, PMD_SHARE_ALIGN};
+use hugeshm_sys::{self as sys, Mapping, PMD_SHARE_ALIGN};
 use rustix::fs::FlockOperation;
 
 use crate::error::RegionError;
@@ -116,20 +116,6 @@ pub(crate) fn map_region_file(
     }
     let map = sys::mmap_fd_placed(fd.as_fd(), len, 0, align)?;
     Ok((map, hugetlb_page))
-}
-
-/// `open` failed: permission (with the fix) or plain I/O.
-pub(crate) fn open_error(path: &Path, flags: &str, e: rustix::io::Errno) -> RegionError {
-    match e {
-        rustix::io::Errno::ACCESS | rustix::io::Errno::PERM => RegionError::permission(
-            format!("open {}", path.display()),
-            Some(SysError::Os {
-                call: format!("open({}, {flags})", path.display()),
-                errno: e.raw_os_error(),
-            }),
-        ),
-        e => RegionError::io(path.display().to_string(), e.into()),
-    }
 }
 
 /// Unlinks a file on drop unless disarmed; a failed unlink goes to the

@@ -15,7 +15,7 @@ use hugeshm_fix::Fix;
 use hugeshm_parse::mounts::Mount;
 use hugeshm_parse::size::format_bytes;
 use hugeshm_probe::{dev_major, dev_minor, Probe};
-use hugeshm_sys::{self as sys, SysError};
+use hugeshm_sys::{self as sys, FileKind, OpenCheck, SysError};
 use rustix::fs::{FlockOperation, Mode, OFlags};
 
 use super::devdax::{self, DevDax};
@@ -23,6 +23,7 @@ use super::fd::{self, owner_of, OpenFd, UndoUnlink};
 use super::{
     foreign_handle, Handle, Inspected, Made, Object, Opened, OpenedInner, Place, Room, Spec,
 };
+use crate::checked_open;
 use crate::error::RegionError;
 use crate::header::{self, Decoded, Liveness};
 use crate::holders::Holders;
@@ -197,7 +198,9 @@ fn candidate_paths(place: &Place<'_>, probe: &Probe) -> Vec<PathBuf> {
     let file = object_file_name(place.name);
     if let Some(d) = place.directory {
         if place.backend == Backend::Dax && devdax::is_char_device(d) {
-            return vec![d.to_owned()];
+            // The device itself (a link root gave resolved here): the
+            // device checks below do not follow links.
+            return vec![std::fs::canonicalize(d).unwrap_or_else(|_| d.to_owned())];
         }
         return vec![d.join(&file)];
     }
@@ -307,19 +310,13 @@ fn inspect_path(
     path: &Path,
     holders: &Holders<'_>,
 ) -> Result<Option<Inspected>, RegionError> {
-    if backend == Backend::Dax && devdax::is_char_device(path) {
+    if backend == Backend::Dax && devdax::is_device_node(path) {
         return inspect_device(name, path, holders);
     }
-    let fd = match rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) => return Ok(None),
-        Err(e) => return Err(fd::open_error(path, "O_RDONLY", e)),
-    };
-    let st = rustix::fs::fstat(&fd)
-        .map_err(|e| RegionError::io(path.display().to_string(), e.into()))?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+    let Some(file) = checked_open::open_checked(path, OpenCheck::read())? else {
         return Ok(None);
-    }
+    };
+    let (fd, st) = file.into_parts();
     let exclusive = sys::flock(fd.as_fd(), FlockOperation::NonBlockingLockExclusive)?;
     let head = read_head(fd.as_fd(), path)?;
     let decoded = header::decode(&head);
@@ -411,11 +408,21 @@ impl OpenObject {
 /// with a directory of their own (`--dir /dev/shm/db1/x` is depth 2).
 const LIST_DEPTH: usize = 3;
 
+/// An entry [`hugeshm_files`] found: its path and, from `lstat` (the
+/// directory entry, never opened), its kind and owner.
+struct Entry {
+    path: PathBuf,
+    kind: FileKind,
+    owner: Owner,
+}
+
 /// The region files (`hugeshm.*`) in `dir` and in its subdirectories on
 /// the same file system, down to [`LIST_DEPTH`] levels (symbolic links
 /// are not followed; another mount below is listed as its own root or
-/// not at all), sorted.
-fn hugeshm_files(dir: &Path) -> Vec<PathBuf> {
+/// not at all), sorted. Entries that are not regular files (a FIFO, a
+/// link someone planted) come too, with their kind, for the caller to
+/// list without opening them.
+fn hugeshm_files(dir: &Path) -> Vec<Entry> {
     let dev = |p: &Path| std::fs::symlink_metadata(p).ok().map(|m| m.dev());
     let Some(root_dev) = dev(dir) else {
         return Vec::new();
@@ -440,11 +447,22 @@ fn hugeshm_files(dir: &Path) -> Vec<PathBuf> {
                     dirs.push((path, depth + 1));
                 }
             } else if n.starts_with(OBJECT_PREFIX) && n.len() > OBJECT_PREFIX.len() {
-                out.push(e.path());
+                // DirEntry::metadata is lstat: the entry itself.
+                let Ok(md) = e.metadata() else {
+                    continue;
+                };
+                out.push(Entry {
+                    path: e.path(),
+                    kind: FileKind::of_mode(md.mode()),
+                    owner: Owner {
+                        uid: md.uid(),
+                        mode: md.mode() & 0o777,
+                    },
+                });
             }
         }
     }
-    out.sort();
+    out.sort_by(|a, b| a.path.cmp(&b.path));
     out
 }
 
@@ -457,40 +475,45 @@ pub(crate) fn open_path(
     backend: Backend,
     probe: &Probe,
 ) -> Result<Opened, RegionError> {
-    if backend == Backend::Dax && devdax::is_char_device(path) {
+    if backend == Backend::Dax && devdax::is_device_node(path) {
         return open_device(path, probe);
     }
+    // A memfd through /proc/PID/fd/N: a magic link, followed; anything
+    // else is the region file itself, never a link to one.
+    let via_proc = path.starts_with("/proc");
+    let how = if via_proc {
+        OpenCheck::read_write().follow_proc_link()
+    } else {
+        OpenCheck::read_write()
+    };
     let mut tries = 0;
-    let (fd, st) =
-        loop {
-            let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())
-                .map_err(|e| match e {
-                    rustix::io::Errno::NOENT => RegionError::NotFound {
-                        name: name.to_owned(),
-                        backend,
-                        looked: path.display().to_string(),
-                    },
-                    e => fd::open_error(path, "O_RDWR", e),
-                })?;
-            fd::lock_shared(fd.as_fd(), &path.display().to_string())?;
-            let st = rustix::fs::fstat(&fd)
-                .map_err(|e| RegionError::io(path.display().to_string(), e.into()))?;
-            // A reclaim may have replaced the file between open and lock.
-            let same = rustix::fs::stat(path)
-                .map(|now| now.st_ino == st.st_ino && now.st_dev == st.st_dev)
-                .unwrap_or(false);
-            tries += 1;
-            if same || path.starts_with("/proc") {
-                break (fd, st);
-            }
-            if tries >= 3 {
-                return Err(RegionError::NotFound {
-                    name: name.to_owned(),
-                    backend,
-                    looked: format!("{} (replaced while attaching)", path.display()),
-                });
-            }
-        };
+    let (fd, st) = loop {
+        let fd = checked_open::open_checked(path, how)?
+            .ok_or_else(|| RegionError::NotFound {
+                name: name.to_owned(),
+                backend,
+                looked: path.display().to_string(),
+            })?
+            .into_fd();
+        fd::lock_shared(fd.as_fd(), &path.display().to_string())?;
+        let st = rustix::fs::fstat(&fd)
+            .map_err(|e| RegionError::io(path.display().to_string(), e.into()))?;
+        // A reclaim may have replaced the file between open and lock.
+        let same = rustix::fs::lstat(path)
+            .map(|now| now.st_ino == st.st_ino && now.st_dev == st.st_dev)
+            .unwrap_or(false);
+        tries += 1;
+        if same || via_proc {
+            break (fd, st);
+        }
+        if tries >= 3 {
+            return Err(RegionError::NotFound {
+                name: name.to_owned(),
+                backend,
+                looked: format!("{} (replaced while attaching)", path.display()),
+            });
+        }
+    };
     let head = read_head(fd.as_fd(), path)?;
     let creator = match header::decode(&head) {
         Decoded::Unwritten => fd::unwritten_creator(fd.as_fd()),
@@ -502,7 +525,7 @@ pub(crate) fn open_path(
         head,
         creator,
         generation: None,
-        owner: if path.starts_with("/proc") {
+        owner: if via_proc {
             // A memfd (always mode 0777) reached through /proc/PID/fd/N:
             // that link, not the mode, decides who may open it (the same
             // uid, or ptrace rights).
@@ -555,7 +578,11 @@ pub(crate) fn map_opened(opened: Opened, exp: &Expect) -> Result<(Made, Option<u
     let OpenedInner::Fd(OpenFd { fd, path, probe }) = opened.inner else {
         return Err(foreign_handle("file"));
     };
-    let device_align = if devdax::is_char_device(&path) {
+    // What was opened decides (not the path, which may name something
+    // else by now).
+    let is_device =
+        rustix::fs::fstat(&fd).is_ok_and(|st| FileKind::of(&st) == FileKind::CharDevice);
+    let device_align = if is_device {
         Some(device_at(&path, &probe)?.align_bytes)
     } else {
         None
@@ -636,15 +663,15 @@ fn sweep_dax_staging(dir: &Path) -> usize {
 /// `None` when `dir` has the flag itself (its new files are DAX).
 fn dax_staging(dir: &Path) -> Result<Option<DaxStaging>, RegionError> {
     let io = |p: &Path, e: rustix::io::Errno| RegionError::io(p.display().to_string(), e.into());
-    let open_dir = |p: &Path| {
+    let open_dir = |p: &Path, more: OFlags| {
         rustix::fs::open(
             p,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | more,
             Mode::empty(),
         )
         .map_err(|e| io(p, e))
     };
-    if sys::dax_flag(open_dir(dir)?.as_fd())? {
+    if sys::dax_flag(open_dir(dir, OFlags::empty())?.as_fd())? {
         return Ok(None);
     }
     sweep_dax_staging(dir);
@@ -654,7 +681,8 @@ fn dax_staging(dir: &Path) -> Result<Option<DaxStaging>, RegionError> {
     ));
     rustix::fs::mkdir(&path, Mode::from_bits_truncate(0o700)).map_err(|e| io(&path, e))?;
     let staging = DaxStaging(path);
-    sys::set_dax_flag(open_dir(&staging.0)?.as_fd(), true)?;
+    // The directory just made, not a link someone put in its place.
+    sys::set_dax_flag(open_dir(&staging.0, OFlags::NOFOLLOW)?.as_fd(), true)?;
     Ok(Some(staging))
 }
 
@@ -860,19 +888,14 @@ impl Room for File {
                 ) =>
             {
                 let target = path.clone().unwrap_or_else(|| dir.join(temp_file_name()));
-                let fd = rustix::fs::open(
-                    &target,
-                    OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
-                    Mode::from_bits_truncate(spec.mode),
-                )
-                .map_err(|e| match e {
-                    rustix::io::Errno::EXIST => exists(target.display().to_string()),
-                    rustix::io::Errno::ACCESS | rustix::io::Errno::PERM => denied(
-                        &target,
-                        format!("open({}, O_CREAT|O_EXCL)", target.display()),
-                        e,
-                    ),
-                    e => RegionError::io(target.display().to_string(), e.into()),
+                let fd = sys::create_new(&target, spec.mode).map_err(|e| {
+                    match e.errno().map(rustix::io::Errno::from_raw_os_error) {
+                        Some(rustix::io::Errno::EXIST) => exists(target.display().to_string()),
+                        Some(en @ (rustix::io::Errno::ACCESS | rustix::io::Errno::PERM)) => {
+                            denied(&target, e.call().to_owned(), en)
+                        }
+                        _ => RegionError::Sys(e),
+                    }
                 })?;
                 if path.is_none() {
                     std::fs::remove_file(&target)
@@ -1041,9 +1064,35 @@ impl Room for File {
         }
         let mut out = Vec::new();
         for (dir, backend) in dirs {
-            for path in hugeshm_files(&dir) {
-                if let Ok(Some(ins)) = inspect_path(None, backend, &path, holders) {
-                    out.push(ins.info);
+            for e in hugeshm_files(&dir) {
+                let name = e
+                    .path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.strip_prefix(OBJECT_PREFIX))
+                    .unwrap_or("")
+                    .to_owned();
+                let device = backend == Backend::Dax && e.kind == FileKind::CharDevice;
+                // Listed as found, never opened: a FIFO would hang the
+                // open, a link would be followed to someone else's file.
+                let found = if e.kind == FileKind::Regular || device {
+                    inspect_path(None, backend, &e.path, holders)
+                } else {
+                    Err(checked_open::not_a_region_file(
+                        e.path.display().to_string(),
+                        e.kind,
+                        e.owner.uid,
+                        &FileKind::Regular.to_string(),
+                    ))
+                };
+                match found {
+                    Ok(Some(ins)) => out.push(ins.info),
+                    Ok(None) => {}
+                    Err(RegionError::NotOurs { object, reason }) => {
+                        let owner = (!device).then_some(e.owner);
+                        out.push(RegionInfo::foreign(name, backend, object, reason, owner));
+                    }
+                    Err(_) => {}
                 }
             }
         }

@@ -17,13 +17,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use hugeshm_probe::{dev_major, dev_minor, Probe};
-use hugeshm_sys::{self as sys, SysError};
-use rustix::fs::{FlockOperation, Mode, OFlags};
+use hugeshm_sys::{self as sys, OpenCheck};
+use rustix::fs::FlockOperation;
 
 use super::fd::{self, OpenFd, UndoUnlink};
 use super::{
     foreign_handle, Handle, Inspected, Made, Object, Opened, OpenedInner, Place, Room, Spec,
 };
+use crate::checked_open;
 use crate::error::RegionError;
 use crate::header::{self, liveness, Liveness};
 use crate::holders::Holders;
@@ -110,11 +111,9 @@ impl Drop for MemfdObject {
         };
         // A description of our own (never the one a fork shares), then let
         // go of the region's descriptor and its lock.
-        let probe_fd = rustix::fs::open(
-            format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
-            OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        );
+        let probe_fd = OpenCheck::read()
+            .follow_proc_link()
+            .open(Path::new(&format!("/proc/self/fd/{}", fd.as_raw_fd())));
         drop(fd);
         let Ok(probe_fd) = probe_fd else {
             return;
@@ -179,8 +178,9 @@ fn fd_is(path: &Path, rec: &MemfdRecord) -> bool {
 fn open_memfd(
     rec: &MemfdRecord,
     holders: &Holders<'_>,
-    flags: OFlags,
+    how: OpenCheck,
 ) -> Result<Option<(OwnedFd, PathBuf)>, RegionError> {
+    let how = how.follow_proc_link();
     let open = |p: &Path| -> Result<Option<OwnedFd>, RegionError> {
         // The process behind /proc/PID/fd/N must belong to the uid the
         // record names.
@@ -198,25 +198,17 @@ fn open_memfd(
                 }
             }
         }
-        match rustix::fs::open(p, flags | OFlags::CLOEXEC, Mode::empty()) {
-            Ok(fd) => {
-                let st = rustix::fs::fstat(&fd)
-                    .map_err(|e| RegionError::io(p.display().to_string(), e.into()))?;
+        // The descriptor may be anything its process opened (a FIFO the
+        // record's author made, whose open would wait for a writer): the
+        // checked open does not wait, and takes a regular file only.
+        match checked_open::open_checked(p, how)? {
+            Some(f) => {
+                let (fd, st) = f.into_parts();
                 #[allow(clippy::unnecessary_cast)]
                 let same = dev_of(st.st_dev as u64) == rec.dev && st.st_ino as u64 == rec.ino;
                 Ok(same.then_some(fd))
             }
-            Err(rustix::io::Errno::NOENT) => Ok(None),
-            Err(e @ (rustix::io::Errno::ACCESS | rustix::io::Errno::PERM)) => {
-                Err(RegionError::permission(
-                    format!("open the memfd through {}", p.display()),
-                    Some(SysError::Os {
-                        call: format!("open({})", p.display()),
-                        errno: e.raw_os_error(),
-                    }),
-                ))
-            }
-            Err(e) => Err(RegionError::io(p.display().to_string(), e.into())),
+            None => Ok(None),
         }
     };
     if liveness(rec.pid, Some(rec.start_ticks)) == Liveness::Alive {
@@ -263,7 +255,7 @@ fn inspect_record(
         fd: rec.fd,
         size_bytes: rec.size_bytes,
     };
-    let c = match open_memfd(&rec, holders, OFlags::RDONLY)? {
+    let c = match open_memfd(&rec, holders, OpenCheck::read())? {
         Some((fd, p)) => {
             let head = read_head(fd.as_fd(), &p)?;
             let mut c = classify(header::decode(&head), Some(name), (Some(rec.pid), creator));
@@ -394,7 +386,7 @@ impl Room for Memfd {
             place.name,
             Backend::Memfd,
         )?;
-        let Some((fd, fd_path)) = open_memfd(&rec, holders, OFlags::RDWR)? else {
+        let Some((fd, fd_path)) = open_memfd(&rec, holders, OpenCheck::read_write())? else {
             return Err(RegionError::Stale {
                 name: place.name.to_owned(),
                 record: record_path.display().to_string(),
@@ -499,25 +491,13 @@ impl Room for Memfd {
             match inspect_record(&name, &path, holders) {
                 Ok(Some(ins)) => out.push(ins.info),
                 Ok(None) => {}
-                Err(RegionError::NotOurs { object, reason }) => out.push(RegionInfo {
-                    name: name.clone(),
-                    backend: Backend::Memfd,
-                    object: NamedObject::File {
-                        path: object,
-                        size_bytes: 0,
-                    },
-                    state: RegionState::Foreign,
-                    header: None,
-                    detail: Some(reason),
-                    held: false,
-                    holders: Vec::new(),
-                    nattch: None,
-                    creator_pid: None,
-                    creator: None,
-                    layout_version: None,
-                    owner: None,
-                    fix: None,
-                }),
+                Err(RegionError::NotOurs { object, reason }) => out.push(RegionInfo::foreign(
+                    name.clone(),
+                    Backend::Memfd,
+                    object,
+                    reason,
+                    None,
+                )),
                 Err(_) => {}
             }
         }
