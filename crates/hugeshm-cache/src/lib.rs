@@ -279,8 +279,8 @@
 //! time: the bucket, then the descriptor it names, then the row. The
 //! accesses of several lookups then wait for memory together. A prefetch
 //! takes no lock and reads links that may be stale: a hint, never wrong,
-//! only sometimes useless. [`workload::run_cache`] does it, and reads with
-//! [`Cache::read_with`].
+//! only sometimes useless. `hugeshm bench oltp`'s loop does it, and reads
+//! with [`Cache::read_with`].
 //!
 //! A loop over many blocks takes one [`Lookups`] first
 //! ([`Cache::lookups`]) and calls its `prefetch` and `read_with`: the same
@@ -300,7 +300,6 @@ mod error;
 pub mod layout;
 mod lock;
 mod validate;
-pub mod workload;
 
 pub use cache::{
     create_data_file, Block, Cache, Lookups, Mode, Prefetch, ReadGuard, Stats, WriteGuard,
