@@ -425,6 +425,12 @@ pub(crate) fn pin_and_lock(
     }
 }
 
+/// The partition locks' name in a [`CacheError::LockTimeout`].
+pub(crate) const PARTITION: &str = "partition lock";
+
+/// The stripe locks' name in a [`CacheError::LockTimeout`].
+pub(crate) const STRIPE: &str = "stripe lock";
+
 #[cfg(test)]
 mod tests {
     use super::*;
