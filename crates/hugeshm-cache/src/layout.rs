@@ -75,13 +75,13 @@ pub struct Layout {
     pub partitions: usize,
     /// Offset of the partition locks.
     pub partitions_at: usize,
-    /// Offset of the [`STRIPES`] block-range locks of the direct mode (a
-    /// reader-writer word per 64-byte line): readers in place
+    /// Offset of the 1,024 block-range locks (stripes) of the direct mode
+    /// (a reader-writer word per 64-byte line): readers in place
     /// hold one shared, a write-back to the data file exclusive.
     pub stripes_at: usize,
     /// Offset of the bucket heads (`u32` each).
     pub buckets_at: usize,
-    /// Offset of the descriptors ([`DESC_BYTES`] each).
+    /// Offset of the descriptors (16 bytes each).
     pub descs_at: usize,
     /// Offset of the chain links: a `u32` per buffer, the next buffer in
     /// its hash chain as index + 1 (0: end).
@@ -164,7 +164,7 @@ impl Layout {
 
     /// Which part holds buffer `i`'s block (always 0 without parts).
     #[inline]
-    pub fn part_of(&self, i: usize) -> usize {
+    pub(crate) fn part_of(&self, i: usize) -> usize {
         if self.parts == 0 {
             0
         } else {
@@ -186,14 +186,14 @@ impl Layout {
 
     /// Offset of buffer `i`'s descriptor.
     #[inline]
-    pub fn desc(&self, i: usize) -> usize {
+    pub(crate) fn desc(&self, i: usize) -> usize {
         self.descs_at + i * DESC_BYTES
     }
 
     /// Offset of buffer `i`'s block: in this region, or (with parts) in
     /// its part ([`part_of`](Layout::part_of)).
     #[inline]
-    pub fn block(&self, i: usize) -> usize {
+    pub(crate) fn block(&self, i: usize) -> usize {
         match i.checked_div(self.parts) {
             None => self.blocks_at + i * self.block_size,
             Some(slot) => slot * self.block_size,
@@ -202,31 +202,31 @@ impl Layout {
 
     /// Offset of buffer `i`'s chain link.
     #[inline]
-    pub fn link(&self, i: usize) -> usize {
+    pub(crate) fn link(&self, i: usize) -> usize {
         self.links_at + i * 4
     }
 
     /// Offset of bucket `b`'s head.
     #[inline]
-    pub fn bucket(&self, b: usize) -> usize {
+    pub(crate) fn bucket(&self, b: usize) -> usize {
         self.buckets_at + b * 4
     }
 
     /// Offset of the lock of the partition of bucket `b`.
     #[inline]
-    pub fn partition_lock(&self, b: usize) -> usize {
+    pub(crate) fn partition_lock(&self, b: usize) -> usize {
         self.partitions_at + (b & (self.partitions - 1)) * PARTITION_STRIDE
     }
 
     /// Offset of the block-range lock of block `blk` (direct mode).
     #[inline]
-    pub fn stripe_lock(&self, blk: u64) -> usize {
+    pub(crate) fn stripe_lock(&self, blk: u64) -> usize {
         self.stripes_at + (blk % STRIPES as u64) as usize * PARTITION_STRIDE
     }
 
     /// The bucket of block `blk` (Fibonacci hashing).
     #[inline]
-    pub fn bucket_of(&self, blk: u64) -> usize {
+    pub(crate) fn bucket_of(&self, blk: u64) -> usize {
         let bits = self.buckets.trailing_zeros();
         if bits == 0 {
             return 0;
@@ -297,7 +297,7 @@ pub mod state {
     const _: () = assert!(REF_MASK < SHARE_MASK >> 46);
 
     /// Shared holders of the content lock.
-    #[inline]
+    #[cfg(test)]
     pub fn shares(s: u64) -> u64 {
         (s & SHARE_MASK) >> 46
     }
@@ -339,7 +339,7 @@ pub mod state {
     }
 
     /// The write version.
-    #[inline]
+    #[cfg(test)]
     pub fn version(s: u64) -> u64 {
         (s & VERSION_MASK) >> VERSION_SHIFT
     }

@@ -65,7 +65,7 @@
 //! descriptor's spinlock), `TAG_VALID` (the buffer is in the hash table
 //! under `tag`), `VALID` (the block's bytes are there), `DIRTY`,
 //! `IO_IN_PROGRESS` (40–44), and the content lock: `EXCLUSIVE` (45) and the
-//! count of shared holders (46–63) ([`layout::state`]). Pin and content
+//! count of shared holders (46–63) (`layout::state`). Pin and content
 //! lock in one word let a hit pin and lock with one compare-and-swap, and
 //! unlock and unpin with another. The version goes up (wrapping in its 20
 //! bits) whenever a writer releases the content lock and whenever the
@@ -173,7 +173,7 @@
 //! (relaxed atomic loads), then an acquire fence, and loads state and tag
 //! again. The read counts when the version and the flags `TAG_VALID`,
 //! `VALID`, `IO_IN_PROGRESS` and `EXCLUSIVE` are unchanged and the tag is
-//! still the block ([`layout::state::STABLE`]); pins, shares, usage and
+//! still the block (`layout::state::STABLE`); pins, shares, usage and
 //! `DIRTY` may change beside it. Otherwise the closure runs again, and
 //! after [`OPTIMISTIC_TRIES`] attempts the read takes a pin and the
 //! content lock shared, so a block written all the time cannot starve it.
@@ -297,7 +297,7 @@
 
 mod cache;
 mod error;
-pub mod layout;
+mod layout;
 mod lock;
 mod validate;
 

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::format::state::REF_MASK;
 use common::Rng;
-use hugeshm_cache::layout::state::REF_MASK;
 use hugeshm_cache::{create_data_file, Cache, CacheError, Mode};
 use hugeshm_region::{Backend, Locator, RegionBuilder};
 use hugeshm_testkit::TempDir;

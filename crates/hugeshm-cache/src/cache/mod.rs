@@ -203,7 +203,8 @@ impl Cache {
     /// How long this handle waits for a lock or flag in shared memory (a
     /// partition or stripe lock, a buffer's header spinlock, pin or
     /// content lock, another process's read-in) before the operation gives
-    /// up with [`CacheError::LockTimeout`]: [`DEFAULT_LOCK_TIMEOUT`] unless
+    /// up with [`CacheError::LockTimeout`]:
+    /// [`DEFAULT_LOCK_TIMEOUT`](crate::DEFAULT_LOCK_TIMEOUT) unless
     /// [`set_lock_timeout`](Cache::set_lock_timeout) changed it.
     pub fn lock_timeout(&self) -> Duration {
         self.lock_timeout

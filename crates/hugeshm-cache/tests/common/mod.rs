@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod format;
+
 /// xorshift64*: deterministic random numbers for the tests' choice of
 /// blocks and operations (the sequence `bench oltp`'s generator draws from
 /// the same seed).
