@@ -1,5 +1,7 @@
 //! The guards: [`ReadGuard`] and [`WriteGuard`] over a [`Block`], which is
-//! a pinned, content-locked buffer or (direct mode) the block in place.
+//! a pinned, content-locked buffer or (direct mode) the block in place,
+//! its stripe lock held. The hit path's pin and lock in one swap, and
+//! what a guard's drop releases: [`crate::lock`].
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 

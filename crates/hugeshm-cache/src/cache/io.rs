@@ -1,5 +1,6 @@
 //! The data file: opening and mapping it, reading a block in, writing a
-//! dirty one back, the checkpoint.
+//! dirty one back (stripe lock, then content lock: [`crate::lock`]), the
+//! checkpoint.
 
 use std::fs::File;
 use std::os::fd::AsFd;

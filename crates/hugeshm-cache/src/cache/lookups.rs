@@ -1,5 +1,9 @@
 //! The hot path: [`Lookups`], with the optimistic read
 //! ([`Cache::read_with`]) and the prefetch hints ([`Cache::prefetch`]).
+//! Why an optimistic read that passes its check read one version of the
+//! block: [`crate::lock`]. Keep the code of a hit small and its slow paths
+//! out of line (`#[cold]`, `#[inline(never)]`): see the crate docs'
+//! "Prefetching lookups".
 
 use std::cell::Cell;
 use std::sync::atomic::{fence, AtomicU64, Ordering};

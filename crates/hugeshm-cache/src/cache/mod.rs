@@ -1,5 +1,23 @@
 //! [`Cache`]: one process's handle on the shared buffer cache, and the
-//! guards that pin a block.
+//! guards that pin a block. One `impl Cache` in a room per concern:
+//!
+//! - here: the handle (its fields and what it tells), [`Mode`], [`Stats`],
+//!   and the handle's calls into [`crate::lock`] with its lock timeout;
+//! - [`open`]: create (lay a cache out) and open (check one another
+//!   process made); every handle is made by `Cache::handle` there;
+//! - [`table`]: the hash table: chains walked without a lock, a buffer
+//!   taken out of its chain, the partition locks;
+//! - [`replacement`]: pinning a block: the buffer that holds it, or a
+//!   victim of the clock sweep claimed, retagged and filled;
+//! - [`io`]: the data file: open, map (direct mode), read a block in,
+//!   write one back, checkpoint;
+//! - [`guard`]: [`ReadGuard`] and [`WriteGuard`] over a [`Block`];
+//! - [`lookups`]: the hot path: [`Lookups`], the optimistic read and the
+//!   prefetch hints.
+//!
+//! Which lock comes before which, what each guards and why a lookup
+//! without a lock is right: the protocol in [`crate::lock`]'s docs, one
+//! place for all the rooms.
 
 mod guard;
 mod io;

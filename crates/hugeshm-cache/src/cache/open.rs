@@ -1,5 +1,6 @@
 //! Creating a cache (laying it out in a region) and opening one another
-//! process created (checking it first).
+//! process created (checking it first, `validate.rs`). The control block
+//! is published to other processes by `READY`, released last.
 
 use std::cell::Cell;
 use std::fs::File;

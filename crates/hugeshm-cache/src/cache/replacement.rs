@@ -1,5 +1,6 @@
 //! Pinning a block: the buffer that holds it, or a victim of the clock
-//! sweep moved to it and read in.
+//! sweep moved to it and read in. The order of the locks a miss takes,
+//! and the steps of a miss: [`crate::lock`].
 
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 

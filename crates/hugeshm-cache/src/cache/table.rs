@@ -1,5 +1,6 @@
 //! The hash table: bucket chains walked without a lock, a buffer taken
-//! out of its chain, the partition locks.
+//! out of its chain, the partition locks (the protocol, and why a walk
+//! without the lock is only a hint: [`crate::lock`]).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
