@@ -53,8 +53,8 @@ pub enum CacheError {
         sweeps: usize,
     },
     /// A buffer already has as many pins as its state word counts
-    /// ([`state::REF_MASK`](crate::layout::state::REF_MASK)): guards of
-    /// one block held at once, over all processes.
+    /// (65,535, in 16 bits): guards of one block held at once, over all
+    /// processes.
     #[error(
         "block {block} is pinned {pins} times already, the most one buffer counts (guards of one \
          block held at once, all processes together: drop some before taking more)"

@@ -1,6 +1,46 @@
 //! Where everything lives in the region's data: plain offsets, computed
 //! once from the block size and the number of buffers. Imports nothing of
-//! the crate.
+//! the crate. This is the format every process attached to the region
+//! shares (layout [`VERSION`] 6; a cache of another version is refused
+//! with its version); how the words are locked and changed is
+//! `lock.rs`'s protocol.
+//!
+//! Everything is at fixed offsets from the start of the region's data
+//! ([`Layout`]); nothing in shared memory is a pointer, so every process
+//! may map the region at a different address. Links are buffer indexes + 1
+//! (0 = none).
+//!
+//! | offset | what |
+//! |---|---|
+//! | 0 | control block (4 KiB, [`control`]): magic `HSHMCACH`, version, block size, buffers, buckets, partitions, data-file blocks, mode, parts, `ready`; the clock hand on its own cache line |
+//! | 4096 | partition locks: one reader-writer lock word per 64-byte line, up to 1024 |
+//! | `stripes_at` | stripe locks of the direct mode, [`STRIPES`] (1024), one per line: block `b` has stripe `b mod 1024` |
+//! | `buckets_at` | hash bucket heads, `u32` each (a power of two, ≥ 2 × buffers, so chains are short) |
+//! | `descs_at` | buffer descriptors, 16 bytes each ([`desc`]; four to a line, dense so they stay in the CPU's caches): `state` (u64, with the content lock), `tag` (block number, u64) |
+//! | `links_at` | chain links, `u32` each: the next buffer in the hash chain |
+//! | `blocks_at` | the blocks, `block_size` each, aligned to the block size |
+//!
+//! With parts (`Cache::create_split`, `control::PARTS` = k), the region
+//! ends after the descriptors and buffer `i`'s block is block `i / k` of
+//! part `i mod k`: per-node regions (`RegionBuilder::create_per_node`)
+//! give every node an equal share of the buffers, and the clock sweep,
+//! moving over the descriptors in order, takes victims from every node in
+//! turn. Only the blocks move; the hash table, descriptors and locks stay
+//! in the control region.
+//!
+//! The state word ([`state`]) packs the pin count (bits 0–15: at most
+//! 65,535 pins on one buffer, all processes together; one more is
+//! `CacheError::TooManyPins`, never a wrap), the usage count (16–19, at
+//! most 5), the write version (20–39), the flags `LOCKED` (the
+//! descriptor's spinlock), `TAG_VALID` (the buffer is in the hash table
+//! under `tag`), `VALID` (the block's bytes are there), `DIRTY`,
+//! `IO_IN_PROGRESS` (40–44), and the content lock: `EXCLUSIVE` (45) and
+//! the count of shared holders (46–63). Pin and content lock in one word
+//! let a hit pin and lock with one compare-and-swap, and unlock and unpin
+//! with another. The version goes up (wrapping in its 20 bits) whenever a
+//! writer releases the content lock and whenever the buffer is given
+//! another block, in the same atomic step as the rest of that change: an
+//! optimistic reader compares it.
 
 /// Bytes of the control block (the first of the data).
 pub const CONTROL_BYTES: usize = 4096;
@@ -61,7 +101,11 @@ pub mod desc {
     pub const TAG: usize = 8;
 }
 
-/// The layout of a cache of `buffers` blocks of `block_size` bytes.
+/// The layout of a cache of `buffers` blocks of `block_size` bytes, as
+/// plain data: what a region must hold for it ([`total`](Layout::total)),
+/// and where each part lives. [`Cache::layout`](crate::Cache::layout) is a
+/// cache's; [`Layout::new`] and [`Layout::fitting`] size a region before
+/// one is created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     /// Block size in bytes.
@@ -75,13 +119,13 @@ pub struct Layout {
     pub partitions: usize,
     /// Offset of the partition locks.
     pub partitions_at: usize,
-    /// Offset of the [`STRIPES`] block-range locks of the direct mode (a
-    /// reader-writer word per 64-byte line): readers in place
+    /// Offset of the 1,024 block-range locks (stripes) of the direct mode
+    /// (a reader-writer word per 64-byte line): readers in place
     /// hold one shared, a write-back to the data file exclusive.
     pub stripes_at: usize,
     /// Offset of the bucket heads (`u32` each).
     pub buckets_at: usize,
-    /// Offset of the descriptors ([`DESC_BYTES`] each).
+    /// Offset of the descriptors (16 bytes each).
     pub descs_at: usize,
     /// Offset of the chain links: a `u32` per buffer, the next buffer in
     /// its hash chain as index + 1 (0: end).
@@ -164,7 +208,7 @@ impl Layout {
 
     /// Which part holds buffer `i`'s block (always 0 without parts).
     #[inline]
-    pub fn part_of(&self, i: usize) -> usize {
+    pub(crate) fn part_of(&self, i: usize) -> usize {
         if self.parts == 0 {
             0
         } else {
@@ -186,14 +230,14 @@ impl Layout {
 
     /// Offset of buffer `i`'s descriptor.
     #[inline]
-    pub fn desc(&self, i: usize) -> usize {
+    pub(crate) fn desc(&self, i: usize) -> usize {
         self.descs_at + i * DESC_BYTES
     }
 
     /// Offset of buffer `i`'s block: in this region, or (with parts) in
     /// its part ([`part_of`](Layout::part_of)).
     #[inline]
-    pub fn block(&self, i: usize) -> usize {
+    pub(crate) fn block(&self, i: usize) -> usize {
         match i.checked_div(self.parts) {
             None => self.blocks_at + i * self.block_size,
             Some(slot) => slot * self.block_size,
@@ -202,31 +246,31 @@ impl Layout {
 
     /// Offset of buffer `i`'s chain link.
     #[inline]
-    pub fn link(&self, i: usize) -> usize {
+    pub(crate) fn link(&self, i: usize) -> usize {
         self.links_at + i * 4
     }
 
     /// Offset of bucket `b`'s head.
     #[inline]
-    pub fn bucket(&self, b: usize) -> usize {
+    pub(crate) fn bucket(&self, b: usize) -> usize {
         self.buckets_at + b * 4
     }
 
     /// Offset of the lock of the partition of bucket `b`.
     #[inline]
-    pub fn partition_lock(&self, b: usize) -> usize {
+    pub(crate) fn partition_lock(&self, b: usize) -> usize {
         self.partitions_at + (b & (self.partitions - 1)) * PARTITION_STRIDE
     }
 
     /// Offset of the block-range lock of block `blk` (direct mode).
     #[inline]
-    pub fn stripe_lock(&self, blk: u64) -> usize {
+    pub(crate) fn stripe_lock(&self, blk: u64) -> usize {
         self.stripes_at + (blk % STRIPES as u64) as usize * PARTITION_STRIDE
     }
 
     /// The bucket of block `blk` (Fibonacci hashing).
     #[inline]
-    pub fn bucket_of(&self, blk: u64) -> usize {
+    pub(crate) fn bucket_of(&self, blk: u64) -> usize {
         let bits = self.buckets.trailing_zeros();
         if bits == 0 {
             return 0;
@@ -297,7 +341,7 @@ pub mod state {
     const _: () = assert!(REF_MASK < SHARE_MASK >> 46);
 
     /// Shared holders of the content lock.
-    #[inline]
+    #[cfg(test)]
     pub fn shares(s: u64) -> u64 {
         (s & SHARE_MASK) >> 46
     }
@@ -339,7 +383,7 @@ pub mod state {
     }
 
     /// The write version.
-    #[inline]
+    #[cfg(test)]
     pub fn version(s: u64) -> u64 {
         (s & VERSION_MASK) >> VERSION_SHIFT
     }

@@ -33,105 +33,47 @@
 //! # Ok(()) }
 //! ```
 //!
-//! ## Layout in shared memory
+//! ## The public API
 //!
-//! Everything is at fixed offsets from the start of the region's data
-//! ([`Layout`]); nothing in shared memory is a pointer, so every process
-//! may map the region at a different address. Links are buffer indexes + 1
-//! (0 = none).
+//! - **Make or join a cache**: [`Cache::create`],
+//!   [`create_sized`](Cache::create_sized),
+//!   [`create_with`](Cache::create_with) (in a [`Mode`]),
+//!   [`create_split`](Cache::create_split) (the blocks over per-node
+//!   regions); [`Cache::open`], [`open_split`](Cache::open_split);
+//!   [`create_data_file`], [`DEFAULT_BLOCK_SIZE`].
+//! - **Size the region first**: [`Layout::new`]`(block_size,
+//!   buffers).total`, [`Layout::fitting`]; with parts [`Layout::split`],
+//!   [`Layout::fitting_split`], [`Layout::part_bytes`].
+//! - **Read and write a block**: [`Cache::read`] → [`ReadGuard`],
+//!   [`Cache::write`] → [`WriteGuard`], both reading through [`Block`]
+//!   (word accesses and copies, never references);
+//!   [`Cache::read_with`], a short look with no lock on a hit
+//!   ([`OPTIMISTIC_TRIES`]).
+//! - **Loops over many blocks**: [`Cache::lookups`] → [`Lookups`]
+//!   (`prefetch`, `read_with`); [`Cache::prefetch`] with [`Prefetch`]
+//!   steps.
+//! - **Make the data file current**: [`Cache::checkpoint`].
+//! - **How long to wait** for a lock another process holds:
+//!   [`Cache::set_lock_timeout`], [`DEFAULT_LOCK_TIMEOUT`].
+//! - **What a handle is and did**: [`Cache::layout`], [`mode`](Cache::mode),
+//!   [`data_is_dax`](Cache::data_is_dax),
+//!   [`data_mapping`](Cache::data_mapping),
+//!   [`data_blocks`](Cache::data_blocks), [`region`](Cache::region),
+//!   [`parts`](Cache::parts), [`into_region`](Cache::into_region),
+//!   [`into_regions`](Cache::into_regions); [`Cache::stats`] ([`Stats`]),
+//!   [`reset_stats`](Cache::reset_stats).
+//! - **Errors**: [`CacheError`] (with [`Bound`]).
 //!
-//! | offset | what |
-//! |---|---|
-//! | 0 | control block (4 KiB): magic `HSHMCACH`, version, block size, buffers, buckets, partitions, data-file blocks, `ready`; the clock hand on its own cache line |
-//! | 4096 | partition locks: one reader-writer lock word per 64-byte line, up to 1024 |
-//! | `stripes_at` | stripe locks of the direct mode, as many as partitions, one per line: block `b` has stripe `b mod partitions` |
-//! | `buckets_at` | hash bucket heads, `u32` each (a power of two, ≥ 2 × buffers, so chains are short) |
-//! | `descs_at` | buffer descriptors, 16 bytes each (four to a line, dense so they stay in the CPU's caches): `state` (u64, with the content lock), `tag` (block number, u64) |
-//! | `links_at` | chain links, `u32` each: the next buffer in the hash chain |
-//! | `blocks_at` | the blocks, `block_size` each, aligned to the block size |
+//! The rest is the crate's own. For those who change it: the format in
+//! shared memory is in `layout.rs`; the lock protocol (the order of the
+//! locks, the hit and the miss, optimistic reads, bounded waits, the
+//! invariants) in the docs of `lock.rs`, beside the locks; what `open`
+//! checks in `validate.rs`; `cache/mod.rs` lists the handle's rooms.
 //!
-//! With parts ([`Cache::create_split`], `control::PARTS` = k), the region
-//! ends after the descriptors and buffer `i`'s block is block `i / k` of
-//! part `i mod k`: per-node regions (`RegionBuilder::create_per_node`)
-//! give every node an equal share of the buffers, and the clock sweep,
-//! moving over the descriptors in order, takes victims from every node in
-//! turn. Only the blocks move; the hash table, descriptors and locks stay
-//! in the control region.
+//! ## Numbers read from shared memory
 //!
-//! The state word packs the pin count (bits 0–15: at most 65,535 pins on
-//! one buffer, all processes together; one more is
-//! [`CacheError::TooManyPins`], never a wrap), the usage count (16–19, at
-//! most 5), the write version (20–39), the flags `LOCKED` (the
-//! descriptor's spinlock), `TAG_VALID` (the buffer is in the hash table
-//! under `tag`), `VALID` (the block's bytes are there), `DIRTY`,
-//! `IO_IN_PROGRESS` (40–44), and the content lock: `EXCLUSIVE` (45) and the
-//! count of shared holders (46–63) ([`layout::state`]). Pin and content
-//! lock in one word let a hit pin and lock with one compare-and-swap, and
-//! unlock and unpin with another. The version goes up (wrapping in its 20
-//! bits) whenever a writer releases the content lock and whenever the
-//! buffer is given another block, in the same atomic step as the rest of
-//! that change: an optimistic reader compares it (layout version 6; a
-//! cache of an older layout is refused with its version).
-//!
-//! ## Lock protocol
-//!
-//! Four kinds of lock, all atomics in the region, always taken in this
-//! order (never the other way round):
-//!
-//! 1. **Partition lock** of a hash bucket (reader-writer word): exclusive
-//!    to insert or remove a buffer in a chain, shared for a lookup that
-//!    must be sure. A miss that moves a buffer from one block to another
-//!    takes both partitions, lower index first.
-//! 2. **Pin** (the pin count, changed by compare-and-swap while `LOCKED`
-//!    is clear): a pinned buffer is never given another block; a pin also
-//!    raises the usage count. A lookup first walks the chain *without* the
-//!    partition lock, pins the buffer it finds and then checks that it
-//!    still holds the block and `TAG_VALID` (a retag happens under the
-//!    header lock and only to a buffer pinned once, so the pin either lands
-//!    first and the retag gives up, or lands after and the check fails).
-//!    When that finds nothing, the lookup is done again under the
-//!    partition lock shared, pinning before the lock is released.
-//! 3. **Content lock** (`EXCLUSIVE` and the shared count in the state
-//!    word), only while pinned: [`Cache::read`] takes it shared,
-//!    [`Cache::write`] exclusive; a write-back copies the block under it
-//!    shared. Like a pin, it changes by compare-and-swap while `LOCKED` is
-//!    clear. The hit path takes pin and lock in one swap: it walks the
-//!    chain without the partition lock, reads the state and checks
-//!    `TAG_VALID`, `VALID` and the tag, and swaps that state for one with
-//!    a pin more and the lock taken (waiting, unpinned, while the lock is
-//!    held against it); once pinned it reads the tag again, since a buffer
-//!    retagged twice may come back to the same state word, and lets go if
-//!    it changed. A guard's drop releases lock and pin in one swap, a
-//!    writer's setting `DIRTY` in the same step. A buffer being read in
-//!    (or not found this way) takes the path below: pin, wait for
-//!    `VALID`, then the lock.
-//! 4. **Header spinlock** (`LOCKED` bit of the state): held for a few
-//!    instructions to change flags or tag, or to check that a victim is
-//!    pinned by nobody else. Nothing else is taken while it is held.
-//!
-//! ### Every wait is bounded
-//!
-//! A waiter spins 64 times, then yields the CPU; from its first yield it
-//! looks at the clock, and after the handle's lock timeout
-//! ([`Cache::set_lock_timeout`], [`DEFAULT_LOCK_TIMEOUT`] 10 s) the
-//! operation returns [`CacheError::LockTimeout`] naming what it waited
-//! for (partition lock, stripe lock, buffer header lock, content lock,
-//! another process's read-in) and the word as last seen, having undone
-//! what it held. That covers every loop on a shared word: the lock words,
-//! pins and content locks (a compare-and-swap that keeps failing looks at
-//! the clock every 1,024 failures), the wait for `IO_IN_PROGRESS` to end,
-//! and a miss that keeps finding the table changed under it. The clock
-//! sweep does not wait at all: a buffer whose header lock is held is
-//! passed like a pinned one. An uncontended acquire and an optimistic
-//! read never read the clock. The words record no holder (no bit is free
-//! in the state word, and a pid read from shared memory is itself any
-//! number an attacher wrote), so there is no liveness check: a holder
-//! that died is found by the timeout. A guard's drop cannot fail: a
-//! release that times out leaves the pin (that buffer is lost anyway).
-//!
-//! ### Numbers read from shared memory
-//!
-//! Any process attached to the region may write any of it. At
+//! Any process attached to the region may write any of it (how the
+//! locks bound every wait for a word it holds: `lock.rs`). At
 //! [`Cache::open`] every field of the control block is checked against
 //! what the opener knows by itself (`validate.rs`), before anything is
 //! mapped or read with it: `PARTS` equals the parts given; `BLOCK_SIZE` is
@@ -163,66 +105,6 @@
 //! region, the data file's mapping or the data file's blocks. (A data
 //! file truncated under the direct mode is another matter: see below.)
 //!
-//! ## Optimistic reads
-//!
-//! [`Cache::read_with`] reads a block with no lock, no pin and no store to
-//! shared memory on a hit (the "optimistic latch" of LeanStore and Umbra,
-//! a seqlock per buffer): it walks the chain as the hit path does, loads
-//! the state (acquire: `TAG_VALID | VALID`, no `EXCLUSIVE`, no `LOCKED`,
-//! the tag the block), runs the caller's closure over the block's words
-//! (relaxed atomic loads), then an acquire fence, and loads state and tag
-//! again. The read counts when the version and the flags `TAG_VALID`,
-//! `VALID`, `IO_IN_PROGRESS` and `EXCLUSIVE` are unchanged and the tag is
-//! still the block ([`layout::state::STABLE`]); pins, shares, usage and
-//! `DIRTY` may change beside it. Otherwise the closure runs again, and
-//! after [`OPTIMISTIC_TRIES`] attempts the read takes a pin and the
-//! content lock shared, so a block written all the time cannot starve it.
-//! Why that is enough: every store to a buffer's bytes comes after a
-//! release fence that follows a change of the state's stable part (a
-//! writer sets `EXCLUSIVE`, then fences, writes, and releases with the
-//! version raised; a retag raises the version, then fences, then reads the
-//! block in; a retag fences before it stores the tag). A closure load that
-//! saw such a store makes that fence synchronize with the reader's acquire
-//! fence, so the second state load sees the change. The closure may see a
-//! torn block on an attempt that then fails, so it must only load and
-//! compute or copy; only a checked attempt's result is returned. A miss, a
-//! block being read in and the direct mode take the pinned path. The
-//! usage count goes up by one compare-and-swap, not retried, and only
-//! while below its maximum: a block read all the time costs no store.
-//!
-//! A **miss**: the clock hand sweeps the descriptors; a buffer pinned by
-//! nobody with usage count 0 is the victim (pinned by the sweeper under
-//! its header lock), one with a higher count has it lowered and is passed.
-//! A dirty victim is written back (under its content lock, `DIRTY`
-//! cleared before the copy). Then the sweeper takes the partition locks,
-//! looks the block up again (another process may have read it in
-//! meanwhile: then it uses that buffer and lets the victim go), checks
-//! under the header lock that the victim is still pinned once and clean
-//! (else retries), moves it to the new chain with `TAG_VALID |
-//! IO_IN_PROGRESS`, releases the partition locks and reads the block.
-//! Processes that find a buffer with `IO_IN_PROGRESS` wait for `VALID`;
-//! a failed read takes the buffer out of the table again and they retry.
-//!
-//! ## Invariants
-//!
-//! - A buffer is in at most one chain, the one of `bucket_of(tag)`, exactly
-//!   when `TAG_VALID` is set; a block is in at most one buffer.
-//! - Tag and chain links change only under the partition lock(s)
-//!   exclusive and only for a buffer pinned once, by the process changing
-//!   them.
-//! - The bytes of a `VALID` buffer change only under its content lock
-//!   exclusive; `DIRTY` is set in the same atomic step that releases that
-//!   lock, so a write-back either copies the new bytes or leaves `DIRTY`
-//!   set.
-//! - A buffer's bytes or tag never change while its state's stable part
-//!   (version and the flags above) stays the same: a writer holds
-//!   `EXCLUSIVE` and raises the version when it lets go, a retag raises it
-//!   before the block is read in.
-//! - Every holder of a content lock, shared or exclusive, holds a pin too,
-//!   so a buffer pinned by no one has its content lock free.
-//! - The data file holds every block not `DIRTY` in the cache: a dirty
-//!   block is written before its buffer leaves the table.
-//!
 //! ## Limits a server adds on top
 //!
 //! A process that dies while holding a lock or a pin leaves it held (as in
@@ -253,13 +135,11 @@
 //! write is as durable as in the classic mode (not byte by byte with
 //! cache-line flushes: a server adds a log for that). Readers look in the
 //! table first: a block in a buffer (perhaps newer than the file) is read
-//! there. An in-place reader holds the block's **stripe lock** shared,
-//! taken before it checks the table and kept until its guard drops; a
-//! write-back takes it exclusive (so a reader never sees a half-written
-//! block) before the content lock. The stripe comes first in the order of
-//! locks above; a sweeper that finds a dirty victim's stripe held passes
-//! to another victim rather than wait, so holding in-place read guards
-//! never stalls another process's miss, but [`Cache::checkpoint`] waits.
+//! there. An in-place reader holds the block's stripe lock shared until
+//! its guard drops, and a write-back of that block waits for it (so a
+//! reader never sees a half-written block): holding in-place read guards
+//! never stalls another process's miss (its sweep passes to another
+//! victim), but [`Cache::checkpoint`] waits for them.
 //! Data file and mapping must keep their length (a truncated file raises
 //! SIGBUS in the readers).
 //!
@@ -279,8 +159,8 @@
 //! time: the bucket, then the descriptor it names, then the row. The
 //! accesses of several lookups then wait for memory together. A prefetch
 //! takes no lock and reads links that may be stale: a hint, never wrong,
-//! only sometimes useless. [`workload::run_cache`] does it, and reads with
-//! [`Cache::read_with`].
+//! only sometimes useless. `hugeshm bench oltp`'s loop does it, and reads
+//! with [`Cache::read_with`].
 //!
 //! A loop over many blocks takes one [`Lookups`] first
 //! ([`Cache::lookups`]) and calls its `prefetch` and `read_with`: the same
@@ -297,10 +177,9 @@
 
 mod cache;
 mod error;
-pub mod layout;
+mod layout;
 mod lock;
 mod validate;
-pub mod workload;
 
 pub use cache::{
     create_data_file, Block, Cache, Lookups, Mode, Prefetch, ReadGuard, Stats, WriteGuard,

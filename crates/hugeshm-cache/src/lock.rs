@@ -1,17 +1,158 @@
-//! Locks made of one shared atomic word: what every process maps, so no
-//! process-local pointer or kernel object is involved. The reader-writer
-//! words of partitions and stripes, and the locks in a buffer's state word
-//! (the header spinlock, pins, the content lock, the wait for a read-in).
+//! The lock protocol of the cache, in one place, and the locks it is made
+//! of. The rules below bind the code in `cache/`, each naming the room
+//! that keeps it; the functions here are the locks themselves, each one
+//! atomic word in the region, which every process maps (no process-local
+//! pointer, no kernel object): the reader-writer words of stripes and
+//! partitions, and the locks in a buffer's state word (the header
+//! spinlock, pins, the content lock, the wait for a read-in). The bits of
+//! the state word are in `layout.rs` (`layout::state`).
 //!
-//! Every wait is bounded ([`Wait`]): a waiter spins a little, then yields
+//! # The locks, in the order they are taken
+//!
+//! Five kinds of lock, always taken in this order (never the other way
+//! round):
+//!
+//! 1. **Stripe lock** of a block (direct mode only; a reader-writer word,
+//!    [`read_lock`], [`write_lock`]; block `b` has stripe `b mod 1024`).
+//!    An in-place reader holds it shared from before it checks the table
+//!    until its guard drops (`Cache::pin_or_stripe` in
+//!    `cache/replacement.rs`, released by the guard in `cache/guard.rs`),
+//!    so what the table said stays true meanwhile: a block leaves the
+//!    table only after its write-back, and a write-back takes the stripe
+//!    exclusive before the content lock (`Cache::flush`, `cache/io.rs`),
+//!    so a reader never sees a half-written block. A sweeper that finds a
+//!    dirty victim's stripe held passes to another victim rather than
+//!    wait ([`try_write_lock`], `Cache::claim`): in-place read guards
+//!    never stall another process's miss, but a checkpoint waits for
+//!    them.
+//! 2. **Partition lock** of a hash bucket (a reader-writer word):
+//!    exclusive to insert or remove a buffer in a chain, shared for a
+//!    lookup that must be sure. A miss that moves a buffer from one block
+//!    to another takes both partitions, lower index first
+//!    (`Cache::lock_partitions`, `cache/table.rs`).
+//! 3. **Pin** (the pin count, changed by compare-and-swap while `LOCKED`
+//!    is clear: [`pin`], [`unpin`]): a pinned buffer is never given
+//!    another block; a pin also raises the usage count. A lookup first
+//!    walks the chain *without* the partition lock, pins the buffer it
+//!    finds and then checks that it still holds the block and `TAG_VALID`
+//!    (`Cache::find_pinned`): a retag happens under the header lock and
+//!    only to a buffer pinned once, so the pin either lands first and the
+//!    retag gives up, or lands after and the check fails. When that finds
+//!    nothing, the lookup is done again under the partition lock shared,
+//!    pinning before the lock is released (`Cache::pin_block_locked`).
+//! 4. **Content lock** (`EXCLUSIVE` and the shared count in the state
+//!    word; [`lock_content`], [`unlock_content`]), only while pinned:
+//!    [`Cache::read`](crate::Cache::read) takes it shared,
+//!    [`Cache::write`](crate::Cache::write) exclusive; a write-back copies
+//!    the block under it shared. Like a pin, it changes by
+//!    compare-and-swap while `LOCKED` is clear. The hit path takes pin and
+//!    lock in one swap ([`pin_and_lock`], from `cache/guard.rs`): it walks
+//!    the chain without the partition lock, reads the state and checks
+//!    `TAG_VALID`, `VALID` and the tag, and swaps that state for one with
+//!    a pin more and the lock taken (waiting, unpinned, while the lock is
+//!    held against it); once pinned it reads the tag again, since a buffer
+//!    retagged twice may come back to the same state word, and lets go if
+//!    it changed. A guard's drop releases lock and pin in one swap
+//!    ([`release`]), a writer's setting `DIRTY` and raising the version in
+//!    the same step. A buffer being read in (or not found this way) takes
+//!    the slow path: pin, wait for `VALID` ([`wait_valid`]), then the
+//!    lock.
+//! 5. **Header spinlock** (`LOCKED` bit of the state; [`lock_header`],
+//!    [`try_lock_header`], [`unlock_header`]): held for a few instructions
+//!    to change flags or tag, or to check that a victim is pinned by
+//!    nobody else. Nothing else is taken while it is held.
+//!
+//! # Every wait is bounded
+//!
+//! Every wait here is a [`Wait`]: a waiter spins 64 times, then yields
 //! the CPU (a lock holder may be descheduled when there are more processes
-//! than cores), and once it has yielded for the lock timeout it gives up
-//! with [`CacheError::LockTimeout`]. A word in shared memory may be held
-//! by a process that died, or written by any attacher, so no wait may be
-//! forever. The clock starts at the first yield: an uncontended acquire,
-//! and a short spin, never read it. A compare-and-swap that keeps failing
-//! (another process changing the word all the time) is bounded the same
-//! way, checked every [`RETRIES_PER_CHECK`] failures.
+//! than cores); from its first yield it looks at the clock, and after the
+//! handle's lock timeout
+//! ([`Cache::set_lock_timeout`](crate::Cache::set_lock_timeout),
+//! [`DEFAULT_LOCK_TIMEOUT`] 10 s) the operation returns
+//! [`CacheError::LockTimeout`] naming what it waited for (partition lock,
+//! stripe lock, buffer header lock, content lock, another process's
+//! read-in) and the word as last seen, having undone what it held. A word
+//! in shared memory may be held by a process that died, or written by any
+//! attacher, so no wait may be forever. That covers every loop on a
+//! shared word: the lock words, pins and content locks (a compare-and-swap
+//! that keeps failing, another process changing the word all the time,
+//! looks at the clock every [`RETRIES_PER_CHECK`] failures), the wait for
+//! `IO_IN_PROGRESS` to end, and a miss that keeps finding the table
+//! changed under it (`cache/replacement.rs`). The clock sweep does not
+//! wait at all: a buffer whose header lock is held is passed like a pinned
+//! one. An uncontended acquire, a short spin and an optimistic read never
+//! read the clock. The words record no holder (no bit is free in the state
+//! word, and a pid read from shared memory is itself any number an
+//! attacher wrote), so there is no liveness check: a holder that died is
+//! found by the timeout. A guard's drop cannot fail: a release that times
+//! out leaves the pin (that buffer is lost anyway).
+//!
+//! # A miss
+//!
+//! In `cache/replacement.rs`: the clock hand sweeps the descriptors
+//! (`Cache::victim`); a buffer pinned by nobody with usage count 0 is the
+//! victim (pinned by the sweeper under its header lock), one with a higher
+//! count has it lowered and is passed. A dirty victim is written back
+//! (`cache/io.rs`: under its content lock, `DIRTY` cleared before the
+//! copy). Then the sweeper takes the partition locks, looks the block up
+//! again (another process may have read it in meanwhile: then it uses
+//! that buffer and lets the victim go), checks under the header lock that
+//! the victim is still pinned once and clean (else retries), moves it to
+//! the new chain with `TAG_VALID | IO_IN_PROGRESS` and a new version,
+//! releases the partition locks and reads the block (`Cache::claim`, then
+//! `Cache::fill`). Processes that find a buffer with `IO_IN_PROGRESS` wait
+//! for `VALID`; a failed read takes the buffer out of the table again and
+//! they retry.
+//!
+//! # Optimistic reads
+//!
+//! In `cache/lookups.rs`: [`Cache::read_with`](crate::Cache::read_with)
+//! reads a block with no lock, no pin and no store to shared memory on a
+//! hit (the "optimistic latch" of LeanStore and Umbra, a seqlock per
+//! buffer): it walks the chain as the hit path does, loads the state
+//! (acquire: `TAG_VALID | VALID`, no `EXCLUSIVE`, no `LOCKED`, the tag the
+//! block), runs the caller's closure over the block's words (relaxed
+//! atomic loads), then an acquire fence, and loads state and tag again.
+//! The read counts when the version and the flags `TAG_VALID`, `VALID`,
+//! `IO_IN_PROGRESS` and `EXCLUSIVE` are unchanged and the tag is still the
+//! block (`layout::state::STABLE`); pins, shares, usage and `DIRTY` may
+//! change beside it. Otherwise the closure runs again, and after
+//! [`OPTIMISTIC_TRIES`](crate::OPTIMISTIC_TRIES) attempts the read takes a
+//! pin and the content lock shared, so a block written all the time cannot
+//! starve it. Why that is enough: every store to a buffer's bytes comes
+//! after a release fence that follows a change of the state's stable part
+//! (a writer sets `EXCLUSIVE`, then fences, writes, and releases with the
+//! version raised: [`lock_content`], [`pin_and_lock`], [`release`]; a
+//! retag raises the version, then fences, then reads the block in; a retag
+//! fences before it stores the tag: `Cache::claim`). A closure load that
+//! saw such a store makes that fence synchronize with the reader's acquire
+//! fence, so the second state load sees the change. The closure may see a
+//! torn block on an attempt that then fails, so it must only load and
+//! compute or copy; only a checked attempt's result is returned. A miss, a
+//! block being read in and the direct mode take the pinned path. The
+//! usage count goes up by one compare-and-swap, not retried, and only
+//! while below its maximum: a block read all the time costs no store.
+//!
+//! # Invariants
+//!
+//! - A buffer is in at most one chain, the one of `bucket_of(tag)`, exactly
+//!   when `TAG_VALID` is set; a block is in at most one buffer.
+//! - Tag and chain links change only under the partition lock(s)
+//!   exclusive and only for a buffer pinned once, by the process changing
+//!   them.
+//! - The bytes of a `VALID` buffer change only under its content lock
+//!   exclusive; `DIRTY` is set in the same atomic step that releases that
+//!   lock, so a write-back either copies the new bytes or leaves `DIRTY`
+//!   set.
+//! - A buffer's bytes or tag never change while its state's stable part
+//!   (version and the flags above) stays the same: a writer holds
+//!   `EXCLUSIVE` and raises the version when it lets go, a retag raises it
+//!   before the block is read in.
+//! - Every holder of a content lock, shared or exclusive, holds a pin too,
+//!   so a buffer pinned by no one has its content lock free.
+//! - The data file holds every block not `DIRTY` in the cache: a dirty
+//!   block is written before its buffer leaves the table.
 
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -424,6 +565,12 @@ pub(crate) fn pin_and_lock(
         return Ok(false);
     }
 }
+
+/// The partition locks' name in a [`CacheError::LockTimeout`].
+pub(crate) const PARTITION: &str = "partition lock";
+
+/// The stripe locks' name in a [`CacheError::LockTimeout`].
+pub(crate) const STRIPE: &str = "stripe lock";
 
 #[cfg(test)]
 mod tests {

@@ -11,16 +11,19 @@
 //! the test process; the victims are this test binary re-executed with
 //! `HUGESHM_CACHE_HOSTILE` set, running only `victim_child`.
 
+mod common;
+
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use hugeshm_cache::layout::{control, desc, state};
 use hugeshm_cache::{create_data_file, Cache, Layout, Mode, Prefetch};
 use hugeshm_region::{Backend, Locator, Region, RegionBuilder};
 use hugeshm_testkit::TempDir;
+
+use common::format::{self, control, desc, state, WRITER};
 
 const CHILD_ENV: &str = "HUGESHM_CACHE_HOSTILE";
 const BS: usize = 4096;
@@ -29,8 +32,6 @@ const BLOCKS: u64 = 64;
 const LOCK_TIMEOUT: Duration = Duration::from_millis(200);
 /// A victim still running after this is hung.
 const HANG: Duration = Duration::from_secs(60);
-/// Writer bit of a partition or stripe lock word.
-const WRITER: u32 = 1 << 31;
 
 /// A victim: attach by name, open, then the operations of the spec, one
 /// per comma (`readall`, `read:N`, `write:N`, `writeall`, `read_with:N`,
@@ -381,7 +382,7 @@ fn hostile_block_numbers_are_not_written_back() {
                 0 => 100_000 + i as u64,
                 _ => u64::MAX / BS as u64 + i as u64,
             };
-            s.put64(l.desc(i) + desc::TAG, tag);
+            s.put64(format::desc(&l, i) + desc::TAG, tag);
         }
         // Writes take buffers (in both modes), so victims are written back.
         let o = s.victim("writeall");
@@ -409,18 +410,18 @@ fn hostile_chain_links_end() {
     }
     let l = s.layout();
     for b in 0..l.buckets {
-        s.put32(l.bucket(b), 1);
+        s.put32(format::bucket(&l, b), 1);
     }
-    s.put32(l.link(0), 1);
+    s.put32(format::link(&l, 0), 1);
     let o = s.victim("prefetch,read_with:3,readall");
     let e = o.error.clone().unwrap_or_default();
     assert!(o.done >= 1 && e.contains("chain"), "{o:?}");
 
     for b in 0..l.buckets {
-        s.put32(l.bucket(b), 100_000);
+        s.put32(format::bucket(&l, b), 100_000);
     }
     for i in 0..l.buffers {
-        s.put32(l.link(i), u32::MAX);
+        s.put32(format::link(&l, i), u32::MAX);
     }
     let o = s.victim("prefetch,read_with:3,readall");
     let e = o.error.clone().unwrap_or_default();
@@ -437,7 +438,7 @@ fn a_held_partition_lock_times_out() {
     let s = Scene::new("partition", Mode::Classic, Some(8));
     let l = s.layout();
     for p in 0..l.partitions {
-        s.put32(l.partition_lock(p), WRITER);
+        s.put32(format::partition_lock(&l, p), WRITER);
     }
     let o = s.victim("read:20");
     let e = o.error.clone().unwrap_or_default();
@@ -455,7 +456,7 @@ fn a_held_stripe_lock_times_out() {
     let s = Scene::new("stripe", Mode::Direct, Some(8));
     let l = s.layout();
     for blk in 0..BLOCKS {
-        s.put32(l.stripe_lock(blk), WRITER);
+        s.put32(format::stripe_lock(&l, blk), WRITER);
     }
     let o = s.victim("read:20");
     let e = o.error.clone().unwrap_or_default();
@@ -464,7 +465,7 @@ fn a_held_stripe_lock_times_out() {
         "{o:?}"
     );
     for blk in 0..BLOCKS {
-        s.put32(l.stripe_lock(blk), 1);
+        s.put32(format::stripe_lock(&l, blk), 1);
     }
     let o = s.victim("write:5,checkpoint");
     let e = o.error.clone().unwrap_or_default();
@@ -485,13 +486,13 @@ fn held_buffer_words_time_out() {
     let i = (0..l.buffers)
         .find(|&i| {
             s.evil()
-                .atomic_u64(l.desc(i) + desc::TAG)
+                .atomic_u64(format::desc(&l, i) + desc::TAG)
                 .unwrap()
                 .load(Ordering::Relaxed)
                 == 3
         })
         .expect("block 3 in a buffer");
-    let at = l.desc(i) + desc::STATE;
+    let at = format::desc(&l, i) + desc::STATE;
     let valid = state::TAG_VALID | state::VALID;
     let cases = [
         (valid | state::LOCKED, "read:3", "buffer header lock"),
@@ -513,4 +514,80 @@ fn held_buffer_words_time_out() {
     // Nothing held: the block reads.
     let o = s.victim("read:3,read_with:3");
     assert!(o.error.is_none() && o.done == 2, "{o:?}");
+}
+
+/// The format the tests above write (`tests/common/format.rs`, the crate
+/// docs' table) is the one the cache keeps: every control block field,
+/// descriptors' tags and state bits (flags, pins, shares, the writer's
+/// lock) as guards come and go, the bucket heads and chain links, and
+/// (direct mode) the stripe lock an in-place read holds.
+#[test]
+fn the_format_is_the_one_the_tests_write() {
+    for mode in [Mode::Classic, Mode::Direct] {
+        let s = Scene::new(&format!("format-{mode}"), mode, Some(8));
+        let l = s.layout();
+        let get32 = |at| s.evil().atomic_u32(at).unwrap().load(Ordering::SeqCst);
+        let get64 = |at| s.evil().atomic_u64(at).unwrap().load(Ordering::SeqCst);
+        assert_eq!(get64(control::MAGIC).to_le_bytes(), *b"HSHMCACH");
+        assert_eq!(get32(control::BLOCK_SIZE), BS as u32);
+        assert_eq!(get64(control::BUFFERS), 8);
+        assert_eq!(get64(control::BUCKETS), l.buckets as u64);
+        assert_eq!(get32(control::PARTITIONS), l.partitions as u32);
+        assert_eq!(get64(control::DATA_BLOCKS), BLOCKS);
+        assert_eq!(get32(control::MODE), u32::from(mode == Mode::Direct));
+        assert_eq!(get32(control::PARTS), 0);
+
+        // Eight blocks written: each in one of the eight buffers, dirty.
+        for blk in 0..8 {
+            s.cache().write(blk).unwrap().write_u64(1, 1).unwrap();
+        }
+        let state_of = |blk: u64| {
+            let i = (0..l.buffers)
+                .find(|&i| get64(format::desc(&l, i) + desc::TAG) == blk)
+                .unwrap_or_else(|| panic!("block {blk} in no buffer's tag"));
+            get64(format::desc(&l, i) + desc::STATE)
+        };
+        // (pins, shared holders, writer)
+        let held = |w: u64| {
+            (
+                w & state::REF_MASK,
+                w / state::SHARE_ONE,
+                w & state::EXCLUSIVE != 0,
+            )
+        };
+        let flags =
+            state::TAG_VALID | state::VALID | state::DIRTY | state::IO_IN_PROGRESS | state::LOCKED;
+        let dirty = state::TAG_VALID | state::VALID | state::DIRTY;
+        assert_eq!(state_of(3) & flags, dirty, "{mode}");
+        assert_eq!(held(state_of(3)), (0, 0, false), "{mode}");
+        {
+            let _r1 = s.cache().read(3).unwrap();
+            let _r2 = s.cache().read(3).unwrap();
+            let _w = s.cache().write(4).unwrap();
+            assert_eq!(held(state_of(3)), (2, 2, false), "{mode}: two readers");
+            assert_eq!(held(state_of(4)), (1, 0, true), "{mode}: a writer");
+        }
+        assert_eq!(held(state_of(3)), (0, 0, false), "{mode}");
+        assert_eq!(held(state_of(4)), (0, 0, false), "{mode}");
+        s.cache().checkpoint().unwrap();
+        assert_eq!(state_of(3) & flags, dirty & !state::DIRTY, "{mode}");
+
+        // Every buffer is in one chain: heads and links name each once.
+        let mut named: Vec<u32> = (0..l.buckets)
+            .map(|b| get32(format::bucket(&l, b)))
+            .chain((0..l.buffers).map(|i| get32(format::link(&l, i))))
+            .filter(|&x| x != 0)
+            .collect();
+        named.sort_unstable();
+        assert_eq!(named, (1..=8).collect::<Vec<u32>>(), "{mode}");
+
+        if mode == Mode::Direct {
+            // Block 20 is in no buffer: read in place, its stripe held.
+            let g = s.cache().read(20).unwrap();
+            assert!(g.in_place());
+            assert_eq!(get32(format::stripe_lock(&l, 20)), 1);
+            drop(g);
+            assert_eq!(get32(format::stripe_lock(&l, 20)), 0);
+        }
+    }
 }

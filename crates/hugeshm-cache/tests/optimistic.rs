@@ -3,14 +3,16 @@
 //! a retag that comes back to the same block under a reader (threads, each
 //! with its own handle on a region attached by name).
 
+mod common;
+
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hugeshm_cache::layout::state::REF_MASK;
-use hugeshm_cache::workload::Rng;
+use common::format::state::REF_MASK;
+use common::Rng;
 use hugeshm_cache::{create_data_file, Cache, CacheError, Mode};
 use hugeshm_region::{Backend, Locator, RegionBuilder};
 use hugeshm_testkit::TempDir;

@@ -19,12 +19,14 @@
 //! Children are this test binary re-executed with `HUGESHM_CACHE_STRESS`
 //! set, running only `stress_child`; they attach the region by name.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 
-use hugeshm_cache::workload::Rng;
+use common::Rng;
 use hugeshm_cache::{create_data_file, Cache, Layout, Lookups, Mode, Prefetch, Stats};
 use hugeshm_region::{Backend, Locator, PageSize, Policy, RegionBuilder};
 use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard, TempDir};

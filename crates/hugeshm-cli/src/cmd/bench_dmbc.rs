@@ -14,9 +14,9 @@
 //! prints it.
 
 use crate::cmd::bench_common::{parse_size_arg, DataFile as TempFile};
+use crate::cmd::bench_oltp::workload::{Dist, Picker, Rng};
 use crate::output::{Out, Table};
 use anyhow::Context;
-use hugeshm_cache::workload::{Dist, Picker, Rng};
 use hugeshm_cache::{create_data_file, Cache, Layout, Mode, Stats};
 use hugeshm_parse::size::format_bytes;
 use hugeshm_probe::{Probe, Roots};

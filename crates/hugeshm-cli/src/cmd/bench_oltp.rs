@@ -7,12 +7,14 @@
 //! [`measure`] builds the [`Report`] (what `hugeshm lab` calls); [`run`]
 //! prints it. Workers are this binary re-executed (`bench oltp-worker`,
 //! attaching the region by name) or, for `anon` regions, forked children;
-//! both answer one JSON line per run on a pipe.
+//! both answer one JSON line per run on a pipe. The loop they run, and
+//! `bench dmbc` too, is [`workload`].
+
+pub(crate) mod workload;
 
 use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, DataFile, PoolTopUp, Skipped};
 use crate::output::{Out, Table};
 use anyhow::{bail, Context};
-use hugeshm_cache::workload::{self, Dist, Histogram, Picker, Rng, RunResult, Spec};
 use hugeshm_cache::{Cache, Layout, Stats};
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{Probe, Roots};
@@ -26,6 +28,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
+use workload::{Dist, Histogram, Picker, Rng, RunResult, Spec};
 
 /// `bench oltp` options.
 #[derive(Debug, Clone, clap::Args)]

@@ -1,7 +1,9 @@
-//! The OLTP-style workload of `hugeshm bench oltp`, as a library: block
-//! choice (uniform or Zipfian), a read/write mix, a latency histogram, and
-//! the same loop run through the [`Cache`] or straight on a region (the
-//! "raw" baseline that shows the cache's overhead).
+//! The OLTP-style workload of `hugeshm bench oltp` (and `bench dmbc`):
+//! block choice (uniform or Zipfian), a read/write mix, a latency
+//! histogram, and the same loop run through the [`Cache`] or straight on a
+//! region (the "raw" baseline that shows the cache's overhead). A user of
+//! hugeshm-cache, not part of it: what a server's loop over the cache
+//! looks like (hints a few operations ahead, optimistic reads).
 //!
 //! One operation touches one 64-byte row of one block: a read loads its 8
 //! words, a write increments the first and stores the other 7.
@@ -13,8 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use hugeshm_region::Region;
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{Cache, Lookups, Prefetch, Stats};
-use crate::error::CacheError;
+use hugeshm_cache::{Cache, CacheError, Lookups, Prefetch, Stats};
 
 /// Which blocks the operations pick.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -504,7 +505,7 @@ impl Workload for RawLoop<'_> {
 /// `blocks` blocks of `block_size` bytes from data offset `at` (no hash
 /// table, no pins, no locks, no prefetch: the CPU overlaps the independent
 /// loads itself): the ceiling the cache is compared with. Given a cache's
-/// block area ([`Layout::blocks_at`](crate::Layout::blocks_at), its
+/// block area ([`Layout::blocks_at`](hugeshm_cache::Layout::blocks_at), its
 /// buffers), it runs on the very pages the cache's rows are on, and a
 /// cache run can follow it: it writes only those blocks' bytes, never the
 /// descriptors or the hash table, so the cache stays whole (its blocks no
@@ -542,6 +543,9 @@ pub fn run_raw(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hugeshm_cache::create_data_file;
+    use hugeshm_region::{Backend, RegionBuilder};
+    use hugeshm_testkit::TempDir;
 
     #[test]
     fn histogram_quantiles_are_within_a_sixteenth() {
@@ -589,5 +593,94 @@ mod tests {
         // 1% of the blocks: about half the accesses under Zipf, ~1% uniform.
         assert!(top_zipf > 80_000, "{top_zipf}");
         assert!(top_uniform < 10_000, "{top_uniform}");
+    }
+
+    const BS: usize = 4096;
+    const BUFFERS: usize = 16;
+
+    fn snapshot(cache: &Cache, from: usize, to: usize) -> Vec<u8> {
+        let mut buf = vec![0u8; to - from];
+        cache.region().load_words(from, &mut buf).unwrap();
+        buf
+    }
+
+    /// The raw loop the OLTP bench compares the cache with runs on the
+    /// cache's own block area, between cache runs: it must write blocks'
+    /// bytes only, never the control block, locks, hash table or
+    /// descriptors, so the cache is whole after it (every cached block
+    /// still a hit, no miss).
+    #[test]
+    fn raw_loop_on_the_block_area_leaves_the_cache_whole() {
+        let dir = TempDir::new("cache-raw");
+        let data = dir.join("data");
+        create_data_file(&data, BUFFERS as u64, BS, |b, buf| buf.fill(b as u8)).unwrap();
+        let (region, _) = RegionBuilder::new(1 << 20)
+            .backend(Backend::Anon)
+            .create()
+            .unwrap();
+        let cache = Cache::create_sized(region, &data, BS, Some(BUFFERS)).unwrap();
+        for blk in 0..BUFFERS as u64 {
+            cache.read_with(blk, |w| w.len()).unwrap();
+        }
+        let l = *cache.layout();
+        assert_eq!(l.parts, 0);
+        let meta = snapshot(&cache, 0, l.blocks_at);
+        let blocks = snapshot(&cache, l.blocks_at, l.blocks_at + BUFFERS * BS);
+
+        let spec = Spec {
+            dist: Dist::Uniform,
+            write_pct: 100,
+            sample_every: 1,
+        };
+        let r = run_raw(
+            cache.region(),
+            l.blocks_at,
+            BS,
+            BUFFERS as u64,
+            &spec,
+            &mut Rng::new(7),
+            Duration::from_millis(50),
+        )
+        .unwrap();
+        assert!(
+            r.ops > 0 && r.writes == r.ops,
+            "{} ops, {} writes",
+            r.ops,
+            r.writes
+        );
+        assert_eq!(
+            snapshot(&cache, 0, l.blocks_at),
+            meta,
+            "the raw loop wrote below the block area"
+        );
+        assert_ne!(
+            snapshot(&cache, l.blocks_at, l.blocks_at + BUFFERS * BS),
+            blocks,
+            "the raw loop wrote no block"
+        );
+        cache.reset_stats();
+        for blk in 0..BUFFERS as u64 {
+            cache.read_with(blk, |w| w.len()).unwrap();
+            cache.write(blk).unwrap();
+        }
+        let s = cache.stats();
+        assert_eq!((s.hits, s.misses), (2 * BUFFERS as u64, 0), "{s:?}");
+
+        // Past the region's end, or misaligned: refused, nothing touched.
+        let room = ((cache.region().data_len() - l.blocks_at) / BS) as u64;
+        for (at, n) in [(l.blocks_at, room + 1), (l.blocks_at + 4, 1)] {
+            let e = run_raw(
+                cache.region(),
+                at,
+                BS,
+                n,
+                &spec,
+                &mut Rng::new(1),
+                Duration::ZERO,
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains("data offset"), "{e}");
+        }
+        drop(cache.into_region().destroy());
     }
 }
