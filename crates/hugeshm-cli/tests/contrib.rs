@@ -157,11 +157,17 @@ fn alert_rules_cover_the_issue_and_use_emitted_metrics_and_real_finding_codes() 
     );
 
     // Finding codes the rules select are codes the doctor really reports.
+    // Every source file of the doctor, its module folders included.
     let mut doctor = String::new();
-    for e in std::fs::read_dir(repo().join("crates/hugeshm-doctor/src")).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "rs") {
-            doctor.push_str(&std::fs::read_to_string(p).unwrap());
+    let mut dirs = vec![repo().join("crates/hugeshm-doctor/src")];
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                doctor.push_str(&std::fs::read_to_string(p).unwrap());
+            }
         }
     }
     let mut codes = 0;
