@@ -122,3 +122,139 @@ fn same_but_blanks(a: &str, b: &str) -> bool {
     };
     words(a) == words(b)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::advise::testing::{host, host_that_can_demote, M2};
+    use crate::advise::{add_demotion, plan, ConfigFile, Demand, PlanDemote, LIMITS_FILE};
+    use hugeshm_parse::hugepages::PoolCounters;
+    use hugeshm_parse::size::{GIB, MIB};
+
+    /// A plan as `advise` makes it, and the host it was made on.
+    fn made() -> (HostSnapshot, Plan) {
+        let h = host(1);
+        let d = [Demand::new("sga", 64 * MIB, M2)
+            .owned_by(26)
+            .in_units(vec!["postgresql.service".into()])
+            .with_sysv_gid(54321)];
+        let p = plan(&h, &d, vec![], 2).unwrap();
+        (h, p)
+    }
+
+    #[test]
+    fn a_plan_as_made_passes_and_blanks_do_not_matter() {
+        let (h, mut p) = made();
+        assert_eq!(check_plan_files(&p, &h), Ok(()));
+        // The limits.d columns padded another way (as older plans were).
+        for f in &mut p.config.files {
+            f.content = f.content.replace("    ", "\t ");
+        }
+        assert_eq!(check_plan_files(&p, &h), Ok(()));
+        assert!(!same_but_blanks("a b\n", "a\nb\n"));
+        assert!(same_but_blanks("a  b\n", "a\tb\n"));
+    }
+
+    #[test]
+    fn an_edited_plan_file_is_refused_with_what_differs() {
+        let (h, p) = made();
+        let refused = |edit: &dyn Fn(&mut Plan)| {
+            let mut e = p.clone();
+            edit(&mut e);
+            check_plan_files(&e, &h).unwrap_err()
+        };
+        let e = refused(&|e| e.huge_bytes += M2);
+        assert!(
+            e.starts_with(&format!(
+                "its huge_bytes ({}) is not what its pools and this host's other pools hold ({})",
+                p.huge_bytes + M2,
+                p.huge_bytes
+            )),
+            "{e}"
+        );
+        // Pools whose bytes pass 64 bits.
+        let e = refused(&|e| e.pools[0].pages = u64::MAX);
+        assert!(e.contains("(more than 2^64 bytes)"), "{e}");
+        let e = refused(&|e| {
+            e.config.files.push(ConfigFile {
+                path: "/etc/cron.d/hugeshm".into(),
+                content: "* * * * * root /tmp/x\n".into(),
+            })
+        });
+        assert_eq!(e, "/etc/cron.d/hugeshm is not a file hugeshm writes");
+        let e = refused(&|e| {
+            let f = e.config.files.iter_mut().find(|f| f.path == LIMITS_FILE);
+            f.unwrap()
+                .content
+                .push_str("*        hard    memlock    unlimited\n");
+        });
+        assert_eq!(
+            e,
+            format!("{LIMITS_FILE} is not what hugeshm writes for its pools and settings")
+        );
+        let e = refused(&|e| e.config.files.retain(|f| !f.path.contains("sysctl.d")));
+        assert_eq!(
+            e,
+            "it lacks /etc/sysctl.d/60-hugeshm.conf, which its pools need"
+        );
+        let e = refused(&|e| e.config.memlock_users = vec!["root hard".into()]);
+        assert_eq!(
+            e,
+            "its memlock user \"root hard\" is not a limits.conf user"
+        );
+        // A group the file names that the plan does not.
+        let e = refused(&|e| e.config.hugetlb_shm_group = Some(0));
+        assert!(
+            e.ends_with("is not what hugeshm writes for its pools and settings"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_plan_from_a_host_whose_other_pools_changed_is_refused() {
+        let (mut h, p) = made();
+        // Two 1 GiB pages appeared since: the plan's memlock limit is too low.
+        h.pools[1] = PoolCounters::new(GIB, 2, 2, Some(0), 0, Some(0));
+        let e = check_plan_files(&p, &h).unwrap_err();
+        assert!(e.starts_with("its huge_bytes"), "{e}");
+    }
+
+    #[test]
+    fn a_plan_with_a_demotion_counts_the_demoted_pages_out() {
+        let h = host_that_can_demote();
+        let mut p = plan(&h, &[Demand::new("sga", 1200 * MIB, M2)], vec![], 2).unwrap();
+        add_demotion(&mut p, &h, true);
+        assert_eq!(p.demote.len(), 1);
+        assert_eq!(check_plan_files(&p, &h), Ok(()));
+        p.demote.clear();
+        assert!(check_plan_files(&p, &h)
+            .unwrap_err()
+            .starts_with("its huge_bytes"));
+    }
+
+    #[test]
+    fn sums_that_do_not_fit_are_refused_with_their_numbers() {
+        let (_, mut p) = made();
+        assert_eq!(check_sums(&p), Ok(()));
+        p.pools[0].pages = u64::MAX / 2;
+        let e = check_sums(&p).unwrap_err();
+        assert_eq!(
+            (e.what.as_str(), e.a, e.op, e.b),
+            ("the 2 MiB pool (host-wide): bytes", u64::MAX / 2, '*', M2)
+        );
+        // Each pool fits; together they do not.
+        let mut p2 = p.clone();
+        p2.pools[0].pages = u64::MAX / M2;
+        p2.pools.push(p2.pools[0].clone());
+        let e = check_sums(&p2).unwrap_err();
+        assert_eq!((e.what.as_str(), e.op), ("the bytes of every pool", '+'));
+        let mut p3 = made().1;
+        p3.demote.push(PlanDemote {
+            page_size_bytes: GIB,
+            to_page_size_bytes: M2,
+            pages: u64::MAX,
+        });
+        let e = check_sums(&p3).unwrap_err();
+        assert_eq!(e.what, "the demotion of 1 GiB pages: bytes");
+    }
+}

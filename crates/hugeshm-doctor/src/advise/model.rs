@@ -313,3 +313,85 @@ pub fn summary(plan: &Plan) -> String {
         .join(", ")
         + &format!(" ({})", plural(plan.counted.len(), "region", "regions"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hugeshm_parse::size::{GIB, MIB};
+
+    #[test]
+    fn pages_needed_round_up_unless_the_server_counted_them() {
+        assert_eq!(Demand::new("a", 4097, 4096).pages_needed(), 2);
+        assert_eq!(Demand::new("a", 18 * GIB, 2 * MIB).pages_needed(), 9216);
+        assert_eq!(Demand::new("a", 0, 2 * MIB).pages_needed(), 0);
+        // A page size of 0 (a plan file may say anything) divides by 1.
+        assert_eq!(Demand::new("a", 3, 0).pages_needed(), 3);
+        let pg = Demand::new("pg", 140 * MIB, 2 * MIB).with_pages(71);
+        assert_eq!(pg.pages_needed(), 71);
+    }
+
+    #[test]
+    fn pools_in_words() {
+        assert_eq!(pool_name(2 * MIB, Some(0)), "the 2 MiB pool of node 0");
+        assert_eq!(pool_name(GIB, None), "the 1 GiB pool (host-wide)");
+        let row = |page_size_bytes, node, pages| PlanPool {
+            page_size_bytes,
+            node,
+            pages,
+            spare_pages: 0,
+            current_pages: 0,
+            bytes: pages * page_size_bytes,
+        };
+        let counted = |label: &str| Counted {
+            label: label.into(),
+            bytes: GIB,
+            page_size_bytes: 2 * MIB,
+            pages: 512,
+            placement: Placement::Node(0),
+            note: None,
+        };
+        let mut p = Plan {
+            pools: vec![row(2 * MIB, Some(0), 512), row(GIB, None, 2)],
+            counted: vec![counted("a")],
+            skipped: Vec::new(),
+            spare_pages: 0,
+            mem_total_bytes: None,
+            huge_bytes: 3 * GIB,
+            left_bytes: None,
+            warnings: Vec::new(),
+            config: PlanConfig::default(),
+            container: None,
+            keep_live: false,
+            demote: Vec::new(),
+        };
+        assert_eq!(
+            summary(&p),
+            "512 x 2 MiB on node 0, 2 x 1 GiB host-wide (1 region)"
+        );
+        p.counted.push(counted("b"));
+        assert!(summary(&p).ends_with(" (2 regions)"), "{}", summary(&p));
+    }
+
+    #[test]
+    fn placements_and_demands_in_json() {
+        let v = |p: Placement| serde_json::to_value(p).unwrap();
+        assert_eq!(v(Placement::Any), serde_json::json!({"placement": "any"}));
+        assert_eq!(
+            v(Placement::Node(1)),
+            serde_json::json!({"placement": "node", "node": 1})
+        );
+        // A demand from before owners, units and nodes were known still reads.
+        let old = serde_json::json!({
+            "label": "sysv 7", "bytes": 4096, "page_size_bytes": 2097152,
+            "placement": {"placement": "spread"}, "pages": null, "sysv_gid": null, "note": null
+        });
+        let d: Demand = serde_json::from_value(old).unwrap();
+        assert_eq!(
+            d,
+            Demand::new("sysv 7", 4096, 2 * MIB).placed(Placement::Spread)
+        );
+        // And the keys it lacks are left out when empty.
+        let back = serde_json::to_value(&d).unwrap();
+        assert!(back.get("units").is_none() && back.get("owner_uid").is_none());
+    }
+}

@@ -546,18 +546,13 @@ pub(super) fn kept_bytes(host: &HostSnapshot, planned: impl Fn(u64) -> bool) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::advise::testing::{host, pool, M2};
+    use crate::advise::testing::{host, host_that_can_demote, pool, M2};
     use crate::advise::DEFAULT_MEMLOCK_KIB;
     use hugeshm_parse::hugepages::PoolCounters;
 
     #[test]
     fn demotion_is_said_or_planned() {
-        let mut h = host(1);
-        h.pools[1] = PoolCounters::new(GIB, 3, 2, Some(0), 0, Some(0));
-        h.demote = serde_json::from_value(serde_json::json!([
-            {"page_size_bytes": GIB, "demote_size_bytes": M2}
-        ]))
-        .unwrap();
+        let h = host_that_can_demote();
         let grow = |use_it: bool| {
             let mut p = plan(&h, &[Demand::new("sga", 1200 * MIB, M2)], vec![], 2).unwrap();
             add_demotion(&mut p, &h, use_it);

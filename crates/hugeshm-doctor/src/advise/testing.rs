@@ -39,3 +39,15 @@ pub(super) fn pool(p: &Plan, size: u64, node: Option<u32>) -> &PlanPool {
         .find(|x| x.page_size_bytes == size && x.node == node)
         .unwrap_or_else(|| panic!("no pool {size} {node:?} in {:?}", p.pools))
 }
+
+/// A host of one node whose 1 GiB pool has 2 free pages that can be
+/// demoted to 2 MiB pages.
+pub(super) fn host_that_can_demote() -> HostSnapshot {
+    let mut h = host(1);
+    h.pools[1] = PoolCounters::new(GIB, 3, 2, Some(0), 0, Some(0));
+    h.demote = serde_json::from_value(serde_json::json!([
+        {"page_size_bytes": GIB, "demote_size_bytes": M2}
+    ]))
+    .unwrap();
+    h
+}
