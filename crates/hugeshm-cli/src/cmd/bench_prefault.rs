@@ -121,6 +121,9 @@ pub(crate) struct Row {
     pub(crate) vs_peers: BTreeMap<&'static str, f64>,
     /// Ready rate over the fastest peer's.
     pub(crate) vs_best_peer: Option<f64>,
+    /// Every timed run, in order (the lab's median); not in `--json`.
+    #[serde(skip)]
+    pub(crate) samples: Vec<PrefaultSample>,
 }
 
 /// A peer's method, best of the runs, on the same size and page size.
@@ -241,6 +244,7 @@ fn measure_size(
             vs_clear_4k: None,
             vs_peers: BTreeMap::new(),
             vs_best_peer: None,
+            samples,
         });
     }
     let peers = if o.peers {
@@ -726,6 +730,7 @@ mod tests {
             vs_clear_4k: None,
             vs_peers: BTreeMap::new(),
             vs_best_peer: None,
+            samples: Vec::new(),
         }
     }
 
