@@ -62,7 +62,7 @@ pub struct Out {
     color: bool,
     /// Whether stdout is a terminal (progress bars only then).
     pub tty: bool,
-    buf: std::io::BufWriter<std::io::Stdout>,
+    buf: std::io::BufWriter<Box<dyn Write + Send>>,
 }
 
 impl Out {
@@ -79,8 +79,21 @@ impl Out {
         Out {
             color,
             tty,
-            buf: std::io::BufWriter::new(stdout()),
+            buf: std::io::BufWriter::new(Box::new(stdout())),
         }
+    }
+
+    /// An `Out` that writes into the returned buffer, without colour (a
+    /// printer's unit test).
+    #[cfg(test)]
+    pub fn captured() -> (Self, Captured) {
+        let text = Captured::default();
+        let out = Out {
+            color: false,
+            tty: false,
+            buf: std::io::BufWriter::new(Box::new(text.clone())),
+        };
+        (out, text)
     }
 
     /// Writes a line of human text: one line, made safe for a terminal
@@ -149,6 +162,31 @@ impl Out {
         } else {
             s.to_string()
         }
+    }
+}
+
+/// What an [`Out::captured`] wrote.
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl Captured {
+    /// The text written so far (after [`Out::flush`]).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+#[cfg(test)]
+impl Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

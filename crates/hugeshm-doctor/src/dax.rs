@@ -10,6 +10,7 @@ use crate::finding::{Finding, Severity};
 use hugeshm_fix::{DaxCause, Fix};
 use hugeshm_parse::mounts::Mount;
 use hugeshm_parse::size::format_bytes;
+pub use hugeshm_probe::{FileDax, FileDaxReader};
 use hugeshm_probe::{PidFiles, PmemSnapshot};
 use serde::{Deserialize, Serialize};
 
@@ -100,48 +101,9 @@ pub struct DaxInfo {
     pub mappings: Vec<DaxMapping>,
 }
 
-/// A file's own DAX state on a `dax=inode` mount: the kernel serves it by
-/// DAX only when its inode was loaded with the flag (`FS_XFLAG_DAX`, `chattr
-/// +x`); without it, through the page cache.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct FileDax {
-    /// Whether the kernel serves it by DAX (`statx` `STATX_ATTR_DAX`);
-    /// `None`: unknown (a fixture tree, or not readable).
-    pub dax: Option<bool>,
-    /// Whether it has the flag (`FS_IOC_FSGETXATTR`); set while `dax` is
-    /// false: not in force yet (applied when its inode is loaded again).
-    pub flag: Option<bool>,
-}
-
-impl FileDax {
-    /// A state read by a [`FileDaxReader`].
-    pub fn new(dax: Option<bool>, flag: Option<bool>) -> Self {
-        FileDax { dax, flag }
-    }
-}
-
-/// Reads the DAX state of a mapped file, given a path that reaches it
-/// (`/proc/PID/map_files/START-END`, or `/proc/PID/root/PATH`). A system
-/// call (`statx`, an ioctl) that this crate does not make: the binary
-/// registers one built on `hugeshm-sys` with [`set_file_dax_reader`].
-pub trait FileDaxReader: Send + Sync {
-    /// The state of the file at `path`; `None` where it cannot be read.
-    fn read(&self, path: &std::path::Path) -> Option<FileDax>;
-}
-
-static READER: std::sync::OnceLock<Box<dyn FileDaxReader>> = std::sync::OnceLock::new();
-
-/// Registers the reader `segments` uses on the live host (once per
-/// process; `false` when one was registered already). Without one, and
-/// on fixture trees, a `dax=inode` file's state is unknown.
-pub fn set_file_dax_reader(reader: Box<dyn FileDaxReader>) -> bool {
-    READER.set(reader).is_ok()
-}
-
 /// The DAX state of a file on a `dax=inode` mount mapped by `pid` at
-/// `start..end`, on the live host with a registered reader; unknown
-/// otherwise.
+/// `start..end`, read by the probe's [`FileDaxReader`] on the live host;
+/// unknown without one, and on fixture trees.
 pub fn file_dax(
     probe: &hugeshm_probe::Probe,
     pid: u32,
@@ -149,7 +111,7 @@ pub fn file_dax(
     end: u64,
     path: &str,
 ) -> FileDax {
-    let Some(reader) = READER.get().filter(|_| probe.roots.is_live()) else {
+    let Some(reader) = probe.file_dax_reader().filter(|_| probe.roots.is_live()) else {
         return FileDax::default();
     };
     let by_map = probe.proc_path(&format!("{pid}/map_files/{start:x}-{end:x}"));
@@ -697,21 +659,104 @@ mod tests {
         assert_eq!(back.file, Some(FileDax::new(Some(false), Some(true))));
     }
 
-    #[test]
-    fn the_file_state_is_unknown_off_the_live_host() {
-        struct Always;
-        impl FileDaxReader for Always {
-            fn read(&self, _: &std::path::Path) -> Option<FileDax> {
-                Some(FileDax::new(Some(true), Some(true)))
-            }
+    /// A reader that answers for some paths and keeps the paths it was
+    /// asked for, in place of the binary's statx.
+    struct Fake {
+        answers: Vec<(std::path::PathBuf, FileDax)>,
+        asked: std::sync::Mutex<Vec<std::path::PathBuf>>,
+    }
+
+    impl Fake {
+        fn answering(answers: &[(&str, FileDax)]) -> std::sync::Arc<Fake> {
+            std::sync::Arc::new(Fake {
+                answers: answers.iter().map(|(p, f)| (p.into(), *f)).collect(),
+                asked: Default::default(),
+            })
         }
-        set_file_dax_reader(Box::new(Always));
+
+        fn asked(&self) -> Vec<std::path::PathBuf> {
+            self.asked.lock().unwrap().clone()
+        }
+    }
+
+    impl FileDaxReader for Fake {
+        fn read(&self, path: &std::path::Path) -> Option<FileDax> {
+            self.asked.lock().unwrap().push(path.to_owned());
+            self.answers
+                .iter()
+                .find(|(p, _)| p == path)
+                .map(|(_, f)| *f)
+        }
+    }
+
+    /// The probe's reader decides between the pagemap verdict (a file the
+    /// kernel serves by DAX) and the page cache (one it does not): through
+    /// the mapping's map_files entry, else the path under the process's
+    /// root, else unknown.
+    #[test]
+    fn the_probe_s_reader_says_dax_or_page_cache() {
+        let (pid, start, end) = (42, M2 * 8, M2 * 8 + (64 << 20));
+        let by_map = "/proc/42/map_files/1000000-5000000";
+        let by_root = "/proc/42/root/mnt/pmem/f";
+        let state = |fake: &std::sync::Arc<Fake>| {
+            let live = hugeshm_probe::Probe::new(hugeshm_probe::Roots::default())
+                .with_file_dax(fake.clone());
+            file_dax(&live, pid, start, end, "/mnt/pmem/f")
+        };
+        let verdict = |file: FileDax| {
+            let mut i = inode_info(Some(file));
+            mark_page_cache(&mut i);
+            let codes = codes(&findings("/mnt/pmem/f", Some("/mnt/pmem/f"), &i))
+                .into_iter()
+                .map(str::to_owned)
+                .collect::<Vec<_>>();
+            (i.mappings[0].faults, codes)
+        };
+
+        // DAX, read through map_files: the 4 KiB faults stand.
+        let dax = FileDax::new(Some(true), Some(true));
+        let fake = Fake::answering(&[(by_map, dax)]);
+        assert_eq!(state(&fake), dax);
+        assert_eq!(fake.asked(), [std::path::PathBuf::from(by_map)]);
+        assert_eq!(verdict(dax), (DaxFaults::Pte, vec!["dax-4k-faults".into()]));
+
+        // map_files unreadable, the root path says no DAX and no flag:
+        // page cache, and the fix sets the flag.
+        let plain = FileDax::new(Some(false), Some(false));
+        let fake = Fake::answering(&[(by_root, plain)]);
+        assert_eq!(state(&fake), plain);
+        assert_eq!(
+            fake.asked(),
+            [by_map, by_root].map(std::path::PathBuf::from)
+        );
+        assert_eq!(
+            verdict(plain),
+            (DaxFaults::PageCache, vec!["dax-page-cache".into()])
+        );
+
+        // Neither readable: unknown, the pagemap verdict stands.
+        let fake = Fake::answering(&[]);
+        assert_eq!(state(&fake), FileDax::default());
+        assert_eq!(fake.asked().len(), 2);
+        assert_eq!(verdict(state(&fake)).0, DaxFaults::Pte);
+    }
+
+    #[test]
+    fn the_file_state_is_unknown_off_the_live_host_or_without_a_reader() {
+        let fake = Fake::answering(&[(
+            "/nonexistent/proc/1/map_files/0-200000",
+            FileDax::new(Some(true), Some(true)),
+        )]);
         let fixture = hugeshm_probe::Probe::new(hugeshm_probe::Roots::fixture(
             std::path::Path::new("/nonexistent"),
-        ));
+        ))
+        .with_file_dax(fake.clone());
         assert_eq!(
             file_dax(&fixture, 1, 0, M2, "/mnt/pmem/f"),
             FileDax::default()
         );
+        assert!(fake.asked().is_empty());
+        let bare = hugeshm_probe::Probe::new(hugeshm_probe::Roots::default());
+        assert_eq!(file_dax(&bare, 1, 0, M2, "/mnt/pmem/f"), FileDax::default());
     }
 }

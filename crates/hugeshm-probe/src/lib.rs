@@ -19,6 +19,7 @@
 #![deny(missing_docs)]
 
 mod cgroup;
+mod file_dax;
 mod host;
 mod maps;
 mod persisted;
@@ -28,6 +29,7 @@ mod process;
 mod read;
 
 pub use cgroup::{HugetlbCgroup, HugetlbCgroupLevel, HugetlbCgroupSize};
+pub use file_dax::{FileDax, FileDaxReader};
 pub use host::{DemoteSize, HostSnapshot, NodeInfo, NodePool, Sysctls, ThpState};
 pub use maps::{MapsRead, MapsSource, MAPS_ENV};
 pub use persisted::{Persisted, PersistedValue};
@@ -110,6 +112,9 @@ pub struct Probe {
     pub roots: Roots,
     /// How the mappings of processes are read (see [`Probe::maps_read`]).
     pub maps: MapsSource,
+    /// What reads a `dax=inode` file's own DAX state (see
+    /// [`Probe::with_file_dax`]).
+    file_dax: file_dax::ReaderSlot,
 }
 
 impl Probe {
@@ -120,12 +125,28 @@ impl Probe {
         Probe {
             roots,
             maps: MapsSource::from_env().unwrap_or_default(),
+            file_dax: file_dax::ReaderSlot::default(),
         }
     }
 
     /// This reader, reading maps the way `maps` says.
     pub fn with_maps(self, maps: MapsSource) -> Self {
         Probe { maps, ..self }
+    }
+
+    /// This reader, reading a mapped file's own DAX state (on a `dax=inode`
+    /// mount) with `reader`: a system call this crate does not make. Without
+    /// one, that state is unknown.
+    pub fn with_file_dax(self, reader: std::sync::Arc<dyn FileDaxReader>) -> Self {
+        Probe {
+            file_dax: file_dax::ReaderSlot(Some(reader)),
+            ..self
+        }
+    }
+
+    /// The reader of a file's own DAX state, if this probe was given one.
+    pub fn file_dax_reader(&self) -> Option<&dyn FileDaxReader> {
+        self.file_dax.0.as_deref()
     }
 
     /// Path of a file under the `/proc` root (`rel` without the leading `/proc/`).

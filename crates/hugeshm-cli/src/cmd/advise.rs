@@ -356,7 +356,7 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
 
 /// Runs the command.
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
-    let probe = Probe::new(roots.clone());
+    let probe = crate::cmd::doctor_probe(roots);
     let host = probe.host();
     let mut plan = build_plan(&probe, &host, &args.source)?;
     if args.container {

@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 use hugeshm_apply::{persist, ApplyOptions, ApplyReport, PersistAction, PersistedFile};
 use hugeshm_doctor::advise::Plan;
 use hugeshm_parse::size::{format_bytes, page_size_short};
-use hugeshm_probe::{Probe, Roots};
+use hugeshm_probe::Roots;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -67,7 +67,7 @@ fn read_plan(text: &str) -> anyhow::Result<Plan> {
 
 /// Runs the command.
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
-    let probe = Probe::new(roots.clone());
+    let probe = crate::cmd::doctor_probe(roots);
     let host = probe.host();
     let plan: Plan = match &args.plan {
         Some(f) => {

@@ -363,7 +363,7 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
     counts.dedup();
     anyhow::ensure!(!counts.is_empty(), "--procs needs at least one count");
     let bar = out.tty && !a.json;
-    let probe = Probe::new(roots.clone());
+    let probe = crate::cmd::doctor_probe(roots);
     let mut sweep = Vec::new();
     let mut spawn_seconds = 0.0;
     for &n in &counts {

@@ -1,11 +1,20 @@
 //! `hugeshm bench prefault`: how fast a region is ready, per page size and
 //! thread count, against the machine's write bandwidth.
+//!
+//! [`measure`] builds the [`Report`] (what `hugeshm lab` calls); [`print`]
+//! writes it as tables, `--json` as it is. Measuring goes by phase: the
+//! page sizes to measure ([`page_sizes`]), per region size the memset
+//! baselines then each page size ([`measure_size`], the peers'
+//! methods in [`measure_peers`]), then the ratios ([`add_ratios`]) and,
+//! for a sweep, the growth lines ([`growth`]).
 
 use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, PoolTopUp, Skipped};
 use crate::output::{Out, Table};
 use hugeshm_parse::size::{format_bytes, page_size_short};
-use hugeshm_probe::{Probe, Roots};
-use hugeshm_region::{bench_peer, bench_prefault, memset_baseline, Backend, PageSize, PeerMethod};
+use hugeshm_probe::{HostSnapshot, Probe, Roots};
+use hugeshm_region::{
+    bench_peer, bench_prefault, memset_baseline, Backend, PageSize, PeerMethod, PrefaultSample,
+};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
@@ -43,84 +52,135 @@ pub struct Args {
     pub json: bool,
 }
 
-#[derive(Debug, serde::Serialize)]
-struct Row {
-    size_bytes: u64,
-    page_size_bytes: u64,
-    backend: Backend,
-    threads: usize,
-    cold_seconds: Option<f64>,
-    seconds: f64,
-    gbps: f64,
-    ready_seconds: f64,
-    ready_gbps: f64,
-    method: String,
-    vs_4k: Option<f64>,
-    vs_one_thread: Option<f64>,
-    vs_memset: Option<f64>,
+/// What one run measures (the part of [`Args`] a report needs; the lab
+/// passes its own).
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    /// Region sizes (any order; each measured once).
+    pub(crate) sizes: Vec<u64>,
+    /// Page sizes to compare.
+    pub(crate) page_sizes: Vec<PageSize>,
+    /// Thread counts to compare (any order; 0 ignored).
+    pub(crate) threads: Vec<usize>,
+    /// Timed runs per combination after the warm-up.
+    pub(crate) runs: usize,
+    /// Backend for huge pages (4 KiB pages use posix).
+    pub(crate) huge_backend: Backend,
+    /// Raise the huge page pools for the run (root).
+    pub(crate) reserve: bool,
+    /// Measure the peers' methods.
+    pub(crate) peers: bool,
+    /// Measure the memset baselines (the lab has its own, once a run).
+    pub(crate) memset: bool,
+}
+
+impl Args {
+    /// The options of the command line.
+    pub(crate) fn options(&self) -> anyhow::Result<Options> {
+        let page_sizes = self
+            .page_size
+            .iter()
+            .map(|p| p.parse().map_err(|e: String| anyhow::anyhow!(e)))
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Options {
+            sizes: self.size.clone(),
+            page_sizes,
+            threads: self.threads.clone(),
+            runs: self.runs,
+            huge_backend: self.huge_backend,
+            reserve: !self.no_reserve,
+            peers: !self.no_peers,
+            memset: true,
+        })
+    }
+}
+
+/// One page size, thread count and region size: the best of the runs.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Row {
+    pub(crate) size_bytes: u64,
+    pub(crate) page_size_bytes: u64,
+    pub(crate) backend: Backend,
+    pub(crate) threads: usize,
+    /// The warm-up's ready seconds (on the row of the largest thread
+    /// count, which the warm-up ran with).
+    pub(crate) cold_seconds: Option<f64>,
+    pub(crate) seconds: f64,
+    pub(crate) gbps: f64,
+    pub(crate) ready_seconds: f64,
+    pub(crate) ready_gbps: f64,
+    pub(crate) method: String,
+    pub(crate) vs_4k: Option<f64>,
+    pub(crate) vs_one_thread: Option<f64>,
+    pub(crate) vs_memset: Option<f64>,
     /// Pre-fault rate over zeroing already-faulted memory 4 KiB at a time
     /// (the kernel's way of clearing a huge page) at this thread count.
-    vs_clear_4k: Option<f64>,
+    pub(crate) vs_clear_4k: Option<f64>,
     /// Ready rate over each peer method's rate at this page size and
     /// thread count (map-populate and first-touch run on one thread).
-    vs_peers: BTreeMap<&'static str, f64>,
+    pub(crate) vs_peers: BTreeMap<&'static str, f64>,
     /// Ready rate over the fastest peer's.
-    vs_best_peer: Option<f64>,
+    pub(crate) vs_best_peer: Option<f64>,
+    /// Every timed run, in order (the lab's median); not in `--json`.
+    #[serde(skip)]
+    pub(crate) samples: Vec<PrefaultSample>,
 }
 
 /// A peer's method, best of the runs, on the same size and page size.
-#[derive(Debug, serde::Serialize)]
-struct PeerRow {
-    size_bytes: u64,
-    page_size_bytes: u64,
-    method: PeerMethod,
-    used_by: &'static str,
-    threads: usize,
-    seconds: f64,
-    gbps: f64,
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct PeerRow {
+    pub(crate) size_bytes: u64,
+    pub(crate) page_size_bytes: u64,
+    pub(crate) method: PeerMethod,
+    pub(crate) used_by: &'static str,
+    pub(crate) threads: usize,
+    pub(crate) seconds: f64,
+    pub(crate) gbps: f64,
 }
 
-#[derive(Debug, serde::Serialize)]
-struct Baseline {
-    size_bytes: u64,
-    threads: usize,
-    gbps: f64,
+/// The machine's write bandwidth at one size and thread count.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Baseline {
+    pub(crate) size_bytes: u64,
+    pub(crate) threads: usize,
+    pub(crate) gbps: f64,
     /// Zeroing the same memory 4 KiB at a time.
-    clear_4k_gbps: f64,
+    pub(crate) clear_4k_gbps: f64,
 }
 
+/// What `bench prefault` measured (`--json` prints exactly this).
 #[derive(Debug, serde::Serialize)]
-struct Report {
+pub(crate) struct Report {
     /// The largest size measured (every row has its own `size_bytes`).
-    size_bytes: u64,
+    pub(crate) size_bytes: u64,
     /// Every size measured, ascending.
-    sizes: Vec<u64>,
-    runs: usize,
-    memset: Vec<Baseline>,
-    results: Vec<Row>,
+    pub(crate) sizes: Vec<u64>,
+    pub(crate) runs: usize,
+    pub(crate) memset: Vec<Baseline>,
+    pub(crate) results: Vec<Row>,
     /// The peers' methods, per page size (and thread count for the touch loop).
-    peers: Vec<PeerRow>,
+    pub(crate) peers: Vec<PeerRow>,
     /// Page sizes that could not be had (the others still ran).
-    skipped: Vec<Skipped>,
+    pub(crate) skipped: Vec<Skipped>,
     /// With several sizes: ready seconds against size, per page size and
     /// thread count.
-    growth: Vec<Growth>,
+    pub(crate) growth: Vec<Growth>,
 }
 
 /// How ready time grows with size for one page size and thread count: a
 /// least-squares line through (GB, ready seconds).
-#[derive(Debug, serde::Serialize)]
-struct Growth {
-    page_size_bytes: u64,
-    threads: usize,
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Growth {
+    pub(crate) page_size_bytes: u64,
+    pub(crate) threads: usize,
     /// Ready GB/s at each size, ascending size.
-    gbps: Vec<f64>,
+    pub(crate) gbps: Vec<f64>,
     /// Seconds per decimal GB (the slope).
-    seconds_per_gb: f64,
+    pub(crate) seconds_per_gb: f64,
     /// `1 / seconds_per_gb`: the rate the cost grows at.
-    marginal_gbps: f64,
+    pub(crate) marginal_gbps: f64,
     /// Seconds at size 0 (the line's intercept): fixed cost.
-    fixed_seconds: f64,
+    pub(crate) fixed_seconds: f64,
 }
 
 /// A ratio with two decimals (`1.04x`), or `-`.
@@ -128,10 +188,10 @@ fn ratio2(v: Option<f64>) -> String {
     v.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
 }
 
-/// The rows of one page size: a cold warm-up, then the best of `a.runs`
+/// The rows of one page size: a cold warm-up, then the best of `o.runs`
 /// per thread count.
 fn measure_size(
-    a: &Args,
+    o: &Options,
     size: u64,
     ps: u64,
     threads: &[usize],
@@ -141,29 +201,32 @@ fn measure_size(
     let (backend, page) = if ps == 4096 {
         (Backend::Posix, PageSize::Base)
     } else {
-        (a.huge_backend, PageSize::Huge(ps))
+        (o.huge_backend, PageSize::Huge(ps))
     };
     // Warm-up: the first touch of guest memory in a VM is slow; reported as cold.
     note(&format!("{} warm-up", page_size_short(ps)));
     let cold = bench_prefault(size, backend, page, *threads.last().unwrap_or(&1))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     for &t in threads {
-        let mut best: Option<hugeshm_region::PrefaultSample> = None;
-        for r in 0..a.runs.max(1) {
+        let mut samples: Vec<PrefaultSample> = Vec::new();
+        for r in 0..o.runs.max(1) {
             note(&format!(
                 "{} pages, {t} threads, run {}",
                 page_size_short(ps),
                 r + 1
             ));
-            let s = bench_prefault(size, backend, page, t).map_err(|e| anyhow::anyhow!("{e}"))?;
-            if best
-                .as_ref()
-                .is_none_or(|b| s.ready_seconds < b.ready_seconds)
-            {
-                best = Some(s);
-            }
+            samples
+                .push(bench_prefault(size, backend, page, t).map_err(|e| anyhow::anyhow!("{e}"))?);
         }
-        let s = best.expect("at least one run");
+        // The fastest (the first of equals).
+        let best = samples.iter().reduce(|b, s| {
+            if s.ready_seconds < b.ready_seconds {
+                s
+            } else {
+                b
+            }
+        });
+        let s = best.expect("at least one run").clone();
         rows.push(Row {
             size_bytes: size,
             page_size_bytes: ps,
@@ -181,20 +244,21 @@ fn measure_size(
             vs_clear_4k: None,
             vs_peers: BTreeMap::new(),
             vs_best_peer: None,
+            samples,
         });
     }
-    let peers = if a.no_peers {
-        Vec::new()
+    let peers = if o.peers {
+        measure_peers(o, size, ps, threads, note)?
     } else {
-        measure_peers(a, size, ps, threads, note)?
+        Vec::new()
     };
     Ok((rows, peers))
 }
 
 /// The peers' methods at one page size: map-populate and first-touch once
-/// (one thread each), the touch loop per thread count; best of `a.runs`.
+/// (one thread each), the touch loop per thread count; best of `o.runs`.
 fn measure_peers(
-    a: &Args,
+    o: &Options,
     size: u64,
     ps: u64,
     threads: &[usize],
@@ -209,7 +273,7 @@ fn measure_peers(
         };
         for t in counts {
             let mut best: Option<hugeshm_region::PeerSample> = None;
-            for r in 0..a.runs.max(1) {
+            for r in 0..o.runs.max(1) {
                 note(&format!(
                     "{} pages, {} on {t} threads, run {}",
                     page_size_short(ps),
@@ -236,35 +300,42 @@ fn measure_peers(
     Ok(out)
 }
 
-/// Runs the bench.
-pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
-    let probe = Probe::new(roots.clone());
-    let host = probe.host();
-    let mut region_sizes = a.size.clone();
-    region_sizes.sort_unstable();
-    region_sizes.dedup();
-    let largest = *region_sizes
-        .last()
-        .ok_or_else(|| anyhow::anyhow!("--size needs at least one size"))?;
+/// The page sizes to measure, in bytes, in the order asked; those the
+/// kernel has no pool of are skipped (pages for `largest`).
+fn page_sizes(
+    host: &HostSnapshot,
+    asked: &[PageSize],
+    largest: u64,
+) -> anyhow::Result<(Vec<u64>, Vec<Skipped>)> {
     let mut sizes = Vec::new();
     let mut skipped = Vec::new();
-    for p in &a.page_size {
-        let ps: PageSize = p.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    for ps in asked {
         let bytes = match ps {
             PageSize::Largest => anyhow::bail!("--page-size takes explicit sizes (4k, 2m, 1g)"),
             other => other.bytes().unwrap_or(4096),
         };
         if bytes > 4096 && host.pool(bytes).is_none() {
-            skipped.push(Skipped::no_such_pages(
-                &host,
-                bytes,
-                largest.div_ceil(bytes),
-            ));
+            skipped.push(Skipped::no_such_pages(host, bytes, largest.div_ceil(bytes)));
             continue;
         }
         sizes.push(bytes);
     }
-    let mut threads = a.threads.clone();
+    Ok((sizes, skipped))
+}
+
+/// Measures every size, page size and thread count (pools raised for each
+/// page size while it is measured and given back, regions removed,
+/// whatever happens) and returns the report.
+pub(crate) fn measure(probe: &Probe, o: &Options, note: &dyn Fn(&str)) -> anyhow::Result<Report> {
+    let host = probe.host();
+    let mut region_sizes = o.sizes.clone();
+    region_sizes.sort_unstable();
+    region_sizes.dedup();
+    let largest = *region_sizes
+        .last()
+        .ok_or_else(|| anyhow::anyhow!("--size needs at least one size"))?;
+    let (mut sizes, mut skipped) = page_sizes(&host, &o.page_sizes, largest)?;
+    let mut threads = o.threads.clone();
     threads.retain(|t| *t > 0);
     threads.sort_unstable();
     threads.dedup();
@@ -291,28 +362,24 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         );
     }
 
-    let tty = out.tty && !a.json;
-    let note = |s: &str| {
-        if tty {
-            crate::terminal::eprogress(s, 70);
-        }
-    };
     let mut memset = Vec::new();
     let mut rows: Vec<Row> = Vec::new();
     let mut peers: Vec<PeerRow> = Vec::new();
     for &size in &region_sizes {
-        for &t in &threads {
-            note(&format!(
-                "{} memset baseline, {t} threads",
-                format_bytes(size)
-            ));
-            let b = memset_baseline(size, t).map_err(|e| anyhow::anyhow!("{e}"))?;
-            memset.push(Baseline {
-                size_bytes: size,
-                threads: t,
-                gbps: b.gbps,
-                clear_4k_gbps: b.clear_4k_gbps,
-            });
+        if o.memset {
+            for &t in &threads {
+                note(&format!(
+                    "{} memset baseline, {t} threads",
+                    format_bytes(size)
+                ));
+                let b = memset_baseline(size, t).map_err(|e| anyhow::anyhow!("{e}"))?;
+                memset.push(Baseline {
+                    size_bytes: size,
+                    threads: t,
+                    gbps: b.gbps,
+                    clear_4k_gbps: b.clear_4k_gbps,
+                });
+            }
         }
         let mut failed = Vec::new();
         for &ps in &sizes {
@@ -324,12 +391,12 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             // had, or were taken meanwhile) does not end the bench: it
             // says why, and the others run.
             let pages = size.div_ceil(ps);
-            let mut reservation = PoolTopUp::new(&probe);
+            let mut reservation = PoolTopUp::new(probe);
             let result = (|| {
-                if ps > 4096 && !a.no_reserve {
+                if ps > 4096 && o.reserve {
                     reservation.ensure(&host, ps, pages)?;
                 }
-                measure_size(a, size, ps, &threads, &note)
+                measure_size(o, size, ps, &threads, note)
             })();
             drop(reservation);
             match result {
@@ -346,14 +413,30 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         }
         sizes.retain(|ps| !failed.contains(ps));
     }
-    if tty {
-        crate::terminal::eprogress_clear(70);
-    }
-    // Ratios, all from this run.
-    // x 4k and x 1 thread compare ready rates (for posix on one thread the
-    // pages are allocated in fallocate, before the pre-fault); "of memset"
-    // and "of 4k clear" compare the pre-fault itself with writing
-    // already-faulted memory.
+    add_ratios(&mut rows, &memset, &peers, threads[0]);
+    let growth = if region_sizes.len() > 1 {
+        growth(&rows)
+    } else {
+        Vec::new()
+    };
+    Ok(Report {
+        size_bytes: largest,
+        sizes: region_sizes,
+        runs: o.runs,
+        memset,
+        results: rows,
+        peers,
+        skipped,
+        growth,
+    })
+}
+
+/// The ratios, all from this run. x 4k and x 1 thread compare ready rates
+/// (for posix on one thread the pages are allocated in fallocate, before
+/// the pre-fault); "of memset" and "of 4k clear" compare the pre-fault
+/// itself with writing already-faulted memory; against each peer, ready
+/// rates. `first_threads`: the smallest thread count measured.
+fn add_ratios(rows: &mut [Row], memset: &[Baseline], peers: &[PeerRow], first_threads: usize) {
     let snapshot: Vec<(u64, u64, usize, f64)> = rows
         .iter()
         .map(|r| (r.size_bytes, r.page_size_bytes, r.threads, r.ready_gbps))
@@ -365,7 +448,9 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             .map(|x| x.3);
         let one = snapshot
             .iter()
-            .find(|(s, p, t, _)| *s == r.size_bytes && *p == r.page_size_bytes && *t == threads[0])
+            .find(|(s, p, t, _)| {
+                *s == r.size_bytes && *p == r.page_size_bytes && *t == first_threads
+            })
             .map(|x| x.3);
         let ms = memset
             .iter()
@@ -374,7 +459,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
             .filter(|b| *b > 0.0 && r.page_size_bytes != 4096)
             .map(|b| r.ready_gbps / b);
         r.vs_one_thread = one
-            .filter(|o| *o > 0.0 && r.threads != threads[0])
+            .filter(|o| *o > 0.0 && r.threads != first_threads)
             .map(|o| r.ready_gbps / o);
         let over = |base: f64| (base > 0.0).then(|| r.gbps / base);
         r.vs_memset = ms.and_then(|m| over(m.gbps));
@@ -389,56 +474,73 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         }
         r.vs_best_peer = r.vs_peers.values().copied().reduce(f64::min);
     }
+}
+
+/// Per page size and thread count, the line of ready seconds against
+/// size (rows in ascending size).
+fn growth(rows: &[Row]) -> Vec<Growth> {
     let mut growth = Vec::new();
-    if region_sizes.len() > 1 {
-        let mut keys: Vec<(u64, usize)> = rows
+    let mut keys: Vec<(u64, usize)> = rows
+        .iter()
+        .map(|r| (r.page_size_bytes, r.threads))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    for (ps, t) in keys {
+        let mine: Vec<&Row> = rows
             .iter()
-            .map(|r| (r.page_size_bytes, r.threads))
+            .filter(|r| r.page_size_bytes == ps && r.threads == t)
             .collect();
-        keys.sort_unstable();
-        keys.dedup();
-        for (ps, t) in keys {
-            let mine: Vec<&Row> = rows
-                .iter()
-                .filter(|r| r.page_size_bytes == ps && r.threads == t)
-                .collect();
-            let pts: Vec<(f64, f64)> = mine
-                .iter()
-                .map(|r| (r.size_bytes as f64 / 1e9, r.ready_seconds))
-                .collect();
-            let Some((k, fixed)) = crate::cmd::bench_common::fit(&pts) else {
-                continue;
-            };
-            growth.push(Growth {
-                page_size_bytes: ps,
-                threads: t,
-                gbps: mine.iter().map(|r| r.ready_gbps).collect(),
-                seconds_per_gb: k,
-                marginal_gbps: if k > 0.0 { 1.0 / k } else { 0.0 },
-                fixed_seconds: fixed,
-            });
-        }
+        let pts: Vec<(f64, f64)> = mine
+            .iter()
+            .map(|r| (r.size_bytes as f64 / 1e9, r.ready_seconds))
+            .collect();
+        let Some((k, fixed)) = crate::cmd::bench_common::fit(&pts) else {
+            continue;
+        };
+        growth.push(Growth {
+            page_size_bytes: ps,
+            threads: t,
+            gbps: mine.iter().map(|r| r.ready_gbps).collect(),
+            seconds_per_gb: k,
+            marginal_gbps: if k > 0.0 { 1.0 / k } else { 0.0 },
+            fixed_seconds: fixed,
+        });
     }
-    let report = Report {
-        size_bytes: largest,
-        sizes: region_sizes,
-        runs: a.runs,
-        memset,
-        results: rows,
-        peers,
-        skipped,
-        growth,
+    growth
+}
+
+/// Runs the bench and prints it.
+pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let o = a.options()?;
+    let probe = Probe::new(roots.clone());
+    let tty = out.tty && !a.json;
+    let note = |s: &str| {
+        if tty {
+            crate::terminal::eprogress(s, 70);
+        }
     };
+    let report = measure(&probe, &o, &note)?;
+    if tty {
+        crate::terminal::eprogress_clear(70);
+    }
     if a.json {
         out.json_doc(&report)?;
         return Ok(ExitCode::SUCCESS);
     }
+    print(&report, out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the report as tables: the rows, the peers' methods, what was
+/// skipped, the memset baselines, the growth lines.
+pub(crate) fn print(report: &Report, out: &mut Out) -> anyhow::Result<()> {
     let sweep = report.sizes.len() > 1;
     let sizes_text: Vec<String> = report.sizes.iter().map(|b| format_bytes(*b)).collect();
     out.line(format!(
         "pre-fault of a {} region (best of {} runs after a warm-up; GB/s = decimal)",
         sizes_text.join(", "),
-        a.runs
+        report.runs
     ))?;
     let lead = |heads: &[&'static str]| -> Vec<&'static str> {
         let mut h = Vec::new();
@@ -594,5 +696,242 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     }
     out.line("ready = create + pre-fault (for posix on one thread this includes fallocate, where tmpfs allocates its pages; it zeroes them at the first fault); x 4k and x 1 thread compare ready rates, of memset and of 4k clear the pre-fault rate")?;
     out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M2: u64 = 2 << 20;
+    const MIB256: u64 = 256 << 20;
+
+    /// A row as measure_size makes it, before the ratios.
+    fn row(size: u64, ps: u64, threads: usize, ready_gbps: f64, gbps: f64) -> Row {
+        let bytes = size as f64 / 1e9;
+        Row {
+            size_bytes: size,
+            page_size_bytes: ps,
+            backend: if ps == 4096 {
+                Backend::Posix
+            } else {
+                Backend::Anon
+            },
+            threads,
+            cold_seconds: (threads == 2).then_some(0.25),
+            seconds: bytes / gbps,
+            gbps,
+            ready_seconds: bytes / ready_gbps,
+            ready_gbps,
+            method: "populate_write".into(),
+            vs_4k: None,
+            vs_one_thread: None,
+            vs_memset: None,
+            vs_clear_4k: None,
+            vs_peers: BTreeMap::new(),
+            vs_best_peer: None,
+            samples: Vec::new(),
+        }
+    }
+
+    fn peer(ps: u64, method: PeerMethod, threads: usize, gbps: f64) -> PeerRow {
+        PeerRow {
+            size_bytes: MIB256,
+            page_size_bytes: ps,
+            method,
+            used_by: method.used_by(),
+            threads,
+            seconds: MIB256 as f64 / 1e9 / gbps,
+            gbps,
+        }
+    }
+
+    fn baseline(threads: usize, gbps: f64, clear_4k_gbps: f64) -> Baseline {
+        Baseline {
+            size_bytes: MIB256,
+            threads,
+            gbps,
+            clear_4k_gbps,
+        }
+    }
+
+    /// 256 MiB on 4 KiB and 2 MiB pages, 1 and 2 threads, with the peers'
+    /// methods and the baselines, ratios added; 1 GiB pages skipped.
+    fn report() -> Report {
+        let mut rows = vec![
+            row(MIB256, 4096, 1, 1.0, 2.0),
+            row(MIB256, 4096, 2, 1.5, 3.0),
+            row(MIB256, M2, 1, 4.0, 8.0),
+            row(MIB256, M2, 2, 6.0, 12.0),
+        ];
+        let memset = vec![baseline(1, 10.0, 16.0), baseline(2, 20.0, 0.0)];
+        let mut peers = Vec::new();
+        for ps in [4096, M2] {
+            peers.push(peer(ps, PeerMethod::MapPopulate, 1, 8.0));
+            peers.push(peer(ps, PeerMethod::FirstTouch, 1, 5.0));
+            peers.push(peer(ps, PeerMethod::TouchLoop, 1, 2.0));
+            peers.push(peer(ps, PeerMethod::TouchLoop, 2, 3.0));
+        }
+        add_ratios(&mut rows, &memset, &peers, 1);
+        Report {
+            size_bytes: MIB256,
+            sizes: vec![MIB256],
+            runs: 1,
+            memset,
+            results: rows,
+            peers,
+            skipped: vec![Skipped {
+                page_size_bytes: 1 << 30,
+                reason: "256 MiB region: the kernel granted 0 of 1 1 GiB pages".into(),
+                fix: Some("reserve them at boot".into()),
+            }],
+            growth: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn ratios_compare_within_the_run() {
+        let r = report();
+        let by = |ps: u64, t: usize| {
+            r.results
+                .iter()
+                .find(|x| x.page_size_bytes == ps && x.threads == t)
+                .unwrap()
+        };
+        // 2 MiB on 1 thread: against 4 KiB on 1 thread, memset, the peers.
+        let h1 = by(M2, 1);
+        assert_eq!(h1.vs_4k, Some(4.0));
+        assert_eq!(h1.vs_one_thread, None);
+        assert_eq!((h1.vs_memset, h1.vs_clear_4k), (Some(0.8), Some(0.5)));
+        assert_eq!(h1.vs_peers["map-populate"], 0.5);
+        assert_eq!(h1.vs_peers["touch-loop"], 2.0);
+        assert_eq!(h1.vs_best_peer, Some(0.5));
+        // On 2 threads: the touch loop of 2 threads, map-populate of 1; a
+        // baseline of 0 gives no ratio.
+        let h2 = by(M2, 2);
+        assert_eq!((h2.vs_4k, h2.vs_one_thread), (Some(4.0), Some(1.5)));
+        assert_eq!((h2.vs_memset, h2.vs_clear_4k), (Some(0.6), None));
+        assert_eq!(h2.vs_peers["touch-loop"], 2.0);
+        assert_eq!(h2.vs_peers["map-populate"], 0.75);
+        // 4 KiB rows are not compared with themselves.
+        assert_eq!(by(4096, 2).vs_4k, None);
+        assert_eq!(by(4096, 2).vs_one_thread, Some(1.5));
+    }
+
+    #[test]
+    fn growth_is_a_line_through_the_sizes() {
+        let (g1, g2) = (1_000_000_000, 2_000_000_000);
+        let mut a = row(g1, M2, 1, 2.0, 4.0);
+        a.ready_seconds = 0.5;
+        let mut b = row(g2, M2, 1, 2.2, 4.0);
+        b.ready_seconds = 0.9;
+        // One size only for 4 KiB pages: no line.
+        let g = growth(&[a, row(g1, 4096, 1, 1.0, 2.0), b]);
+        assert_eq!(g.len(), 1);
+        let g = &g[0];
+        assert_eq!((g.page_size_bytes, g.threads), (M2, 1));
+        assert_eq!(g.gbps, [2.0, 2.2]);
+        assert!((g.seconds_per_gb - 0.4).abs() < 1e-9, "{g:?}");
+        assert!((g.marginal_gbps - 2.5).abs() < 1e-9, "{g:?}");
+        assert!((g.fixed_seconds - 0.1).abs() < 1e-9, "{g:?}");
+    }
+
+    #[test]
+    fn page_sizes_skip_what_the_kernel_lacks() {
+        let mut host = HostSnapshot::default();
+        host.pools = vec![hugeshm_parse::hugepages::PoolCounters::new(
+            M2,
+            0,
+            0,
+            Some(0),
+            0,
+            Some(0),
+        )];
+        let asked = [PageSize::Base, PageSize::Huge(1 << 30), PageSize::Huge(M2)];
+        let (sizes, skipped) = page_sizes(&host, &asked, MIB256).unwrap();
+        assert_eq!(sizes, [4096, M2]);
+        assert_eq!(skipped.len(), 1);
+        assert_eq!(skipped[0].page_size_bytes, 1 << 30);
+        let e = page_sizes(&host, &[PageSize::Largest], MIB256).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--page-size takes explicit sizes (4k, 2m, 1g)"
+        );
+    }
+
+    #[test]
+    fn print_writes_the_rows_the_peers_and_the_baselines() {
+        let (mut out, text) = Out::captured();
+        print(&report(), &mut out).unwrap();
+        let expected = "\
+pre-fault of a 256 MiB region (best of 1 runs after a warm-up; GB/s = decimal)
+page  backend  threads  cold s  ready s  ready GB/s  x 4k  x 1 thread  pre-fault GB/s  of memset  of 4k clear  method
+4k    posix          1       -    0.268         1.0     -           -             2.0        20%          12%  populate_write
+4k    posix          2   0.250    0.179         1.5     -        1.5x             3.0        15%            -  populate_write
+2M    anon           1       -    0.067         4.0  4.0x           -             8.0        80%          50%  populate_write
+2M    anon           2   0.250    0.045         6.0  4.0x        1.5x            12.0        60%            -  populate_write
+
+against the peers' methods on the same size and page size (shared anonymous memory; GB/s from mmap to the last page faulted):
+page  threads  map-populate GB/s  first-touch GB/s  touch-loop GB/s  hugeshm GB/s  x map-populate  x first-touch  x touch-loop  x best
+4k          1                8.0               5.0              2.0           1.0           0.12x          0.20x         0.50x   0.12x
+4k          2                8.0               5.0              3.0           1.5           0.19x          0.30x         0.50x   0.19x
+2M          1                8.0               5.0              2.0           4.0           0.50x          0.80x         2.00x   0.50x
+2M          2                8.0               5.0              3.0           6.0           0.75x          1.20x         2.00x   0.75x
+peers: map-populate (DPDK, Seastar), first-touch (PostgreSQL (on demand)), touch-loop (JVM AlwaysPreTouch)
+1G pages not measured: 256 MiB region: the kernel granted 0 of 1 1 GiB pages
+  to fix: reserve them at boot
+memset over already-faulted memory (the machine's write bandwidth): 1 thread: 10.0 GB/s, 2 threads: 20.0 GB/s
+zeroing it 4 KiB at a time (how the kernel clears a huge page it faults in): 1 thread: 16.0 GB/s, 2 threads: 0.0 GB/s
+ready = create + pre-fault (for posix on one thread this includes fallocate, where tmpfs allocates its pages; it zeroes them at the first fault); x 4k and x 1 thread compare ready rates, of memset and of 4k clear the pre-fault rate
+";
+        assert_eq!(text.text(), expected);
+    }
+
+    #[test]
+    fn a_sweep_prints_the_size_column_and_the_growth() {
+        let mut r = report();
+        r.peers.clear();
+        r.skipped.clear();
+        r.results
+            .retain(|x| x.page_size_bytes == M2 && x.threads == 1);
+        let mut big = row(2 * MIB256, M2, 1, 5.0, 9.0);
+        big.vs_4k = None;
+        r.results.push(big);
+        r.sizes = vec![MIB256, 2 * MIB256];
+        r.size_bytes = 2 * MIB256;
+        r.memset = vec![
+            baseline(1, 10.0, 16.0),
+            Baseline {
+                size_bytes: 2 * MIB256,
+                threads: 1,
+                gbps: 9.0,
+                clear_4k_gbps: 12.0,
+            },
+        ];
+        r.growth = growth(&r.results);
+        let (mut out, text) = Out::captured();
+        print(&r, &mut out).unwrap();
+        let text = text.text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "pre-fault of a 256 MiB, 512 MiB region (best of 1 runs after a warm-up; GB/s = decimal)"
+        );
+        assert!(lines[1].starts_with("   size  page  backend"), "{text}");
+        assert!(lines[2].starts_with("256 MiB  2M    anon"), "{text}");
+        assert!(lines[3].starts_with("512 MiB  2M    anon"), "{text}");
+        assert!(
+            text.contains("memset over already-faulted memory (the machine's write bandwidth), 256 MiB: 1 thread: 10.0 GB/s\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("zeroing it 4 KiB at a time (how the kernel clears a huge page it faults in), 512 MiB: 1 thread: 12.0 GB/s\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\ngrowth 2M on 1 thread: ready GB/s 4.0 / 5.0 by size; "),
+            "{text}"
+        );
+        assert!(!text.contains("against the peers"), "{text}");
+    }
 }

@@ -13,7 +13,7 @@ use crate::metrics::{self, ScrapeInfo, OPENMETRICS_TYPE, PROMETHEUS_TYPE};
 use crate::output::Out;
 use hugeshm_doctor::segments::SegmentsReport;
 use hugeshm_doctor::status::{self, StatusReport};
-use hugeshm_probe::{Probe, Roots};
+use hugeshm_probe::Roots;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -72,7 +72,7 @@ impl Scraper {
             .name("hugeshm-scrape".into())
             .spawn(move || {
                 let t = Instant::now();
-                let probe = Probe::new(roots);
+                let probe = crate::cmd::doctor_probe(&roots);
                 let (s, g) = status::build_with_segments(&probe, pid);
                 let _ = tx.send((s, g, t.elapsed().as_secs_f64()));
             })?;

@@ -21,6 +21,15 @@ pub mod status;
 pub mod status_pmem;
 pub mod status_tuning;
 
+/// The probe of the commands that scan segments (`segments`, `status`,
+/// `exporter`, `advise`, `apply`, `bench scan`): over `roots`, reading a
+/// `dax=inode` file's own DAX state with `statx` through hugeshm-sys
+/// ([`segments::SysFileDax`]; the doctor uses it on the live host only).
+pub(crate) fn doctor_probe(roots: &hugeshm_probe::Roots) -> hugeshm_probe::Probe {
+    hugeshm_probe::Probe::new(roots.clone())
+        .with_file_dax(std::sync::Arc::new(segments::SysFileDax))
+}
+
 /// Opens the output directory `dir` of `flag` (`--out`), made 0755 if
 /// missing, refused if it or a directory or symlink on its path belongs to
 /// another user or others can write it (`hugeshm_sys::DirHandle::open_output`):

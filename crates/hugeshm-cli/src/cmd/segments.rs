@@ -6,12 +6,12 @@ use hugeshm_doctor::finding::any_actionable;
 use hugeshm_doctor::segments::{self, Segment, SegmentKind, SegmentsReport};
 use hugeshm_doctor::Finding;
 use hugeshm_parse::size::{format_bytes, page_size_short};
-use hugeshm_probe::{Probe, Problem, Roots};
+use hugeshm_probe::{Problem, Roots};
 use std::process::ExitCode;
 
 /// What `segments` (and `status`) read of a mapped file on a `dax=inode`
 /// mount: `statx`'s DAX attribute and the file's own flag, through
-/// hugeshm-sys (registered in `main`).
+/// hugeshm-sys (in the probe of [`crate::cmd::doctor_probe`]).
 pub struct SysFileDax;
 
 impl FileDaxReader for SysFileDax {
@@ -64,7 +64,7 @@ struct Doc<'a> {
 
 /// Runs the command.
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
-    let probe = Probe::new(roots.clone());
+    let probe = crate::cmd::doctor_probe(roots);
     let mut report = segments::build(&probe);
     if !args.all {
         report.segments.retain(|s| {

@@ -4,7 +4,7 @@ use crate::output::{self, Out, Table};
 use hugeshm_doctor::finding::{any_actionable, plural};
 use hugeshm_doctor::status::{self, StatusReport};
 use hugeshm_parse::size::{format_bytes, page_size_short};
-use hugeshm_probe::{Probe, Roots};
+use hugeshm_probe::Roots;
 use std::process::ExitCode;
 
 /// `hugeshm status` options.
@@ -24,7 +24,7 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
-    let probe = Probe::new(roots.clone());
+    let probe = crate::cmd::doctor_probe(roots);
     if let Some(pid) = args.pid {
         if !probe.proc_path(&pid.to_string()).is_dir() {
             anyhow::bail!(

@@ -8,8 +8,9 @@
 use super::model::{Comparison, Ctx, DataTable, Lab, Plot, PlotKind, Reproduction, Runs, Series};
 use super::pools::make_available;
 use crate::cmd::bench_common::PoolTopUp;
+use crate::cmd::bench_prefault;
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB, MIB};
-use hugeshm_region::{bench_prefault, Backend, PageSize};
+use hugeshm_region::{Backend, PageSize};
 
 /// The reproduction.
 pub struct Startup;
@@ -47,37 +48,46 @@ struct Point {
     prefault_gbps: f64,
 }
 
+/// One point, measured by `bench prefault` (a warm-up on `threads`
+/// threads, then `ctx.runs()` runs; no memset baseline: the lab has its
+/// ceiling; no peers; the pools are the lab's).
 fn measure(ctx: &Ctx<'_>, page: u64, size: u64, threads: usize) -> anyhow::Result<Point> {
-    let (backend, ps) = if page == 4096 {
-        (Backend::Posix, PageSize::Base)
-    } else {
-        (Backend::Anon, PageSize::Huge(page))
+    let o = bench_prefault::Options {
+        sizes: vec![size],
+        page_sizes: vec![if page == 4096 {
+            PageSize::Base
+        } else {
+            PageSize::Huge(page)
+        }],
+        threads: vec![threads],
+        runs: ctx.runs(),
+        huge_backend: Backend::Anon,
+        reserve: false,
+        peers: false,
+        memset: false,
     };
-    let once = |run: &str| {
-        (ctx.progress)(&format!(
-            "start-up: {} of {} pages, {threads} thread{}, {run}",
-            format_bytes(size),
-            page_size_short(page),
-            if threads == 1 { "" } else { "s" }
-        ));
-        bench_prefault(size, backend, ps, threads).map_err(|e| anyhow::anyhow!("{e}"))
-    };
-    // First touch of guest memory is slow in a VM: one warm-up, reported
-    // apart from the timed runs.
-    let warm = once("warm-up")?;
-    let mut ready = Vec::new();
-    let mut pf = 0.0f64;
-    for r in 0..ctx.runs() {
-        let s = once(&format!("run {}", r + 1))?;
-        ready.push(s.ready_seconds);
-        pf = pf.max(s.prefault_gbps);
+    let note = |s: &str| (ctx.progress)(&format!("start-up: {} region, {s}", format_bytes(size)));
+    let report = bench_prefault::measure(ctx.probe, &o, &note)?;
+    if let Some(sk) = report.skipped.first() {
+        anyhow::bail!("{}", sk.reason);
     }
+    let row = report
+        .results
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("start-up: no row measured"))?;
     Ok(Point {
         page,
         size,
         threads,
-        ready: Runs::seconds(warm.ready_seconds, ready),
-        prefault_gbps: pf,
+        ready: Runs::seconds(
+            row.cold_seconds.unwrap_or(row.ready_seconds),
+            row.samples.iter().map(|s| s.ready_seconds).collect(),
+        ),
+        prefault_gbps: row
+            .samples
+            .iter()
+            .map(|s| s.prefault_gbps)
+            .fold(0.0, f64::max),
     })
 }
 
