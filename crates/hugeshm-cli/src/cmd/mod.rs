@@ -14,6 +14,7 @@ pub mod exporter;
 pub mod generate;
 pub mod lab;
 pub mod region;
+pub mod run;
 pub mod segments;
 pub mod share;
 pub mod status;
