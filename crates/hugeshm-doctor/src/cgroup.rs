@@ -368,6 +368,7 @@ mod tests {
             numa_policy: None,
             findings: Vec::new(),
             dax: None,
+            run: None,
         }
     }
 

@@ -21,6 +21,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
+pub mod run_record;
+
 /// How many attached processes' smaps/numa_maps are read per object.
 pub const SAMPLE_PROCESSES: usize = 4;
 
@@ -163,6 +165,9 @@ pub struct Segment {
     /// each sampled process maps it (PMD or 4 KiB faults, from pagemap).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dax: Option<DaxInfo>,
+    /// Placed by `hugeshm run`: its record, checked against the process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<run_record::RunPlacement>,
 }
 
 impl Segment {
@@ -215,6 +220,9 @@ pub struct SegmentsReport {
     /// or `text`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maps_read: Option<MapsRead>,
+    /// `hugeshm run` records not shown, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub run_records_ignored: Vec<run_record::IgnoredRunRecord>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -591,6 +599,7 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
             numa_policy: None,
             findings: Vec::new(),
             dax: None,
+            run: None,
         };
         seg.creator_name = seg.creator_pid.and_then(name_of);
         if seg.owner_uid.is_none() {
@@ -722,6 +731,7 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
     }
 
     cgroup_pass(probe, &mut report.segments);
+    run_record::attach(probe, host, &mut report);
     report.processes_vanished = vanished;
     report.unreadable = unreadable;
     if !report.unreadable.is_empty() {
@@ -1211,6 +1221,7 @@ mod tests {
             numa_policy: Some("default".into()),
             findings: vec![],
             dax: None,
+            run: None,
         }
     }
 

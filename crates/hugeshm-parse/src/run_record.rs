@@ -59,7 +59,6 @@ const MAX_NODES: usize = 1024;
 /// What the changed mapping is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase", tag = "kind")]
-#[non_exhaustive]
 pub enum RunObject {
     /// Shared anonymous memory (`mmap MAP_SHARED|MAP_ANONYMOUS`).
     Anon,
@@ -225,7 +224,8 @@ pub fn parse_file_name(name: &str) -> Option<(u32, u64)> {
 }
 
 /// `%XX` for every byte outside printable ASCII (space included as is),
-/// and for `%`.
+/// and for `%`. (A text with control characters is written, but not read
+/// back: [`parse`] refuses them; writers replace them first.)
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
@@ -343,6 +343,10 @@ pub fn parse(text: &str) -> Result<RunRecord, ParseError> {
             let t = unescape(v).ok_or_else(|| bad("not escaped text"))?;
             if t.len() > MAX_TEXT {
                 return Err(bad("too long"));
+            }
+            // Shown on terminals: no control character, escaped or not.
+            if t.chars().any(char::is_control) {
+                return Err(bad("a control character"));
             }
             Ok(t)
         };
@@ -477,7 +481,7 @@ mod tests {
             pid: 4242,
             start_ticks: 987654,
             uid: 105,
-            exe: "/usr/lib/postgresql/15/bin/post gres\n\u{1b}[31m%".to_owned(),
+            exe: "/usr/lib/postgresql/15/bin/post gres é%".to_owned(),
             object: RunObject::Sysv { shmid: 32769 },
             address: 0x7f3a_4000_0000,
             size_bytes: 8 << 20,
@@ -503,8 +507,10 @@ mod tests {
     fn a_record_reads_back_as_written_with_hostile_text_escaped() {
         let r = record();
         let text = r.format();
-        assert!(!text.contains('\u{1b}'), "{text}");
-        assert_eq!(text.lines().filter(|l| l.starts_with("exe ")).count(), 1);
+        assert!(
+            text.contains("exe /usr/lib/postgresql/15/bin/post gres %C3%A9%25\n"),
+            "{text}"
+        );
         assert_eq!(parse(&text).unwrap(), r);
         assert_eq!(r.file_name(), "hugeshm-run.4242.7f3a40000000");
         assert_eq!(

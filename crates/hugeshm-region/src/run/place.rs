@@ -307,7 +307,7 @@ impl<'a> Placer<'a> {
             start_ticks: crate::header::own_start_ticks(),
             uid: rustix::process::geteuid().as_raw(),
             exe: std::fs::read_link("/proc/self/exe")
-                .map(|p| p.display().to_string())
+                .map(|p| printable(&p.display().to_string()))
                 .unwrap_or_default(),
             object,
             address: map.addr() as u64,
@@ -325,8 +325,8 @@ impl<'a> Placer<'a> {
             resident_bytes: st.v.resident_bytes,
             verified_page_size_bytes: st.v.page_size_bytes.max(4096),
             nodes: st.nodes.clone(),
-            fallback,
-            warnings: warnings.clone(),
+            fallback: fallback.as_deref().map(printable),
+            warnings: warnings.iter().map(|w| printable(w)).collect(),
         };
         match super::record::write(&rec) {
             Ok(_) => true,
@@ -374,6 +374,14 @@ impl<'a> Placer<'a> {
         (!parts.is_empty())
             .then(|| one_line(format!("hugeshm run: {}: {}", self.what, parts.join("; "))))
     }
+}
+
+/// A record's text: control characters (which the doctor refuses, as it
+/// prints texts on terminals) as `?`.
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 /// A line never spans lines.
