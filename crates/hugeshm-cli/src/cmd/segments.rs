@@ -45,6 +45,9 @@ struct Doc<'a> {
     segments: &'a [Segment],
     findings: &'a [Finding],
     problems: &'a [Problem],
+    /// `hugeshm run` records not shown, and why (absent when none).
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    run_records_ignored: &'a [hugeshm_doctor::segments::run_record::IgnoredRunRecord],
 }
 
 /// Runs the command.
@@ -65,6 +68,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
             segments: &report.segments,
             findings: &report.findings,
             problems: &report.problems,
+            run_records_ignored: &report.run_records_ignored,
         })?;
     } else {
         print(&report, out)?;

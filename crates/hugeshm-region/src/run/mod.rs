@@ -21,10 +21,12 @@
 //!    GiB-aligned address (its processes share page tables).
 //! 3. **Place** with `mbind` before any page is touched (`--numa`).
 //! 4. **Pre-fault** (`--prefault`) with `MADV_POPULATE_WRITE` on the CPUs of
-//!    the nodes it is placed on, in parallel; the threads are joined before
-//!    the call returns (PostgreSQL forks right after). A fault the kernel
-//!    refuses (a cgroup limit, a pool taken meanwhile) is an error, never
-//!    SIGBUS: `only` fails, `try` starts over on base pages.
+//!    the nodes it is placed on, in parallel, before the call returns
+//!    (PostgreSQL forks right after). A shared mapping is faulted by the
+//!    threads of a forked child, so that no thread stack or malloc arena is
+//!    left in the server ([`fault`]). A fault the kernel refuses (a cgroup
+//!    limit, a pool taken meanwhile) is an error, never SIGBUS: `only`
+//!    fails, `try` starts over on base pages.
 //! 5. **Verify** the page size (smaps) and the node split (numa_maps).
 //! 6. **Record** it for the doctor ([`record`]).
 //!
@@ -33,6 +35,7 @@
 //! rounded length, and removes the record when the process that made the
 //! mapping unmaps it.
 
+mod fault;
 mod place;
 pub mod record;
 mod settings;

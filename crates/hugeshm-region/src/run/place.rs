@@ -165,10 +165,12 @@ impl<'a> Placer<'a> {
         plan.pmd_share_align().filter(|_| shared)
     }
 
-    /// `mbind`, pre-fault and verify a fresh mapping of `plan`.
+    /// `mbind`, pre-fault (a shared mapping from a child: [`super::fault`])
+    /// and verify a fresh mapping of `plan`.
     fn settle(
         &self,
         map: &Mapping,
+        shared: bool,
         plan: &Plan,
         fault: Fault,
         populate_seconds: f64,
@@ -185,17 +187,21 @@ impl<'a> Placer<'a> {
                     Fault::Threads(m, n) => (m, n),
                     _ => (prefault::method_for_kernel(), 1),
                 };
-                let out = prefault::prefault(map, plan.page_size as usize, n, &self.cpus, m, None)
-                    .map_err(|e| {
-                        if !hugetlb {
-                            return e;
-                        }
-                        let resident =
-                            verify::verify_range(map.addr() as u64, map.len() as u64, None)
-                                .map(|v| v.resident_bytes)
-                                .unwrap_or(0);
-                        pool::fault_refused(&self.probe, plan, resident, e)
-                    })?;
+                let page = plan.page_size as usize;
+                let out = if shared {
+                    super::fault::prefault_shared(map, page, n, &self.cpus, m)
+                } else {
+                    prefault::prefault(map, page, n, &self.cpus, m, None)
+                }
+                .map_err(|e| {
+                    if !hugetlb {
+                        return e;
+                    }
+                    let resident = verify::verify_range(map.addr() as u64, map.len() as u64, None)
+                        .map(|v| v.resident_bytes)
+                        .unwrap_or(0);
+                    pool::fault_refused(&self.probe, plan, resident, e)
+                })?;
                 (out.method.as_str(), out.threads, out.seconds)
             }
         };
@@ -435,7 +441,7 @@ pub(crate) fn place_mmap(s: &Settings, req: &MmapRequest) -> Done {
         let result = mapped
             .map_err(|e| pool::map_refused(&p.probe, e, huge, plan.size_bytes))
             .and_then(|map| {
-                let st = p.settle(&map, &plan, fault, populate_seconds)?;
+                let st = p.settle(&map, req.shared, &plan, fault, populate_seconds)?;
                 Ok((map, st))
             });
         match result {
@@ -611,7 +617,7 @@ pub(crate) fn attach_shm(s: &Settings, mut entry: Entry) -> Done {
             f => f,
         };
         let map = sys::shm_attach_placed(shmid, p.align(&plan, true))?;
-        let st = p.settle(&map, &plan, fault, 0.0)?;
+        let st = p.settle(&map, true, &plan, fault, 0.0)?;
         Ok((map, st))
     });
     match settled {
