@@ -23,8 +23,8 @@ use hugeshm_parse::size::{format_bytes, BASE_PAGE};
 use hugeshm_probe::{HostSnapshot, Probe, RunRecordFile};
 use serde::{Deserialize, Serialize};
 
-use crate::finding::{pool_fix, Finding, Severity};
 use super::{Segment, SegmentKind, SegmentsReport};
+use crate::finding::{pool_fix, Finding, Severity};
 
 /// What `segments` shows of a segment placed by `hugeshm run`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
