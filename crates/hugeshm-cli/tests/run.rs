@@ -674,3 +674,47 @@ fn segments_shows_the_records_and_refuses_planted_ones() {
         .count();
     assert_eq!(left, 0, "records left after the probe unmapped");
 }
+
+#[test]
+fn advise_prints_the_systemd_drop_in_that_starts_a_service_under_run() {
+    run_library_built().expect("libhugeshm_run.so");
+    let out = common::hugeshm(&[
+        "advise",
+        "--size",
+        "64M",
+        "--run=postgres",
+        "--systemd-unit",
+        "postgresql@15-main.service",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let at = text
+        .find("/etc/systemd/system/postgresql@15-main.service.d/hugeshm-run.conf:")
+        .unwrap_or_else(|| panic!("{text}"));
+    let dropin: Vec<&str> = text[at..].lines().skip(1).take(3).map(str::trim).collect();
+    assert_eq!(dropin[0], "[Service]");
+    let lib = run_library_built().unwrap().canonicalize().unwrap();
+    assert_eq!(
+        dropin[1],
+        format!("Environment=\"LD_PRELOAD={}\"", lib.display())
+    );
+    let value = dropin[2]
+        .strip_prefix("Environment=\"HUGESHM_RUN=")
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("{}", dropin[2]));
+    let s = hugeshm_region::run::Settings::parse(value).expect("what the library reads");
+    assert_eq!(
+        s.target,
+        hugeshm_region::run::Target::Name("postgres".into())
+    );
+    assert_eq!(s.policy, hugeshm_region::Policy::Only);
+    assert_eq!(s.prefault, hugeshm_region::run::RunPrefault::Threads(None));
+    // Without --postgres the executable must be named.
+    let out = common::hugeshm(&["advise", "--size", "64M", "--run"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--run=NAME"));
+}

@@ -314,6 +314,15 @@ fn prepare(roots: &Roots, a: &Args) -> Result<Env, Refused> {
     })
 }
 
+/// The two variables for a service that starts a server whose executable
+/// is named by `settings` (`advise --run` prints them as a systemd
+/// drop-in): the library found as `hugeshm run` finds it, alone in
+/// `LD_PRELOAD`, and the settings.
+pub fn environment(settings: &Settings) -> Result<(String, String), String> {
+    let lib = find_library(None).map_err(|Refused(why)| why)?;
+    Ok((preload_list(&lib, None), settings.encode()))
+}
+
 /// COMMAND as a canonical path: as given when it has a `/`, else found in
 /// `PATH` the way `exec` will find it.
 fn resolve_command(c: &OsStr) -> Result<PathBuf, Refused> {
