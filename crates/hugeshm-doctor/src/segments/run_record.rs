@@ -321,6 +321,128 @@ fn place(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hugeshm_parse::hugepages::PoolCounters;
+    use hugeshm_parse::run_record::RunPrefault;
+
+    const MIB: u64 = 1 << 20;
+
+    fn segment(nodes: &[(&str, u64)]) -> Segment {
+        Segment {
+            kind: SegmentKind::Anon,
+            id: Some(77),
+            key: None,
+            path: Some("/anon_hugepage".into()),
+            size_bytes: 16 * MIB,
+            page_size_bytes: Some(2 * MIB),
+            page_size_source: "smaps of pid 9".into(),
+            resident_bytes: Some(16 * MIB),
+            thp_bytes: Some(0),
+            owner_uid: Some(105),
+            mode: None,
+            creator_pid: None,
+            creator_name: None,
+            attached_pids: vec![9],
+            attached: vec![],
+            nattch: None,
+            nodes: nodes.iter().map(|(n, b)| (n.to_string(), *b)).collect(),
+            numa_policy: Some("interleave:0-1".into()),
+            findings: vec![],
+            dax: None,
+            run: None,
+        }
+    }
+
+    fn record() -> RunRecord {
+        RunRecord {
+            pid: 9,
+            start_ticks: 1,
+            uid: 105,
+            exe: "/usr/lib/postgresql/15/bin/postgres".into(),
+            object: RunObject::Anon,
+            address: 0x7f00_0000_0000,
+            size_bytes: 16 * MIB,
+            requested_bytes: 16 * MIB,
+            page_size_asked_bytes: 2 * MIB,
+            page_size_bytes: 2 * MIB,
+            policy: "only".into(),
+            numa: "interleave".into(),
+            prefault: Some(RunPrefault {
+                method: "populate_write".into(),
+                threads: 2,
+                seconds: 0.01,
+            }),
+            resident_bytes: 16 * MIB,
+            verified_page_size_bytes: 2 * MIB,
+            nodes: [(0, 8 * MIB), (1, 8 * MIB)].into_iter().collect(),
+            fallback: None,
+            warnings: vec![],
+        }
+    }
+
+    fn placed(nodes: &[(&str, u64)], surplus: u64) -> Segment {
+        let mut host = HostSnapshot::default();
+        host.pools = vec![PoolCounters::new(2 * MIB, 8, 0, Some(0), surplus, Some(0))];
+        let mut report = SegmentsReport {
+            segments: vec![segment(nodes)],
+            ..Default::default()
+        };
+        place(
+            &host,
+            "/dev/shm/hugeshm-run.9.7f0000000000".into(),
+            record(),
+            Some(0),
+            &mut report,
+        );
+        report.segments.remove(0)
+    }
+
+    #[test]
+    fn a_placement_that_holds_says_nothing_more() {
+        let s = placed(&[("0", 8 * MIB), ("1", 8 * MIB)], 0);
+        assert!(s.findings.is_empty(), "{:?}", s.findings);
+        let run = s.run.expect("placed by hugeshm run");
+        assert_eq!(run.file, "/dev/shm/hugeshm-run.9.7f0000000000");
+        assert!((run.prefault_gbps - 16.0 * MIB as f64 / 1e9 / 0.01).abs() < 1e-6);
+    }
+
+    #[test]
+    fn pages_that_left_their_nodes_are_a_finding() {
+        let s = placed(&[("0", 16 * MIB)], 0);
+        let f = s
+            .findings
+            .iter()
+            .find(|f| f.code == "run-pages-moved")
+            .expect("drift");
+        assert_eq!(
+            f.message,
+            "/anon_hugepage: placed by hugeshm run (interleave) as node 0 8 MiB, node 1 8 MiB; \
+             now node 0 16 MiB: 8 MiB left their nodes"
+        );
+        // 2 MiB of 16 moved: more than a page and 1%.
+        assert!(placed(&[("0", 10 * MIB), ("1", 6 * MIB)], 0)
+            .findings
+            .iter()
+            .any(|f| f.code == "run-pages-moved"));
+    }
+
+    #[test]
+    fn a_pool_shrunk_under_the_server_is_a_finding_with_the_pool_it_needs() {
+        let s = placed(&[("0", 8 * MIB), ("1", 8 * MIB)], 3);
+        let f = s
+            .findings
+            .iter()
+            .find(|f| f.code == "run-pool-shrunk")
+            .expect("shrunk");
+        assert!(
+            f.message.contains("3 of its pages are surplus and return to the kernel when it stops; its next start needs 8 pages (policy only: it would fail to start)"),
+            "{}",
+            f.message
+        );
+        assert_eq!(
+            f.fix.as_deref(),
+            Some("echo 11 > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages")
+        );
+    }
 
     #[test]
     fn start_time_is_field_22_whatever_the_name() {
