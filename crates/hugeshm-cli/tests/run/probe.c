@@ -8,6 +8,7 @@
  *     shared:SIZE       mmap(MAP_SHARED|MAP_ANONYMOUS)
  *     shared-huge:SIZE  mmap(MAP_SHARED|MAP_ANONYMOUS|MAP_HUGETLB)
  *     private:SIZE      mmap(MAP_PRIVATE|MAP_ANONYMOUS)
+ *     private-full:SIZE the same, every page written (a server's own memory)
  *     shm:SIZE          shmget(IPC_PRIVATE, IPC_CREAT|0600) + shmat
  *     shm-huge:SIZE     the same with SHM_HUGETLB
  *     child             fork and exec this program with `lib`; relay its line
@@ -121,13 +122,15 @@ static void keep(const char *op, void *addr, size_t asked, int shmid) {
         made[nmade++] = (struct made){op, addr, asked, shmid};
 }
 
-static void do_mmap(const char *op, size_t size, int flags) {
+static void do_mmap(const char *op, size_t size, int flags, int full) {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, flags, -1, 0);
     if (p == MAP_FAILED) {
         report(op, NULL, size, errno, -1);
         return;
     }
     ((volatile char *)p)[0] = 1; /* the server's first touch */
+    if (full)
+        memset(p, 1, size);
     keep(op, p, size, -1);
     report(op, p, size, 0, -1);
 }
@@ -173,11 +176,13 @@ int main(int argc, char **argv) {
         if (colon)
             *colon = 0;
         if (!strcmp(a, "shared"))
-            do_mmap("shared", size, MAP_SHARED | MAP_ANONYMOUS);
+            do_mmap("shared", size, MAP_SHARED | MAP_ANONYMOUS, 0);
         else if (!strcmp(a, "shared-huge"))
-            do_mmap("shared-huge", size, MAP_SHARED | MAP_ANONYMOUS | MAP_HUGETLB);
+            do_mmap("shared-huge", size, MAP_SHARED | MAP_ANONYMOUS | MAP_HUGETLB, 0);
         else if (!strcmp(a, "private"))
-            do_mmap("private", size, MAP_PRIVATE | MAP_ANONYMOUS);
+            do_mmap("private", size, MAP_PRIVATE | MAP_ANONYMOUS, 0);
+        else if (!strcmp(a, "private-full"))
+            do_mmap("private-full", size, MAP_PRIVATE | MAP_ANONYMOUS, 1);
         else if (!strcmp(a, "shm"))
             do_shm("shm", size, 0);
         else if (!strcmp(a, "shm-huge"))
