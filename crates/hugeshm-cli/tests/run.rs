@@ -308,6 +308,18 @@ fn refusals_come_before_the_command_runs() {
         &probe(),
         "writable by group or others (mode 0666)",
     );
+    // ... or a directory above it that others can write to.
+    let open_dir = dir.join("open");
+    std::fs::create_dir_all(open_dir.join("lib")).unwrap();
+    std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let lib = open_dir.join("lib/libhugeshm-run.so");
+    std::fs::copy(run_library_built().unwrap(), &lib).unwrap();
+    std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o644)).unwrap();
+    refused(
+        &["--library", lib.to_str().unwrap()],
+        &probe(),
+        "(a directory above it) is writable by group or others (mode 0777)",
+    );
     // NUMA on a one-node host: refused under only, a warning under try.
     let nodes = std::fs::read_dir("/sys/devices/system/node")
         .map(|d| {

@@ -446,8 +446,8 @@ fn check_loadable(p: &Path, what: &str) -> Result<(), Refused> {
 /// The library: `--library`, else `$HUGESHM_RUN_LIBRARY` (not as root),
 /// else beside this binary (`../lib/hugeshm/libhugeshm-run.so`, or a
 /// build tree's `libhugeshm_run.so`), else `/usr/lib/hugeshm/`. The one
-/// found must be a regular file that only its owner (root or this user)
-/// can change, in a directory that only its owner can change.
+/// found, and every directory above it, must belong to root or this user,
+/// and none may be writable by others (but a sticky directory).
 fn find_library(explicit: Option<&Path>) -> Result<PathBuf, Refused> {
     let euid = rustix::process::geteuid().as_raw();
     let mut candidates: Vec<PathBuf> = Vec::new();
@@ -483,10 +483,16 @@ fn find_library(explicit: Option<&Path>) -> Result<PathBuf, Refused> {
             lib.display()
         )));
     }
-    for (p, what) in [
-        (lib.as_path(), "the library"),
-        (lib.parent().unwrap_or(Path::new("/")), "its directory"),
-    ] {
+    // The file, then every directory up to /: each this user's or root's,
+    // and none that others can write to (a sticky directory such as /tmp
+    // only lets them replace their own entries, which the level below
+    // would not accept).
+    for (i, p) in lib.ancestors().enumerate() {
+        let what = if i == 0 {
+            "the library"
+        } else {
+            "a directory above it"
+        };
         let md =
             std::fs::symlink_metadata(p).map_err(|e| Refused(format!("{}: {e}", p.display())))?;
         if md.uid() != 0 && md.uid() != euid {
@@ -496,7 +502,8 @@ fn find_library(explicit: Option<&Path>) -> Result<PathBuf, Refused> {
                 md.uid()
             )));
         }
-        if md.mode() & 0o022 != 0 {
+        let sticky_dir = md.is_dir() && md.mode() & 0o1000 != 0;
+        if md.mode() & 0o022 != 0 && !sticky_dir {
             return Err(Refused(format!(
                 "{} ({what}) is writable by group or others (mode {:04o}): it could be replaced; \
                  chmod go-w it",
