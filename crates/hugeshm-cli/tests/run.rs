@@ -603,6 +603,8 @@ fn segments_shows_the_records_and_refuses_planted_ones() {
     ]);
     let out = common::hugeshm(&["segments", "--json"]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let metrics = common::hugeshm(&["exporter", "--once"]);
+    let metrics = String::from_utf8_lossy(&metrics.stdout).into_owned();
     let human = common::hugeshm(&["segments"]);
     let human_text = String::from_utf8_lossy(&human.stdout).into_owned();
     for p in &planted {
@@ -635,6 +637,18 @@ fn segments_shows_the_records_and_refuses_planted_ones() {
         human_text.contains("placed by hugeshm run in probe"),
         "{human_text}"
     );
+    // The exporter: at least our two segments' bytes, and the four refused.
+    let placed: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("hugeshm_run_placed_bytes{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(placed >= (16 + 12) << 20, "{metrics}");
+    let ignored = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hugeshm_run_records_ignored "))
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(ignored >= Some(4), "{metrics}");
     // The planted ones: refused, each for its reason, none a segment; the
     // dead pid's silently.
     let ignored: Vec<(String, String)> = v["run_records_ignored"]
