@@ -24,7 +24,7 @@
 //!    the nodes it is placed on, in parallel, before the call returns
 //!    (PostgreSQL forks right after). A shared mapping is faulted by the
 //!    threads of a forked child, so that no thread stack or malloc arena is
-//!    left in the server ([`fault`]). A fault the kernel refuses (a cgroup
+//!    left in the server (the `fault` module). A fault the kernel refuses (a cgroup
 //!    limit, a pool taken meanwhile) is an error, never SIGBUS: `only`
 //!    fails, `try` starts over on base pages.
 //! 5. **Verify** the page size (smaps) and the node split (numa_maps).
