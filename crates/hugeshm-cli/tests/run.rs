@@ -26,37 +26,52 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-use hugeshm_testkit::{is_root, run_library_built, skip_unless_root, PoolGuard, TempDir};
+use hugeshm_testkit::{is_root, run_library_built, skip_unless_root, PoolGuard};
 use serde_json::Value;
 
 const M2: u64 = 2 << 20;
 
-/// A directory every user can read, holding the compiled probes.
+/// A directory every user can read (the server's user and 65534 run the
+/// probe), holding what these tests build: in the cargo target directory,
+/// so that nothing is left in /tmp (a static is never dropped).
 fn bin_dir() -> &'static Path {
-    static DIR: OnceLock<TempDir> = OnceLock::new();
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let d = TempDir::new("run-probe");
-        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("run-probe");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
         d
     })
-    .path()
 }
 
-/// `tests/run/probe.c` compiled with `cc` (`extra`: more flags), once.
+/// `tests/run/probe.c` compiled with `cc` (`extra`: more flags), once per
+/// test process (into a name of its own, then renamed in place: another
+/// test process may be compiling the same).
 fn compile(name: &str, extra: &[&str]) -> PathBuf {
     let out = bin_dir().join(name);
-    if !out.exists() {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/run/probe.c");
-        let st = Command::new("cc")
-            .args(["-O1", "-Wall", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .args(extra)
-            .status()
-            .expect("cc");
-        assert!(st.success(), "cc {} failed", src.display());
-    }
+    let tmp = bin_dir().join(format!(".{name}.{}", std::process::id()));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/run/probe.c");
+    let st = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&tmp)
+        .arg(&src)
+        .args(extra)
+        .status()
+        .expect("cc");
+    assert!(st.success(), "cc {} failed", src.display());
+    std::fs::rename(&tmp, &out).unwrap();
     out
+}
+
+/// Removes a file or directory when dropped (a setuid copy, a 0777
+/// directory: nothing of the kind may outlive the test, failed or not).
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn probe() -> PathBuf {
@@ -271,6 +286,7 @@ fn refusals_come_before_the_command_runs() {
     refused(&[], &static_probe, "statically linked");
     // Setuid: the loader ignores LD_PRELOAD.
     let suid = dir.join("probe-suid");
+    let _gone = RemoveOnDrop(suid.clone());
     std::fs::copy(probe(), &suid).unwrap();
     std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).unwrap();
     refused(&[], &suid, "is setuid");
@@ -301,6 +317,7 @@ fn refusals_come_before_the_command_runs() {
     );
     // A library that others could replace.
     let lib = dir.join("libhugeshm-run.so");
+    let _lib_gone = RemoveOnDrop(lib.clone());
     std::fs::copy(run_library_built().unwrap(), &lib).unwrap();
     std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o666)).unwrap();
     refused(
@@ -310,6 +327,7 @@ fn refusals_come_before_the_command_runs() {
     );
     // ... or a directory above it that others can write to.
     let open_dir = dir.join("open");
+    let _open_gone = RemoveOnDrop(open_dir.clone());
     std::fs::create_dir_all(open_dir.join("lib")).unwrap();
     std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let lib = open_dir.join("lib/libhugeshm-run.so");
