@@ -762,3 +762,31 @@ fn advise_prints_the_systemd_drop_in_that_starts_a_service_under_run() {
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--run=NAME"));
 }
+
+#[test]
+fn the_next_record_sweeps_the_records_of_dead_processes_of_its_user_only() {
+    const T: &str = "the_next_record_sweeps_the_records_of_dead_processes_of_its_user_only";
+    if skip_unless_root(T) {
+        return;
+    }
+    let dead: Vec<u32> = (3_000_000..3_100_000)
+        .filter(|p| !Path::new(&format!("/proc/{p}")).exists())
+        .take(2)
+        .collect();
+    let ours = PathBuf::from(format!("/dev/shm/hugeshm-run.{}.1000", dead[0]));
+    let theirs = PathBuf::from(format!("/dev/shm/hugeshm-run.{}.1000", dead[1]));
+    let _g1 = RemoveOnDrop(ours.clone());
+    let _g2 = RemoveOnDrop(theirs.clone());
+    std::fs::write(&ours, "hugeshm-run-record 1\n").unwrap();
+    as_nobody(&["sh", "-c", &format!("echo x > {}", theirs.display())]);
+    let r = ran(run_cmd(&["--min-size", "8M"], &probe(), &["shared:16m"]));
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(
+        !ours.exists(),
+        "root's record of a dead pid is swept by root's next writer"
+    );
+    assert!(
+        theirs.exists(),
+        "another user's file is not root's to remove"
+    );
+}
