@@ -98,20 +98,26 @@ fn records_of(pid: u32) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn postgres_under_run_prefault_is_resident_at_start_and_nothing_else_changes() {
-    const T: &str = "postgres_under_run_prefault_is_resident_at_start_and_nothing_else_changes";
-    if skip_unless_root(T) || skip_unless_postgres(T) {
-        return;
-    }
+/// The pool lock, a 256 MB cluster, and its 2 MiB pages free in the pool.
+fn cluster_with_its_pages() -> (PoolGuard, PgCluster, u64) {
     let pool = PoolGuard::new().expect("pool lock");
-    let mut pg = PgCluster::init("256MB").expect("initdb");
+    let pg = PgCluster::init("256MB").expect("initdb");
     let pages: u64 = pg
         .postgres_c("shared_memory_size_in_huge_pages")
         .unwrap()
         .parse()
         .unwrap();
     pool.ensure_free(M2, pages).expect("the server's pages");
+    (pool, pg, pages)
+}
+
+#[test]
+fn postgres_under_run_prefault_is_resident_at_start_and_nothing_else_changes() {
+    const T: &str = "postgres_under_run_prefault_is_resident_at_start_and_nothing_else_changes";
+    if skip_unless_root(T) || skip_unless_postgres(T) {
+        return;
+    }
+    let (pool, mut pg, pages) = cluster_with_its_pages();
     let root = pg.root().display().to_string();
     pg.set("archive_mode", "on").unwrap();
     pg.set(
@@ -250,14 +256,7 @@ fn postgres_in_a_small_hugetlb_cgroup_starts_on_4k_or_fails_with_the_numbers() {
     if skip_unless_root(T) || skip_unless_postgres(T) {
         return;
     }
-    let pool = PoolGuard::new().expect("pool lock");
-    let mut pg = PgCluster::init("256MB").expect("initdb");
-    let pages: u64 = pg
-        .postgres_c("shared_memory_size_in_huge_pages")
-        .unwrap()
-        .parse()
-        .unwrap();
-    pool.ensure_free(M2, pages).expect("the server's pages");
+    let (pool, mut pg, pages) = cluster_with_its_pages();
     let Some(cg) = TestCgroup::new("run-pg", &[(M2, 16 << 20)]) else {
         return;
     };
