@@ -7,18 +7,22 @@
 # installs it). What the package holds is [package.metadata.deb] in
 # crates/hugeshm-cli/Cargo.toml; this script makes the files cargo-deb does
 # not build itself: the C library with its header and pkg-config file
-# (scripts/install-capi.sh, staged), and the man pages and completions
-# (`hugeshm generate`, from the clap definitions).
+# (scripts/install-capi.sh, staged), the interposition library of `hugeshm
+# run` (libhugeshm-run.so, from the hugeshm-run-preload crate; installed in
+# /usr/lib/hugeshm/, where /usr/bin/hugeshm finds it as ../lib/hugeshm/), and
+# the man pages and completions (`hugeshm generate`, from the clap
+# definitions).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 assets="$target_dir/release/deb-assets"
 
-echo "== cargo build --release -p hugeshm -p hugeshm-capi"
-cargo build --release --locked -p hugeshm -p hugeshm-capi
+echo "== cargo build --release -p hugeshm -p hugeshm-capi -p hugeshm-run-preload"
+cargo build --release --locked -p hugeshm -p hugeshm-capi -p hugeshm-run-preload
 rm -rf "$assets"
 DESTDIR="$assets/capi" scripts/install-capi.sh --from "$target_dir/release" /usr >/dev/null
+install -D -m 0644 "$target_dir/release/libhugeshm_run.so" "$assets/run/libhugeshm-run.so"
 "$target_dir/release/hugeshm" generate man --out "$assets/man" >/dev/null
 # Debian policy: man pages gzipped (cargo-deb leaves files under target/ as
 # they are); -n: no name or time stamp, the same bytes every build.

@@ -2,7 +2,9 @@
 # Installs the hugeshm Debian package on this machine and checks it from the
 # installed paths, then purges it again (also on failure):
 #
-#   /usr/bin/hugeshm status (and --json), the man pages (man -w), the bash
+#   /usr/bin/hugeshm status (and --json), hugeshm run finding
+#   /usr/lib/hugeshm/libhugeshm-run.so and loading it into a real program
+#   (and not into the program's children), the man pages (man -w), the bash
 #   completion in a real bash, a C program built against the installed
 #   header and library with pkg-config and run, systemd-analyze verify on
 #   the installed units, promtool test rules on the installed rules.
@@ -28,7 +30,7 @@ echo "== $deb"
 dpkg-deb --info "$deb" | sed -n '/Package:/,$p'
 contents="$(dpkg-deb --contents "$deb" | awk '{print $6}')"
 for f in ./usr/bin/hugeshm ./usr/lib/libhugeshm.so ./usr/include/hugeshm.h \
-    ./usr/lib/pkgconfig/hugeshm.pc ./usr/share/man/man1/hugeshm.1.gz \
+    ./usr/lib/pkgconfig/hugeshm.pc ./usr/lib/hugeshm/libhugeshm-run.so ./usr/share/man/man1/hugeshm.1.gz \
     ./usr/share/man/man1/hugeshm-exporter.1.gz ./usr/share/bash-completion/completions/hugeshm \
     ./usr/share/zsh/vendor-completions/_hugeshm ./usr/share/fish/vendor_completions.d/hugeshm.fish \
     ./lib/systemd/system/hugeshm-apply.service ./lib/systemd/system/hugeshm-exporter.service \
@@ -52,6 +54,17 @@ echo "== /usr/bin/hugeshm status"
 /usr/bin/hugeshm --version
 /usr/bin/hugeshm status --color never | head -n 12
 /usr/bin/hugeshm status --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["schema"] == 1 and "pools" in d, d.keys()'
+
+echo "== hugeshm run: /usr/lib/hugeshm/libhugeshm-run.so"
+env="$(/usr/bin/hugeshm run --target sh --prefault --print-env)"
+grep -qxF "LD_PRELOAD=/usr/lib/hugeshm/libhugeshm-run.so" <<<"$env" || { echo "check-deb.sh: run --print-env: $env" >&2; exit 1; }
+# The target (dash, as sh) has the library mapped; the cat it runs has not.
+maps="$(/usr/bin/hugeshm run -- /bin/sh -c 'grep -c libhugeshm-run /proc/$$/maps; cat /proc/self/maps' )"
+[ "$(head -n1 <<<"$maps")" -ge 1 ] || { echo "check-deb.sh: the library is not in the target: $maps" >&2; exit 1; }
+if tail -n +2 <<<"$maps" | grep -q libhugeshm-run; then
+    echo "check-deb.sh: the target's child loaded the library" >&2; exit 1
+fi
+echo "hugeshm run loads /usr/lib/hugeshm/libhugeshm-run.so into the target only"
 
 echo "== man pages"
 for page in hugeshm hugeshm-status hugeshm-apply hugeshm-exporter hugeshm-bench-prefault; do

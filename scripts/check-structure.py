@@ -12,6 +12,11 @@
    lines and diagnostics.)
 3. No `pub unsafe fn` with a Rust ABI anywhere: unsafe stays behind safe
    APIs (the C ABI's `pub unsafe extern "C" fn` are C's contract).
+4. `unsafe` lives in exactly the crates of UNSAFE_CRATES: every other crate
+   root (lib.rs, main.rs) says `#![forbid(unsafe_code)]`; those crates'
+   roots deny `unsafe_op_in_unsafe_fn` and
+   `clippy::undocumented_unsafe_blocks` (a `// SAFETY:` line on every
+   block, which clippy checks).
 
 Exit 1 with one line per problem; prints "structure: ok" otherwise.
 """
@@ -20,6 +25,15 @@ import re
 import sys
 
 NOT_LIBRARIES = {"hugeshm-cli", "hugeshm-testkit"}
+# The crates allowed `unsafe`, and why. hugeshm-run-preload writes its one
+# line per changed mapping to the server's stderr with write(2), by design
+# (it is the C boundary of `hugeshm run`; its logic prints nothing).
+UNSAFE_CRATES = {
+    "hugeshm-sys": "the system calls",
+    "hugeshm-capi": "the C ABI",
+    "hugeshm-run-preload": "the interposer of `hugeshm run` (mmap, shmget, ... by LD_PRELOAD)",
+}
+UNSAFE_LINTS = ("#![deny(unsafe_op_in_unsafe_fn)]", "#![deny(clippy::undocumented_unsafe_blocks)]")
 PRINTS = re.compile(r"\b(println|eprintln|print|eprint|dbg)!\s*\(")
 TESTS = re.compile(r"#\[cfg\(test\)\]\s*mod tests\s*\{.*", re.S)
 
@@ -103,11 +117,29 @@ def main():
                     problems.append(f"{path}:{n}: a library crate writes to stdout/stderr: {line.strip()}")
                 if re.search(r"\bpub\s+unsafe\s+fn\b", code):
                     problems.append(f"{path}:{n}: public unsafe fn: {line.strip()}")
+    for crate in crates:
+        for root in ("lib.rs", "main.rs"):
+            path = os.path.join("crates", crate, "src", root)
+            if not os.path.exists(path):
+                continue
+            with open(path, errors="replace") as fh:
+                text = fh.read()
+            if crate in UNSAFE_CRATES:
+                for lint in UNSAFE_LINTS:
+                    if lint not in text:
+                        problems.append(f"{path}: a crate with unsafe code lacks {lint}")
+            elif "#![forbid(unsafe_code)]" not in text:
+                problems.append(
+                    f"{path}: lacks #![forbid(unsafe_code)] (unsafe is for {', '.join(sorted(UNSAFE_CRATES))})"
+                )
     for p in problems:
         print(p)
     if problems:
         return 1
-    print(f"structure: ok ({len(crates)} crates: no module circle, no prints in libraries, no public unsafe fn)")
+    print(
+        f"structure: ok ({len(crates)} crates: no module circle, no prints in libraries, no public unsafe fn, "
+        f"unsafe only in {', '.join(sorted(UNSAFE_CRATES))})"
+    )
     return 0
 
 

@@ -69,6 +69,9 @@ enum Command {
     Advise(cmd::advise::Args),
     /// Reserve a plan on the running host (all or nothing) and optionally persist it.
     Apply(cmd::apply::Args),
+    /// Run an unmodified server with its shared memory on huge pages, placed,
+    /// pre-faulted, verified and recorded (LD_PRELOAD of libhugeshm-run.so).
+    Run(cmd::run::Args),
     /// Serve the status and segments reports as Prometheus metrics (or write them once).
     Exporter(cmd::exporter::Args),
     /// Reproduce the field reports' measurements on this host: start-up, page
@@ -128,6 +131,7 @@ fn main() -> ExitCode {
         Command::Ls(a) => cmd::share::ls(&roots, &a, &mut out),
         Command::Advise(a) => cmd::advise::run(&roots, &a, &mut out),
         Command::Apply(a) => cmd::apply::run(&roots, &a, &mut out),
+        Command::Run(a) => cmd::run::run(&roots, &a, &mut out),
         Command::Exporter(a) => cmd::exporter::run(&roots, &a, &mut out),
         Command::Lab(a) => cmd::lab::run(&roots, &a, &mut out),
         Command::Bench(b) => cmd::bench::run(&roots, b, &mut out),

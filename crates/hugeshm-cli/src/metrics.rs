@@ -229,6 +229,35 @@ pub fn registry(status: &StatusReport, segs: &SegmentsReport, info: ScrapeInfo) 
         "Bytes of the segments on each NUMA node (numa_maps) by kind and page size",
         per_node,
     );
+    // Placed by `hugeshm run`.
+    let run_bytes = Bytes::default();
+    for s in &segs.segments {
+        if let Some(p) = &s.run {
+            let l = labels(&[
+                ("kind", s.kind.to_string()),
+                (
+                    "page_size_bytes",
+                    page_label(Some(p.record.verified_page_size_bytes)),
+                ),
+                ("fell_back", p.record.fallback.is_some().to_string()),
+            ]);
+            run_bytes
+                .get_or_create(&l)
+                .inc_by(gauge_value(s.size_bytes));
+        }
+    }
+    reg.register(
+        "hugeshm_run_placed_bytes",
+        "Bytes of segments placed by hugeshm run (their records checked), by kind, page size and fall-back",
+        run_bytes,
+    );
+    let ignored = Gauge::<i64>::default();
+    ignored.set(gauge_value(segs.run_records_ignored.len() as u64));
+    reg.register(
+        "hugeshm_run_records_ignored",
+        "hugeshm run records in /dev/shm that do not match their process (finding run-record-ignored)",
+        ignored,
+    );
     let fb = Gauge::<i64>::default();
     fb.set(gauge_value(fallback));
     reg.register(

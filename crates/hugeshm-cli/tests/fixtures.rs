@@ -1990,6 +1990,15 @@ fn every_json_output_is_a_document_of_this_schema() {
     assert!(plan["pools"].is_array(), "{plan:#}");
     let applied = check(&["apply", "--dry-run", "--json"]);
     assert_eq!(applied["result"]["dry_run"], true, "{applied:#}");
+    // run prints only with --print-env: the two variables of a drop-in.
+    hugeshm_testkit::run_library_built().expect("libhugeshm_run.so");
+    let env = check(&["run", "--print-env", "--json", "--target", "postgres"]);
+    assert!(
+        env["hugeshm_run"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("v1;target=name:postgres;")),
+        "{env:#}"
+    );
 
     let lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
     let before = hugeshm_testkit::HostState::capture().unwrap();

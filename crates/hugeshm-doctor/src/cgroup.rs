@@ -374,6 +374,7 @@ mod tests {
             numa_policy: None,
             findings: Vec::new(),
             dax: None,
+            run: None,
         }
     }
 

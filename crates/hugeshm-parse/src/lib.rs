@@ -24,6 +24,7 @@
 pub mod buddyinfo;
 pub mod cgroup;
 pub mod cmdline;
+pub mod elf;
 pub mod error;
 pub mod hugepages;
 pub mod hugetlb_cgroup;
@@ -39,6 +40,7 @@ pub mod pagetypeinfo;
 pub mod passwd;
 pub mod pid_limits;
 pub mod pid_status;
+pub mod run_record;
 pub mod size;
 pub mod smaps;
 pub mod sysctl;

@@ -27,6 +27,7 @@ mod pmem;
 pub mod postgres;
 mod process;
 mod read;
+mod run_records;
 
 pub use cgroup::{HugetlbCgroup, HugetlbCgroupLevel, HugetlbCgroupSize};
 pub use file_dax::{FileDax, FileDaxReader};
@@ -39,6 +40,7 @@ pub use process::{
     PAGEMAP_SAMPLE_WINDOWS,
 };
 pub use read::{Problem, ProblemKind, ReadError};
+pub use run_records::{RunRecordFile, MAX_RUN_RECORDS};
 
 use std::path::{Path, PathBuf};
 

@@ -22,6 +22,7 @@ use crate::model::{
     RegionState,
 };
 use crate::naming::validate_name;
+use crate::placement;
 use crate::pool::{self, Backing, HostExtra, Plan, Request};
 use crate::prefault::{self, available_cpus, Progress};
 use crate::report::{AllocationReport, Reclaimed};
@@ -141,61 +142,19 @@ impl RegionBuilder {
         self
     }
 
-    /// The policy to `mbind` the mapping with: the placement asked for (the
-    /// caller's own policy applies by itself).
+    /// The policy to `mbind` the mapping with ([`placement::mbind_policy`]).
     fn mbind_policy(&self, host: &hugeshm_probe::HostSnapshot) -> Option<MemPolicy> {
-        match self.numa {
-            Placement::Default => None,
-            _ => self.effective_policy(host).map(|(p, _)| p),
-        }
+        placement::mbind_policy(&self.numa, host)
     }
 
-    /// The memory policy to check the plan against, and how to name it:
-    /// the placement asked for, else the caller's own bind or interleave.
+    /// The policy to check the plan against ([`placement::effective_policy`]).
     fn effective_policy(&self, host: &hugeshm_probe::HostSnapshot) -> Option<(MemPolicy, String)> {
-        let all = || host.nodes.iter().map(|n| n.node).collect::<Vec<u32>>();
-        let or_all = |n: &Vec<u32>| if n.is_empty() { all() } else { n.clone() };
-        let asked = match &self.numa {
-            // create() refuses it; each part is bound to its node.
-            Placement::Default | Placement::PerNode => None,
-            Placement::Bind(n) => Some(MemPolicy::Bind(n.clone())),
-            Placement::Interleave(n) => Some(MemPolicy::Interleave(or_all(n))),
-            Placement::Preferred(n) => Some(MemPolicy::Preferred(*n)),
-            Placement::WeightedInterleave(n) => Some(MemPolicy::WeightedInterleave(or_all(n))),
-        };
-        match asked {
-            Some(p) => Some((p, format!("--numa {}", self.numa))),
-            None => match hugeshm_sys::thread_mempolicy() {
-                Ok(p @ (MemPolicy::Bind(_) | MemPolicy::Interleave(_))) => {
-                    let d = format!("the caller's memory policy {p} (numactl)");
-                    Some((p, d))
-                }
-                _ => None,
-            },
-        }
+        placement::effective_policy(&self.numa, host)
     }
 
-    /// The CPUs to pre-fault from: those of the nodes a bound or preferred
-    /// region lives on that this process may use (zeroing a page is then
-    /// local); empty (no pinning) otherwise, or when those nodes have no
-    /// CPU this process may use (a CPU-less CXL node).
+    /// The CPUs to pre-fault from ([`placement::fault_cpus`]).
     fn fault_cpus(&self, host: &hugeshm_probe::HostSnapshot) -> Vec<u32> {
-        let nodes = match self.effective_policy(host) {
-            Some((MemPolicy::Bind(n), _)) => n,
-            Some((MemPolicy::Preferred(n), _)) => vec![n],
-            _ => return Vec::new(),
-        };
-        let allowed = hugeshm_sys::affinity().unwrap_or_default();
-        let mut cpus: Vec<u32> = host
-            .nodes
-            .iter()
-            .filter(|n| nodes.contains(&n.node))
-            .flat_map(|n| n.cpus.iter().copied())
-            .filter(|c| allowed.contains(c))
-            .collect();
-        cpus.sort_unstable();
-        cpus.dedup();
-        cpus
+        placement::fault_cpus(&self.numa, host)
     }
 
     /// The probe it reads the host with.
@@ -647,25 +606,7 @@ impl RegionBuilder {
             directory,
             device,
         };
-        let mut plan = pool::plan(&req, host, extra)?;
-        // The hugetlb cgroup's room, before anything is created: `only`
-        // fails with the cgroup file and the numbers, `try` falls back.
-        if let Some(e) = pool::cgroup_check(&self.probe, &plan) {
-            if self.policy != Policy::Try {
-                return Err(e);
-            }
-            plan = pool::fallback_plan(&req, extra, &e)?;
-        }
-        // The nodes' pools, node by node, for a placed region.
-        if let Some(e) = numa
-            .as_ref()
-            .and_then(|(p, d)| pool::numa_check(host, &plan, p, d))
-        {
-            if self.policy != Policy::Try {
-                return Err(e);
-            }
-            plan = pool::fallback_plan(&req, extra, &e)?;
-        }
+        let plan = pool::checked(&req, host, extra, &self.probe, numa.as_ref())?;
         Ok((req, plan))
     }
 
@@ -1011,12 +952,7 @@ impl RegionBuilder {
 
     /// The 1 GiB alignment for page-table sharing, when it applies.
     fn align_for(&self, plan: &Plan) -> Option<usize> {
-        let huge = plan.backing == Backing::Hugetlb;
-        (self.pmd_sharing
-            && huge
-            && plan.page_size < PMD_SHARE_ALIGN as u64
-            && plan.size_bytes >= PMD_SHARE_ALIGN as u64)
-            .then_some(PMD_SHARE_ALIGN)
+        plan.pmd_share_align().filter(|_| self.pmd_sharing)
     }
 
     /// Creates and maps the object for `plan` in its backend's room,
@@ -1105,7 +1041,7 @@ fn age_text(t: std::time::SystemTime) -> String {
 /// only where `MemAvailable` covers it: beyond that the faults drive the
 /// host into reclaim and the OOM killer, which picks whichever process it
 /// likes, a database's included.
-fn memory_check(
+pub(crate) fn memory_check(
     plan: &Plan,
     backend: Backend,
     method: PrefaultMethod,

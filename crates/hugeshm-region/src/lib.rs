@@ -202,9 +202,11 @@ pub mod memlock;
 mod model;
 pub mod naming;
 mod per_node;
+mod placement;
 pub mod pool;
 mod prefault;
 mod report;
+pub mod run;
 pub mod testhook;
 mod verify;
 

@@ -200,13 +200,21 @@ pub(crate) fn read(path: &Path) -> Result<Option<(MemfdRecord, Owner)>, RegionEr
 /// Publishes a record atomically: `Ok(false)` when a record of that name
 /// exists already (another creator won).
 pub(crate) fn publish(path: &Path, rec: &MemfdRecord, mode: u32) -> Result<bool, RegionError> {
+    publish_text(path, &rec.format(), mode)
+}
+
+/// Publishes `text` at `path` atomically, with exactly `mode`: written to
+/// an `O_TMPFILE` in the same directory and linked in place (`linkat`
+/// neither follows nor replaces what is at `path`); `Ok(false)` when
+/// something exists there already. Also the `hugeshm run` records'.
+pub(crate) fn publish_text(path: &Path, text: &str, mode: u32) -> Result<bool, RegionError> {
     let dir = path.parent().unwrap_or(Path::new(MEMFD_RECORD_DIR));
     let io = |e: std::io::Error| RegionError::io(path.display().to_string(), e);
     let fd = sys::open_tmpfile(dir, mode)?;
     rustix::fs::fchmod(&fd, rustix::fs::Mode::from_bits_truncate(mode))
         .map_err(|e| io(e.into()))?;
     let mut file = std::fs::File::from(fd);
-    file.write_all(rec.format().as_bytes()).map_err(io)?;
+    file.write_all(text.as_bytes()).map_err(io)?;
     sys::link_tmpfile(file.as_fd(), path).map_err(RegionError::Sys)
 }
 

@@ -171,6 +171,35 @@ pub(crate) fn map_refused(probe: &Probe, e: SysError, huge: Option<u64>, size: u
     }
 }
 
+/// [`plan`], then the checks against the host beyond the pools, before
+/// anything is created: the hugetlb cgroup of this process
+/// ([`cgroup_check`]: its file and numbers) and, for a mapping placed on
+/// some nodes (`numa`: the policy and how to name it), those nodes' pools,
+/// node by node ([`numa_check`]). `only` fails with the first problem;
+/// `try` plans the whole region on base pages with the reason.
+pub(crate) fn checked(
+    req: &Request,
+    host: &HostSnapshot,
+    extra: &HostExtra,
+    probe: &Probe,
+    numa: Option<&(hugeshm_sys::MemPolicy, String)>,
+) -> Result<Plan, RegionError> {
+    let mut plan = plan(req, host, extra)?;
+    if let Some(e) = cgroup_check(probe, &plan) {
+        if req.policy != Policy::Try {
+            return Err(e);
+        }
+        plan = fallback_plan(req, extra, &e)?;
+    }
+    if let Some(e) = numa.and_then(|(p, d)| numa_check(host, &plan, p, d)) {
+        if req.policy != Policy::Try {
+            return Err(e);
+        }
+        plan = fallback_plan(req, extra, &e)?;
+    }
+    Ok(plan)
+}
+
 /// How a `posix` (tmpfs) region gets transparent huge pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ThpMode {
@@ -239,6 +268,17 @@ impl Plan {
     /// Whether the region is on huge pages (hugetlb or THP).
     pub fn is_huge(&self) -> bool {
         self.backing != Backing::Base
+    }
+
+    /// The address alignment that lets processes share the page tables of
+    /// a mapping of this plan ([`hugeshm_sys::PMD_SHARE_ALIGN`], for
+    /// hugetlb pages smaller than it and a mapping at least that large).
+    pub fn pmd_share_align(&self) -> Option<usize> {
+        let align = hugeshm_sys::PMD_SHARE_ALIGN;
+        (self.backing == Backing::Hugetlb
+            && self.page_size < align as u64
+            && self.size_bytes >= align as u64)
+            .then_some(align)
     }
 }
 
@@ -725,6 +765,41 @@ fn device_plan(req: &Request, dev: &DevDax) -> Result<Plan, RegionError> {
     })
 }
 
+/// Each node's share of `pages` pages interleaved over `nodes`: even for
+/// interleave, by the node's weight (default 1) for weighted interleave;
+/// the pages that do not divide evenly go one each to the first nodes, as
+/// the rounds do.
+pub(crate) fn interleave_shares(
+    host: &HostSnapshot,
+    nodes: &[u32],
+    weighted: bool,
+    pages: u64,
+) -> Vec<(u32, u64)> {
+    let weight = |n: u32| -> u64 {
+        host.nodes
+            .iter()
+            .find(|i| i.node == n)
+            .and_then(|i| i.interleave_weight)
+            .filter(|_| weighted)
+            .unwrap_or(1)
+            .max(1)
+    };
+    let total: u64 = nodes.iter().map(|&n| weight(n)).sum::<u64>().max(1);
+    let mut left = pages
+        - nodes
+            .iter()
+            .map(|&n| pages * weight(n) / total)
+            .sum::<u64>();
+    nodes
+        .iter()
+        .map(|&n| {
+            let extra = u64::from(left > 0);
+            left -= extra;
+            (n, pages * weight(n) / total + extra)
+        })
+        .collect()
+}
+
 /// The NUMA side of the pool check, before the system call: for a hugetlb
 /// plan placed on some nodes (by `--numa`, or the caller's own policy),
 /// whether those nodes' pools hold it. `bind`: their free pages together;
@@ -781,35 +856,14 @@ pub(crate) fn numa_check(
                 .collect()
         }
         MemPolicy::Interleave(nodes) | MemPolicy::WeightedInterleave(nodes) => {
-            // Each node's share of the pages: even for interleave, by the
-            // node's weight (default 1) for weighted interleave.
             let weighted = matches!(policy, MemPolicy::WeightedInterleave(_));
-            let weight = |n: u32| -> u64 {
-                host.nodes
-                    .iter()
-                    .find(|i| i.node == n)
-                    .and_then(|i| i.interleave_weight)
-                    .filter(|_| weighted)
-                    .unwrap_or(1)
-                    .max(1)
-            };
-            let total: u64 = nodes.iter().map(|&n| weight(n)).sum::<u64>().max(1);
-            let mut left = required
-                - nodes
-                    .iter()
-                    .map(|&n| required * weight(n) / total)
-                    .sum::<u64>();
-            let needs: Vec<NodeNeed> = nodes
-                .iter()
-                .map(|&n| {
+            let needs: Vec<NodeNeed> = interleave_shares(host, nodes, weighted, required)
+                .into_iter()
+                .map(|(n, share)| {
                     let (free, nr) = pool(n);
-                    // The pages that do not divide evenly go one each to
-                    // the first nodes, as the rounds do.
-                    let extra = u64::from(left > 0);
-                    left -= extra;
                     NodeNeed {
                         node: n,
-                        required: required * weight(n) / total + extra,
+                        required: share,
                         available: free,
                         nr_hugepages: nr,
                     }

@@ -758,6 +758,16 @@ impl Mapping {
             .collect()
     }
 
+    /// Gives the mapping up without releasing it: the range stays mapped
+    /// and is no longer this value's to unmap. Returns `(address, length)`.
+    /// For code that hands the mapping to a program that unmaps it itself
+    /// (the `hugeshm run` interposer returns it from the server's `mmap` or
+    /// `shmat`).
+    pub fn into_raw(self) -> (usize, usize) {
+        let this = std::mem::ManuallyDrop::new(self);
+        (this.addr(), this.len)
+    }
+
     /// Releases the mapping now (`munmap` or `shmdt`), returning the error
     /// instead of logging it.
     pub fn release(self) -> Result<(), SysError> {

@@ -56,7 +56,8 @@ pub use host::{HostState, PoolCounts, SysvSegment};
 pub use pool::{PoolGuard, PoolLock, HUGEPAGES_SYSFS, NODE_SYSFS, POOL_LOCK_PATH};
 pub use tempdir::TempDir;
 pub use testproc::{
-    testproc_built, testproc_path, TestObject, TestProc, TestProcReport, TESTPROC_ENV,
+    run_library_built, testproc_built, testproc_path, TestObject, TestProc, TestProcReport,
+    TESTPROC_ENV,
 };
 
 /// True when running with effective uid 0.

@@ -587,6 +587,18 @@ impl PgCluster {
     /// anonymous shared memory: Cannot allocate memory` when the huge page
     /// pool is short with `huge_pages = on`; no server is left running.
     pub fn start(&mut self, huge_pages: &str) -> Result<(), String> {
+        self.start_under(huge_pages, &[])
+    }
+
+    /// [`PgCluster::start`] with `pg_ctl` run by a wrapper: `wrapper[0]`
+    /// with `wrapper[1..]`, then `pg_ctl` and its arguments (as the
+    /// cluster's user, in its cgroup if any), e.g. `hugeshm run --target
+    /// postgres --prefault --`. An empty wrapper is a plain start.
+    pub fn start_under(
+        &mut self,
+        huge_pages: &str,
+        wrapper: &[std::ffi::OsString],
+    ) -> Result<(), String> {
         if !["on", "off", "try"].contains(&huge_pages) {
             return Err(format!(
                 "huge_pages must be on, off or try, not {huge_pages:?}"
@@ -602,7 +614,19 @@ impl PgCluster {
         let log_start = std::fs::metadata(&self.log_path)
             .map(|m| m.len())
             .unwrap_or(0);
-        let mut cmd = self.command("pg_ctl")?;
+        let mut cmd = match wrapper.split_first() {
+            None => self.command("pg_ctl")?,
+            Some((program, args)) => {
+                let mut c = pg_command_in(
+                    self.who,
+                    Path::new(program),
+                    &self.root,
+                    self.cgroup_procs.as_deref(),
+                )?;
+                c.args(args).arg(self.bin.join("pg_ctl"));
+                c
+            }
+        };
         cmd.arg("-D")
             .arg(&self.datadir)
             .arg("-l")

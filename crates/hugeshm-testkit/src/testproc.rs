@@ -118,54 +118,70 @@ fn ensure_built() -> Result<PathBuf, String> {
             if std::env::var_os(TESTPROC_ENV).is_some() {
                 return Ok(path);
             }
-            if let Some(cargo) = std::env::var_os("CARGO") {
-                let profile = profile_dir();
-                let mut cmd = Command::new(cargo);
-                cmd.args([
-                    "build",
-                    "--quiet",
-                    "--bin",
-                    BIN_NAME,
-                    "-p",
-                    "hugeshm-testkit",
-                    "--manifest-path",
-                ])
-                .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"));
-                if let Some(target_dir) = profile.parent() {
-                    cmd.arg("--target-dir").arg(target_dir);
-                }
-                match profile.file_name().and_then(OsStr::to_str) {
-                    Some("debug") | None => {}
-                    Some("release") => {
-                        cmd.arg("--release");
-                    }
-                    Some(other) => {
-                        cmd.args(["--profile", other]);
-                    }
-                }
-                match cmd.stdin(Stdio::null()).output() {
-                    Ok(out) if out.status.success() => {}
-                    Ok(out) => eprintln!(
-                        "hugeshm-testkit: building {BIN_NAME} failed ({}): {}",
-                        out.status,
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    ),
-                    Err(e) => {
-                        eprintln!("hugeshm-testkit: could not run cargo to build {BIN_NAME}: {e}")
-                    }
-                }
-            }
-            if path.is_file() {
-                Ok(path)
-            } else {
-                Err(format!(
-                    "{} not found; build it with `cargo build -p hugeshm-testkit --bin {BIN_NAME}` \
-                     or point ${TESTPROC_ENV} at it",
-                    path.display()
-                ))
-            }
+            cargo_build(&["--bin", BIN_NAME, "-p", "hugeshm-testkit"], &path).map_err(|e| {
+                format!("{e}; build it with `cargo build -p hugeshm-testkit --bin {BIN_NAME}` or point ${TESTPROC_ENV} at it")
+            })
         })
         .clone()
+}
+
+/// `libhugeshm_run.so` (the `hugeshm-run-preload` crate) in
+/// `target/<profile>/`, beside the `hugeshm` binary that finds it there,
+/// built first (once per process) when running under cargo: no test
+/// depends on a cdylib, so `cargo test` alone would not build it.
+pub fn run_library_built() -> Result<PathBuf, String> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let path = profile_dir().join("libhugeshm_run.so");
+            cargo_build(&["-p", "hugeshm-run-preload"], &path)
+                .map_err(|e| format!("{e}; build it with `cargo build -p hugeshm-run-preload`"))
+        })
+        .clone()
+}
+
+/// `cargo build ARGS` into this test's target directory and profile, when
+/// running under cargo; then `path` must exist.
+fn cargo_build(args: &[&str], path: &Path) -> Result<PathBuf, String> {
+    if let Some(cargo) = std::env::var_os("CARGO") {
+        let profile = profile_dir();
+        let mut cmd = Command::new(cargo);
+        cmd.arg("build")
+            .arg("--quiet")
+            .args(args)
+            .arg("--manifest-path")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"));
+        if let Some(target_dir) = profile.parent() {
+            cmd.arg("--target-dir").arg(target_dir);
+        }
+        match profile.file_name().and_then(OsStr::to_str) {
+            Some("debug") | None => {}
+            Some("release") => {
+                cmd.arg("--release");
+            }
+            Some(other) => {
+                cmd.args(["--profile", other]);
+            }
+        }
+        match cmd.stdin(Stdio::null()).output() {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => eprintln!(
+                "hugeshm-testkit: cargo build {} failed ({}): {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            Err(e) => eprintln!(
+                "hugeshm-testkit: could not run cargo build {}: {e}",
+                args.join(" ")
+            ),
+        }
+    }
+    if path.is_file() {
+        Ok(path.to_path_buf())
+    } else {
+        Err(format!("{} not found", path.display()))
+    }
 }
 
 /// A running `hugeshm-testproc`, holding the objects it reported until

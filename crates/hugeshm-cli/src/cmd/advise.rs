@@ -101,6 +101,14 @@ pub struct Args {
     /// Print the plan as JSON (`hugeshm apply --plan` reads it).
     #[arg(long)]
     pub json: bool,
+    /// Also print the systemd drop-in that starts the server under
+    /// `hugeshm run` (Environment=LD_PRELOAD=... HUGESHM_RUN=...: its shared
+    /// memory pre-faulted on every CPU at start, on the planned pages or
+    /// refused with the numbers) for the --systemd-unit services; NAME is
+    /// the server's executable (default with --postgres: postgres).
+    #[arg(long, value_name = "NAME", num_args = 0..=1, require_equals = true,
+          default_missing_value = "", conflicts_with = "json")]
+    pub run: Option<String>,
 }
 
 /// A spec file.
@@ -366,9 +374,57 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
         out.json_doc(&plan)?;
     } else {
         print(&plan, out)?;
+        if let Some(name) = &args.run {
+            print_run_dropin(&plan, name, args.source.postgres.is_some(), out)?;
+        }
         out.flush()?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `advise --run`: the drop-in that puts the server under `hugeshm run`.
+fn print_run_dropin(plan: &Plan, name: &str, postgres: bool, out: &mut Out) -> anyhow::Result<()> {
+    use hugeshm_region::run::{RunPrefault, Settings, Target};
+    let name = match name {
+        "" if postgres => "postgres",
+        "" => bail!("--run: name the server's executable (--run=NAME)"),
+        n if n.contains('/') || n.len() > 255 => bail!("--run={n:?}: a file name, not a path"),
+        n => n,
+    };
+    let mut settings = Settings::new(Target::Name(name.to_owned()));
+    settings.prefault = RunPrefault::Threads(None);
+    settings.policy = hugeshm_region::Policy::Only;
+    let (preload, run) = crate::cmd::run::environment(&settings).map_err(anyhow::Error::msg)?;
+    let units = if plan.config.systemd_units.is_empty() {
+        vec!["SERVER.service".to_owned()]
+    } else {
+        plan.config.systemd_units.clone()
+    };
+    out.line("")?;
+    out.line(
+        out.bold("hugeshm run (the server's shared memory pre-faulted and recorded at start)"),
+    )?;
+    for u in &units {
+        out.line(format!(
+            "  {}",
+            out.dim(&format!("/etc/systemd/system/{u}.d/hugeshm-run.conf:"))
+        ))?;
+        out.line("      [Service]")?;
+        // `%` starts a specifier in unit files.
+        out.line(format!(
+            "      Environment=\"LD_PRELOAD={}\"",
+            preload.replace('%', "%%")
+        ))?;
+        out.line(format!(
+            "      Environment=\"HUGESHM_RUN={}\"",
+            run.replace('%', "%%")
+        ))?;
+    }
+    out.line(out.dim(&format!(
+        "then: systemctl daemon-reload && systemctl restart {}",
+        units.join(" ")
+    )))?;
+    Ok(())
 }
 
 fn placement(p: Placement) -> String {

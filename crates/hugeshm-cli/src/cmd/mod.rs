@@ -15,6 +15,7 @@ pub mod exporter_http;
 pub mod generate;
 pub mod lab;
 pub mod region;
+pub mod run;
 pub mod segments;
 pub mod share;
 pub mod status;

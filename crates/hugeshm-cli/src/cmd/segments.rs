@@ -60,6 +60,9 @@ struct Doc<'a> {
     unreadable: &'a [segments::ProcessProblem],
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     limited_cgroups: &'a [segments::LimitedCgroup],
+    /// `hugeshm run` records not shown, and why (absent when none).
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    run_records_ignored: &'a [hugeshm_doctor::segments::run_record::IgnoredRunRecord],
 }
 
 /// Runs the command.
@@ -80,6 +83,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
             problems: &report.problems,
             unreadable: &report.unreadable,
             limited_cgroups: &report.limited_cgroups,
+            run_records_ignored: &report.run_records_ignored,
         })?;
     } else {
         print(&report, out)?;
@@ -199,6 +203,45 @@ fn dax_line(s: &Segment, d: &DaxInfo) -> String {
     )
 }
 
+/// "placed by hugeshm run" and what its record says.
+fn run_line(s: &Segment, p: &hugeshm_doctor::segments::run_record::RunPlacement) -> String {
+    let r = &p.record;
+    let exe = r.exe.rsplit('/').next().unwrap_or(&r.exe);
+    let mut t = format!(
+        "{}: placed by hugeshm run in {exe} (pid {}): {} asked on {} pages, {} on {} pages",
+        s.label(),
+        r.pid,
+        format_bytes(r.requested_bytes),
+        format_bytes(r.page_size_asked_bytes),
+        format_bytes(r.size_bytes),
+        format_bytes(r.verified_page_size_bytes)
+    );
+    if r.numa != "default" {
+        t.push_str(&format!(", {}", r.numa));
+    }
+    if let Some(f) = &r.prefault {
+        t.push_str(&format!(
+            ", pre-faulted by {} thread{} in {:.2} s ({:.1} GB/s)",
+            f.threads,
+            if f.threads == 1 { "" } else { "s" },
+            f.seconds,
+            p.prefault_gbps
+        ));
+    }
+    if !r.nodes.is_empty() {
+        let nodes: Vec<String> = r
+            .nodes
+            .iter()
+            .map(|(n, b)| format!("{n}:{}", format_bytes(*b)))
+            .collect();
+        t.push_str(&format!(", at start {}", nodes.join(" ")));
+    }
+    if let Some(f) = &r.fallback {
+        t.push_str(&format!("; fell back: {f}"));
+    }
+    t
+}
+
 /// Prints the human form.
 pub fn print(r: &SegmentsReport, out: &mut Out) -> anyhow::Result<()> {
     if r.segments.is_empty() {
@@ -262,6 +305,9 @@ pub fn print(r: &SegmentsReport, out: &mut Out) -> anyhow::Result<()> {
         for s in &r.segments {
             if let Some(d) = &s.dax {
                 out.line(out.dim(&dax_line(s, d)))?;
+            }
+            if let Some(run) = &s.run {
+                out.line(run_line(s, run))?;
             }
         }
     }

@@ -384,6 +384,7 @@ mod tests {
             numa_policy: Some("default".into()),
             findings: vec![],
             dax: None,
+            run: None,
         }
     }
 

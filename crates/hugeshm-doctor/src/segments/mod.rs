@@ -28,6 +28,7 @@
 
 mod cgroups;
 mod findings;
+pub mod run_record;
 mod sample;
 mod scan;
 
@@ -184,6 +185,9 @@ pub struct Segment {
     /// each sampled process maps it (PMD or 4 KiB faults, from pagemap).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dax: Option<DaxInfo>,
+    /// Placed by `hugeshm run`: its record, checked against the process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<run_record::RunPlacement>,
 }
 
 impl Segment {
@@ -236,6 +240,9 @@ pub struct SegmentsReport {
     /// or `text`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maps_read: Option<MapsRead>,
+    /// `hugeshm run` records not shown, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub run_records_ignored: Vec<run_record::IgnoredRunRecord>,
     /// The hugetlb cgroups with a limit that hold processes mapping the
     /// segments that need huge pages (or fell back from them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -289,6 +296,7 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
 
     // 5. The hugetlb cgroups of their processes.
     report.limited_cgroups = cgroups::pass(probe, &mut report.segments, default_huge);
+    run_record::attach(probe, host, &mut report);
     // 6. What the scan could not read.
     report.processes_vanished = scan.unread.vanished;
     report.unreadable = scan.unread.problems;
@@ -338,6 +346,7 @@ mod tests {
             numa_policy: None,
             findings: vec![],
             dax: None,
+            run: None,
         }
     }
 

@@ -86,6 +86,7 @@ pub(super) fn segment_of(
         numa_policy: None,
         findings: Vec::new(),
         dax: None,
+        run: None,
     };
     // A creator that maps nothing (or has exited) but is named by SysV.
     seg.creator_name = seg.creator_pid.and_then(|pid| {
