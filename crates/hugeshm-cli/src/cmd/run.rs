@@ -165,12 +165,12 @@ struct Refused(String);
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     match prepare(roots, a) {
         Err(Refused(why)) => {
-            eprintln!("hugeshm run: error: {why}");
+            crate::terminal::eprintln(format!("hugeshm run: error: {why}"));
             Ok(ExitCode::from(2))
         }
         Ok(env) => {
             for w in &env.warnings {
-                eprintln!("hugeshm run: warning: {w}");
+                crate::terminal::eprintln(format!("hugeshm run: warning: {w}"));
             }
             if a.print_env {
                 if a.json {
@@ -188,10 +188,10 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
                 .env("LD_PRELOAD", &env.ld_preload)
                 .env(SETTINGS_ENV, &env.hugeshm_run)
                 .exec();
-            eprintln!(
+            crate::terminal::eprintln(format!(
                 "hugeshm run: error: cannot run {}: {err}",
                 Path::new(program).display()
-            );
+            ));
             Ok(ExitCode::from(
                 if err.kind() == std::io::ErrorKind::NotFound {
                     127
