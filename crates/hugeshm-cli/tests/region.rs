@@ -1433,6 +1433,9 @@ fn planted_fifos_and_links_never_hang_or_leak() {
     if skip_unless_root(T) {
         return;
     }
+    // What it plants in /dev/shm is host state the other tests compare
+    // under this lock; dropped last, after the plants are gone.
+    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
     use std::os::unix::fs::PermissionsExt;
     const SECRET: &str = "TOPSECRET-cli-planted";
     let tag = name("planted");

@@ -547,6 +547,9 @@ fn planted_fifos_and_links_are_refused_never_opened() {
     if hugeshm_testkit::skip_unless_root(T) || skip_without_setpriv(T) {
         return;
     }
+    // What it plants in /dev/shm is host state the other tests compare
+    // under this lock; dropped last, after the plants are gone.
+    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
     let mut planted = Planted::new();
     let dir = std::path::PathBuf::from("/dev/shm").join(unique("planted-dir"));
     std::fs::create_dir(&dir).unwrap();
