@@ -53,7 +53,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use crate::{Mapping, SysError};
+use crate::SysError;
 
 /// How many file mappings one process may hold at once.
 pub(crate) const SLOTS: usize = 1024;
@@ -157,35 +157,6 @@ impl Guard {
         slot.len.store(0, Ordering::Relaxed);
         slot.seq.store(s + 2, Ordering::Release);
         self.slot = &NEVER_LOST;
-    }
-}
-
-impl Mapping {
-    /// `Ok` unless a SIGBUS hit the mapping (see this module): one load,
-    /// made after the access it follows.
-    #[inline(always)]
-    pub(crate) fn intact(&self, what: &str) -> Result<(), SysError> {
-        if self.guard.is_lost() {
-            return Err(self.lost(what));
-        }
-        Ok(())
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn lost(&self, what: &str) -> SysError {
-        let (offset, code) = self.guard.fault();
-        SysError::MappingLost {
-            call: self.call(what),
-            offset,
-            code,
-        }
-    }
-
-    /// Whether a SIGBUS hit the mapping (its file lost memory under it):
-    /// every checked access fails with [`SysError::MappingLost`] then.
-    pub fn is_lost(&self) -> bool {
-        self.guard.is_lost()
     }
 }
 
@@ -496,7 +467,7 @@ mod tests {
         std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "sigbus::tests::sigbus_child",
+                "mm::sigbus::tests::sigbus_child",
                 "--nocapture",
                 "--test-threads=1",
             ])
