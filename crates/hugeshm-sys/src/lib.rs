@@ -5,7 +5,9 @@
 //! Every block has a `// SAFETY:` line; no function here is `unsafe` to call.
 //!
 //! Ownership is explicit: a [`Mapping`] owns a range of this process's
-//! address space, made by `mmap` or by `shmat`, and releases it on drop
+//! address space, made by `mmap` ([`MapOptions`]: anonymous memory or a
+//! file, shared, on huge pages, at an aligned address) or by `shmat`
+//! ([`shm_attach`]), and releases it on drop
 //! (`munmap` or `shmdt`, whichever made it). [`Mapping::release`] returns
 //! the error instead; a failure in `Drop` goes to the `log` facade.
 //!
@@ -18,13 +20,13 @@
 //! pieces for parallel writers ([`Mapping::pieces_mut`]). The raw pointer
 //! is there for callers that take the responsibility ([`Mapping::as_ptr`]).
 //!
-//! A file mapping ([`mmap_fd`] and its siblings) can lose its memory when
+//! A file mapping ([`MapOptions::map`]) can lose its memory when
 //! another process truncates the file: the next access would get SIGBUS.
 //! Every file mapping is registered with a process-wide SIGBUS handler
 //! that, for a fault inside a registered mapping, maps zero memory over it
 //! and marks it lost; the checked accessors then return
 //! [`SysError::MappingLost`] (one load per access), and a SIGBUS anywhere
-//! else goes to the action that was there before (`sigbus.rs` has the
+//! else goes to the action that was there before (`mm/sigbus.rs` has the
 //! details and the limits).
 //!
 //! Paths in directories other users can write are opened through
@@ -32,7 +34,7 @@
 //! after the open).
 //!
 //! ```
-//! let mut m = hugeshm_sys::mmap_anon(1 << 20, true, None)?;
+//! let mut m = hugeshm_sys::MapOptions::new(1 << 20).shared().map_anon()?;
 //! m.populate_write_range(0, m.len())?;
 //! m.write_at(4096, b"hello")?;
 //! let mut back = [0u8; 5];
@@ -48,7 +50,7 @@
 //! The modules, by area as rustix has them:
 //!
 //! * `mm`: memory mappings. The [`Mapping`] type and its release, making
-//!   mappings (anonymous, of a file), address placement, faulting pages in
+//!   mappings ([`MapOptions`]), address placement, faulting pages in
 //!   (`madvise`, touches, `mlock`), NUMA policy (`mbind`) and CPU
 //!   affinity, shared words and copies, write-back for persistence, the
 //!   SIGBUS guard of file mappings.
@@ -79,9 +81,8 @@ pub use fs::{
     Owner,
 };
 pub use mm::{
-    affinity, mmap_anon, mmap_anon_placed, mmap_anon_populate, mmap_fd, mmap_fd_placed,
-    mmap_fd_sync_placed, pmd_shareable_bytes, populate_write_supported, set_affinity,
-    thread_mempolicy, Mapping, MemPolicy, PersistMethod, Piece, PMD_SHARE_ALIGN,
+    affinity, pmd_shareable_bytes, populate_write_supported, set_affinity, thread_mempolicy,
+    MapOptions, Mapping, MemPolicy, PersistMethod, Piece, PMD_SHARE_ALIGN,
 };
 pub use page::{base_page_size, format_size, HUGE_SHIFT};
 pub use perf::{PerfCounter, PerfEvent};

@@ -302,11 +302,11 @@ impl Drop for Mapping {
 #[cfg(test)]
 mod tests {
     use crate::base_page_size as page;
-    use crate::mmap_anon;
+    use crate::MapOptions;
 
     #[test]
     fn anon_private_rounds_and_roundtrips() {
-        let mut m = mmap_anon(1, false, None).expect("mmap");
+        let mut m = MapOptions::new(1).map_anon().expect("mmap");
         assert_eq!(m.len(), page());
         assert_eq!(m.page_size(), page());
         assert_eq!(m.addr() % page(), 0);

@@ -154,11 +154,11 @@ pub fn thread_mempolicy() -> Result<MemPolicy, SysError> {
 mod tests {
     use super::*;
     use crate::base_page_size as page;
-    use crate::mmap_anon;
+    use crate::MapOptions;
 
     #[test]
     fn mbind_to_the_node_we_have() {
-        let m = mmap_anon(4 * page(), true, None).unwrap();
+        let m = MapOptions::new(4 * page()).shared().map_anon().unwrap();
         // Node 0 exists on every NUMA-capable kernel; without NUMA the
         // call is ENOSYS.
         match m.mbind(&MemPolicy::Bind(vec![0]), true) {

@@ -8,7 +8,7 @@ use crate::page::base_page_size;
 use crate::SysError;
 
 impl Mapping {
-    /// Whether it was mapped `MAP_SYNC` ([`mmap_fd_sync_placed`](crate::mmap_fd_sync_placed)).
+    /// Whether it was mapped `MAP_SYNC` ([`MapOptions::sync`](crate::MapOptions::sync)).
     pub fn is_sync(&self) -> bool {
         self.sync
     }

@@ -104,11 +104,11 @@ impl Piece<'_> {
 #[cfg(test)]
 mod tests {
     use crate::base_page_size as page;
-    use crate::mmap_anon;
+    use crate::MapOptions;
 
     #[test]
     fn pieces_are_disjoint_and_fill() {
-        let mut m = mmap_anon(4 * page(), false, None).unwrap();
+        let mut m = MapOptions::new(4 * page()).map_anon().unwrap();
         assert!(m.pieces_mut(&[(0, 2 * page()), (page(), page())]).is_err());
         assert!(m.pieces_mut(&[(3 * page(), 2 * page())]).is_err());
         let pieces = m
@@ -136,7 +136,7 @@ mod tests {
     #[test]
     fn zero_by_zeroes_the_piece_and_only_it() {
         let len = 4 * page();
-        let mut m = mmap_anon(len, false, None).unwrap();
+        let mut m = MapOptions::new(len).map_anon().unwrap();
         for chunk in [4096, 3000, 1, 10 * len] {
             let all = m.pieces_mut(&[(0, len)]).unwrap();
             all.into_iter().for_each(|mut p| p.fill(0xff));

@@ -169,11 +169,15 @@ pub fn populate_write_supported() -> bool {
 #[cfg(test)]
 mod tests {
     use crate::base_page_size as page;
-    use crate::{mmap_anon, mmap_anon_populate};
+    use crate::mm::tests::rss_kb;
+    use crate::MapOptions;
 
     #[test]
     fn anon_shared_fill_touch_populate() {
-        let mut m = mmap_anon(3 * page() + 5, true, None).expect("mmap");
+        let mut m = MapOptions::new(3 * page() + 5)
+            .shared()
+            .map_anon()
+            .expect("mmap");
         assert_eq!(m.len(), 4 * page());
         m.fill(0x5a);
         m.touch();
@@ -187,29 +191,17 @@ mod tests {
         drop(m);
     }
 
-    /// Rss of the mapping at `addr` in /proc/self/smaps, in kB.
-    fn rss_kb(addr: usize) -> u64 {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let head = format!("{addr:x}-");
-        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
-        assert!(lines.next().is_some(), "no smaps entry at {head}");
-        lines
-            .find_map(|l| l.strip_prefix("Rss:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap()
-    }
-
     /// Touching faults every page in (a release build once compiled the
     /// idempotent atomic away and touched nothing: run these tests with
     /// `--release` too), and so does the peers' plain touch loop.
     #[test]
     fn touch_faults_every_page_in() {
         let n = 64;
-        let m = mmap_anon(n * page(), true, None).unwrap();
+        let m = MapOptions::new(n * page()).shared().map_anon().unwrap();
         assert_eq!(rss_kb(m.addr()), 0);
         m.touch();
         assert_eq!(rss_kb(m.addr()), (n * page() / 1024) as u64);
-        let mut m = mmap_anon(n * page(), true, None).unwrap();
+        let mut m = MapOptions::new(n * page()).shared().map_anon().unwrap();
         let pieces = m.pieces_mut(&[(0, n * page())]).unwrap();
         for mut p in pieces {
             p.touch_pages(page(), 1);
@@ -219,13 +211,17 @@ mod tests {
         m.read_at(5 * page(), &mut b).unwrap();
         assert_eq!(b[0], 1);
         // MAP_POPULATE faults everything before mmap returns.
-        let m = mmap_anon_populate(n * page(), true, None).unwrap();
+        let m = MapOptions::new(n * page())
+            .shared()
+            .populate()
+            .map_anon()
+            .unwrap();
         assert_eq!(rss_kb(m.addr()), (n * page() / 1024) as u64);
     }
 
     #[test]
     fn touch_pages_unaligned_covers_every_page() {
-        let mut m = mmap_anon(4 * page(), false, None).unwrap();
+        let mut m = MapOptions::new(4 * page()).map_anon().unwrap();
         m.fill(7);
         m.touch_range(100, 2 * page(), page()).unwrap();
         m.touch_range(0, m.len(), 0).unwrap();

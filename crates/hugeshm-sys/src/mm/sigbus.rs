@@ -8,7 +8,7 @@
 //! mapping gets SIGBUS too when its pool has no page left at fault time,
 //! and a DAX mapping on a memory error.
 //!
-//! Every mapping of a file ([`crate::mmap_fd`] and its siblings) is
+//! Every mapping of a file ([`MapOptions::map`](crate::MapOptions::map)) is
 //! therefore registered here, and a process-wide SIGBUS handler (installed
 //! with the first registration, `SA_SIGINFO | SA_ONSTACK`) looks the
 //! faulting address up:
@@ -353,7 +353,7 @@ mod tests {
     use std::os::unix::process::ExitStatusExt;
     use std::sync::atomic::Ordering;
 
-    use crate::{mmap_fd, Mapping, SysError};
+    use crate::{MapOptions, Mapping, SysError};
 
     const MIB: usize = 1 << 20;
 
@@ -362,7 +362,7 @@ mod tests {
     fn mapped_file() -> (OwnedFd, Mapping) {
         let fd = crate::open_tmpfile(std::path::Path::new("/dev/shm"), 0o600).unwrap();
         crate::set_len(fd.as_fd(), MIB as u64).unwrap();
-        let mut m = mmap_fd(fd.as_fd(), MIB, 0).unwrap();
+        let mut m = MapOptions::new(MIB).map(fd.as_fd()).unwrap();
         m.fill(0x5a);
         (fd, m)
     }
@@ -456,7 +456,11 @@ mod tests {
         let fd = crate::open_tmpfile(std::path::Path::new("/dev/shm"), 0o600).unwrap();
         crate::set_len(fd.as_fd(), 4096).unwrap();
         for _ in 0..super::SLOTS + 10 {
-            mmap_fd(fd.as_fd(), 4096, 0).unwrap().release().unwrap();
+            MapOptions::new(4096)
+                .map(fd.as_fd())
+                .unwrap()
+                .release()
+                .unwrap();
         }
     }
 

@@ -250,12 +250,12 @@ impl AtomicWord for AtomicU64 {}
 #[cfg(test)]
 mod tests {
     use crate::base_page_size as page;
-    use crate::mmap_anon;
+    use crate::MapOptions;
     use std::sync::atomic::Ordering;
 
     #[test]
     fn atomics_are_checked_for_bounds_and_alignment() {
-        let m = mmap_anon(4096, true, None).expect("mmap");
+        let m = MapOptions::new(4096).shared().map_anon().expect("mmap");
         m.atomic_u64(8).unwrap().store(7, Ordering::Release);
         assert_eq!(m.atomic_u32(8).unwrap().load(Ordering::Acquire), 7);
         assert_eq!(m.atomic_u64(8).unwrap().fetch_add(1, Ordering::AcqRel), 7);
@@ -292,7 +292,7 @@ mod tests {
 
     #[test]
     fn word_copies_roundtrip_and_refuse_bad_ranges() {
-        let m = mmap_anon(8192, true, None).expect("mmap");
+        let m = MapOptions::new(8192).shared().map_anon().expect("mmap");
         let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
         m.store_words(4096, &data).unwrap();
         let mut back = vec![0u8; 4096];
@@ -306,7 +306,7 @@ mod tests {
 
     #[test]
     fn sum_u64_reads_every_word() {
-        let mut m = mmap_anon(2 * page(), false, None).expect("mmap");
+        let mut m = MapOptions::new(2 * page()).map_anon().expect("mmap");
         m.fill(1);
         let words = (2 * page() / 8) as u64;
         assert_eq!(

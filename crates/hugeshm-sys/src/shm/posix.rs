@@ -46,7 +46,7 @@ pub fn posix_shm_unlink(name: &str) -> Result<(), SysError> {
 mod tests {
     use super::*;
     use crate::base_page_size as page;
-    use crate::{mmap_fd, set_len, SysError};
+    use crate::{set_len, MapOptions, SysError};
     use std::os::fd::AsFd;
 
     #[test]
@@ -59,10 +59,10 @@ mod tests {
                 Some(libc::EEXIST)
             );
             set_len(fd.as_fd(), page() as u64)?;
-            let mut m = mmap_fd(fd.as_fd(), page(), 0)?;
+            let mut m = MapOptions::new(page()).map(fd.as_fd())?;
             m.write_at(0, b"q")?;
             let fd2 = posix_shm_open(&name)?;
-            let m2 = mmap_fd(fd2.as_fd(), page(), 0)?;
+            let m2 = MapOptions::new(page()).map(fd2.as_fd())?;
             let mut b = [0u8];
             m2.read_at(0, &mut b)?;
             assert_eq!(&b, b"q");
