@@ -84,7 +84,7 @@ pub use mm::{
     affinity, pmd_shareable_bytes, populate_write_supported, set_affinity, thread_mempolicy,
     MapOptions, Mapping, MemPolicy, PersistMethod, Piece, PMD_SHARE_ALIGN,
 };
-pub use page::{base_page_size, format_size, HUGE_SHIFT};
+pub use page::{base_page_size, HUGE_SHIFT};
 pub use perf::{PerfCounter, PerfEvent};
 pub use process::{
     fork_child, in_new_session, process_cpu_seconds, thread_count, thread_cpu_seconds, wait_child,

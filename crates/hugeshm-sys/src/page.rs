@@ -12,23 +12,6 @@ pub fn base_page_size() -> usize {
     rustix::param::page_size()
 }
 
-/// Formats a size in bytes the way the kernel names page sizes: `2MiB`,
-/// `1GiB`, `64KiB`, or plain bytes when not a whole number of KiB.
-pub fn format_size(bytes: u64) -> String {
-    const KIB: u64 = 1 << 10;
-    const MIB: u64 = 1 << 20;
-    const GIB: u64 = 1 << 30;
-    if bytes >= GIB && bytes % GIB == 0 {
-        format!("{}GiB", bytes / GIB)
-    } else if bytes >= MIB && bytes % MIB == 0 {
-        format!("{}MiB", bytes / MIB)
-    } else if bytes >= KIB && bytes % KIB == 0 {
-        format!("{}KiB", bytes / KIB)
-    } else {
-        format!("{bytes}B")
-    }
-}
-
 /// Validates a huge page size and returns its log2 (16..=63).
 pub(crate) fn huge_page_log2(call: &str, size: u64) -> Result<u32, SysError> {
     if !size.is_power_of_two() {
@@ -64,17 +47,23 @@ pub(crate) fn huge_usize(call: &str, size: u64) -> Result<usize, SysError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ShmFlags;
 
+    /// A huge page size is a power of two from 64 KiB up, named in the
+    /// error with the call; lengths round up to a page, or overflow.
     #[test]
-    fn format_size_names() {
-        assert_eq!(format_size(2 << 20), "2MiB");
-        assert_eq!(format_size(1 << 30), "1GiB");
-        assert_eq!(format_size(64 << 10), "64KiB");
-        assert_eq!(format_size(100), "100B");
+    fn huge_page_sizes_are_checked() {
+        assert_eq!(huge_page_log2("x", 2 << 20).unwrap(), 21);
+        assert_eq!(huge_page_log2("x", 1 << 30).unwrap(), 30);
+        assert_eq!(huge_page_log2("x", 64 << 10).unwrap(), 16);
+        let err = huge_page_log2("shmget(..)", 21).unwrap_err();
         assert_eq!(
-            ShmFlags::create_new(Some(1 << 30)).to_string(),
-            "IPC_CREAT|IPC_EXCL|SHM_HUGETLB|1GiB|0600"
+            err.to_string(),
+            "shmget(..): invalid argument: huge page size 21 is not a power of two"
         );
+        let err = huge_page_log2("x", 32 << 10).unwrap_err();
+        assert!(err.to_string().contains("outside 64KiB..2^63"), "{err}");
+        assert_eq!(round_up(1, 4096), Some(4096));
+        assert_eq!(round_up(4096, 4096), Some(4096));
+        assert_eq!(round_up(usize::MAX, 4096), None);
     }
 }

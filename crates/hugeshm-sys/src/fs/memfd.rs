@@ -2,9 +2,10 @@
 
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
+use hugeshm_parse::size::format_exact;
 use rustix::fs::MemfdFlags;
 
-use crate::page::{format_size, huge_page_log2, HUGE_SHIFT};
+use crate::page::{huge_page_log2, HUGE_SHIFT};
 use crate::SysError;
 
 /// `memfd_create(name, MFD_CLOEXEC [| MFD_HUGETLB | size bits])`.
@@ -16,7 +17,7 @@ pub fn memfd_create(name: &str, huge_page_size: Option<u64>) -> Result<OwnedFd, 
         let mut s = format!("memfd_create(name={name:?}, MFD_CLOEXEC");
         if let Some(h) = huge_page_size {
             s.push_str("|MFD_HUGETLB|");
-            s.push_str(&format_size(h));
+            s.push_str(&format_exact(h));
         }
         s.push(')');
         s

@@ -6,13 +6,14 @@
 use std::ffi::c_void;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
+use hugeshm_parse::size::format_exact;
 use rustix::mm::{MapFlags, ProtFlags};
 
 use super::mapping::{Mapping, Release};
 use super::place::placed;
 use super::sigbus;
 use crate::fs::hugetlbfs_page_size;
-use crate::page::{base_page_size, format_size, huge_page_log2, huge_usize, round_up};
+use crate::page::{base_page_size, huge_page_log2, huge_usize, round_up};
 use crate::SysError;
 
 /// The options of one read-write `mmap`, set by name, in the manner of
@@ -184,14 +185,14 @@ impl MapOptions {
         };
         if let (None, Some(h)) = (fd, self.huge) {
             s.push_str("|MAP_HUGETLB|");
-            s.push_str(&format_size(h));
+            s.push_str(&format_exact(h));
         }
         if self.populate {
             s.push_str("|MAP_POPULATE");
         }
         if let Some(a) = self.align {
             s.push_str(", at a multiple of ");
-            s.push_str(&format_size(a as u64));
+            s.push_str(&format_exact(a as u64));
         }
         s.push(')');
         s
@@ -433,7 +434,7 @@ mod tests {
         let want = format!(
             "mmap(len={}, MAP_PRIVATE|MAP_ANONYMOUS, at a multiple of {}): ",
             page(),
-            format_size(3 * page() as u64)
+            format_exact(3 * page() as u64)
         );
         assert!(err.to_string().starts_with(&want), "{err}");
     }

@@ -3,10 +3,11 @@
 use std::ffi::c_void;
 use std::fmt;
 
+use hugeshm_parse::size::format_exact;
 use rustix::mm::Advice;
 
 use crate::mm::{placed, vma, Mapping};
-use crate::page::{base_page_size, format_size, huge_page_log2, round_up, HUGE_SHIFT};
+use crate::page::{base_page_size, huge_page_log2, round_up, HUGE_SHIFT};
 use crate::SysError;
 
 /// Flags for [`shm_get`].
@@ -55,7 +56,7 @@ impl fmt::Display for ShmFlags {
             f.write_str("IPC_EXCL|")?;
         }
         if let Some(h) = self.huge_page_size {
-            write!(f, "SHM_HUGETLB|{}|", format_size(h))?;
+            write!(f, "SHM_HUGETLB|{}|", format_exact(h))?;
         }
         write!(f, "{:04o}", self.mode & 0o777)
     }
@@ -214,7 +215,7 @@ pub fn shm_attach_placed(shmid: i32, align: Option<usize>) -> Result<Mapping, Sy
             "shmat(shmid={shmid}, size={}{})",
             stat.size,
             match align {
-                Some(a) => format!(", SHM_REMAP at a multiple of {}", format_size(a as u64)),
+                Some(a) => format!(", SHM_REMAP at a multiple of {}", format_exact(a as u64)),
                 None => String::new(),
             }
         )
@@ -265,9 +266,9 @@ pub fn shm_attach_placed(shmid: i32, align: Option<usize>) -> Result<Mapping, Sy
                 format!(
                     "mapped {l} bytes of {} pages at {:#x}, the first attachment {len} bytes \
                      of {} pages",
-                    format_size(p as u64),
+                    format_exact(p as u64),
                     placed.addr(),
-                    format_size(page as u64)
+                    format_exact(page as u64)
                 ),
             ))
         }
@@ -314,7 +315,7 @@ fn attached_extent(m: &Mapping, size: u64) -> Result<(usize, usize), String> {
         return Err(format!(
             "the attachment at {addr:#x} is {len} bytes of {} pages, not the segment's {size} \
              bytes rounded up to that page size",
-            format_size(page as u64)
+            format_exact(page as u64)
         ));
     }
     Ok((len, page))
@@ -498,6 +499,15 @@ mod tests {
         if let Err(p) = result {
             std::panic::resume_unwind(p);
         }
+    }
+
+    #[test]
+    fn shm_flags_name_the_page_size() {
+        assert_eq!(
+            ShmFlags::create_new(Some(1 << 30)).to_string(),
+            "IPC_CREAT|IPC_EXCL|SHM_HUGETLB|1GiB|0600"
+        );
+        assert_eq!(ShmFlags::default().to_string(), "0600");
     }
 
     #[test]
