@@ -1,5 +1,19 @@
 //! Byte sizes as the kernel and admins write them (`2M`, `1G`, `2048kB`,
-//! `hugepages-2048kB`), and as hugeshm prints them (`2 MiB`).
+//! `hugepages-2048kB`), and as hugeshm prints them.
+//!
+//! The workspace's size formatters are all here, three forms, each for
+//! its place (write no fourth; pick one of these):
+//!
+//! - [`format_bytes`]: human text (reports, messages, tables), rounded to
+//!   one decimal of the largest unit: `2 MiB`, `1.5 GiB`, `4.0 KiB`.
+//! - [`format_exact`]: a system call's arguments in an error, as the
+//!   kernel names page sizes (`mmap(len=1, MAP_PRIVATE|MAP_ANONYMOUS|
+//!   MAP_HUGETLB|2MiB)`): exact, no space: `2MiB`, `1536MiB`, `4097B`.
+//! - [`page_size_short`]: flags and kernel parameters (`--page-size 2M`,
+//!   `hugepagesz=1G`): exact, one letter: `2M`, `1536M`, `4k`.
+//!
+//! The hugetlb cgroup's file names (`hugetlb.2MB.max`) are written by
+//! `hugetlb_size_name` in the `hugetlb_cgroup` module, beside their parser.
 
 /// 4 KiB, the base page size on x86-64 and most other architectures.
 pub const BASE_PAGE: u64 = 4096;
@@ -105,16 +119,50 @@ pub fn format_bytes(bytes: u64) -> String {
     "0 B".to_string()
 }
 
-/// Short page size label as used in flags and tables: `4k`, `2M`, `1G`.
+/// The units [`format_exact`] and [`page_size_short`] use, largest first.
+const WHOLE_UNITS: [u64; 3] = [GIB, MIB, KIB];
+
+/// `bytes` as a whole number of the largest of [`WHOLE_UNITS`] it is a
+/// non-zero multiple of, with the unit's index.
+fn whole_unit(bytes: u64) -> Option<(u64, usize)> {
+    let i = WHOLE_UNITS
+        .iter()
+        .position(|&u| bytes >= u && bytes % u == 0)?;
+    Some((bytes / WHOLE_UNITS[i], i))
+}
+
+/// Exact, with binary units and no space, the way the kernel names page
+/// sizes: `2MiB`, `1GiB`, `64KiB`, `1536MiB`, or plain bytes (`4097B`)
+/// when not a whole number of KiB. What hugeshm-sys writes into the
+/// system calls its errors name.
+///
+/// ```
+/// use hugeshm_parse::size::format_exact;
+/// assert_eq!(format_exact(2 << 20), "2MiB");
+/// assert_eq!(format_exact(3 << 29), "1536MiB");
+/// assert_eq!(format_exact(100), "100B");
+/// ```
+pub fn format_exact(bytes: u64) -> String {
+    match whole_unit(bytes) {
+        Some((n, i)) => format!("{n}{}", ["GiB", "MiB", "KiB"][i]),
+        None => format!("{bytes}B"),
+    }
+}
+
+/// Short page size label as used in flags and tables: `4k`, `2M`, `1G`
+/// (exact: `1536M`; plain bytes when not a whole number of KiB).
+///
+/// ```
+/// use hugeshm_parse::size::page_size_short;
+/// assert_eq!(page_size_short(2 << 20), "2M");
+/// assert_eq!(page_size_short(4096), "4k");
+/// ```
 pub fn page_size_short(bytes: u64) -> String {
-    if bytes >= GIB && bytes % GIB == 0 {
-        format!("{}G", bytes / GIB)
-    } else if bytes >= MIB && bytes % MIB == 0 {
-        format!("{}M", bytes / MIB)
-    } else if bytes % KIB == 0 {
-        format!("{}k", bytes / KIB)
-    } else {
-        format!("{bytes}")
+    match whole_unit(bytes) {
+        Some((n, i)) => format!("{n}{}", ["G", "M", "k"][i]),
+        // Zero is a whole number of KiB too.
+        None if bytes == 0 => "0k".to_owned(),
+        None => bytes.to_string(),
     }
 }
 
@@ -157,6 +205,16 @@ mod tests {
         assert_eq!(page_size_short(4096), "4k");
         assert_eq!(page_size_short(2 * MIB), "2M");
         assert_eq!(page_size_short(GIB), "1G");
+        assert_eq!(page_size_short(3 * GIB / 2), "1536M");
+        assert_eq!(page_size_short(0), "0k");
+        assert_eq!(page_size_short(4097), "4097");
+        assert_eq!(format_exact(2 * MIB), "2MiB");
+        assert_eq!(format_exact(GIB), "1GiB");
+        assert_eq!(format_exact(64 * KIB), "64KiB");
+        assert_eq!(format_exact(100), "100B");
+        assert_eq!(format_exact(0), "0B");
+        assert_eq!(format_exact(1 << 40), "1024GiB");
+        assert_eq!(format_exact(3 * GIB / 2), "1536MiB");
         assert_eq!(round_up(1, 4096), Some(4096));
         assert_eq!(round_up(8192, 4096), Some(8192));
         assert_eq!(round_up(u64::MAX, 4096), None);

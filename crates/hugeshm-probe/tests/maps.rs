@@ -20,8 +20,8 @@ fn query_and_text_agree_on_own_mappings() {
     // prints it as \012), and shared anonymous memory.
     let fd = sys::memfd_create("probe test a\nb", None).unwrap();
     sys::set_len(fd.as_fd(), 1 << 20).unwrap();
-    let memfd = sys::mmap_fd(fd.as_fd(), 1 << 20, 0).unwrap();
-    let anon = sys::mmap_anon(1 << 20, true, None).unwrap();
+    let memfd = sys::MapOptions::new(1 << 20).map(fd.as_fd()).unwrap();
+    let anon = sys::MapOptions::new(1 << 20).shared().map_anon().unwrap();
     let me = probe.pid(std::process::id());
     let mut agreed = false;
     for _ in 0..20 {

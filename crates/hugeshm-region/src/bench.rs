@@ -175,8 +175,15 @@ pub fn bench_peer(
     let threads = method.threads(threads);
     let t0 = Instant::now();
     let mut map = match method {
-        PeerMethod::MapPopulate => hugeshm_sys::mmap_anon_populate(len, true, huge)?,
-        PeerMethod::FirstTouch | PeerMethod::TouchLoop => hugeshm_sys::mmap_anon(len, true, huge)?,
+        PeerMethod::MapPopulate => hugeshm_sys::MapOptions::new(len)
+            .shared()
+            .populate()
+            .huge(huge)
+            .map_anon()?,
+        PeerMethod::FirstTouch | PeerMethod::TouchLoop => hugeshm_sys::MapOptions::new(len)
+            .shared()
+            .huge(huge)
+            .map_anon()?,
     };
     let page = map.page_size();
     if method != PeerMethod::MapPopulate {

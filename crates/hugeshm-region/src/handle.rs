@@ -663,7 +663,11 @@ mod tests {
 
     #[test]
     fn placed_mappings_are_aligned() {
-        let m = sys::mmap_anon_placed(3 * 4096, true, None, Some(PMD_SHARE_ALIGN)).unwrap();
+        let m = sys::MapOptions::new(3 * 4096)
+            .shared()
+            .align(PMD_SHARE_ALIGN)
+            .map_anon()
+            .unwrap();
         assert_eq!(m.addr() % PMD_SHARE_ALIGN, 0);
         assert_eq!(m.len(), 3 * 4096);
         // Base pages never share page tables; hugetlb below 1 GiB does,
@@ -681,7 +685,10 @@ mod tests {
         m.release().unwrap();
         let fd = sys::memfd_create("hugeshm-placed-test", None).unwrap();
         sys::set_len(fd.as_fd(), 8192).unwrap();
-        let m = sys::mmap_fd_placed(fd.as_fd(), 8192, 0, Some(PMD_SHARE_ALIGN)).unwrap();
+        let m = sys::MapOptions::new(8192)
+            .align(PMD_SHARE_ALIGN)
+            .map(fd.as_fd())
+            .unwrap();
         assert_eq!(m.addr() % PMD_SHARE_ALIGN, 0);
         m.release().unwrap();
     }

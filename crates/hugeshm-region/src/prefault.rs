@@ -338,7 +338,7 @@ pub fn memset_baseline(size_bytes: u64, threads: usize) -> Result<MemsetBaseline
         reason: "does not fit in usize".to_owned(),
         fix: None,
     })?;
-    let mut map = sys::mmap_anon(len, false, None)?;
+    let mut map = sys::MapOptions::new(len).map_anon()?;
     // Transparent huge pages where THP allows it (enabled=madvise or
     // always), so that the baseline measures write bandwidth, not TLB
     // misses; the page size used is reported.
@@ -418,7 +418,10 @@ mod tests {
         let before = hugeshm_sys::affinity().unwrap();
         let first = before[0];
         // 4 MiB: two threads' worth (each gets at least MIN_THREAD_BYTES).
-        let map = sys::mmap_anon(2 * MIN_THREAD_BYTES, true, None).unwrap();
+        let map = sys::MapOptions::new(2 * MIN_THREAD_BYTES)
+            .shared()
+            .map_anon()
+            .unwrap();
         let out = prefault(&map, 4096, 2, &[first], PrefaultMethod::Touch, None).unwrap();
         assert_eq!(out.threads, 2);
         assert_eq!(hugeshm_sys::affinity().unwrap(), before);
@@ -431,7 +434,10 @@ mod tests {
 
     #[test]
     fn prefault_base_pages_reports_progress() {
-        let mut map = sys::mmap_anon(10 * 4096 * 300, true, None).unwrap();
+        let mut map = sys::MapOptions::new(10 * 4096 * 300)
+            .shared()
+            .map_anon()
+            .unwrap();
         map.write_at(5, b"keep").unwrap();
         let calls = Arc::new(AtomicUsize::new(0));
         let last = Arc::new(AtomicU64::new(0));

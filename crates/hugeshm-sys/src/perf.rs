@@ -160,7 +160,7 @@ mod tests {
             Err(e) => panic!("{e}"),
         };
         assert_eq!(c.event().name(), "page-faults");
-        let m = crate::mmap_anon(300 * 4096, false, None).expect("mmap");
+        let m = crate::MapOptions::new(300 * 4096).map_anon().expect("mmap");
         let before = c.read().unwrap();
         let mut m = m;
         for i in 0..300 {

@@ -215,7 +215,7 @@ mod tests {
     #[test]
     fn matches_own_maps_text() {
         let f = std::fs::File::open("/proc/self/maps").unwrap();
-        let m = crate::mmap_anon(2 << 20, true, None).unwrap();
+        let m = crate::MapOptions::new(2 << 20).shared().map_anon().unwrap();
         m.populate_write_range(0, m.len()).unwrap();
         let first = procmap_query(
             std::os::fd::AsFd::as_fd(&f),

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use hugeshm_parse::hugetlb_cgroup::hugetlb_size_name;
+
 /// A test cgroup with hugetlb limits.
 #[derive(Debug)]
 pub struct TestCgroup {
@@ -25,19 +27,6 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
         let fstype = right.split_whitespace().next()?;
         (fstype == "cgroup2").then(|| PathBuf::from(left.split_whitespace().nth(4).unwrap_or("")))
     })
-}
-
-/// `hugetlb.2MB.max`-style size names.
-pub fn size_name(page_size_bytes: u64) -> String {
-    const G: u64 = 1 << 30;
-    const M: u64 = 1 << 20;
-    if page_size_bytes % G == 0 {
-        format!("{}GB", page_size_bytes / G)
-    } else if page_size_bytes % M == 0 {
-        format!("{}MB", page_size_bytes / M)
-    } else {
-        format!("{}KB", page_size_bytes / 1024)
-    }
 }
 
 impl TestCgroup {
@@ -86,7 +75,8 @@ impl TestCgroup {
         std::fs::create_dir(&cg.dir).expect("create the test cgroup");
         for &(page, bytes) in limits {
             std::fs::write(
-                cg.dir.join(format!("hugetlb.{}.max", size_name(page))),
+                cg.dir
+                    .join(format!("hugetlb.{}.max", hugetlb_size_name(page))),
                 bytes.to_string(),
             )
             .expect("set the hugetlb limit");
@@ -115,8 +105,10 @@ impl TestCgroup {
     /// Sets `hugetlb.<size>.max` to `bytes`.
     pub fn set_limit(&self, page_size_bytes: u64, bytes: u64) {
         std::fs::write(
-            self.dir
-                .join(format!("hugetlb.{}.max", size_name(page_size_bytes))),
+            self.dir.join(format!(
+                "hugetlb.{}.max",
+                hugetlb_size_name(page_size_bytes)
+            )),
             bytes.to_string(),
         )
         .expect("set the hugetlb limit");
@@ -126,8 +118,10 @@ impl TestCgroup {
     /// false where the kernel has no such file.
     pub fn set_rsvd_limit(&self, page_size_bytes: u64, bytes: u64) -> bool {
         std::fs::write(
-            self.dir
-                .join(format!("hugetlb.{}.rsvd.max", size_name(page_size_bytes))),
+            self.dir.join(format!(
+                "hugetlb.{}.rsvd.max",
+                hugetlb_size_name(page_size_bytes)
+            )),
             bytes.to_string(),
         )
         .is_ok()
@@ -135,10 +129,10 @@ impl TestCgroup {
 
     /// `hugetlb.<size>.events`' `max` count: faults refused by the limit.
     pub fn max_events(&self, page_size_bytes: u64) -> u64 {
-        std::fs::read_to_string(
-            self.dir
-                .join(format!("hugetlb.{}.events", size_name(page_size_bytes))),
-        )
+        std::fs::read_to_string(self.dir.join(format!(
+            "hugetlb.{}.events",
+            hugetlb_size_name(page_size_bytes)
+        )))
         .ok()
         .and_then(|t| {
             t.lines()

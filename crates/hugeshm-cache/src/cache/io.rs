@@ -27,7 +27,9 @@ pub(super) fn map_data(
             path.display()
         ))
     })?;
-    let map = hugeshm_sys::mmap_fd_placed(file.as_fd(), len, 0, Some(2 << 20))?;
+    let map = hugeshm_sys::MapOptions::new(len)
+        .align(2 << 20)
+        .map(file.as_fd())?;
     let dax = hugeshm_sys::is_dax_file(file.as_fd())?;
     Ok(Direct { map, dax })
 }

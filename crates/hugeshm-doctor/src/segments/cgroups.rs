@@ -16,6 +16,7 @@
 use super::{Segment, SegmentKind};
 use crate::finding::{Finding, Severity};
 use hugeshm_fix::Fix;
+use hugeshm_parse::hugetlb_cgroup::hugetlb_size_name;
 use hugeshm_parse::size::{format_bytes, BASE_PAGE, MIB};
 use hugeshm_probe::{HugetlbCgroup, HugetlbCgroupSize, Probe};
 use serde::{Deserialize, Serialize};
@@ -227,7 +228,7 @@ fn fallback(
             let show = |v: Option<u64>| v.map_or_else(|| "max".to_owned(), format_bytes);
             format!(
                 "hugetlb.{}.max = {}, rsvd.max = {}",
-                short_size(page),
+                hugetlb_size_name(page),
                 show(l.limit_bytes),
                 show(l.rsvd_limit_bytes)
             )
@@ -254,15 +255,6 @@ fn fallback(
              huge_pages=on, makes it fail to start while the limit stays)"
         )),
     ))
-}
-
-/// `2MB`, `1GB`: the page size as the cgroup files name it.
-fn short_size(page: u64) -> String {
-    if page >= 1 << 30 {
-        format!("{}GB", page >> 30)
-    } else {
-        format!("{}MB", page >> 20)
-    }
 }
 
 #[cfg(test)]

@@ -29,7 +29,11 @@ impl Room for Anon {
     fn create(&self, spec: &Spec<'_>) -> Result<Made, RegionError> {
         let plan = spec.plan;
         let huge = (plan.backing == Backing::Hugetlb).then_some(plan.page_size);
-        let mem = sys::mmap_anon_placed(plan.size_bytes as usize, true, huge, spec.align)
+        let mem = sys::MapOptions::new(plan.size_bytes as usize)
+            .shared()
+            .huge(huge)
+            .align(spec.align)
+            .map_anon()
             .map_err(|e| pool::map_refused(spec.probe, e, huge, plan.size_bytes))?;
         Ok(Made {
             mem,

@@ -211,7 +211,7 @@ fn map_head(fd: BorrowedFd<'_>, align: u64) -> Result<Mapping, RegionError> {
         reason: "the device's alignment does not fit in usize".to_owned(),
         fix: None,
     })?;
-    Ok(sys::mmap_fd_sync_placed(fd, len, 0, Some(len))?)
+    Ok(sys::MapOptions::new(len).sync().align(len).map(fd)?)
 }
 
 /// The header bytes of a device.

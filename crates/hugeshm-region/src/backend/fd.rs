@@ -102,19 +102,27 @@ pub(crate) fn map_region_file(
         // A device-dax region: always MAP_SYNC, at the device's alignment
         // (the kernel refuses any other).
         let a = usize::try_from(a).ok();
-        return Ok((sys::mmap_fd_sync_placed(fd.as_fd(), len, 0, a)?, None));
+        return Ok((
+            sys::MapOptions::new(len).sync().align(a).map(fd.as_fd())?,
+            None,
+        ));
     }
     if exp.backend == Some(crate::model::Backend::Dax) {
         let align = (size % crate::pool::DAX_PMD == 0).then_some(crate::pool::DAX_PMD as usize);
-        return match sys::mmap_fd_sync_placed(fd.as_fd(), len, 0, align) {
+        return match sys::MapOptions::new(len)
+            .sync()
+            .align(align)
+            .map(fd.as_fd())
+        {
             Ok(m) => Ok((m, None)),
-            Err(e) if matches!(e.errno(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) => {
-                Ok((sys::mmap_fd_placed(fd.as_fd(), len, 0, align)?, None))
-            }
+            Err(e) if matches!(e.errno(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) => Ok((
+                sys::MapOptions::new(len).align(align).map(fd.as_fd())?,
+                None,
+            )),
             Err(e) => Err(e.into()),
         };
     }
-    let map = sys::mmap_fd_placed(fd.as_fd(), len, 0, align)?;
+    let map = sys::MapOptions::new(len).align(align).map(fd.as_fd())?;
     Ok((map, hugetlb_page))
 }
 

@@ -764,9 +764,9 @@ fn map_dax(
     .map_err(io)?;
     rustix::fs::fsync(&d).map_err(io)?;
     if spec.policy == crate::model::Policy::Off || not_dax {
-        return Ok(sys::mmap_fd_placed(fd, len, 0, align)?);
+        return Ok(sys::MapOptions::new(len).align(align).map(fd)?);
     }
-    match sys::mmap_fd_sync_placed(fd, len, 0, align) {
+    match sys::MapOptions::new(len).sync().align(align).map(fd) {
         Ok(m) => Ok(m),
         Err(e) if matches!(e.errno(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) => {
             if spec.policy == crate::model::Policy::Only {
@@ -775,7 +775,7 @@ fn map_dax(
                     dir.display()
                 )));
             }
-            Ok(sys::mmap_fd_placed(fd, len, 0, align)?)
+            Ok(sys::MapOptions::new(len).align(align).map(fd)?)
         }
         Err(e) => Err(RegionError::Sys(e)),
     }
@@ -800,7 +800,10 @@ fn create_on_device(spec: &Spec<'_>, dev: &DevDax) -> Result<Made, RegionError> 
     let fd = devdax::claim_for_create(dev, spec.name, spec.backend)?;
     crate::testhook::checkpoint("name-claimed");
     let align = usize::try_from(dev.align_bytes).ok();
-    let mut mem = sys::mmap_fd_sync_placed(fd.as_fd(), len, 0, align)?;
+    let mut mem = sys::MapOptions::new(len)
+        .sync()
+        .align(align)
+        .map(fd.as_fd())?;
     if let Err(e) = devdax::write_claim(fd.as_fd(), &mut mem, spec.header) {
         // Whatever part of the header got there goes again.
         if let Err(c) = devdax::clear_head(fd.as_fd(), dev.align_bytes) {
@@ -929,7 +932,9 @@ impl Room for File {
         let mem = if dax {
             map_dax(spec, fd.as_fd(), len, &dir, path.as_deref(), inode_dax)?
         } else if fstype == "hugetlbfs" {
-            sys::mmap_fd_placed(fd.as_fd(), len, 0, spec.align)
+            sys::MapOptions::new(len)
+                .align(spec.align)
+                .map(fd.as_fd())
                 .map_err(|e| pool::map_refused(spec.probe, e, huge, size))?
         } else {
             // Where the pre-fault is MADV_POPULATE_WRITE, a full tmpfs is
@@ -958,7 +963,7 @@ impl Room for File {
                     _ => RegionError::Sys(e),
                 })?;
             }
-            let map = sys::mmap_fd(fd.as_fd(), len, 0)?;
+            let map = sys::MapOptions::new(len).map(fd.as_fd())?;
             if matches!(plan.backing, Backing::Thp(_)) {
                 map.advise_hugepage()?;
             }

@@ -356,7 +356,9 @@ impl Room for Memfd {
             }
             None => None,
         };
-        let mem = sys::mmap_fd_placed(fd.as_fd(), size as usize, 0, spec.align)
+        let mem = sys::MapOptions::new(size as usize)
+            .align(spec.align)
+            .map(fd.as_fd())
             .map_err(|e| pool::map_refused(spec.probe, e, huge, size))?;
         undo.disarm();
         Ok(Made {

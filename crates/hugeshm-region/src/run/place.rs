@@ -432,11 +432,17 @@ pub(crate) fn place_mmap(s: &Settings, req: &MmapRequest) -> Done {
         let huge = (plan.backing == Backing::Hugetlb).then_some(plan.page_size);
         let size = plan.size_bytes as usize;
         let t0 = Instant::now();
-        let mapped = if fault == Fault::MapPopulate && p.mbind.is_none() {
-            sys::mmap_anon_populate(size, req.shared, huge)
+        let mut options = sys::MapOptions::new(size);
+        options.huge(huge);
+        if req.shared {
+            options.shared();
+        }
+        if fault == Fault::MapPopulate && p.mbind.is_none() {
+            options.populate();
         } else {
-            sys::mmap_anon_placed(size, req.shared, huge, p.align(&plan, req.shared))
-        };
+            options.align(p.align(&plan, req.shared));
+        }
+        let mapped = options.map_anon();
         let populate_seconds = t0.elapsed().as_secs_f64();
         let result = mapped
             .map_err(|e| pool::map_refused(&p.probe, e, huge, plan.size_bytes))

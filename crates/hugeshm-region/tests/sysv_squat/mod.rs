@@ -100,7 +100,7 @@ struct Plant {
 fn plant_above_next(total: usize, align: usize) -> Plant {
     let mut fillers = Vec::new();
     for _ in 0..64 {
-        let mut plant = sys::mmap_anon(align, true, None).unwrap();
+        let mut plant = sys::MapOptions::new(align).shared().map_anon().unwrap();
         plant.write_at(0, CANARY).unwrap();
         plant.write_at(align - CANARY.len(), CANARY).unwrap();
         let below = plant.addr().checked_sub(total);
@@ -110,7 +110,7 @@ fn plant_above_next(total: usize, align: usize) -> Plant {
             continue;
         };
         loop {
-            let probe = sys::mmap_anon(total, false, None).unwrap();
+            let probe = sys::MapOptions::new(total).map_anon().unwrap();
             if probe.addr() == below {
                 // Free again: the next mapping of `total` bytes goes here.
                 drop(probe);

@@ -438,7 +438,7 @@ fn create(
             sys::set_len(fd.as_fd(), len).map_err(err)?;
             let map_len = usize::try_from(len)
                 .map_err(|_| format!("{}: size too large", spec.kind.name()))?;
-            let map = sys::mmap_fd(fd.as_fd(), map_len, 0).map_err(err)?;
+            let map = sys::MapOptions::new(map_len).map(fd.as_fd()).map_err(err)?;
             obj.fd = Some(fd);
             obj.info.addr = map.addr() as u64;
             obj.info.size = len;
@@ -464,8 +464,11 @@ fn create(
             let fd = OwnedFd::from(file);
             let len = usize::try_from(spec.size)
                 .map_err(|_| format!("{}: size too large", spec.kind.name()))?;
-            let map =
-                sys::mmap_fd_placed(fd.as_fd(), len, spec.offset, Some(2 << 20)).map_err(err)?;
+            let map = sys::MapOptions::new(len)
+                .offset(spec.offset)
+                .align(2 << 20)
+                .map(fd.as_fd())
+                .map_err(err)?;
             obj.fd = Some(fd);
             obj.info.addr = map.addr() as u64;
             obj.info.size = map.len() as u64;
@@ -478,7 +481,11 @@ fn create(
             let shared = matches!(spec.kind, Kind::AnonSharedHuge | Kind::AnonSharedPlain);
             let len = usize::try_from(spec.size)
                 .map_err(|_| format!("{}: size too large", spec.kind.name()))?;
-            let map = sys::mmap_anon(len, shared, huge).map_err(err)?;
+            let mut anon = sys::MapOptions::new(len);
+            if shared {
+                anon.shared();
+            }
+            let map = anon.huge(huge).map_anon().map_err(err)?;
             obj.info.addr = map.addr() as u64;
             obj.info.size = map.len() as u64;
             if opts.touch {

@@ -80,7 +80,10 @@ VmFlags: rd wr mr mw me ac
 
     #[test]
     fn own_mappings_read_back_by_either_way() {
-        let m = crate::mmap_anon(3 * 4096, true, None).unwrap();
+        let m = crate::MapOptions::new(3 * 4096)
+            .shared()
+            .map_anon()
+            .unwrap();
         let want = (m.addr() as u64, (m.addr() + m.len()) as u64, 4096);
         let (s, e, p) = of_own(m.addr() as u64).unwrap();
         assert!(s <= want.0 && e >= want.1 && p == 4096, "{s:#x}-{e:#x} {p}");

@@ -3,12 +3,12 @@
 use std::ffi::c_void;
 use std::fmt;
 
+use hugeshm_parse::size::format_exact;
 use rustix::mm::Advice;
 
-use crate::{
-    base_page_size, format_size, huge_page_log2, placed, round_up, Mapping, Release, SysError,
-    HUGE_SHIFT, IPC_PRIVATE, SHM_DEST,
-};
+use crate::mm::{placed, vma, Mapping};
+use crate::page::{base_page_size, huge_page_log2, round_up, HUGE_SHIFT};
+use crate::SysError;
 
 /// Flags for [`shm_get`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +56,7 @@ impl fmt::Display for ShmFlags {
             f.write_str("IPC_EXCL|")?;
         }
         if let Some(h) = self.huge_page_size {
-            write!(f, "SHM_HUGETLB|{}|", format_size(h))?;
+            write!(f, "SHM_HUGETLB|{}|", format_exact(h))?;
         }
         write!(f, "{:04o}", self.mode & 0o777)
     }
@@ -130,7 +130,7 @@ pub struct ShmStat {
     pub uid: u32,
     /// Owner gid.
     pub gid: u32,
-    /// Permission bits plus [`SHM_DEST`] / [`SHM_LOCKED`](crate::SHM_LOCKED).
+    /// Permission bits plus [`SHM_DEST`] / [`SHM_LOCKED`].
     pub mode: u32,
     /// Time of the last `shmat` (seconds since the epoch, 0: never).
     pub atime: i64,
@@ -215,7 +215,7 @@ pub fn shm_attach_placed(shmid: i32, align: Option<usize>) -> Result<Mapping, Sy
             "shmat(shmid={shmid}, size={}{})",
             stat.size,
             match align {
-                Some(a) => format!(", SHM_REMAP at a multiple of {}", format_size(a as u64)),
+                Some(a) => format!(", SHM_REMAP at a multiple of {}", format_exact(a as u64)),
                 None => String::new(),
             }
         )
@@ -236,8 +236,7 @@ pub fn shm_attach_placed(shmid: i32, align: Option<usize>) -> Result<Mapping, Sy
     // On an error `first` drops: detached.
     let (len, page) =
         attached_extent(&first, stat.size).map_err(|e| SysError::invalid(call(), e))?;
-    first.len = len;
-    first.page_size = page;
+    first.set_extent(len, page);
     let a = match align {
         Some(a) if first.addr() % a != 0 => a,
         _ => return Ok(first),
@@ -267,9 +266,9 @@ pub fn shm_attach_placed(shmid: i32, align: Option<usize>) -> Result<Mapping, Sy
                 format!(
                     "mapped {l} bytes of {} pages at {:#x}, the first attachment {len} bytes \
                      of {} pages",
-                    format_size(p as u64),
+                    format_exact(p as u64),
                     placed.addr(),
-                    format_size(page as u64)
+                    format_exact(page as u64)
                 ),
             ))
         }
@@ -290,15 +289,7 @@ fn attachment(
 ) -> Result<Mapping, SysError> {
     let ptr = std::ptr::NonNull::new(p.cast::<u8>())
         .ok_or_else(|| SysError::invalid(call(), "kernel returned address 0"))?;
-    Ok(Mapping {
-        ptr,
-        len,
-        page_size,
-        release: Release::Shmdt { shmid },
-        sync: false,
-        // A SysV segment cannot be truncated: nothing for the SIGBUS guard.
-        guard: crate::sigbus::Guard::none(),
-    })
+    Ok(Mapping::shm_attachment(ptr, len, page_size, shmid))
 }
 
 /// The length and page size of the mapping that starts at `m`'s address,
@@ -306,7 +297,7 @@ fn attachment(
 /// rounded up to that page size (what `shmat` maps).
 fn attached_extent(m: &Mapping, size: u64) -> Result<(usize, usize), String> {
     let addr = m.addr();
-    let (start, end, page) = crate::vma::of_own(addr as u64)?;
+    let (start, end, page) = vma::of_own(addr as u64)?;
     let extent = end.checked_sub(start).map(usize::try_from);
     let (len, page) = match (extent, usize::try_from(page)) {
         (Some(Ok(l)), Ok(p)) if start == addr as u64 && p.is_power_of_two() => (l, p),
@@ -324,7 +315,7 @@ fn attached_extent(m: &Mapping, size: u64) -> Result<(usize, usize), String> {
         return Err(format!(
             "the attachment at {addr:#x} is {len} bytes of {} pages, not the segment's {size} \
              bytes rounded up to that page size",
-            format_size(page as u64)
+            format_exact(page as u64)
         ));
     }
     Ok((len, page))
@@ -439,4 +430,105 @@ fn peek_attached(
         }
     }
     Ok(false)
+}
+
+/// `IPC_PRIVATE`: the key that always creates a new System V segment.
+pub const IPC_PRIVATE: i32 = 0;
+
+/// `SHM_DEST`: mode bit of a segment marked for removal (`IPC_RMID`) that
+/// is still attached somewhere.
+pub const SHM_DEST: u32 = 0o1000;
+
+/// `SHM_LOCKED`: mode bit of a segment locked with `SHM_LOCK`.
+pub const SHM_LOCKED: u32 = 0o2000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base_page_size as page;
+
+    #[test]
+    fn sysv_plain_lifecycle() {
+        let size = 3 * page() as u64 + 1;
+        let id = shm_get(IPC_PRIVATE, size, ShmFlags::create_new(None)).expect("shmget");
+        let result = std::panic::catch_unwind(|| {
+            let st = shm_stat(id).unwrap();
+            assert_eq!(st.size, size);
+            assert_eq!(st.nattch, 0);
+            assert_eq!(st.cpid, std::process::id() as i32);
+            assert_eq!(st.mode & 0o777, 0o600);
+            assert!(!st.marked_for_removal());
+
+            assert_eq!((st.lpid, st.atime), (0, 0), "never attached");
+
+            let mut a = shm_attach(id).unwrap();
+            // What the kernel maps: the size rounded up to the page size.
+            assert_eq!(a.len(), 4 * page());
+            assert_eq!(a.page_size(), page());
+            let st = shm_stat(id).unwrap();
+            assert_eq!(st.lpid, std::process::id() as i32);
+            assert!(st.atime > 0);
+            // Placed: aligned, the same length, and the kernel's first
+            // attachment gone again.
+            let b = shm_attach_placed(id, Some(2 << 20)).unwrap();
+            assert_eq!(b.addr() % (2 << 20), 0);
+            assert_eq!((b.len(), b.page_size()), (4 * page(), page()));
+            assert_eq!(shm_stat(id).unwrap().nattch, 2);
+            a.write_at(size as usize - 4, b"sysv").unwrap();
+            a.touch();
+            a.populate_write().unwrap();
+            let mut buf = [0u8; 4];
+            b.read_at(size as usize - 4, &mut buf).unwrap();
+            assert_eq!(&buf, b"sysv");
+            b.release().unwrap();
+            assert_eq!(shm_stat(id).unwrap().nattch, 1);
+
+            shm_remove(id).unwrap();
+            let st = shm_stat(id).unwrap();
+            assert!(st.marked_for_removal());
+            assert_eq!(st.key, 0);
+            drop(a);
+            let err = shm_stat(id).unwrap_err();
+            assert!(matches!(
+                err.errno(),
+                Some(libc::EINVAL) | Some(libc::EIDRM)
+            ));
+            assert_eq!(err.call(), format!("shmctl(shmid={id}, IPC_STAT)"));
+        });
+        let _ = shm_remove(id);
+        if let Err(p) = result {
+            std::panic::resume_unwind(p);
+        }
+    }
+
+    #[test]
+    fn shm_flags_name_the_page_size() {
+        assert_eq!(
+            ShmFlags::create_new(Some(1 << 30)).to_string(),
+            "IPC_CREAT|IPC_EXCL|SHM_HUGETLB|1GiB|0600"
+        );
+        assert_eq!(ShmFlags::default().to_string(), "0600");
+    }
+
+    #[test]
+    fn sysv_error_message_has_key_size_and_flags() {
+        // Non-existent key without IPC_CREAT fails ENOENT.
+        let flags = ShmFlags {
+            huge_page_size: Some(2 << 20),
+            ..ShmFlags::default()
+        };
+        let err = shm_get(0x7a5e_0001, 4194304, flags).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::ENOENT));
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "shmget(key=0x7a5e0001, size=4194304, SHM_HUGETLB|2MiB|0600): {}",
+                std::io::Error::from_raw_os_error(libc::ENOENT)
+            )
+        );
+        let io: std::io::Error = err.into();
+        assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+        assert!(shm_attach(-1).is_err());
+        assert!(shm_remove(-1).is_err());
+    }
 }

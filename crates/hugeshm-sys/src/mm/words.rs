@@ -17,7 +17,8 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::{Mapping, SysError};
+use super::mapping::Mapping;
+use crate::SysError;
 
 const WORD: usize = 8;
 
@@ -175,6 +176,69 @@ impl Mapping {
         }
         self.intact("store_words")
     }
+
+    /// The wrapping sum of the 8-byte words of `offset..offset + n`
+    /// (volatile reads, front to back: other processes may write
+    /// concurrently): reads every byte of the range, for a read-bandwidth
+    /// measurement. `offset` and `n` must be multiples of 8.
+    pub fn sum_u64_range(&self, offset: usize, n: usize) -> Result<u64, SysError> {
+        if offset % 8 != 0 || n % 8 != 0 {
+            return Err(SysError::invalid(
+                self.call("sum_u64"),
+                format!("offset {offset} and length {n} must be multiples of 8"),
+            ));
+        }
+        let p = self.range_ptr("sum_u64", offset, n)?.cast::<u64>();
+        let words = n / 8;
+        // Four independent sums keep several loads in flight.
+        let mut acc = [0u64; 4];
+        let mut i = 0;
+        while i + 4 <= words {
+            for (k, a) in acc.iter_mut().enumerate() {
+                // SAFETY: i + k < words: an 8-byte aligned word (the mapping
+                // is page-aligned, offset a multiple of 8) inside the range
+                // checked above, in a live mapping owned by self.
+                *a = a.wrapping_add(unsafe { std::ptr::read_volatile(p.add(i + k)) });
+            }
+            i += 4;
+        }
+        while i < words {
+            // SAFETY: i < words, as above.
+            acc[0] = acc[0].wrapping_add(unsafe { std::ptr::read_volatile(p.add(i)) });
+            i += 1;
+        }
+        self.intact("sum_u64")?;
+        Ok(acc.iter().fold(0u64, |s, a| s.wrapping_add(*a)))
+    }
+
+    fn word(&self, what: &str, offset: usize) -> Result<&AtomicU32, SysError> {
+        let p = self.range_ptr(what, offset, 4)?;
+        if p as usize % 4 != 0 {
+            return Err(SysError::invalid(self.call(what), "not 4-byte aligned"));
+        }
+        // SAFETY: p is 4-byte aligned inside a live read-write mapping that
+        // outlives the returned reference (bound to `&self`); every access
+        // to such a word (here, in any process) is atomic.
+        Ok(unsafe { AtomicU32::from_ptr(p.cast::<u32>()) })
+    }
+
+    /// Stores a 32-bit word at `offset` with one aligned atomic store
+    /// (release ordering: a reader that loads the word with acquire
+    /// ordering sees every write this process made before). `offset` must
+    /// be a multiple of 4.
+    pub fn store_u32_release(&self, offset: usize, value: u32) -> Result<(), SysError> {
+        self.word("store_u32", offset)?
+            .store(value, Ordering::Release);
+        self.intact("store_u32")
+    }
+
+    /// Loads a 32-bit word at `offset` with acquire ordering (see
+    /// [`store_u32_release`](Mapping::store_u32_release)).
+    pub fn load_u32_acquire(&self, offset: usize) -> Result<u32, SysError> {
+        let v = self.word("load_u32", offset)?.load(Ordering::Acquire);
+        self.intact("load_u32")?;
+        Ok(v)
+    }
 }
 
 /// The atomic integers [`Mapping`] hands out as slices: valid for any bits,
@@ -185,12 +249,13 @@ impl AtomicWord for AtomicU64 {}
 
 #[cfg(test)]
 mod tests {
-    use crate::mmap_anon;
+    use crate::base_page_size as page;
+    use crate::MapOptions;
     use std::sync::atomic::Ordering;
 
     #[test]
     fn atomics_are_checked_for_bounds_and_alignment() {
-        let m = mmap_anon(4096, true, None).expect("mmap");
+        let m = MapOptions::new(4096).shared().map_anon().expect("mmap");
         m.atomic_u64(8).unwrap().store(7, Ordering::Release);
         assert_eq!(m.atomic_u32(8).unwrap().load(Ordering::Acquire), 7);
         assert_eq!(m.atomic_u64(8).unwrap().fetch_add(1, Ordering::AcqRel), 7);
@@ -227,7 +292,7 @@ mod tests {
 
     #[test]
     fn word_copies_roundtrip_and_refuse_bad_ranges() {
-        let m = mmap_anon(8192, true, None).expect("mmap");
+        let m = MapOptions::new(8192).shared().map_anon().expect("mmap");
         let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
         m.store_words(4096, &data).unwrap();
         let mut back = vec![0u8; 4096];
@@ -237,5 +302,24 @@ mod tests {
         assert!(m.store_words(0, &data[..7]).is_err());
         assert!(m.load_words(8192 - 8, &mut back[..16]).is_err());
         m.release().unwrap();
+    }
+
+    #[test]
+    fn sum_u64_reads_every_word() {
+        let mut m = MapOptions::new(2 * page()).map_anon().expect("mmap");
+        m.fill(1);
+        let words = (2 * page() / 8) as u64;
+        assert_eq!(
+            m.sum_u64_range(0, m.len()).unwrap(),
+            words.wrapping_mul(0x0101_0101_0101_0101)
+        );
+        assert_eq!(m.sum_u64_range(8, 24).unwrap(), 3 * 0x0101_0101_0101_0101);
+        assert!(m.sum_u64_range(4, 8).is_err(), "unaligned offset");
+        assert!(
+            m.sum_u64_range(0, 12).is_err(),
+            "length not a multiple of 8"
+        );
+        assert!(m.sum_u64_range(page(), 2 * page()).is_err(), "out of range");
+        m.release().expect("munmap");
     }
 }

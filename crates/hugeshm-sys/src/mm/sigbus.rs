@@ -8,7 +8,7 @@
 //! mapping gets SIGBUS too when its pool has no page left at fault time,
 //! and a DAX mapping on a memory error.
 //!
-//! Every mapping of a file ([`crate::mmap_fd`] and its siblings) is
+//! Every mapping of a file ([`MapOptions::map`](crate::MapOptions::map)) is
 //! therefore registered here, and a process-wide SIGBUS handler (installed
 //! with the first registration, `SA_SIGINFO | SA_ONSTACK`) looks the
 //! faulting address up:
@@ -53,7 +53,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use crate::{Mapping, SysError};
+use crate::SysError;
 
 /// How many file mappings one process may hold at once.
 pub(crate) const SLOTS: usize = 1024;
@@ -157,35 +157,6 @@ impl Guard {
         slot.len.store(0, Ordering::Relaxed);
         slot.seq.store(s + 2, Ordering::Release);
         self.slot = &NEVER_LOST;
-    }
-}
-
-impl Mapping {
-    /// `Ok` unless a SIGBUS hit the mapping (see this module): one load,
-    /// made after the access it follows.
-    #[inline(always)]
-    pub(crate) fn intact(&self, what: &str) -> Result<(), SysError> {
-        if self.guard.is_lost() {
-            return Err(self.lost(what));
-        }
-        Ok(())
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn lost(&self, what: &str) -> SysError {
-        let (offset, code) = self.guard.fault();
-        SysError::MappingLost {
-            call: self.call(what),
-            offset,
-            code,
-        }
-    }
-
-    /// Whether a SIGBUS hit the mapping (its file lost memory under it):
-    /// every checked access fails with [`SysError::MappingLost`] then.
-    pub fn is_lost(&self) -> bool {
-        self.guard.is_lost()
     }
 }
 
@@ -382,7 +353,7 @@ mod tests {
     use std::os::unix::process::ExitStatusExt;
     use std::sync::atomic::Ordering;
 
-    use crate::{mmap_fd, Mapping, SysError};
+    use crate::{MapOptions, Mapping, SysError};
 
     const MIB: usize = 1 << 20;
 
@@ -391,7 +362,7 @@ mod tests {
     fn mapped_file() -> (OwnedFd, Mapping) {
         let fd = crate::open_tmpfile(std::path::Path::new("/dev/shm"), 0o600).unwrap();
         crate::set_len(fd.as_fd(), MIB as u64).unwrap();
-        let mut m = mmap_fd(fd.as_fd(), MIB, 0).unwrap();
+        let mut m = MapOptions::new(MIB).map(fd.as_fd()).unwrap();
         m.fill(0x5a);
         (fd, m)
     }
@@ -485,7 +456,11 @@ mod tests {
         let fd = crate::open_tmpfile(std::path::Path::new("/dev/shm"), 0o600).unwrap();
         crate::set_len(fd.as_fd(), 4096).unwrap();
         for _ in 0..super::SLOTS + 10 {
-            mmap_fd(fd.as_fd(), 4096, 0).unwrap().release().unwrap();
+            MapOptions::new(4096)
+                .map(fd.as_fd())
+                .unwrap()
+                .release()
+                .unwrap();
         }
     }
 
@@ -496,7 +471,7 @@ mod tests {
         std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "sigbus::tests::sigbus_child",
+                "mm::sigbus::tests::sigbus_child",
                 "--nocapture",
                 "--test-threads=1",
             ])
