@@ -17,6 +17,15 @@ assets="$target_dir/release/deb-assets"
 
 echo "== cargo build --release -p hugeshm -p hugeshm-capi"
 cargo build --release --locked -p hugeshm -p hugeshm-capi
+# The fault-injection hook (hugeshm-region's `test-hooks` feature: with
+# HUGESHM_TEST_STOP_AT set, `create` sleeps at a step) is for the tests
+# only; a shipped file that knows the variable was built with it.
+for f in "$target_dir/release/hugeshm" "$target_dir/release/libhugeshm.so" "$target_dir/release/libhugeshm.a"; do
+    if grep -qF HUGESHM_TEST_STOP_AT "$f"; then
+        echo "build-deb.sh: $f has the test hook (HUGESHM_TEST_STOP_AT): built with hugeshm-region's test-hooks feature" >&2
+        exit 1
+    fi
+done
 rm -rf "$assets"
 DESTDIR="$assets/capi" scripts/install-capi.sh --from "$target_dir/release" /usr >/dev/null
 "$target_dir/release/hugeshm" generate man --out "$assets/man" >/dev/null

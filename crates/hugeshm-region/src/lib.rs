@@ -205,7 +205,10 @@ mod per_node;
 pub mod pool;
 mod prefault;
 mod report;
+#[cfg(feature = "test-hooks")]
 pub mod testhook;
+#[cfg(not(feature = "test-hooks"))]
+mod testhook;
 mod verify;
 
 pub use attach::{remove, Locator};
