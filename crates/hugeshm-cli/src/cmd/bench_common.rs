@@ -23,6 +23,16 @@ pub(crate) fn fit(points: &[(f64, f64)]) -> Option<(f64, f64)> {
     (sxx > 0.0).then(|| (sxy / sxx, my - sxy / sxx * mx))
 }
 
+/// Decimal gigabytes per second (the unit `dd` and the region's reports
+/// use); 0 for no time.
+pub(crate) fn gbps(bytes: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        bytes as f64 / 1e9 / seconds
+    } else {
+        0.0
+    }
+}
+
 /// Least-squares slope of `y` over `x` (see [`fit`]).
 pub(crate) fn slope(points: &[(f64, f64)]) -> Option<f64> {
     fit(points).map(|(k, _)| k)

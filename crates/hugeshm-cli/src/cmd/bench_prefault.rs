@@ -2,10 +2,13 @@
 //! thread count, against the machine's write bandwidth.
 
 use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, PoolTopUp, Skipped};
+use crate::cmd::bench_prefault_sample::{
+    bench_peer, bench_prefault, memset_baseline, PeerMethod, PeerSample, PrefaultSample,
+};
 use crate::output::{Out, Table};
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{Probe, Roots};
-use hugeshm_region::{bench_peer, bench_prefault, memset_baseline, Backend, PageSize, PeerMethod};
+use hugeshm_region::{Backend, PageSize};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
@@ -148,7 +151,7 @@ fn measure_size(
     let cold = bench_prefault(size, backend, page, *threads.last().unwrap_or(&1))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     for &t in threads {
-        let mut best: Option<hugeshm_region::PrefaultSample> = None;
+        let mut best: Option<PrefaultSample> = None;
         for r in 0..a.runs.max(1) {
             note(&format!(
                 "{} pages, {t} threads, run {}",
@@ -208,7 +211,7 @@ fn measure_peers(
             threads.to_vec()
         };
         for t in counts {
-            let mut best: Option<hugeshm_region::PeerSample> = None;
+            let mut best: Option<PeerSample> = None;
             for r in 0..a.runs.max(1) {
                 note(&format!(
                     "{} pages, {} on {t} threads, run {}",

@@ -30,7 +30,8 @@ use crate::holders::Holders;
 use crate::inspect::{classify, info_from, read_head, Classified, RegionInfo};
 use crate::model::{Backend, Expect, NamedObject, Owner, PrefaultMethod};
 use crate::naming::{object_file_name, DEFAULT_POSIX_DIR, OBJECT_PREFIX};
-use crate::pool::{self, mount_of, Backing, ThpMode};
+use crate::pool::{self, Backing, ThpMode};
+use hugeshm_parse::mounts::mount_of;
 
 /// `statfs.f_type` of tmpfs.
 const TMPFS_MAGIC: u64 = 0x0102_1994;
