@@ -203,8 +203,8 @@
 //! create      RegionBuilder: the numbered steps above
 //! attach      Locator, the header checks, remove by name; interlock: list_regions
 //! handle      Region: data access, detach, destroy
-//! backend/    one module per kind of kernel object behind one trait (create / open / map /
-//!             inspect / remove / list, and destroy): sysv; file (hugetlbfs, posix and dax files);
+//! backend/    one module per kind of kernel object behind the trait BackendOps (create / open /
+//!             map / inspect / remove / list, and destroy): sysv; file (hugetlbfs, posix and dax files);
 //!             devdax (dax on a device-dax, /dev/daxX.Y); memfd; anon; fd: what the fd-based ones share
 //! pool, prefault, verify, memlock, holders, inspect, memfd_record, header, naming, per_node
 //!             the steps' own modules
