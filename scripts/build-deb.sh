@@ -20,6 +20,15 @@ assets="$target_dir/release/deb-assets"
 
 echo "== cargo build --release -p hugeshm -p hugeshm-capi -p hugeshm-run-preload"
 cargo build --release --locked -p hugeshm -p hugeshm-capi -p hugeshm-run-preload
+# The fault-injection hook (hugeshm-region's `test-hooks` feature: with
+# HUGESHM_TEST_STOP_AT set, `create` sleeps at a step) is for the tests
+# only; a shipped file that knows the variable was built with it.
+for f in "$target_dir/release/hugeshm" "$target_dir/release/libhugeshm.so" "$target_dir/release/libhugeshm.a" "$target_dir/release/libhugeshm_run.so"; do
+    if grep -qF HUGESHM_TEST_STOP_AT "$f"; then
+        echo "build-deb.sh: $f has the test hook (HUGESHM_TEST_STOP_AT): built with hugeshm-region's test-hooks feature" >&2
+        exit 1
+    fi
+done
 rm -rf "$assets"
 DESTDIR="$assets/capi" scripts/install-capi.sh --from "$target_dir/release" /usr >/dev/null
 install -D -m 0644 "$target_dir/release/libhugeshm_run.so" "$assets/run/libhugeshm-run.so"

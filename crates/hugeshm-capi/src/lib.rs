@@ -59,8 +59,10 @@
 //!
 //! ## Why this crate has `unsafe`
 //!
-//! The house rule is that `unsafe` lives in one crate, `hugeshm-region`,
-//! the one that maps memory. This crate is the second, and only because
+//! The house rule is that `unsafe` lives in one crate, `hugeshm-sys`, the
+//! one that makes the system calls and owns every mapping
+//! (`hugeshm-region`, which this crate wraps, forbids it:
+//! `#![forbid(unsafe_code)]`). This crate is the second, and only because
 //! the C boundary cannot be written without it: C hands over raw pointers
 //! (handles, strings, out-parameters) that must become Rust references,
 //! and handles must be turned back into `Box`es to be freed. All of that is

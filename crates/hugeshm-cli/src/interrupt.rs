@@ -5,27 +5,28 @@
 //! the pools raised (memory the rest of the host could not use) and its
 //! regions behind.
 //!
-//! Whatever takes something registers how to give it back ([`undo`]) and
-//! holds the returned [`Undo`]; dropping it (the normal path, which gives
-//! the thing back itself) forgets the entry. The first registration starts
-//! one thread that waits for the signals. On one it sets the pools back
-//! and deletes the files, last taken first, and stops its own worker
-//! processes (`SIGTERM` to its children). A region is still mapped by
-//! this very process, and removal rightly refuses a held region, so for
-//! those the process re-executes itself as `hugeshm bench interrupted`
-//! (hidden): the exec drops every mapping and SysV attachment, and the new
-//! image removes the regions once the workers have let go ([`finish`]),
-//! then exits with 128 + the signal's number, as a shell reports a killed
-//! command.
+//! Whatever takes something (a [`Taken`]: pool pages, a region, a private
+//! directory) registers it ([`undo`]) and holds the returned [`Undo`];
+//! dropping it (the normal path, which gives the thing back itself)
+//! forgets the entry. The first registration starts one thread that waits
+//! for the signals. On one it sets the pools back and deletes the files,
+//! last taken first, and stops its own worker processes (`SIGTERM` to its
+//! children). A region is still mapped by this very process, and removal
+//! rightly refuses a held region, so for those the process re-executes
+//! itself as `hugeshm bench interrupted` (hidden): the exec drops every
+//! mapping and SysV attachment, and the new image removes the regions
+//! once the workers have let go ([`finish`]), then exits with 128 + the
+//! signal's number, as a shell reports a killed command.
 //!
 //! `SIGKILL` (the OOM killer's, or `kill -9`) cannot be caught, and a
 //! killed bench left its pools raised: 14 GiB of 2 MiB pages sat reserved
 //! and unused after the OOM killer ended one. So the first registration
-//! also starts a keeper, `hugeshm bench keeper` (hidden), that hears every
-//! registration and every forgotten one on a pipe. When the pipe closes
-//! without the run saying it is done, the run died: the keeper removes its
-//! regions (once the workers, who see their parent gone, let go), then
-//! sets the pools back and deletes the files, and says so on stderr.
+//! also starts a watchdog, a child process (`hugeshm bench watchdog`,
+//! hidden) that hears every registration and every forgotten one on a
+//! pipe. When the pipe closes without the run saying it is done, the run
+//! died: the watchdog removes its regions (once the workers, who see their
+//! parent gone, let go), then sets the pools back and deletes the files,
+//! and says so on stderr.
 
 use hugeshm_region::{Backend, Locator, RegionError};
 use serde::{Deserialize, Serialize};
@@ -34,9 +35,10 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// What to give back.
+/// Something a run took from the host, which it (or, if it is
+/// interrupted or killed, its handler or its watchdog) gives back.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum Give {
+pub enum Taken {
     /// Take the pages this run added off this `nr_hugepages` file: what
     /// it holds now less `added`, so that what others changed meanwhile
     /// (`hugeshm apply`, another bench) stays; `pages`, what it held
@@ -65,18 +67,20 @@ pub enum Give {
     PrivateDir(PathBuf),
 }
 
-static PENDING: Mutex<Vec<(u64, Give)>> = Mutex::new(Vec::new());
+static PENDING: Mutex<Vec<(u64, Taken)>> = Mutex::new(Vec::new());
 /// Set by the handler as soon as a signal arrives.
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 static NEXT: Mutex<u64> = Mutex::new(0);
 static HANDLER: Mutex<Handler> = Mutex::new(Handler::NotStarted);
-static KEEPER: Mutex<Keeper> = Mutex::new(Keeper::Off);
+static WATCHDOG: Mutex<Watchdog> = Mutex::new(Watchdog::Off);
 
-/// The keeper process, started with the first registration.
-enum Keeper {
+/// The run's watchdog: a child process that gives back what the run took
+/// if the run dies without doing so (`SIGKILL`); it learns what was taken
+/// on its stdin, a pipe whose end tells it the run is gone.
+enum Watchdog {
     /// Not wanted (unit tests: this executable is not `hugeshm`).
     Off,
-    /// Started with the first registration ([`enable_keeper`]).
+    /// Started with the first registration ([`enable_watchdog`]).
     Enabled,
     /// Running: the write end of its pipe.
     Running(std::process::ChildStdin),
@@ -84,12 +88,12 @@ enum Keeper {
     Failed,
 }
 
-/// What a run tells its keeper, a JSON line each.
+/// What a run tells its watchdog, a JSON line each.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 enum Msg {
     /// Give this back if the run dies.
-    Add { id: u64, give: Give },
+    Add { id: u64, taken: Taken },
     /// Given back (or kept on purpose) by the run itself.
     Forget { id: u64 },
     /// The run's interrupt handler gives back everything itself.
@@ -105,49 +109,49 @@ enum Handler {
     Unavailable,
 }
 
-/// Lets the first registration start a keeper (`hugeshm`'s `main` does;
+/// Lets the first registration start a watchdog (`hugeshm`'s `main` does;
 /// see the module's text).
-pub fn enable_keeper() {
-    let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
-    if matches!(*k, Keeper::Off) {
-        *k = Keeper::Enabled;
+pub fn enable_watchdog() {
+    let mut k = WATCHDOG.lock().unwrap_or_else(|e| e.into_inner());
+    if matches!(*k, Watchdog::Off) {
+        *k = Watchdog::Enabled;
     }
 }
 
-/// Sends `msg` to the keeper, starting it first if `start`.
+/// Sends `msg` to the watchdog, starting it first if `start`.
 fn tell(msg: &Msg, start: bool) {
-    let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
-    if start && matches!(*k, Keeper::Enabled) {
-        *k = start_keeper();
+    let mut k = WATCHDOG.lock().unwrap_or_else(|e| e.into_inner());
+    if start && matches!(*k, Watchdog::Enabled) {
+        *k = start_watchdog();
     }
-    if let Keeper::Running(pipe) = &mut *k {
+    if let Watchdog::Running(pipe) = &mut *k {
         let mut line = serde_json::to_string(msg).expect("a message serializes");
         line.push('\n');
         if pipe.write_all(line.as_bytes()).is_err() {
-            *k = Keeper::Failed;
+            *k = Watchdog::Failed;
         }
     }
 }
 
-fn start_keeper() -> Keeper {
+fn start_watchdog() -> Watchdog {
     // The write end is close-on-exec, so the workers this run starts do
-    // not hold it; the keeper's stderr is the run's.
+    // not hold it; the watchdog's stderr is the run's.
     let spawned = std::env::current_exe().and_then(|exe| {
         std::process::Command::new(exe)
-            .args(["bench", "keeper"])
+            .args(["bench", "watchdog"])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
             .spawn()
     });
     match spawned.map(|mut c| c.stdin.take()) {
-        Ok(Some(pipe)) => Keeper::Running(pipe),
-        Ok(None) => Keeper::Failed,
+        Ok(Some(pipe)) => Watchdog::Running(pipe),
+        Ok(None) => Watchdog::Failed,
         Err(e) => {
             crate::terminal::eprintln(format_args!(
-                "hugeshm: warning: no keeper process ({e}): if this run is killed with SIGKILL, \
+                "hugeshm: warning: no watchdog process ({e}): if this run is killed with SIGKILL, \
                  the pools it raised and the regions it made stay behind"
             ));
-            Keeper::Failed
+            Watchdog::Failed
         }
     }
 }
@@ -159,17 +163,17 @@ pub struct Undo(u64);
 
 impl Undo {
     /// Replaces what is to be given back (once the amount taken is known).
-    pub fn update(&self, give: Give) {
+    pub fn update(&self, taken: Taken) {
         tell(
             &Msg::Add {
                 id: self.0,
-                give: give.clone(),
+                taken: taken.clone(),
             },
             false,
         );
         let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = p.iter_mut().find(|(id, _)| *id == self.0) {
-            entry.1 = give;
+            entry.1 = taken;
         }
     }
 }
@@ -183,9 +187,9 @@ impl Drop for Undo {
     }
 }
 
-/// Registers `give` to be done if the process is interrupted before the
+/// Registers `taken` to be given back if the process is interrupted before the
 /// returned [`Undo`] is dropped.
-pub fn undo(give: Give) -> Undo {
+pub fn undo(taken: Taken) -> Undo {
     {
         let mut h = HANDLER.lock().unwrap_or_else(|e| e.into_inner());
         if matches!(*h, Handler::NotStarted) {
@@ -197,18 +201,18 @@ pub fn undo(give: Give) -> Undo {
         *n += 1;
         *n
     };
-    // The keeper hears of it before the thing is taken.
+    // The watchdog hears of it before the thing is taken.
     tell(
         &Msg::Add {
             id,
-            give: give.clone(),
+            taken: taken.clone(),
         },
         true,
     );
     PENDING
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .push((id, give));
+        .push((id, taken));
     Undo(id)
 }
 
@@ -287,15 +291,15 @@ fn start_handler() -> Handler {
 
 /// Gives back the pools and files, last registered first, one line each
 /// on stderr; returns the regions, left for [`finish`].
-fn give_back_now(mut pending: Vec<(u64, Give)>) -> Vec<(String, Backend)> {
+fn give_back_now(mut pending: Vec<(u64, Taken)>) -> Vec<(String, Backend)> {
     pending.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
     let mut regions = Vec::new();
     for (_, g) in pending {
         match g {
-            Give::Region { name, backend } => regions.push((name, backend)),
+            Taken::Region { name, backend } => regions.push((name, backend)),
             other => crate::terminal::eprintln(format_args!(
                 "hugeshm: interrupted: {}",
-                do_give(&other, WORKERS_STOPPED)
+                give_back(&other, WORKERS_STOPPED)
             )),
         }
     }
@@ -334,8 +338,8 @@ fn stop_children() {
 pub fn finish(signal: i32, regions: &[String]) -> std::process::ExitCode {
     for r in regions {
         let line = match r.split_once(':').map(|(b, n)| (b.parse::<Backend>(), n)) {
-            Some((Ok(backend), name)) => do_give(
-                &Give::Region {
+            Some((Ok(backend), name)) => give_back(
+                &Taken::Region {
                     name: name.to_owned(),
                     backend,
                 },
@@ -352,20 +356,20 @@ pub fn finish(signal: i32, regions: &[String]) -> std::process::ExitCode {
 /// were stopped (`SIGTERM`, or the same Ctrl-C).
 const WORKERS_STOPPED: Duration = Duration::from_secs(3);
 
-/// How long the keeper waits for them: they were not stopped, and let go
+/// How long the watchdog waits for them: they were not stopped, and let go
 /// when they see their parent gone (at the end of the work in hand).
 const WORKERS_ORPHANED: Duration = Duration::from_secs(60);
 
-/// The keeper's part (`hugeshm bench keeper`): reads the run's messages
+/// The watchdog's part (`hugeshm bench watchdog`): reads the run's messages
 /// on stdin; if they end without [`Msg::Done`] while something is still
 /// registered, the run died: gives it back (regions first, so their pages
 /// go back with the pools; then the rest, last taken first), a line each
 /// on stderr.
-pub fn keep() -> std::process::ExitCode {
+pub fn watch() -> std::process::ExitCode {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     // Ctrl-C and a hangup reach the whole process group, and the run stops
     // its children with SIGTERM: the run's handler gives back then and
-    // says Done; the keeper ends when its pipe does.
+    // says Done; the watchdog ends when its pipe does.
     let _caught = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]);
     let parent = std::os::unix::process::parent_id();
     let Some(mut pending) = heard(std::io::stdin().lock()).filter(|p| !p.is_empty()) else {
@@ -377,11 +381,11 @@ pub fn keep() -> std::process::ExitCode {
     pending.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
     let (regions, rest): (Vec<_>, Vec<_>) = pending
         .into_iter()
-        .partition(|(_, g)| matches!(g, Give::Region { .. }));
+        .partition(|(_, g)| matches!(g, Taken::Region { .. }));
     for (_, g) in regions.iter().chain(&rest) {
         crate::terminal::eprintln(format_args!(
-            "hugeshm: keeper: {}",
-            do_give(g, WORKERS_ORPHANED)
+            "hugeshm: watchdog: {}",
+            give_back(g, WORKERS_ORPHANED)
         ));
     }
     std::process::ExitCode::from(1)
@@ -390,20 +394,20 @@ pub fn keep() -> std::process::ExitCode {
 /// What is still registered when the run's messages end (`None`: the run
 /// said it gives back itself). A line that is not a message (one cut short
 /// by the run's death) is said and skipped.
-fn heard(input: impl std::io::BufRead) -> Option<Vec<(u64, Give)>> {
+fn heard(input: impl std::io::BufRead) -> Option<Vec<(u64, Taken)>> {
     let mut pending = Vec::new();
     for line in input.lines() {
         let Ok(line) = line else { break };
         match serde_json::from_str::<Msg>(&line) {
-            Ok(Msg::Add { id, give }) => {
+            Ok(Msg::Add { id, taken }) => {
                 // An update replaces the entry.
                 pending.retain(|(i, _)| *i != id);
-                pending.push((id, give));
+                pending.push((id, taken));
             }
             Ok(Msg::Forget { id }) => pending.retain(|(i, _)| *i != id),
             Ok(Msg::Done) => return None,
             Err(e) => {
-                crate::terminal::eprintln(format_args!("hugeshm: keeper: ignored {line:?}: {e}"))
+                crate::terminal::eprintln(format_args!("hugeshm: watchdog: ignored {line:?}: {e}"))
             }
         }
     }
@@ -417,9 +421,9 @@ fn read_pages(path: &std::path::Path) -> std::io::Result<u64> {
         .map_err(std::io::Error::other)
 }
 
-fn do_give(g: &Give, region_wait: Duration) -> String {
-    match g {
-        Give::Pool { path, pages, added } => {
+fn give_back(taken: &Taken, region_wait: Duration) -> String {
+    match taken {
+        Taken::Pool { path, pages, added } => {
             let (to, how) = match added.map(|a| (a, read_pages(path))) {
                 Some((a, Ok(now))) => (
                     now.saturating_sub(a),
@@ -442,7 +446,7 @@ fn do_give(g: &Give, region_wait: Duration) -> String {
                 ),
             }
         }
-        Give::Region { name, backend } => {
+        Taken::Region { name, backend } => {
             // Our own worker processes are exiting: give them a moment to
             // let go of the region.
             let deadline = std::time::Instant::now() + region_wait;
@@ -463,7 +467,7 @@ fn do_give(g: &Give, region_wait: Duration) -> String {
                 }
             }
         }
-        Give::PrivateDir(p) => match hugeshm_sys::remove_private_dir(p) {
+        Taken::PrivateDir(p) => match hugeshm_sys::remove_private_dir(p) {
             Ok(n) => format!("deleted {} and the {n} file(s) in it", p.display()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 format!("{} was already gone", p.display())
@@ -494,16 +498,16 @@ mod tests {
         let regions = give_back_now(vec![
             (
                 1,
-                Give::Pool {
+                Taken::Pool {
                     path: pool.clone(),
                     pages: 3,
                     added: None,
                 },
             ),
-            (2, Give::PrivateDir(file.clone())),
+            (2, Taken::PrivateDir(file.clone())),
             (
                 4,
-                Give::Pool {
+                Taken::Pool {
                     path: shared.clone(),
                     pages: 6,
                     added: Some(4),
@@ -511,7 +515,7 @@ mod tests {
             ),
             (
                 3,
-                Give::Region {
+                Taken::Region {
                     name: "r".into(),
                     backend: Backend::Sysv,
                 },
@@ -529,30 +533,30 @@ mod tests {
         std::fs::write(elsewhere.join("keep"), "x").unwrap();
         let link = dir.join("data-link");
         std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
-        let said = do_give(&Give::PrivateDir(link.clone()), WORKERS_STOPPED);
+        let said = give_back(&Taken::PrivateDir(link.clone()), WORKERS_STOPPED);
         assert!(said.contains("not a directory"), "{said}");
-        let said = do_give(&Give::PrivateDir(elsewhere.clone()), WORKERS_STOPPED);
+        let said = give_back(&Taken::PrivateDir(elsewhere.clone()), WORKERS_STOPPED);
         assert!(said.contains("not a private directory"), "{said}");
         assert!(elsewhere.join("keep").exists() && link.is_symlink());
         assert_eq!(regions, [("r".to_owned(), Backend::Sysv)]);
         // A dropped registration is forgotten.
-        let u = undo(Give::PrivateDir(kept.clone()));
+        let u = undo(Taken::PrivateDir(kept.clone()));
         drop(u);
         assert!(!PENDING
             .lock()
             .unwrap()
             .iter()
-            .any(|(_, g)| matches!(g, Give::PrivateDir(p) if *p == kept)));
+            .any(|(_, g)| matches!(g, Taken::PrivateDir(p) if *p == kept)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
-    fn the_keeper_holds_what_was_added_and_not_forgotten() {
+    fn the_watchdog_holds_what_was_added_and_not_forgotten() {
         let line = |m: &Msg| serde_json::to_string(m).unwrap() + "\n";
         let add = |id: u64, p: &str| {
             line(&Msg::Add {
                 id,
-                give: Give::PrivateDir(p.into()),
+                taken: Taken::PrivateDir(p.into()),
             })
         };
         // The run died: what is left is given back.
@@ -563,13 +567,13 @@ mod tests {
             let left = heard(input.as_bytes()).expect("no Done");
             let ids: Vec<u64> = left.iter().map(|(id, _)| *id).collect();
             assert_eq!(ids, [2, 3]);
-            assert!(matches!(&left[0].1, Give::PrivateDir(p) if p.as_os_str() == "/b"));
+            assert!(matches!(&left[0].1, Taken::PrivateDir(p) if p.as_os_str() == "/b"));
         }
         // An update (the amount now known) replaces the entry.
         let updated = add(1, "/a") + &add(1, "/a2");
         let left = heard(updated.as_bytes()).unwrap();
         assert_eq!(left.len(), 1);
-        assert!(matches!(&left[0].1, Give::PrivateDir(p) if p.as_os_str() == "/a2"));
+        assert!(matches!(&left[0].1, Taken::PrivateDir(p) if p.as_os_str() == "/a2"));
         // The run's handler gives back itself.
         assert!(heard((text + &line(&Msg::Done)).as_bytes()).is_none());
         // A run that gave everything back.

@@ -1,5 +1,6 @@
 //! Kill at every step: `hugeshm create` stopped by the test hook
-//! (`HUGESHM_TEST_STOP_AT`, see `hugeshm_region::testhook`) at each named
+//! (`HUGESHM_TEST_STOP_AT`, see `hugeshm_region::testhook`, there with the
+//! `test-hooks` feature that this crate's dev-dependency turns on) at each named
 //! step of creation, then SIGKILLed, for the sysv, posix, hugetlbfs (on a
 //! mount of its own) and memfd backends. Each time, what is left must
 //! read right in `ls`, `attach` must refuse what is not complete, `create`

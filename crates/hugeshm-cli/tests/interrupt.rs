@@ -2,7 +2,7 @@
 //! `bench oltp` on 2 MiB pages is interrupted (SIGINT to its process group,
 //! as a terminal sends it) while its workers run; the pool it raised is
 //! back, its region and data file are gone, and it exits 130. Killed with
-//! SIGKILL (as the OOM killer does), its keeper process gives the same back.
+//! SIGKILL (as the OOM killer does), its watchdog process gives the same back.
 //! Whichever way it ends, it takes off only the pages it added: pages an
 //! admin added meanwhile stay.
 
@@ -124,17 +124,17 @@ fn ctrl_c_during_bench_oltp_gives_back_the_pool_region_and_file() {
     // is gone (checked below).
     assert!(err.contains("nr_hugepages set back to"), "{err}");
     assert!(err.contains("deleted"), "{err}");
-    // The handler told the keeper it gives back itself: no second say.
-    assert!(!err.contains("keeper"), "{err}");
+    // The handler told the watchdog it gives back itself: no second say.
+    assert!(!err.contains("watchdog"), "{err}");
     all_given_back(&before, nr_before, &dir, &err);
     pool.restore().expect("restore");
 }
 
 /// SIGKILL to the bench alone, as the OOM killer sends it: no handler
-/// runs, its workers live on; the keeper process gives back the region
+/// runs, its workers live on; the watchdog process gives back the region
 /// (once the orphaned workers let go), the pool and the data file.
 #[test]
-fn sigkill_during_bench_oltp_is_given_back_by_its_keeper() {
+fn sigkill_during_bench_oltp_is_given_back_by_its_watchdog() {
     if !is_root() {
         eprintln!("sigkill_during_bench_oltp: skipped: raising the pool needs root");
         return;
@@ -152,7 +152,7 @@ fn sigkill_during_bench_oltp_is_given_back_by_its_keeper() {
         rustix::process::Signal::KILL,
     )
     .unwrap();
-    // Its stderr ends when the keeper and the workers, who share it, have.
+    // Its stderr ends when the watchdog and the workers, who share it, have.
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
@@ -167,14 +167,16 @@ fn sigkill_during_bench_oltp_is_given_back_by_its_keeper() {
         "{err}"
     );
     assert!(
-        err.contains("keeper: removed the sysv region bench-oltp-"),
+        err.contains("watchdog: removed the sysv region bench-oltp-"),
         "{err}"
     );
     assert!(
-        err.contains("keeper: /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages set back to"),
+        err.contains(
+            "watchdog: /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages set back to"
+        ),
         "{err}"
     );
-    assert!(err.contains("keeper: deleted "), "{err}");
+    assert!(err.contains("watchdog: deleted "), "{err}");
     assert!(
         err.contains(&format!(
             "set back to {} (it held {}, {} of them added by this run)",

@@ -68,6 +68,16 @@ impl Mount {
     }
 }
 
+/// The mount a path lives on: the longest mount point that is a prefix of
+/// it (component-wise: `/mnt/pmem1/f` is on `/mnt/pmem1`, not `/mnt/pmem`).
+/// The path is taken as given (canonicalize it first to follow symlinks).
+pub fn mount_of<'a>(mounts: &'a [Mount], path: &std::path::Path) -> Option<&'a Mount> {
+    mounts
+        .iter()
+        .filter(|m| path.starts_with(&m.target))
+        .max_by_key(|m| m.target.len())
+}
+
 /// Decodes the kernel's octal escapes (`\040` for space).
 pub fn unescape(s: &str) -> String {
     let b = s.as_bytes();
@@ -161,6 +171,19 @@ tmpfs /mnt/interleaved tmpfs rw,relatime,size=1048576k,huge=within_size,mpol=int
         assert!(!m[1].may_dax());
         assert_eq!(m[0].option("nosuid"), Some(""));
         assert_eq!(m[0].option("absent"), None);
+    }
+
+    #[test]
+    fn a_path_is_on_its_longest_mount_point() {
+        let mut m = parse(TEXT).unwrap();
+        m.push(parse("/dev/root / ext4 rw 0 0\n").unwrap().remove(0));
+        let on = |p: &str| mount_of(&m, std::path::Path::new(p)).map(|m| m.target.as_str());
+        assert_eq!(on("/mnt/pmem1/data"), Some("/mnt/pmem1"));
+        assert_eq!(on("/mnt/pmem/data"), Some("/mnt/pmem"));
+        assert_eq!(on("/mnt/pmem"), Some("/mnt/pmem"));
+        assert_eq!(on("/mnt/pmem10/x"), Some("/"));
+        assert_eq!(on("/dev/shm/hugeshm.a"), Some("/dev/shm"));
+        assert_eq!(mount_of(&m[..2], std::path::Path::new("/home")), None);
     }
 
     #[test]

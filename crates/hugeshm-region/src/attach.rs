@@ -2,9 +2,9 @@
 //! attacher expects of it, which host to read), the header checks an
 //! attach makes, and inspect / attach / remove by name.
 //!
-//! An attach is three steps: the backend's room finds and opens the
+//! An attach is three steps: the backend finds and opens the
 //! object and reads its header bytes; this module checks them against
-//! the object and the expectations; the room maps the object, and the
+//! the object and the expectations; the backend maps the object, and the
 //! pages the kernel serves are checked against the header.
 
 use std::path::{Path, PathBuf};
@@ -183,7 +183,7 @@ impl Locator {
         RegionError::NotFound {
             name: self.name.clone(),
             backend: self.backend,
-            looked: backend::room(self.backend).looked(&self.place(), &self.probe),
+            looked: backend::ops(self.backend).looked(&self.place(), &self.probe),
         }
     }
 
@@ -191,7 +191,7 @@ impl Locator {
     /// of the name sit on several hugetlbfs mounts), inspected.
     pub(crate) fn inspect_all(&self, holders: &Holders<'_>) -> Result<Vec<Inspected>, RegionError> {
         validate_name(&self.name)?;
-        backend::room(self.backend).inspect(&self.place(), holders)
+        backend::ops(self.backend).inspect(&self.place(), holders)
     }
 
     /// A scan of holders over this locator's host.
@@ -262,10 +262,10 @@ impl Locator {
     /// more).
     pub fn attach(&self) -> Result<Region, RegionError> {
         validate_name(&self.name)?;
-        let room = backend::room(self.backend);
+        let ops = backend::ops(self.backend);
         let holders = self.holders();
         let exp = self.expectations();
-        let opened = room
+        let opened = ops
             .open(&self.place(), &holders)?
             .ok_or_else(|| self.not_found())?;
         finish(opened, self.backend, &exp)
@@ -448,7 +448,7 @@ pub(crate) fn finish(
     )?;
     let h = check_header(&opened, exp, backend)?;
     let object = opened.object_text.clone();
-    let (made, hugetlb_page) = backend::room(backend).map(opened, exp)?;
+    let (made, hugetlb_page) = backend::ops(backend).map(opened, exp)?;
     check_kernel_pages(&h, &object, hugetlb_page)?;
     Ok(Region::from_parts(made, h))
 }

@@ -1,6 +1,6 @@
 //! [`RegionBuilder`]: create a region, in the numbered steps of the crate
 //! docs: look at the name (the interlock), plan from one host snapshot,
-//! check memlock, claim the name and map (the backend's room), write the
+//! check memlock, claim the name and map (the backend's `BackendOps::create`), write the
 //! header, pre-fault, verify, lock, mark ready.
 
 use std::path::PathBuf;
@@ -833,7 +833,7 @@ impl RegionBuilder {
         Ok((region, report))
     }
 
-    /// Claims the name, reserves and maps (the backend's room), writes the
+    /// Claims the name, reserves and maps (the backend's operations), writes the
     /// header (state `initializing`) and pre-faults: the region, guarded
     /// (destroyed on drop), the pre-fault's outcome and the setup time. A
     /// fault the kernel refuses on hugetlb pages is
@@ -955,7 +955,7 @@ impl RegionBuilder {
         plan.pmd_share_align().filter(|_| self.pmd_sharing)
     }
 
-    /// Creates and maps the object for `plan` in its backend's room,
+    /// Creates and maps the object for `plan` through its backend's operations,
     /// claiming the name first (before any memory is reserved). Its header
     /// is not written yet.
     fn materialize(
@@ -990,7 +990,7 @@ impl RegionBuilder {
             probe: &self.probe,
             policy: self.policy,
         };
-        let made = backend::room(self.backend).create(&spec)?;
+        let made = backend::ops(self.backend).create(&spec)?;
         Ok(Region::created(made, hdr, self.backend))
     }
 }

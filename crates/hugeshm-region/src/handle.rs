@@ -89,7 +89,7 @@ impl Drop for CreateGuard {
 }
 
 impl Region {
-    /// A region from a room's mapped object and its header.
+    /// A region from a backend's mapped object and its header.
     pub(crate) fn from_parts(made: Made, header: RegionHeader) -> Region {
         Region {
             mem: made.mem,

@@ -459,7 +459,7 @@ pub(crate) fn own_start_ticks() -> u64 {
 }
 
 /// Whether process `pid` (started at `start_ticks`, if known) is alive.
-pub fn liveness(pid: u32, start_ticks: Option<u64>) -> Liveness {
+pub(crate) fn liveness(pid: u32, start_ticks: Option<u64>) -> Liveness {
     if pid == 0 {
         return Liveness::Unknown;
     }

@@ -61,7 +61,7 @@ pub fn list_regions_on(probe: &Probe) -> Result<Vec<RegionInfo>, RegionError> {
     let holders = Holders::lazy(probe);
     let mut out: Vec<RegionInfo> = backend::listable()
         .iter()
-        .flat_map(|room| room.list(&holders))
+        .flat_map(|ops| ops.list(&holders))
         .collect();
     out.sort_by(|a, b| (&a.name, a.backend.as_str()).cmp(&(&b.name, b.backend.as_str())));
     Ok(out)

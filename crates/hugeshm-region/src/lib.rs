@@ -31,6 +31,40 @@
 //! # }
 //! ```
 //!
+//! ## The public API
+//!
+//! ```text
+//! create    RegionBuilder::new(size)  .backend .page_size .policy .numa .name .mode .owner
+//!           .directory .mlock .prefault_threads .progress .reclaim .pmd_sharing .probe
+//!           .create() -> (Region, AllocationReport (Fallback, Reclaimed))
+//!           .create_per_node() -> [(NodeRegion, AllocationReport)]   (part_name: NAME.nodeN)
+//!           Backend, PageSize, Policy, Placement, Reclaim, PrefaultMethod
+//!           available_cpus (the default number of pre-fault threads)
+//! attach    Region::attach(name, backend), Region::attach_shmid, Region::attach_path
+//!           Locator::new(name, backend)  .expect_size .expect_page_size .owner .mode .directory
+//!           .pmd_sharing .probe  .attach() .attach_with_report() -> AttachReport
+//!           .inspect() .attached_pids() .attach_per_node()
+//! use       Region: read_at write_at fill; atomic_u32(s) atomic_u64(s) load_words store_words
+//!           prefetch; populate_read touch_all mlock; persist (PersistMethod); is_lost;
+//!           verify (Verification), verify_page_size (PageSizeCheck, PageSizeSource);
+//!           header (RegionHeader); len, page_size, data_ptr, ... (accessors); close, destroy
+//! remove    remove(name, backend), Locator::remove, Locator::remove_per_node
+//! list      list_regions, list_regions_on(&Probe) -> [RegionInfo]
+//!           (RegionState, HeaderState, Liveness, NamedObject)
+//! names     validate_name, sysv_key, MAX_NAME_LEN
+//! errors    RegionError (Shortfall, NodeNeed): facts and numbers;
+//!           RegionError::fix() -> Fix, rendered by Renderer; SysError (a system call's)
+//! the host  Probe, Roots (hugeshm-probe): the /proc, /sys and fs roots every reader takes
+//! formats   modules header (the 4 KiB header: HEADER_BYTES, MAGIC, LAYOUT_VERSION),
+//!           memfd_record (the record file; memfd_record_path), naming (name -> object),
+//!           interlock (what create does when the name exists)
+//! ```
+//!
+//! Everything else is the crate's own. Benches build on this API in the
+//! `hugeshm` CLI (`bench prefault`, `numa`, `attach`, `pagetables`); the
+//! test hook that stops `create` at a step (`testhook`)
+//! is only there with the `test-hooks` feature, which only tests turn on.
+//!
 //! ## What `create` does, in order
 //!
 //! 1. **Look at the name** (named regions): if a region of that name
@@ -112,10 +146,7 @@
 //! whether it took ([`AllocationReport::aligned_for_pmd_sharing`]).
 //! Measured here with 8 processes attaching and touching 1 GiB: 0 bytes
 //! of page tables per process on aligned 2 MiB pages, 2052 KiB on 4 KiB
-//! pages. [`bench::attach_and_touch`] is the building block of
-//! `hugeshm bench pagetables`.
-//! [`bench::bench_numa`] (write and read bandwidth of a region placed
-//! on chosen nodes) is the building block of `hugeshm bench numa`.
+//! pages (`hugeshm bench pagetables` measures it on any host).
 //!
 //! ## When another process cuts the file short (SIGBUS)
 //!
@@ -172,9 +203,10 @@
 //! create      RegionBuilder: the numbered steps above
 //! attach      Locator, the header checks, remove by name; interlock: list_regions
 //! handle      Region: data access, detach, destroy
-//! backend/    one room per backend (sysv, file, memfd, anon) behind one trait:
-//!             create / open / map / inspect / remove / list, and destroy
-//! pool, prefault, verify, memlock, holders, inspect, memfd_record, header, naming
+//! backend/    one module per kind of kernel object behind the trait BackendOps (create / open /
+//!             map / inspect / remove / list, and destroy): sysv; file (hugetlbfs, posix and dax files);
+//!             devdax (dax on a device-dax, /dev/daxX.Y); memfd; anon; fd: what the fd-based ones share
+//! pool, prefault, verify, memlock, holders, inspect, memfd_record, header, naming, per_node
 //!             the steps' own modules
 //! error       RegionError;  model: plain data (imports nothing of the crate)
 //! hugeshm-sys (its own crate): the system calls, the only unsafe code
@@ -188,7 +220,6 @@
 
 mod attach;
 mod backend;
-pub mod bench;
 mod checked_open;
 mod create;
 mod error;
@@ -198,23 +229,22 @@ mod holders;
 mod inspect;
 pub mod interlock;
 pub mod memfd_record;
-pub mod memlock;
+mod memlock;
 mod model;
 pub mod naming;
 mod per_node;
 mod placement;
-pub mod pool;
+mod pool;
 mod prefault;
 mod report;
 pub mod run;
+#[cfg(feature = "test-hooks")]
 pub mod testhook;
+#[cfg(not(feature = "test-hooks"))]
+mod testhook;
 mod verify;
 
 pub use attach::{remove, Locator};
-pub use bench::{
-    bench_numa, bench_peer, bench_prefault, AttachSample, NumaSample, PeerMethod, PeerSample,
-    PrefaultSample,
-};
 pub use create::RegionBuilder;
 pub use error::RegionError;
 pub use handle::Region;
@@ -230,8 +260,6 @@ pub use model::{
 };
 pub use naming::{sysv_key, validate_name, MAX_NAME_LEN};
 pub use per_node::{part_name, NodeRegion};
-pub use prefault::{
-    available_cpus, memset_baseline, MemsetBaseline, Progress, CLEAR_CHUNK_BYTES, SUB_CHUNK_BYTES,
-};
+pub use prefault::available_cpus;
 pub use report::{AllocationReport, AttachReport, Reclaimed};
 pub use verify::{PageSizeCheck, PageSizeSource, Verification};

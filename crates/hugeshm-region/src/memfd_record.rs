@@ -55,10 +55,10 @@ use crate::model::Owner;
 use hugeshm_sys as sys;
 
 /// Where memfd records live.
-pub const MEMFD_RECORD_DIR: &str = "/dev/shm";
+pub(crate) const MEMFD_RECORD_DIR: &str = "/dev/shm";
 
 /// Prefix of memfd record files.
-pub const MEMFD_RECORD_PREFIX: &str = "hugeshm-memfd.";
+pub(crate) const MEMFD_RECORD_PREFIX: &str = "hugeshm-memfd.";
 
 const FIRST_LINE: &str = "hugeshm-memfd-record 1";
 
@@ -70,7 +70,7 @@ pub fn memfd_record_path(name: &str) -> PathBuf {
 /// What a memfd record says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
-pub struct MemfdRecord {
+pub(crate) struct MemfdRecord {
     /// The process holding the memfd (the creator).
     pub pid: u32,
     /// Its start time (clock ticks after boot).

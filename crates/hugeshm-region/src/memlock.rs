@@ -7,7 +7,7 @@ use crate::error::RegionError;
 
 /// Whether this thread has `CAP_IPC_LOCK` in its effective set (which
 /// lifts the memlock limit and allows SysV `SHM_HUGETLB`).
-pub fn has_cap_ipc_lock() -> bool {
+pub(crate) fn has_cap_ipc_lock() -> bool {
     rustix::thread::capabilities(None)
         .map(|c| {
             c.effective

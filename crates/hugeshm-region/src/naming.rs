@@ -25,7 +25,7 @@
 //!   created by `fork` after the region.
 
 use crate::error::RegionError;
-pub use crate::model::{directory_hint, object_file_name, DEFAULT_POSIX_DIR, OBJECT_PREFIX};
+pub(crate) use crate::model::{object_file_name, DEFAULT_POSIX_DIR, OBJECT_PREFIX};
 
 /// Longest accepted region name.
 pub const MAX_NAME_LEN: usize = 200;

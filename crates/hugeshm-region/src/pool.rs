@@ -6,11 +6,11 @@
 //! plan or a typed error, so every policy decision is unit-tested on
 //! synthetic pools.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use hugeshm_fix::Fix;
 use hugeshm_parse::hugepages::PoolCounters;
-use hugeshm_parse::mounts::Mount;
+use hugeshm_parse::mounts::{mount_of, Mount};
 use hugeshm_parse::size::{format_bytes, page_size_short, round_up};
 use hugeshm_probe::{HostSnapshot, Probe};
 use hugeshm_sys::SysError;
@@ -21,7 +21,7 @@ use crate::naming::DEFAULT_POSIX_DIR;
 
 /// Checks that `required` pages are available (free − reserved) in a
 /// host-wide pool; the shortfall otherwise.
-pub fn check_pool(
+pub(crate) fn check_pool(
     pool: &PoolCounters,
     required: u64,
     default_page_size: Option<u64>,
@@ -341,7 +341,7 @@ pub(crate) fn fallback_plan(
 
 /// The hugetlbfs mounts of one page size (no `pagesize=` means the default
 /// size), read-only ones excluded, in `/proc/mounts` order.
-pub fn hugetlbfs_mounts(
+pub(crate) fn hugetlbfs_mounts(
     mounts: &[Mount],
     page_size: u64,
     default_page_size: Option<u64>,
@@ -351,15 +351,6 @@ pub fn hugetlbfs_mounts(
         .filter(|m| m.is_hugetlbfs() && m.option("ro").is_none())
         .filter(|m| m.hugetlbfs_page_size().or(default_page_size) == Some(page_size))
         .collect()
-}
-
-/// The mount a path lives on: the longest mount point that is a prefix of
-/// it (component-wise).
-pub fn mount_of<'a>(mounts: &'a [Mount], path: &Path) -> Option<&'a Mount> {
-    mounts
-        .iter()
-        .filter(|m| path.starts_with(&m.target))
-        .max_by_key(|m| m.target.len())
 }
 
 fn no_mount_fix(page_size: u64, default_page_size: Option<u64>) -> Fix {
@@ -897,6 +888,7 @@ mod tests {
     use super::*;
     use hugeshm_parse::mounts;
     use hugeshm_parse::thp::parse_selector;
+    use std::path::Path;
 
     const MIB2: u64 = 2 << 20;
     const GIB: u64 = 1 << 30;

@@ -1,4 +1,4 @@
-//! Parallel pre-faulting ("pre-page") and the memset baseline.
+//! Parallel pre-faulting ("pre-page").
 //!
 //! The region is cut into one contiguous range per thread (whole pages);
 //! each thread faults its range front to back in sub-chunks of at most
@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use hugeshm_sys::{self as sys, Mapping, SysError};
-use serde::{Deserialize, Serialize};
 
 use crate::error::RegionError;
 use crate::model::PrefaultMethod;
@@ -27,10 +26,10 @@ use crate::model::PrefaultMethod;
 /// thread-safe). Calls are serialized: `done_bytes` only grows from call
 /// to call, and the last call of a successful pre-fault has
 /// `done_bytes == total_bytes`.
-pub type Progress = Arc<dyn Fn(u64, u64) + Send + Sync>;
+pub(crate) type Progress = Arc<dyn Fn(u64, u64) + Send + Sync>;
 
 /// Largest piece one `madvise` call faults before progress is reported.
-pub const SUB_CHUNK_BYTES: usize = 64 << 20;
+pub(crate) const SUB_CHUNK_BYTES: usize = 64 << 20;
 
 /// The least a pre-fault thread is given to fault: a 2 MiB huge page, or
 /// 512 base pages.
@@ -293,114 +292,6 @@ pub(crate) fn method_for_kernel() -> PrefaultMethod {
     }
 }
 
-/// Plain memset over already-faulted memory: the machine's write bandwidth,
-/// the yardstick for pre-fault rates.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct MemsetBaseline {
-    /// Bytes written per pass.
-    pub size_bytes: u64,
-    /// Page size backing the memory (transparent huge pages when THP
-    /// allows `MADV_HUGEPAGE`, else the base size).
-    pub page_size_bytes: u64,
-    /// Threads writing (each its own contiguous range).
-    pub threads: usize,
-    /// Passes timed (the first pass after faulting is included).
-    pub passes: usize,
-    /// Seconds of the fastest pass.
-    pub seconds: f64,
-    /// Decimal GB/s of the fastest pass.
-    pub gbps: f64,
-    /// Seconds of the fastest pass zeroing the same memory 4 KiB at a
-    /// time ([`CLEAR_CHUNK_BYTES`]), as the kernel clears a huge page when
-    /// it faults it in: the ceiling of any pre-fault on a kernel that
-    /// does so.
-    pub clear_4k_seconds: f64,
-    /// Decimal GB/s of that pass.
-    pub clear_4k_gbps: f64,
-}
-
-/// The piece the kernel zeroes at a time when it faults in a huge page
-/// (`folio_zero_user` calls `clear_page` for each 4 KiB subpage).
-pub const CLEAR_CHUNK_BYTES: usize = 4096;
-
-/// Times `memset` over `size_bytes` of private anonymous memory that is
-/// already faulted in (faulting is not timed), with `threads` threads
-/// (0 = [`available_cpus`]); the fastest of 3 passes. Each pass is
-/// followed by one zeroing the same memory 4 KiB at a time, the way the
-/// kernel clears a huge page ([`MemsetBaseline::clear_4k_gbps`]). The memory is
-/// advised `MADV_HUGEPAGE`, so with THP `enabled=madvise` or `always` it
-/// sits on transparent huge pages and the figure is write bandwidth rather
-/// than TLB misses; [`MemsetBaseline::page_size_bytes`] says which.
-pub fn memset_baseline(size_bytes: u64, threads: usize) -> Result<MemsetBaseline, RegionError> {
-    let len = usize::try_from(size_bytes).map_err(|_| RegionError::InvalidSize {
-        requested_bytes: size_bytes,
-        reason: "does not fit in usize".to_owned(),
-        fix: None,
-    })?;
-    let mut map = sys::MapOptions::new(len).map_anon()?;
-    // Transparent huge pages where THP allows it (enabled=madvise or
-    // always), so that the baseline measures write bandwidth, not TLB
-    // misses; the page size used is reported.
-    let _ = map.advise_hugepage();
-    match map.populate_write() {
-        Ok(()) => {}
-        Err(e) if e.errno() == Some(libc::EINVAL) => map.touch(),
-        Err(e) => return Err(e.into()),
-    }
-    let page = map.page_size();
-    let pages = map.len() / page;
-    let threads = if threads == 0 {
-        available_cpus()
-    } else {
-        threads
-    };
-    let runs = split(pages, threads.clamp(1, pages.max(1)));
-    let ranges: Vec<(usize, usize)> = runs
-        .iter()
-        .map(|&(first, count)| (first * page, count * page))
-        .collect();
-    // One timed pass: each thread runs `each` over its own piece.
-    let timed = |map: &mut Mapping, each: &(dyn Fn(&mut sys::Piece<'_>) + Sync)| {
-        let pieces = map.pieces_mut(&ranges)?;
-        let t0 = Instant::now();
-        std::thread::scope(|scope| {
-            for mut piece in pieces {
-                scope.spawn(move || each(&mut piece));
-            }
-        });
-        Ok::<f64, SysError>(t0.elapsed().as_secs_f64())
-    };
-    let passes = 3;
-    let mut best = f64::INFINITY;
-    let mut best_clear = f64::INFINITY;
-    for pass in 0..passes {
-        // Zeroing stores are faster than others on some CPUs (an AMD EPYC
-        // here memsets 80 GB/s of zeros, 40 of anything else), so memset
-        // writes a non-zero byte; the 4 KiB clear writes zeros, as the
-        // kernel does.
-        let byte = 0x5a_u8.wrapping_add(pass as u8);
-        best = best.min(timed(&mut map, &|p| p.fill(byte))?);
-        best_clear = best_clear.min(timed(&mut map, &|p| p.zero_by(CLEAR_CHUNK_BYTES))?);
-    }
-    let size = map.len() as u64;
-    let pmd = crate::verify::pmd_size(&hugeshm_probe::Probe::default());
-    let page_size_bytes = crate::verify::verify_range(map.addr() as u64, size, pmd)
-        .map(|v| v.page_size_bytes)
-        .unwrap_or(page as u64);
-    map.release()?;
-    Ok(MemsetBaseline {
-        size_bytes: size,
-        page_size_bytes,
-        threads: runs.len(),
-        passes,
-        seconds: best,
-        gbps: gbps(size, best),
-        clear_4k_seconds: best_clear,
-        clear_4k_gbps: gbps(size, best_clear),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -461,14 +352,5 @@ mod tests {
         map.read_at(5, &mut buf).unwrap();
         assert_eq!(&buf, b"keep");
         assert!(sys::populate_write_supported());
-    }
-
-    #[test]
-    fn memset_baseline_measures() {
-        let b = memset_baseline(8 << 20, 2).unwrap();
-        assert_eq!(b.size_bytes, 8 << 20);
-        assert_eq!(b.threads, 2);
-        assert!(b.gbps > 0.0 && b.seconds > 0.0);
-        assert!(b.clear_4k_gbps > 0.0 && b.clear_4k_seconds > 0.0);
     }
 }

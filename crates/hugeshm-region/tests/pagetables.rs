@@ -11,9 +11,10 @@
 mod common;
 
 use common::*;
-use hugeshm_region::bench::{attach_and_touch, AttachSample, Touch};
 use hugeshm_region::{Backend, Locator, PageSize, Policy, RegionBuilder};
 use hugeshm_testkit::HostState;
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
 
 const ENV: &str = "HUGESHM_PAGETABLES_CHILD";
 const N: usize = 8;
@@ -33,7 +34,23 @@ fn pagetables_child() {
     while let Some(cmd) = hear() {
         match cmd.as_str() {
             "attach" => {
-                let (region, sample) = attach_and_touch(&locator, Touch::Read).unwrap();
+                let t0 = Instant::now();
+                let region = locator.attach().unwrap();
+                let attach_seconds = t0.elapsed().as_secs_f64();
+                let t1 = Instant::now();
+                region.populate_read().unwrap();
+                let sample = AttachSample {
+                    address: region.addr() as u64,
+                    aligned_for_pmd_sharing: region.aligned_for_pmd_sharing(),
+                    pmd_shareable_bytes: region.pmd_shareable_bytes(),
+                    attach_seconds,
+                    touch_seconds: t1.elapsed().as_secs_f64(),
+                    vm_pte_bytes: hugeshm_probe::Probe::default()
+                        .pid(std::process::id())
+                        .status()
+                        .ok()
+                        .and_then(|s| s.vm_pte_bytes),
+                };
                 // Every page is in this process's page tables, whether the
                 // touch shared another process's or built its own.
                 let v = region.verify().unwrap();
@@ -54,6 +71,19 @@ fn pagetables_child() {
             _ => {}
         }
     }
+}
+
+/// What one child measured: attach (find, check, map) and read-fault
+/// every page, then its own page-table bytes (`VmPTE`: a shared PMD page
+/// is charged to every process using it, so sharing shows host-wide only).
+#[derive(Debug, Serialize, Deserialize)]
+struct AttachSample {
+    address: u64,
+    aligned_for_pmd_sharing: bool,
+    pmd_shareable_bytes: u64,
+    attach_seconds: f64,
+    touch_seconds: f64,
+    vm_pte_bytes: Option<u64>,
 }
 
 struct Figures {

@@ -57,7 +57,7 @@ pub enum BenchCommand {
     /// registered (pools, regions, files) if the run dies without doing so
     /// (SIGKILL), as its stdin tells.
     #[command(hide = true)]
-    Keeper,
+    Watchdog,
     /// How long a new process takes to attach a large region and map every
     /// page, with and without the smaps verification.
     Attach(crate::cmd::bench_attach::Args),
@@ -236,7 +236,7 @@ pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<Ex
         BenchCommand::Interrupted { signal, regions } => {
             Ok(crate::interrupt::finish(signal, &regions))
         }
-        BenchCommand::Keeper => Ok(crate::interrupt::keep()),
+        BenchCommand::Watchdog => Ok(crate::interrupt::watch()),
         BenchCommand::Attach(a) => crate::cmd::bench_attach::run(roots, &a, out),
         BenchCommand::AttachTimeChild { name, backend } => {
             crate::cmd::bench_attach::child(&name, backend, out)

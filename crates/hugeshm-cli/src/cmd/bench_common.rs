@@ -23,6 +23,16 @@ pub(crate) fn fit(points: &[(f64, f64)]) -> Option<(f64, f64)> {
     (sxx > 0.0).then(|| (sxy / sxx, my - sxy / sxx * mx))
 }
 
+/// Decimal gigabytes per second (the unit `dd` and the region's reports
+/// use); 0 for no time.
+pub(crate) fn gbps(bytes: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        bytes as f64 / 1e9 / seconds
+    } else {
+        0.0
+    }
+}
+
 /// Least-squares slope of `y` over `x` (see [`fit`]).
 pub(crate) fn slope(points: &[(f64, f64)]) -> Option<f64> {
     fit(points).map(|(k, _)| k)
@@ -233,7 +243,7 @@ fn mem_available(probe: &Probe) -> Option<u64> {
 /// thread) end with `SIGTERM` when the bench does: a bench killed with
 /// SIGKILL cannot stop its workers, and a worker in the middle of a timed
 /// run would hold the region, and so its pages, until the run ends. Its
-/// keeper (see `crate::interrupt`) removes the region once they let go.
+/// watchdog (see `crate::interrupt`) removes the region once they let go.
 /// A bench that died before this call is seen the usual way: the worker's
 /// stdin ends.
 pub(crate) fn die_with_parent() {
@@ -335,7 +345,7 @@ impl<'a> PoolTopUp<'a> {
         // Registered before the write, so an interrupt in between still
         // gives it back.
         let path: std::path::PathBuf = self.pools.describe(page_size, node).into();
-        let undo = crate::interrupt::undo(crate::interrupt::Give::Pool {
+        let undo = crate::interrupt::undo(crate::interrupt::Taken::Pool {
             path: path.clone(),
             pages: nr,
             added: None,
@@ -350,7 +360,7 @@ impl<'a> PoolTopUp<'a> {
         // to `nr` if the run is cut short.
         let got = self.pools.nr(page_size, node);
         let added = got.as_ref().map_or(target - nr, |g| g.saturating_sub(nr));
-        undo.update(crate::interrupt::Give::Pool {
+        undo.update(crate::interrupt::Taken::Pool {
             path,
             pages: nr,
             added: Some(added),
@@ -391,7 +401,7 @@ impl Drop for PoolTopUp<'_> {
 /// 0700, a random name, made in `--dir`, which is often `/var/tmp`): no
 /// other user can plant a symlink or a file where it goes. Created with
 /// `O_EXCL`; the directory is removed when dropped, by the interrupt
-/// handler on Ctrl-C, or by the keeper if the run is killed.
+/// handler on Ctrl-C, or by the watchdog if the run is killed.
 pub(crate) struct DataFile {
     /// The file (not created yet).
     pub(crate) path: std::path::PathBuf,
@@ -413,7 +423,7 @@ impl DataFile {
                 )
             })?;
         let dir = dir.path().to_owned();
-        let undo = crate::interrupt::undo(crate::interrupt::Give::PrivateDir(dir.clone()));
+        let undo = crate::interrupt::undo(crate::interrupt::Taken::PrivateDir(dir.clone()));
         Ok(DataFile {
             path: dir.join("data"),
             dir,
@@ -439,7 +449,7 @@ pub(crate) fn bench_region(
     backend: hugeshm_region::Backend,
     page: hugeshm_region::PageSize,
 ) -> anyhow::Result<(hugeshm_region::Region, crate::interrupt::Undo)> {
-    let undo = crate::interrupt::undo(crate::interrupt::Give::Region {
+    let undo = crate::interrupt::undo(crate::interrupt::Taken::Region {
         name: name.to_owned(),
         backend,
     });

@@ -470,7 +470,7 @@ pub fn measure(roots: &Roots, o: &Options) -> anyhow::Result<Report> {
     })?;
     let mounts = Probe::new(roots.clone()).mounts().unwrap_or_default();
     let canon = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
-    let m = hugeshm_region::pool::mount_of(&mounts, &canon);
+    let m = hugeshm_parse::mounts::mount_of(&mounts, &canon);
     let (classic, _) = measure_mode(o, &path, Mode::Classic)?;
     let (direct, file_dax) = measure_mode(o, &path, Mode::Direct)?;
     let data = DataFile {

@@ -4,14 +4,16 @@
 //! node, per page size. Each row carries the bytes per node that
 //! `/proc/self/numa_maps` showed, so the table proves where the pages were.
 
-use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, PoolTopUp, Skipped};
+use crate::cmd::bench_common::{gbps, parse_count_arg, parse_size_arg, PoolTopUp, Skipped};
 use crate::output::{Out, Table};
 use anyhow::Context;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{HostSnapshot, Probe, Roots};
-use hugeshm_region::{bench_numa, NumaSample, PageSize, Placement};
+use hugeshm_region::{Backend, PageSize, Placement, Policy, RegionBuilder, RegionError};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
+use std::time::Instant;
 
 /// `bench numa` options.
 #[derive(Debug, clap::Args)]
@@ -417,4 +419,68 @@ fn print(a: &Args, report: &Report, out: &mut Out) -> anyhow::Result<ExitCode> {
     Skipped::print(&report.skipped, out)?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// One create + measure + destroy cycle of [`bench_numa`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct NumaSample {
+    /// Page size of the region.
+    pub page_size_bytes: u64,
+    /// The placement it was created with.
+    pub placement: Placement,
+    /// Bytes on each node after the pre-fault (`/proc/self/numa_maps`,
+    /// node id as a string): where the pages really are.
+    pub node_bytes: std::collections::BTreeMap<String, u64>,
+    /// Bytes written and read per pass (the region's data).
+    pub bytes: u64,
+    /// One timed pass writing every byte (memset).
+    pub write_seconds: f64,
+    /// `bytes / write_seconds`, decimal GB/s.
+    pub write_gbps: f64,
+    /// One timed pass reading every byte (summing 8-byte words).
+    pub read_seconds: f64,
+    /// `bytes / read_seconds`, decimal GB/s.
+    pub read_gbps: f64,
+}
+
+/// Creates a shared anonymous region of `size_bytes` on `page_size` pages
+/// with policy `only` and `placement` (a page off a bound node is an
+/// error), pre-faulted; writes and reads it once untimed (steady state,
+/// not first touch), then times one write pass and one read pass on the
+/// calling thread, destroys it, and returns the figures. The calling
+/// thread's CPU affinity decides which node's CPUs do the work; huge pages
+/// must be free on the nodes the placement names.
+pub fn bench_numa(
+    size_bytes: u64,
+    page_size: PageSize,
+    placement: Placement,
+) -> Result<NumaSample, RegionError> {
+    let (mut region, report) = RegionBuilder::new(size_bytes)
+        .backend(Backend::Anon)
+        .page_size(page_size)
+        .policy(Policy::Only)
+        .numa(placement.clone())
+        .create()?;
+    // Untimed pass: TLB and caches as in steady use.
+    region.fill(0x11);
+    std::hint::black_box(region.sum_words());
+    let t = Instant::now();
+    region.fill(0x5a);
+    let write_seconds = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    std::hint::black_box(region.sum_words());
+    let read_seconds = t.elapsed().as_secs_f64();
+    let bytes = region.data_len() as u64;
+    region.destroy()?;
+    Ok(NumaSample {
+        page_size_bytes: report.page_size_bytes,
+        placement,
+        node_bytes: report.node_bytes,
+        bytes,
+        write_seconds,
+        write_gbps: gbps(bytes, write_seconds),
+        read_seconds,
+        read_gbps: gbps(bytes, read_seconds),
+    })
 }

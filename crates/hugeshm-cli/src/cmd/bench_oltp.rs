@@ -699,7 +699,7 @@ fn measure_row(
         .policy(Policy::Only);
     let _on_interrupt = if backend.is_named() {
         b = b.name(name.clone());
-        Some(crate::interrupt::undo(crate::interrupt::Give::Region {
+        Some(crate::interrupt::undo(crate::interrupt::Taken::Region {
             name: name.clone(),
             backend,
         }))

@@ -9,12 +9,13 @@
 //! for a sweep, the growth lines ([`growth`]).
 
 use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, PoolTopUp, Skipped};
+use crate::cmd::bench_prefault_sample::{
+    bench_peer, bench_prefault, memset_baseline, PeerMethod, PeerSample, PrefaultSample,
+};
 use crate::output::{Out, Table};
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{HostSnapshot, Probe, Roots};
-use hugeshm_region::{
-    bench_peer, bench_prefault, memset_baseline, Backend, PageSize, PeerMethod, PrefaultSample,
-};
+use hugeshm_region::{Backend, PageSize};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
@@ -272,7 +273,7 @@ fn measure_peers(
             threads.to_vec()
         };
         for t in counts {
-            let mut best: Option<hugeshm_region::PeerSample> = None;
+            let mut best: Option<PeerSample> = None;
             for r in 0..o.runs.max(1) {
                 note(&format!(
                     "{} pages, {} on {t} threads, run {}",

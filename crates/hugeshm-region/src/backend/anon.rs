@@ -1,21 +1,21 @@
-//! The `anon` room: `MAP_SHARED|MAP_ANONYMOUS` (with `MAP_HUGETLB` for
+//! The `anon` backend: `MAP_SHARED|MAP_ANONYMOUS` (with `MAP_HUGETLB` for
 //! huge pages), shared with `fork`ed children only. It has no name, so
 //! nothing to open, inspect, list or remove.
 
 use hugeshm_probe::Probe;
 use hugeshm_sys as sys;
 
-use super::{Inspected, Made, Object, Opened, Place, Room, Spec};
+use super::{BackendOps, Inspected, Made, Object, Opened, Place, Spec};
 use crate::error::RegionError;
 use crate::holders::Holders;
 use crate::inspect::RegionInfo;
 use crate::model::Expect;
 use crate::pool::{self, Backing};
 
-/// The `anon` room.
+/// The `anon` backend's operations ([`BackendOps`]).
 pub(crate) struct Anon;
 
-/// The room's one instance.
+/// Its one instance.
 pub(crate) static ANON: Anon = Anon;
 
 fn unnamed() -> RegionError {
@@ -25,7 +25,7 @@ fn unnamed() -> RegionError {
     )
 }
 
-impl Room for Anon {
+impl BackendOps for Anon {
     fn create(&self, spec: &Spec<'_>) -> Result<Made, RegionError> {
         let plan = spec.plan;
         let huge = (plan.backing == Backing::Hugetlb).then_some(plan.page_size);

@@ -1,4 +1,4 @@
-//! What the file-backed rooms share (`file`, `devdax` and `memfd`): the
+//! What the backends on a file descriptor share (`file`, `devdax` and `memfd`): the
 //! shared lock every holder keeps, device and inode, owner and mode,
 //! mapping an opened region file, and the unlink that undoes a half-made
 //! name.

@@ -1,4 +1,4 @@
-//! The `file` room: `hugetlbfs` and `posix` regions, a file
+//! The `file` backend: `hugetlbfs` and `posix` regions, a file
 //! `hugeshm.<name>` on a hugetlbfs mount of the page size or on tmpfs
 //! (`/dev/shm`). Created unnamed (`O_TMPFILE`), share-locked, sized and
 //! then linked in place, so nobody sees the name without a live holder's
@@ -21,7 +21,7 @@ use rustix::fs::{FlockOperation, Mode, OFlags};
 use super::devdax::{self, DevDax};
 use super::fd::{self, owner_of, OpenFd, UndoUnlink};
 use super::{
-    foreign_handle, Handle, Inspected, Made, Object, Opened, OpenedInner, Place, Room, Spec,
+    foreign_handle, BackendOps, Handle, Inspected, Made, Object, Opened, OpenedInner, Place, Spec,
 };
 use crate::checked_open;
 use crate::error::RegionError;
@@ -30,7 +30,8 @@ use crate::holders::Holders;
 use crate::inspect::{classify, info_from, read_head, Classified, RegionInfo};
 use crate::model::{Backend, Expect, NamedObject, Owner, PrefaultMethod};
 use crate::naming::{object_file_name, DEFAULT_POSIX_DIR, OBJECT_PREFIX};
-use crate::pool::{self, mount_of, Backing, ThpMode};
+use crate::pool::{self, Backing, ThpMode};
+use hugeshm_parse::mounts::mount_of;
 
 /// `statfs.f_type` of tmpfs.
 const TMPFS_MAGIC: u64 = 0x0102_1994;
@@ -41,10 +42,10 @@ const HUGETLBFS_MAGIC: u64 = 0x9584_58f6;
 /// the pre-fault rather than by one `fallocate`.
 const FAULT_ALLOCATES_FROM_THREADS: usize = 2;
 
-/// The `file` room.
+/// The `file` backend's operations ([`BackendOps`]).
 pub(crate) struct File;
 
-/// The room's one instance.
+/// Its one instance.
 pub(crate) static FILE: File = File;
 
 /// The file of a region this process holds; `fd` holds a shared `flock`.
@@ -246,7 +247,7 @@ fn device_name(d: &DevDax) -> Option<String> {
     }
 }
 
-/// The device-dax at `path` (after `resolve`), for a room that found a
+/// The device-dax at `path` (after `resolve`), for a backend that found a
 /// character device there.
 fn device_at(path: &Path, probe: &Probe) -> Result<DevDax, RegionError> {
     devdax::resolve(path, probe)?.ok_or_else(|| RegionError::UnsuitableDirectory {
@@ -825,7 +826,7 @@ fn create_on_device(spec: &Spec<'_>, dev: &DevDax) -> Result<Made, RegionError> 
     })
 }
 
-impl Room for File {
+impl BackendOps for File {
     fn create(&self, spec: &Spec<'_>) -> Result<Made, RegionError> {
         let plan = spec.plan;
         let size = plan.size_bytes;

@@ -1,4 +1,4 @@
-//! The `memfd` room: a `memfd_create` file (`MFD_HUGETLB` for huge
+//! The `memfd` backend: a `memfd_create` file (`MFD_HUGETLB` for huge
 //! pages), found by name through its record `/dev/shm/hugeshm-memfd.<name>`
 //! (see `hugeshm_region::memfd_record`), opened by others through
 //! `/proc/PID/fd/N` of a process that holds it. The memory lives while
@@ -22,7 +22,7 @@ use rustix::fs::FlockOperation;
 
 use super::fd::{self, OpenFd, UndoUnlink};
 use super::{
-    foreign_handle, Handle, Inspected, Made, Object, Opened, OpenedInner, Place, Room, Spec,
+    foreign_handle, BackendOps, Handle, Inspected, Made, Object, Opened, OpenedInner, Place, Spec,
 };
 use crate::checked_open;
 use crate::error::RegionError;
@@ -36,10 +36,10 @@ use crate::model::{Backend, Expect, NamedObject, Owner, RegionState};
 use crate::naming::object_file_name;
 use crate::pool::{self, Backing};
 
-/// The `memfd` room.
+/// The `memfd` backend's operations ([`BackendOps`]).
 pub(crate) struct Memfd;
 
-/// The room's one instance.
+/// Its one instance.
 pub(crate) static MEMFD: Memfd = Memfd;
 
 /// The record of a memfd region this process holds.
@@ -306,7 +306,7 @@ fn inspect_record(
     }))
 }
 
-impl Room for Memfd {
+impl BackendOps for Memfd {
     fn create(&self, spec: &Spec<'_>) -> Result<Made, RegionError> {
         let plan = spec.plan;
         let size = plan.size_bytes;

@@ -1,19 +1,21 @@
-//! The backends, one room each. A room owns everything about its kernel
-//! object behind [`Room`]: **create** (claim the name, reserve the memory,
-//! map it), **open** for attach (find it, read its header bytes) and
-//! **map** once the header is checked, **inspect** (state and holders
-//! without attaching), **remove** (an object nobody holds), **list**
-//! (every region of the backend on the host) and **destroy** (of a region
-//! this process holds, through [`Object`]).
+//! The backends: one module per kind of kernel object a region can be,
+//! each owning everything about its object behind one trait,
+//! [`BackendOps`] (found for a [`Backend`] by [`ops`]): **create** (claim
+//! the name, reserve the memory, map it), **open** for attach (find it,
+//! read its header bytes) and **map** once the header is checked,
+//! **inspect** (state and holders without attaching), **remove** (an
+//! object nobody holds), **list** (every region of the backend on the
+//! host) and **destroy** (of a region this process holds, through
+//! [`Object`]).
 //!
-//! | room | backends | object |
+//! | module | backends | object |
 //! |---|---|---|
 //! | [`sysv`] | `sysv` | System V segment, key from the name |
 //! | [`file`] | `hugetlbfs`, `posix`, `dax` | a file on hugetlbfs, tmpfs or a DAX file system; for `dax` also a device-dax ([`devdax`]) |
 //! | [`memfd`] | `memfd` | a memfd and its record in `/dev/shm` |
 //! | [`anon`] | `anon` | shared anonymous memory |
 //!
-//! What the rooms decide is policy-free: which header to accept, what to
+//! What the backends decide is policy-free: which header to accept, what to
 //! do with an orphan and how to pre-fault are `attach`'s and `create`'s.
 
 pub(crate) mod anon;
@@ -36,7 +38,7 @@ use crate::inspect::RegionInfo;
 use crate::model::{Backend, Expect, Owner, PrefaultMethod, Trust};
 use crate::pool::Plan;
 
-/// What `create` asks a room for.
+/// What `create` asks a backend for.
 pub(crate) struct Spec<'a> {
     /// The name (`None`: anonymous).
     pub name: Option<&'a str>,
@@ -103,11 +105,11 @@ pub(crate) struct Opened {
     /// Who owns the object (a memfd: its record, checked against the
     /// process holding the memfd), and its mode.
     pub owner: Owner,
-    /// What the room needs to map it.
+    /// What the backend needs to map it.
     pub(crate) inner: OpenedInner,
 }
 
-/// The room-specific half of [`Opened`].
+/// The backend-specific half of [`Opened`].
 pub(crate) enum OpenedInner {
     /// A SysV segment, attached already (its header is read from memory).
     Sysv(Box<Made>),
@@ -218,11 +220,11 @@ impl Object {
 pub(crate) struct Inspected {
     /// What was found.
     pub info: RegionInfo,
-    /// The room's handle on it.
+    /// The backend's handle on it.
     pub(crate) handle: Handle,
 }
 
-/// A room's handle on an inspected object.
+/// A backend's handle on an inspected object.
 #[derive(Debug)]
 pub(crate) enum Handle {
     /// A SysV segment.
@@ -233,8 +235,10 @@ pub(crate) enum Handle {
     Memfd(memfd::Found),
 }
 
-/// One backend's room.
-pub(crate) trait Room: Sync {
+/// The operations on one kind of region object (`sysv`, `file`, `memfd`,
+/// `anon`): what create, attach, remove and the listing ask of a backend.
+/// One static instance per module; [`ops`] picks it for a [`Backend`].
+pub(crate) trait BackendOps: Sync {
     /// Claims the name, creates the object, reserves the memory and maps
     /// it. The header is not written yet.
     fn create(&self, spec: &Spec<'_>) -> Result<Made, RegionError>;
@@ -253,14 +257,15 @@ pub(crate) trait Room: Sync {
     ) -> Result<Vec<Inspected>, RegionError>;
     /// Removes an inspected object nobody holds, re-checking first.
     fn remove(&self, found: Inspected) -> Result<(), RegionError>;
-    /// Every region of this room on the host.
+    /// Every region of this kind on the host.
     fn list(&self, holders: &Holders<'_>) -> Vec<RegionInfo>;
     /// Where objects of `place` are looked for (for "not found").
     fn looked(&self, place: &Place<'_>, probe: &Probe) -> String;
 }
 
-/// The room of a backend.
-pub(crate) fn room(backend: Backend) -> &'static dyn Room {
+/// The operations of a backend (`file` serves `hugetlbfs`, `posix` and
+/// `dax`).
+pub(crate) fn ops(backend: Backend) -> &'static dyn BackendOps {
     match backend {
         Backend::Sysv => &sysv::SYSV,
         Backend::Memfd => &memfd::MEMFD,
@@ -269,13 +274,13 @@ pub(crate) fn room(backend: Backend) -> &'static dyn Room {
     }
 }
 
-/// The rooms whose regions can be listed, in listing order.
-pub(crate) fn listable() -> [&'static dyn Room; 3] {
+/// The backends whose regions can be listed, in listing order.
+pub(crate) fn listable() -> [&'static dyn BackendOps; 3] {
     [&sysv::SYSV, &file::FILE, &memfd::MEMFD]
 }
 
-/// Removes an inspected region nobody holds, re-checking first (in its
-/// room). An object that vanished meanwhile is not an error; one that was
+/// Removes an inspected region nobody holds, re-checking first (by its
+/// backend). An object that vanished meanwhile is not an error; one that was
 /// replaced is `AlreadyExists` (without holders: the caller looks again).
 pub(crate) fn remove_unheld(found: Inspected) -> Result<(), RegionError> {
     let info = &found.info;
@@ -288,18 +293,18 @@ pub(crate) fn remove_unheld(found: Inspected) -> Result<(), RegionError> {
             reason: info.detail.clone().unwrap_or_default(),
         });
     }
-    let room: &dyn Room = match found.handle {
+    let ops: &dyn BackendOps = match found.handle {
         Handle::Sysv(_) => &sysv::SYSV,
         Handle::File(_) => &file::FILE,
         Handle::Memfd(_) => &memfd::MEMFD,
     };
-    room.remove(found)
+    ops.remove(found)
 }
 
-/// The inspected object is not the room's own (an internal mix-up).
-fn foreign_handle(room: &str) -> RegionError {
+/// The inspected object is not the backend's own (an internal mix-up).
+fn foreign_handle(backend: &str) -> RegionError {
     RegionError::Unsupported(format!(
-        "internal: a {room} room was handed another room's object"
+        "internal: the {backend} backend was handed another backend's object"
     ))
 }
 

@@ -1,4 +1,4 @@
-//! The `sysv` room: a System V segment under the key of the name
+//! The `sysv` backend: a System V segment under the key of the name
 //! ([`sysv_key`]), `SHM_HUGETLB` for huge pages, reserved at `shmget`.
 //! Holders: `shm_nattch`, and the `/SYSV<key>` lines of `/proc/PID/maps`.
 
@@ -7,7 +7,7 @@ use hugeshm_probe::Probe;
 use hugeshm_sys::{self as sys, ShmFlags, SysError, PMD_SHARE_ALIGN};
 
 use super::{
-    foreign_handle, Handle, Inspected, Made, Object, Opened, OpenedInner, Place, Room, Spec,
+    foreign_handle, BackendOps, Handle, Inspected, Made, Object, Opened, OpenedInner, Place, Spec,
 };
 use crate::error::RegionError;
 use crate::header::{self, liveness, Decoded, Liveness, STATE_OFFSET, USED_BYTES};
@@ -18,10 +18,10 @@ use crate::naming::sysv_key;
 use crate::pool::{self, Backing};
 use crate::verify;
 
-/// The `sysv` room.
+/// The `sysv` backend's operations ([`BackendOps`]).
 pub(crate) struct Sysv;
 
-/// The room's one instance.
+/// Its one instance.
 pub(crate) static SYSV: Sysv = Sysv;
 
 /// The segment of a region this process holds.
@@ -263,7 +263,7 @@ fn untrusted_info(
     info
 }
 
-impl Room for Sysv {
+impl BackendOps for Sysv {
     fn create(&self, spec: &Spec<'_>) -> Result<Made, RegionError> {
         let plan = spec.plan;
         let size = plan.size_bytes;

@@ -147,7 +147,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     }
     let memset = |t: usize| {
         progress(&format!("memset ceiling, {t} threads"));
-        hugeshm_region::memset_baseline(ceiling_bytes, t)
+        crate::cmd::bench_prefault_sample::memset_baseline(ceiling_bytes, t)
             .map_err(|e| anyhow::anyhow!("memset ceiling: {e}"))
     };
     let mut ceiling = Vec::new();

@@ -123,7 +123,7 @@ fn one_node(ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<Vec<Bar>> {
                 "numa: local {} pages, {run}",
                 page_size_short(page)
             ));
-            hugeshm_region::bench_numa(size, ps, Placement::Bind(vec![node]))
+            bench_numa::bench_numa(size, ps, Placement::Bind(vec![node]))
                 .map_err(|e| anyhow::anyhow!("{e}"))
         };
         let warm = once("warm-up")?;
