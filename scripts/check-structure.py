@@ -19,10 +19,16 @@
    block, which clippy checks).
 
 Exit 1 with one line per problem; prints "structure: ok" otherwise.
+5, 6. At most 800 lines of non-test source per file (two named exceptions
+   in ARCHITECTURE.md, none over 1,200), and no public item of a library
+   crate that only tests or benches use: see structure_rules.py.
 """
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import structure_rules  # noqa: E402
 
 NOT_LIBRARIES = {"hugeshm-cli", "hugeshm-testkit"}
 # The crates allowed `unsafe`, and why. hugeshm-run-preload writes its one
@@ -132,13 +138,16 @@ def main():
                 problems.append(
                     f"{path}: lacks #![forbid(unsafe_code)] (unsafe is for {', '.join(sorted(UNSAFE_CRATES))})"
                 )
+    problems += structure_rules.file_sizes(crates)
+    problems += structure_rules.test_only_public_items(crates)
     for p in problems:
         print(p)
     if problems:
         return 1
     print(
         f"structure: ok ({len(crates)} crates: no module circle, no prints in libraries, no public unsafe fn, "
-        f"unsafe only in {', '.join(sorted(UNSAFE_CRATES))})"
+        f"unsafe only in {', '.join(sorted(UNSAFE_CRATES))}, files within {structure_rules.MAX_LINES} lines "
+        f"but {len(structure_rules.exceptions())} named, no public item only tests or benches use)"
     )
     return 0
 
