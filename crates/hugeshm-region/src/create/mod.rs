@@ -1,7 +1,14 @@
 //! [`RegionBuilder`]: create a region, in the numbered steps of the crate
-//! docs: look at the name (the interlock), plan from one host snapshot,
-//! check memlock, claim the name and map (the backend's `BackendOps::create`), write the
-//! header, pre-fault, verify, lock, mark ready.
+//! docs, one room per group of steps:
+//!
+//! ```text
+//! mod.rs       the builder; create(): the name checked, then (1) until a new region is made
+//! existing.rs  1    a region of the same name: refused, removed (recreate) or reused (reuse)
+//! plan.rs      2-3  the plan from one host snapshot (pools, cgroup, each node's pool); memory
+//! make.rs      4-6  claim the name, create and map (BackendOps::create), mbind, header, pre-fault
+//! mod.rs       7    verify: page size, residency, MAP_SYNC, page-table alignment, nodes
+//! publish.rs   8    mlock, state ready; the AllocationReport
+//! ```
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,24 +18,30 @@ use hugeshm_fix::{DaxCause, Fix};
 use hugeshm_parse::size::format_bytes;
 use hugeshm_probe::Probe;
 
-use crate::attach::{bytes_text, size_matches, Locator};
-use crate::backend::{self, Inspected, Spec};
+use crate::backend;
 use crate::error::RegionError;
-use crate::handle::{CreateGuard, Region};
-use crate::header::{self, HeaderState, HEADER_BYTES};
+use crate::handle::Region;
+use crate::header::{self, HeaderState};
 use crate::memlock;
-use crate::model::{
-    Backend, Fallback, NamedObject, PageSize, Placement, Policy, PrefaultMethod, Reclaim,
-    RegionState,
-};
+use crate::model::{Backend, Fallback, PageSize, Placement, Policy, PrefaultMethod, Reclaim};
 use crate::naming::validate_name;
 use crate::placement;
-use crate::pool::{self, Backing, HostExtra, Plan, Request};
+use crate::pool::{self, Backing, HostExtra};
 use crate::prefault::{self, available_cpus, Progress};
 use crate::report::{AllocationReport, Reclaimed};
 use crate::testhook::checkpoint;
-use crate::verify::{self, Verification};
+use crate::verify;
 use hugeshm_sys::{MemPolicy, PMD_SHARE_ALIGN};
+
+mod existing;
+mod make;
+mod plan;
+mod publish;
+
+use existing::Resolved;
+use make::{refused, Fault};
+pub(crate) use plan::memory_check;
+use publish::ReportParts;
 
 /// Builds a [`Region`]: size, backend, page size, policy, pre-fault
 /// threads, mlock, mode, name, progress, what to do with an orphan of the
@@ -94,12 +107,6 @@ impl std::fmt::Debug for RegionBuilder {
             .field("numa", &self.numa)
             .finish()
     }
-}
-
-/// What `create` made of a region of the same name nobody held.
-enum Resolved {
-    Reused(Box<(Region, AllocationReport)>),
-    Removed(Reclaimed),
 }
 
 impl RegionBuilder {
@@ -285,31 +292,6 @@ impl RegionBuilder {
         self
     }
 
-    fn locator(&self) -> Option<Locator> {
-        let name = self.name.as_deref()?;
-        if !self.backend.attachable_by_name() {
-            return None;
-        }
-        let mut l = Locator::new(name, self.backend)
-            .pmd_sharing(self.pmd_sharing)
-            .probe(self.probe.clone())
-            .mode(self.mode);
-        if let Some(uid) = self.owner {
-            l = l.owner(uid);
-        }
-        if let Some(d) = &self.directory {
-            l = l.directory(d.clone());
-        }
-        Some(l)
-    }
-
-    fn inspect_existing(&self) -> Result<Option<Inspected>, RegionError> {
-        match self.locator() {
-            Some(l) => Ok(l.inspect_all(&l.holders())?.into_iter().next()),
-            None => Ok(None),
-        }
-    }
-
     /// Creates, pre-faults, verifies and (optionally) locks the region.
     ///
     /// A named region claims its name first, atomically, so that of
@@ -379,237 +361,7 @@ impl RegionBuilder {
         }
     }
 
-    /// Decides about a region of the same name (see the table in
-    /// [`interlock`](crate::interlock)).
-    fn resolve(&self, found: Inspected, t0: Instant) -> Result<Resolved, RegionError> {
-        let info = &found.info;
-        // Never reuse or remove what another user owns or may write.
-        if let Some(l) = self.locator() {
-            l.check_trust(info)?;
-        }
-        let object = info.object.to_string();
-        let name = info.name.clone();
-        match info.state {
-            RegionState::Foreign | RegionState::Damaged | RegionState::Collision => {
-                return Err(RegionError::NotOurs {
-                    object,
-                    reason: info.detail.clone().unwrap_or_default(),
-                })
-            }
-            RegionState::Newer => {
-                return Err(RegionError::NewerLayout {
-                    object,
-                    found: info.layout_version.unwrap_or(0),
-                    supported: header::LAYOUT_VERSION,
-                })
-            }
-            _ => {}
-        }
-        if info.held {
-            return Err(RegionError::AlreadyExists {
-                name,
-                backend: self.backend,
-                object,
-                holders: info.holders.clone(),
-                state: Some(info.state),
-            });
-        }
-        match (self.reclaim, info.state) {
-            // A memfd record whose memfd is gone: there is nothing left to
-            // reclaim, so it is replaced without being asked.
-            (Reclaim::Refuse, RegionState::Stale) => {
-                let previous = Reclaimed {
-                    action: Reclaim::Recreate,
-                    previous_state: RegionState::Stale,
-                    previous_object: object,
-                    previous_header: info.header.clone(),
-                };
-                backend::remove_unheld(found)?;
-                Ok(Resolved::Removed(previous))
-            }
-            (Reclaim::Refuse, state) => Err(RegionError::Orphaned {
-                name,
-                backend: self.backend,
-                object,
-                state: if info.truncated().is_some() {
-                    RegionState::Damaged
-                } else {
-                    state
-                },
-                creator_pid: info.creator_pid,
-            }),
-            (Reclaim::Reuse, RegionState::Ready) => {
-                let previous = Reclaimed {
-                    action: Reclaim::Reuse,
-                    previous_state: info.state,
-                    previous_object: object,
-                    previous_header: info.header.clone(),
-                };
-                // Release the probe's lock before attaching.
-                drop(found);
-                self.reuse(previous, t0)
-                    .map(|done| Resolved::Reused(Box::new(done)))
-            }
-            (Reclaim::Reuse, RegionState::Stale) => Err(RegionError::Stale {
-                name,
-                record: match &info.object {
-                    NamedObject::Memfd { record, .. } => record.clone(),
-                    other => other.to_string(),
-                },
-                creator_pid: info.creator_pid.unwrap_or(0),
-            }),
-            (Reclaim::Reuse, _) => Err(RegionError::Incomplete {
-                name,
-                backend: self.backend,
-                object,
-                creator_pid: info.creator_pid,
-                creator_alive: false,
-                header_written: info.header.is_some(),
-            }),
-            (Reclaim::Recreate, state) => {
-                let previous = Reclaimed {
-                    action: Reclaim::Recreate,
-                    previous_state: state,
-                    previous_object: object,
-                    previous_header: info.header.clone(),
-                };
-                backend::remove_unheld(found)?;
-                Ok(Resolved::Removed(previous))
-            }
-        }
-    }
-
-    /// Attaches an orphan whose header is `ready`, keeping its contents,
-    /// if it is the region asked for.
-    fn reuse(
-        &self,
-        previous: Reclaimed,
-        t0: Instant,
-    ) -> Result<(Region, AllocationReport), RegionError> {
-        let loc = self.locator().expect("reuse is for named regions");
-        let mut region = loc.attach()?;
-        let h = region.header.clone();
-        let object = region.object_text();
-        if !size_matches(self.size, &h) {
-            return Err(RegionError::HeaderMismatch {
-                object,
-                field: "size".to_owned(),
-                expected: bytes_text(self.size),
-                found: bytes_text(h.size_bytes),
-            });
-        }
-        let base = hugeshm_sys::base_page_size() as u64;
-        let page_ok = match self.page_size.bytes() {
-            None => true,
-            Some(want) => {
-                let want = if self.policy == Policy::Off {
-                    base
-                } else {
-                    want
-                };
-                h.page_size_bytes == want
-                    || (self.policy == Policy::Try && h.page_size_bytes == base)
-            }
-        };
-        if !page_ok {
-            return Err(RegionError::HeaderMismatch {
-                object,
-                field: "page size".to_owned(),
-                expected: bytes_text(self.page_size.bytes().unwrap_or(0)),
-                found: bytes_text(h.page_size_bytes),
-            });
-        }
-        if self.mlock {
-            memlock::check_memlock(h.size_bytes)?;
-        }
-        let setup_seconds = t0.elapsed().as_secs_f64();
-        let threads = self.prefault_threads.unwrap_or_else(available_cpus);
-        let method = if threads == 0 {
-            PrefaultMethod::None
-        } else {
-            prefault::method_for_kernel()
-        };
-        // Maps the existing pages into this process; the pre-fault keeps
-        // contents even while other processes write.
-        let outcome = prefault::prefault(
-            region.mapping(),
-            h.page_size_bytes as usize,
-            threads,
-            &[],
-            method,
-            self.progress.as_ref(),
-        )?;
-        let v = region.verify_with(verify::pmd_size(&self.probe))?;
-        if self.mlock {
-            region.mlock()?;
-        }
-        let fell_back =
-            self.page_size.bytes().is_some_and(|b| b > base) && h.page_size_bytes == base;
-        region.set_name(loc.name());
-        let report = self.report(
-            &region,
-            &v,
-            ReportParts {
-                page_size_bytes: h.page_size_bytes,
-                fallback: fell_back.then(|| Fallback {
-                    reason: "reused an existing region that is on base pages".to_owned(),
-                    shortfall: None,
-                }),
-                node_bytes: verify::node_bytes(region.addr() as u64),
-                cpus: Vec::new(),
-                warnings: vec![format!(
-                    "reused the existing region: created by pid {} {} ago, contents kept",
-                    h.creator_pid,
-                    age_text(h.created())
-                )],
-                threads: outcome.threads,
-                method: outcome.method,
-                setup_seconds,
-                prefault_seconds: outcome.seconds,
-                reclaimed: Some(previous),
-            },
-        );
-        Ok((region, report))
-    }
-
     /// Creates a region that does not exist yet.
-    /// The plan for this request, checked before anything is created:
-    /// the pools, the hugetlb cgroup's room, and the pools of the nodes
-    /// `numa` places it on. `only` fails with the numbers; `try` falls back
-    /// whole to base pages.
-    pub(crate) fn checked_plan(
-        &self,
-        host: &hugeshm_probe::HostSnapshot,
-        extra: &HostExtra,
-        numa: Option<(MemPolicy, String)>,
-    ) -> Result<(Request, Plan), RegionError> {
-        let directory = match &self.directory {
-            Some(d) => Some((d.clone(), backend::file::dir_hugetlbfs_page_size(d)?)),
-            None => None,
-        };
-        // The header takes the first 4 KiB: leave at least one byte of data.
-        let requested = if self.size == 0 {
-            0
-        } else {
-            self.size.max(HEADER_BYTES + 1)
-        };
-        // A dax region's "directory" may be a device-dax.
-        let device = match (&self.directory, self.backend) {
-            (Some(d), Backend::Dax) => backend::devdax::resolve(d, &self.probe)?,
-            _ => None,
-        };
-        let req = Request {
-            backend: self.backend,
-            page_size: self.page_size,
-            policy: self.policy,
-            requested_bytes: requested,
-            directory,
-            device,
-        };
-        let plan = pool::checked(&req, host, extra, &self.probe, numa.as_ref())?;
-        Ok((req, plan))
-    }
-
     fn create_new(
         &self,
         t0: Instant,
@@ -831,239 +583,5 @@ impl RegionBuilder {
             },
         );
         Ok((region, report))
-    }
-
-    /// Claims the name, reserves and maps (the backend's operations), writes the
-    /// header (state `initializing`) and pre-faults: the region, guarded
-    /// (destroyed on drop), the pre-fault's outcome and the setup time. A
-    /// fault the kernel refuses on hugetlb pages is
-    /// [`RegionError::FaultRefused`]; nothing is left behind.
-    fn make_and_fault(
-        &self,
-        plan: &Plan,
-        fault: &Fault<'_>,
-        host: &hugeshm_probe::HostSnapshot,
-        generation: u64,
-        t0: Instant,
-    ) -> Result<(CreateGuard, prefault::Outcome, f64), RegionError> {
-        memory_check(plan, self.backend, fault.method, host)?;
-        let region = self.materialize(plan, fault.method, fault.threads, host, generation)?;
-        let guard = CreateGuard::new(region);
-        checkpoint("mapped");
-        // Placed before any page is touched (the header's included).
-        if let Some(p) = self.mbind_policy(host) {
-            guard
-                .region()
-                .mapping()
-                .mbind(&p, matches!(p, MemPolicy::Bind(_)))?;
-        }
-        let hugetlb = plan.backing == Backing::Hugetlb;
-        // What the kernel faulted before it refused: the region's resident
-        // bytes (MADV_POPULATE_WRITE does not say how far it got). A tmpfs
-        // file that ran out of space is NoSpace with the numbers.
-        let refused = |region: &Region, e: RegionError| {
-            if !hugetlb {
-                return match (&plan.dir, e) {
-                    (Some(dir), RegionError::Prefault { source, .. })
-                        if matches!(
-                            source.errno(),
-                            Some(libc::EFAULT) | Some(libc::ENOSPC) | Some(libc::ENOMEM)
-                        ) =>
-                    {
-                        backend::file::out_of_space(&host.mounts, dir, plan.size_bytes)
-                    }
-                    (_, e) => e,
-                };
-            }
-            let resident = region
-                .verify_with(None)
-                .map(|v| v.resident_bytes)
-                .unwrap_or(0);
-            pool::fault_refused(&self.probe, plan, resident, e)
-        };
-        let setup_seconds = t0.elapsed().as_secs_f64();
-        // The creating thread writes the header (state `initializing`, so
-        // a crash from then on leaves a region that says so) first thing,
-        // on the run that holds the header's page, while the other threads
-        // fault theirs; no progress is reported before it is written.
-        // Other processes cannot attach it before it is ready.
-        let region = guard.region();
-        let outcome = prefault::prefault_after(
-            region.mapping(),
-            plan.page_size as usize,
-            fault.threads,
-            fault.cpus,
-            fault.method,
-            self.progress.as_ref(),
-            || {
-                region.write_header()?;
-                checkpoint("header-written");
-                Ok(())
-            },
-        )
-        .map_err(|e| refused(region, e))?;
-        Ok((guard, outcome, setup_seconds))
-    }
-
-    fn report(&self, region: &Region, v: &Verification, p: ReportParts) -> AllocationReport {
-        AllocationReport {
-            name: self.name.clone(),
-            backend: self.backend,
-            requested_bytes: self.size,
-            size_bytes: region.len() as u64,
-            rounded_up: region.len() as u64 > self.size,
-            requested_page_size: self.page_size,
-            page_size_bytes: p.page_size_bytes,
-            policy: self.policy,
-            fallback: p.fallback,
-            warnings: p.warnings,
-            placement: self.numa.clone(),
-            node_bytes: p
-                .node_bytes
-                .into_iter()
-                .map(|(n, b)| (n.to_string(), b))
-                .collect(),
-            prefault_threads: p.threads,
-            prefault_cpus: p.cpus,
-            prefault_method: p.method,
-            setup_seconds: p.setup_seconds,
-            prefault_seconds: p.prefault_seconds,
-            prefault_gbps: prefault::gbps(region.len() as u64, p.prefault_seconds),
-            ready_seconds: p.setup_seconds + p.prefault_seconds,
-            verified_page_size_bytes: v.page_size_bytes,
-            map_sync: v.map_sync,
-            resident_bytes: v.resident_bytes,
-            thp_bytes: v.thp_bytes,
-            mlocked: self.mlock,
-            shmid: region.shmid(),
-            sysv_key: region.sysv_key(),
-            path: region.path().map(|p| p.display().to_string()),
-            pid: std::process::id(),
-            address: region.addr() as u64,
-            header: Some(region.header.clone()),
-            data_offset: region.data_offset() as u64,
-            data_bytes: region.data_len() as u64,
-            aligned_for_pmd_sharing: region.aligned_for_pmd_sharing(),
-            pmd_shareable_bytes: region.pmd_shareable_bytes(),
-            reclaimed: p.reclaimed,
-            memfd_record: region.memfd_record().map(|p| p.display().to_string()),
-        }
-    }
-
-    /// The 1 GiB alignment for page-table sharing, when it applies.
-    fn align_for(&self, plan: &Plan) -> Option<usize> {
-        plan.pmd_share_align().filter(|_| self.pmd_sharing)
-    }
-
-    /// Creates and maps the object for `plan` through its backend's operations,
-    /// claiming the name first (before any memory is reserved). Its header
-    /// is not written yet.
-    fn materialize(
-        &self,
-        plan: &Plan,
-        method: PrefaultMethod,
-        threads: usize,
-        host: &hugeshm_probe::HostSnapshot,
-        generation: u64,
-    ) -> Result<Region, RegionError> {
-        let huge = plan.backing == Backing::Hugetlb;
-        let mut hdr = header::new_header(
-            self.name.as_deref(),
-            self.backend,
-            plan.size_bytes,
-            self.size,
-            plan.page_size,
-            generation,
-        );
-        hdr.hugetlb = huge;
-        hdr.thp = matches!(plan.backing, Backing::Thp(_));
-        let spec = Spec {
-            name: self.name.as_deref(),
-            backend: self.backend,
-            plan,
-            mode: self.mode,
-            align: self.align_for(plan),
-            method,
-            threads,
-            header: &hdr,
-            host,
-            probe: &self.probe,
-            policy: self.policy,
-        };
-        let made = backend::ops(self.backend).create(&spec)?;
-        Ok(Region::created(made, hdr, self.backend))
-    }
-}
-/// The parts of an [`AllocationReport`] that differ between a new and a
-/// reused region.
-/// How to pre-fault: method, threads, and the CPUs they run on (empty:
-/// wherever the scheduler puts them).
-struct Fault<'a> {
-    method: PrefaultMethod,
-    threads: usize,
-    cpus: &'a [u32],
-}
-
-struct ReportParts {
-    page_size_bytes: u64,
-    cpus: Vec<u32>,
-    fallback: Option<Fallback>,
-    warnings: Vec<String>,
-    node_bytes: std::collections::BTreeMap<u32, u64>,
-    threads: usize,
-    method: PrefaultMethod,
-    setup_seconds: f64,
-    prefault_seconds: f64,
-    reclaimed: Option<Reclaimed>,
-}
-
-/// Whether the kernel refused huge pages: at the reservation (a pool
-/// shortfall the system call found) or at fault time.
-fn refused(e: &RegionError) -> bool {
-    matches!(
-        e,
-        RegionError::PoolShortfall { .. } | RegionError::FaultRefused { .. }
-    )
-}
-
-fn age_text(t: std::time::SystemTime) -> String {
-    let s = t.elapsed().map(|d| d.as_secs()).unwrap_or(0);
-    match s {
-        0..=119 => format!("{s} s"),
-        120..=7199 => format!("{} min", s / 60),
-        _ => format!("{} h", s / 3600),
-    }
-}
-
-/// A region whose pages come from the general memory (base pages,
-/// transparent huge pages: not the hugetlb pool, not a DAX device) may be
-/// allocated at create (pre-fault; for a tmpfs file, its `fallocate` too)
-/// only where `MemAvailable` covers it: beyond that the faults drive the
-/// host into reclaim and the OOM killer, which picks whichever process it
-/// likes, a database's included.
-pub(crate) fn memory_check(
-    plan: &Plan,
-    backend: Backend,
-    method: PrefaultMethod,
-    host: &hugeshm_probe::HostSnapshot,
-) -> Result<(), RegionError> {
-    if matches!(plan.backing, Backing::Hugetlb | Backing::Dax) {
-        return Ok(());
-    }
-    // tmpfs files (posix, and hugetlbfs fallen back to /dev/shm) are
-    // allocated whole at create unless the pre-fault allocates them.
-    let tmpfs_file = matches!(backend, Backend::Posix | Backend::Hugetlbfs);
-    if method == PrefaultMethod::None && !tmpfs_file {
-        return Ok(());
-    }
-    let available = host.meminfo.as_ref().and_then(|m| m.mem_available_bytes);
-    match available {
-        Some(a) if plan.size_bytes > a => Err(RegionError::NotEnoughMemory {
-            needed_bytes: plan.size_bytes,
-            page_size_bytes: plan.page_size,
-            available_bytes: a,
-            on_demand_possible: !tmpfs_file,
-        }),
-        _ => Ok(()),
     }
 }
