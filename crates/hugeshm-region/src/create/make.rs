@@ -1,95 +1,84 @@
-//! Steps 4 to 6: claim the name, create and map the object (the
-//! backend's operations), place it (`mbind`), write the header and
-//! pre-fault. A fault the kernel refuses on hugetlb pages becomes
-//! [`RegionError::FaultRefused`], a full tmpfs `NoSpace`; nothing is left
-//! behind.
+//! Step 4, and the `try` fall-back over steps 4 to 6: claim the name,
+//! create and map the object (the backend's operations), under a guard
+//! that destroys it on an error; when the kernel refuses huge pages (at
+//! the reservation or at fault time), `try` starts over, whole, on base
+//! pages.
 
 use std::time::Instant;
 
-use hugeshm_sys::MemPolicy;
+use hugeshm_probe::HostSnapshot;
 
 use crate::backend::{self, Spec};
 use crate::error::RegionError;
 use crate::handle::{CreateGuard, Region};
 use crate::header;
-use crate::model::PrefaultMethod;
+use crate::model::{Policy, PrefaultMethod};
 use crate::pool::{self, Backing, Plan};
-use crate::prefault;
+use crate::prefault::Outcome;
 use crate::testhook::checkpoint;
 
-use super::plan::memory_check;
+use super::fault::Fault;
+use super::plan::{memory_check, Planned};
 use super::RegionBuilder;
 
+/// A region made and pre-faulted (steps 4 to 6), not yet verified: guarded
+/// (destroyed on drop), with the plan it was made by (the base-page one
+/// after a `try` fall-back), the pre-fault's outcome and the setup time.
+pub(super) struct Made {
+    pub(super) guard: CreateGuard,
+    pub(super) plan: Plan,
+    pub(super) outcome: Outcome,
+    pub(super) setup_seconds: f64,
+}
+
 impl RegionBuilder {
-    /// Claims the name, reserves and maps (the backend's operations), writes the
-    /// header (state `initializing`) and pre-faults: the region, guarded
-    /// (destroyed on drop), the pre-fault's outcome and the setup time. A
-    /// fault the kernel refuses on hugetlb pages is
-    /// [`RegionError::FaultRefused`]; nothing is left behind.
+    /// Steps 4 to 6 for the plan. Huge pages the kernel refuses, at the
+    /// reservation (ENOMEM: a pool that changed since the plan) or at
+    /// fault time (a hugetlb cgroup limit), fail `only` with the numbers
+    /// and make `try` start over, whole, on base pages.
+    pub(super) fn make_or_fall_back(&self, p: &Planned, t0: Instant) -> Result<Made, RegionError> {
+        let fault = p.fault();
+        match self.make_and_fault(&p.plan, &fault, &p.host, p.generation, t0) {
+            Ok((guard, outcome, setup_seconds)) => Ok(Made {
+                guard,
+                plan: p.plan.clone(),
+                outcome,
+                setup_seconds,
+            }),
+            Err(e) if self.policy == Policy::Try && p.plan.is_huge() && refused(&e) => {
+                let plan = pool::fallback_plan(&p.req, &p.extra, &e)?;
+                let (guard, outcome, setup_seconds) =
+                    self.make_and_fault(&plan, &fault, &p.host, p.generation, t0)?;
+                Ok(Made {
+                    guard,
+                    plan,
+                    outcome,
+                    setup_seconds,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Claims the name, reserves and maps (the backend's operations), then
+    /// places it, writes the header (state `initializing`) and pre-faults
+    /// ([`place_and_fault`](RegionBuilder::place_and_fault)): the region,
+    /// guarded (destroyed on drop), the pre-fault's outcome and the setup
+    /// time. Nothing is left behind on an error.
     pub(super) fn make_and_fault(
         &self,
         plan: &Plan,
         fault: &Fault<'_>,
-        host: &hugeshm_probe::HostSnapshot,
+        host: &HostSnapshot,
         generation: u64,
         t0: Instant,
-    ) -> Result<(CreateGuard, prefault::Outcome, f64), RegionError> {
+    ) -> Result<(CreateGuard, Outcome, f64), RegionError> {
         memory_check(plan, self.backend, fault.method, host)?;
         let region = self.materialize(plan, fault.method, fault.threads, host, generation)?;
         let guard = CreateGuard::new(region);
         checkpoint("mapped");
-        // Placed before any page is touched (the header's included).
-        if let Some(p) = self.mbind_policy(host) {
-            guard
-                .region()
-                .mapping()
-                .mbind(&p, matches!(p, MemPolicy::Bind(_)))?;
-        }
-        let hugetlb = plan.backing == Backing::Hugetlb;
-        // What the kernel faulted before it refused: the region's resident
-        // bytes (MADV_POPULATE_WRITE does not say how far it got). A tmpfs
-        // file that ran out of space is NoSpace with the numbers.
-        let refused = |region: &Region, e: RegionError| {
-            if !hugetlb {
-                return match (&plan.dir, e) {
-                    (Some(dir), RegionError::Prefault { source, .. })
-                        if matches!(
-                            source.errno(),
-                            Some(libc::EFAULT) | Some(libc::ENOSPC) | Some(libc::ENOMEM)
-                        ) =>
-                    {
-                        backend::file::out_of_space(&host.mounts, dir, plan.size_bytes)
-                    }
-                    (_, e) => e,
-                };
-            }
-            let resident = region
-                .verify_with(None)
-                .map(|v| v.resident_bytes)
-                .unwrap_or(0);
-            pool::fault_refused(&self.probe, plan, resident, e)
-        };
-        let setup_seconds = t0.elapsed().as_secs_f64();
-        // The creating thread writes the header (state `initializing`, so
-        // a crash from then on leaves a region that says so) first thing,
-        // on the run that holds the header's page, while the other threads
-        // fault theirs; no progress is reported before it is written.
-        // Other processes cannot attach it before it is ready.
-        let region = guard.region();
-        let outcome = prefault::prefault_after(
-            region.mapping(),
-            plan.page_size as usize,
-            fault.threads,
-            fault.cpus,
-            fault.method,
-            self.progress.as_ref(),
-            || {
-                region.write_header()?;
-                checkpoint("header-written");
-                Ok(())
-            },
-        )
-        .map_err(|e| refused(region, e))?;
+        let (outcome, setup_seconds) =
+            self.place_and_fault(guard.region(), plan, fault, host, t0)?;
         Ok((guard, outcome, setup_seconds))
     }
 
@@ -106,7 +95,7 @@ impl RegionBuilder {
         plan: &Plan,
         method: PrefaultMethod,
         threads: usize,
-        host: &hugeshm_probe::HostSnapshot,
+        host: &HostSnapshot,
         generation: u64,
     ) -> Result<Region, RegionError> {
         let huge = plan.backing == Backing::Hugetlb;
@@ -138,17 +127,9 @@ impl RegionBuilder {
     }
 }
 
-/// How to pre-fault: method, threads, and the CPUs they run on (empty:
-/// wherever the scheduler puts them).
-pub(super) struct Fault<'a> {
-    pub(super) method: PrefaultMethod,
-    pub(super) threads: usize,
-    pub(super) cpus: &'a [u32],
-}
-
 /// Whether the kernel refused huge pages: at the reservation (a pool
 /// shortfall the system call found) or at fault time.
-pub(super) fn refused(e: &RegionError) -> bool {
+fn refused(e: &RegionError) -> bool {
     matches!(
         e,
         RegionError::PoolShortfall { .. } | RegionError::FaultRefused { .. }

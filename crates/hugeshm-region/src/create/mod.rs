@@ -1,47 +1,47 @@
 //! [`RegionBuilder`]: create a region, in the numbered steps of the crate
-//! docs, one room per group of steps:
+//! docs, one room per group of steps. `create()` validates the request,
+//! then loops: a region of the name is resolved (step 1), else a new one
+//! is made (`create_new`, steps 2 to 8, one phase each); a lost race for
+//! the name looks again.
 //!
 //! ```text
-//! mod.rs       the builder; create(): the name checked, then (1) until a new region is made
-//! existing.rs  1    a region of the same name: refused, removed (recreate) or reused (reuse)
-//! plan.rs      2-3  the plan from one host snapshot (pools, cgroup, each node's pool); memory
-//! make.rs      4-6  claim the name, create and map (BackendOps::create), mbind, header, pre-fault
-//! mod.rs       7    verify: page size, residency, MAP_SYNC, page-table alignment, nodes
-//! publish.rs   8    mlock, state ready; the AllocationReport
+//! mod.rs       the builder, its options; create(); create_new(): the phases below, in order
+//! existing.rs  1    a region of the same name: the interlock's table (decide), removed or reused
+//! plan.rs      2-3  plan_new(): the plan from one host snapshot (pools, cgroup, each node's
+//!                   pool), memlock, pre-fault threads and method; memory_check
+//! make.rs      4    make_or_fall_back(): claim the name, create and map (BackendOps::create);
+//!                   try starts over on base pages when the kernel refuses huge pages
+//! fault.rs     5-6  place_and_fault(): mbind, the header (initializing), the pre-fault
+//! verify.rs    7    verify_new(): a Verdict, check by check: page size (THP, DAX, MAP_SYNC),
+//!                   residency, page-table sharing, nodes
+//! publish.rs   8    publish(): mlock, state ready; the AllocationReport
 //! ```
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use hugeshm_fix::{DaxCause, Fix};
-use hugeshm_parse::size::format_bytes;
 use hugeshm_probe::Probe;
 
 use crate::backend;
 use crate::error::RegionError;
 use crate::handle::Region;
-use crate::header::{self, HeaderState};
-use crate::memlock;
-use crate::model::{Backend, Fallback, PageSize, Placement, Policy, PrefaultMethod, Reclaim};
+use crate::model::{Backend, PageSize, Placement, Policy, Reclaim};
 use crate::naming::validate_name;
 use crate::placement;
-use crate::pool::{self, Backing, HostExtra};
-use crate::prefault::{self, available_cpus, Progress};
+use crate::prefault::Progress;
 use crate::report::{AllocationReport, Reclaimed};
-use crate::testhook::checkpoint;
-use crate::verify;
-use hugeshm_sys::{MemPolicy, PMD_SHARE_ALIGN};
+use hugeshm_sys::MemPolicy;
 
 mod existing;
+mod fault;
 mod make;
 mod plan;
 mod publish;
+mod verify;
 
 use existing::Resolved;
-use make::{refused, Fault};
 pub(crate) use plan::memory_check;
-use publish::ReportParts;
 
 /// Builds a [`Region`]: size, backend, page size, policy, pre-fault
 /// threads, mlock, mode, name, progress, what to do with an orphan of the
@@ -361,227 +361,22 @@ impl RegionBuilder {
         }
     }
 
-    /// Creates a region that does not exist yet.
+    /// Creates a region that does not exist yet: steps 2 to 8, one phase
+    /// each.
     fn create_new(
         &self,
         t0: Instant,
         reclaimed: Option<Reclaimed>,
     ) -> Result<(Region, AllocationReport), RegionError> {
-        let base = hugeshm_sys::base_page_size() as u64;
-        let host = self.probe.host_for_regions();
-        let extra = HostExtra {
-            base,
-            pmd_size: verify::pmd_size(&self.probe),
-        };
-        if matches!(self.numa, Placement::WeightedInterleave(_)) && !host.weighted_interleave {
-            return Err(RegionError::Unsupported(
-                "--numa weighted-interleave needs Linux 6.9 or later (this kernel has no \
-                 /sys/kernel/mm/mempolicy/weighted_interleave): use --numa interleave"
-                    .to_owned(),
-            ));
-        }
-        let (req, mut plan) = self.checked_plan(&host, &extra, self.effective_policy(&host))?;
-        if usize::try_from(plan.size_bytes).is_err() {
-            return Err(RegionError::InvalidSize {
-                requested_bytes: self.size,
-                reason: "does not fit in this process's address space".to_owned(),
-                fix: None,
-            });
-        }
-        if self.mlock {
-            memlock::check_memlock(plan.size_bytes)?;
-        }
-        let cpus = self.fault_cpus(&host);
-        let threads = self.prefault_threads.unwrap_or_else(|| {
-            if cpus.is_empty() {
-                available_cpus()
-            } else {
-                cpus.len()
-            }
-        });
-        let method = if threads == 0 {
-            PrefaultMethod::None
-        } else {
-            prefault::method_for_kernel()
-        };
-        let generation = header::new_generation();
-        let fault = Fault {
-            method,
-            threads,
-            cpus: &cpus,
-        };
-
-        // Huge pages the kernel refuses, at the reservation (ENOMEM: a
-        // pool that changed since the plan) or at fault time (a hugetlb
-        // cgroup limit), fail `only` with the numbers and make `try` start
-        // over, whole, on base pages.
-        let (mut guard, outcome, setup_seconds) =
-            match self.make_and_fault(&plan, &fault, &host, generation, t0) {
-                Ok(done) => done,
-                Err(e) if self.policy == Policy::Try && plan.is_huge() && refused(&e) => {
-                    plan = pool::fallback_plan(&req, &extra, &e)?;
-                    self.make_and_fault(&plan, &fault, &host, generation, t0)?
-                }
-                Err(e) => return Err(e),
-            };
-        let r = guard.region();
-
-        let mut warnings = plan.warnings.clone();
-        let mut fallback = plan.fallback.clone();
-        let mut v = r.verify_with(extra.pmd_size)?;
-        // Transparent huge pages show only once faulted: without a
-        // pre-fault there is nothing to verify yet.
-        let unverifiable =
-            outcome.method == PrefaultMethod::None && matches!(plan.backing, Backing::Thp(_));
-        if unverifiable {
-            warnings.push(
-                "not pre-faulted: transparent huge page use shows only after first touch"
-                    .to_owned(),
-            );
-        } else if plan.backing == Backing::Dax {
-            // DAX pages are the device's: smaps says 4 kB whatever the
-            // fault size. The entries are judged from pagemap (once
-            // pre-faulted), and MAP_SYNC from smaps.
-            if outcome.method != PrefaultMethod::None {
-                let t = verify::dax_windows(r.addr() as u64, r.len() as u64)?;
-                v.resident_bytes = t.present * 4096;
-                if t.windows > 0 && t.pmd == t.windows {
-                    v.page_size_bytes = plan.page_size;
-                } else if t.pte > 0 {
-                    let err = RegionError::DaxSmallFaults {
-                        object: r.object_text(),
-                        pte_windows: t.pte,
-                        windows: t.windows,
-                        fix: Box::new(Fix::AlignDax {
-                            causes: vec![DaxCause::Extents],
-                            path: r.object_text(),
-                            offset: 0,
-                            namespace: None,
-                            region: true,
-                        }),
-                    };
-                    if self.policy == Policy::Only {
-                        return Err(err);
-                    }
-                    fallback = Some(Fallback {
-                        reason: err.to_string(),
-                        shortfall: None,
-                    });
-                }
-            }
-            if self.policy != Policy::Off && !v.map_sync {
-                let reason = format!(
-                    "{} is not mapped MAP_SYNC (the file system or, on a dax=inode mount, the file is not DAX): writes are made durable with msync, not by flushing CPU caches",
-                    r.object_text()
-                );
-                if self.policy == Policy::Only {
-                    return Err(RegionError::Unsupported(reason));
-                }
-                fallback = Some(Fallback {
-                    reason,
-                    shortfall: None,
-                });
-            }
-        } else if v.page_size_bytes < plan.page_size {
-            let err = RegionError::Verification {
-                asked_page_size_bytes: plan.page_size,
-                verified_page_size_bytes: v.page_size_bytes,
-                resident_bytes: v.resident_bytes,
-                size_bytes: plan.size_bytes,
-                detail: if v.thp_bytes > 0 {
-                    format!(
-                        "only {} of {} bytes are on transparent huge pages",
-                        v.thp_bytes, plan.size_bytes
-                    )
-                } else {
-                    String::new()
-                },
-            };
-            if self.policy == Policy::Only {
-                return Err(err);
-            }
-            fallback = Some(Fallback {
-                reason: err.to_string(),
-                shortfall: fallback.and_then(|f| f.shortfall),
-            });
-        } else if v.page_size_bytes > plan.page_size {
-            warnings.push(format!(
-                "asked for {} pages, the kernel used {} (transparent huge pages)",
-                format_bytes(plan.page_size),
-                format_bytes(v.page_size_bytes)
-            ));
-        }
-        // DAX pages are the device's, not counted in Rss.
-        if outcome.method != PrefaultMethod::None
-            && plan.backing != Backing::Dax
-            && v.resident_bytes < plan.size_bytes
-        {
-            warnings.push(format!(
-                "only {} of {} bytes resident after the pre-fault",
-                v.resident_bytes, plan.size_bytes
-            ));
-        }
-        if plan.backing == Backing::Hugetlb
-            && plan.size_bytes >= PMD_SHARE_ALIGN as u64
-            && plan.page_size < PMD_SHARE_ALIGN as u64
-            && !r.aligned_for_pmd_sharing()
-        {
-            warnings.push(
-                "not at a 1 GiB-aligned address: every attached process builds its own page \
-                 tables for the region"
-                    .to_owned(),
-            );
-        }
-
-        // Where the pages went; a bound region with pages elsewhere fails
-        // `only`.
-        let node_bytes = verify::node_bytes(r.addr() as u64);
-        if let Some(MemPolicy::Bind(nodes)) = self.mbind_policy(&host) {
-            let misplaced: u64 = node_bytes
-                .iter()
-                .filter(|(n, _)| !nodes.contains(n))
-                .map(|(_, b)| *b)
-                .sum();
-            if misplaced > 0 {
-                let err = RegionError::Misplaced {
-                    object: r.object_text(),
-                    placement: self.numa.to_string(),
-                    misplaced_bytes: misplaced,
-                    nodes: node_bytes.iter().map(|(n, b)| (*n, *b)).collect(),
-                };
-                if self.policy == Policy::Only {
-                    return Err(err);
-                }
-                warnings.push(err.to_string());
-            }
-        }
-        if self.mlock {
-            r.mlock()?;
-        }
-        checkpoint("verified");
-        // Verified (and locked): ready, in one aligned atomic store.
-        guard.region_mut().set_state(HeaderState::Ready)?;
-        if plan.backing == Backing::Dax {
-            guard.region().persist_header()?;
-        }
-        checkpoint("ready");
-        let region = guard.disarm();
-        let report = self.report(
-            &region,
-            &v,
-            ReportParts {
-                page_size_bytes: plan.page_size,
-                fallback,
-                warnings,
-                node_bytes,
-                cpus,
-                threads: outcome.threads,
-                method: outcome.method,
-                setup_seconds,
-                prefault_seconds: outcome.seconds,
-                reclaimed,
-            },
-        );
-        Ok((region, report))
+        let planned = self.plan_new()?;
+        let made = self.make_or_fall_back(&planned, t0)?;
+        let verdict = self.verify_new(
+            made.guard.region(),
+            &made.plan,
+            &made.outcome,
+            &planned.host,
+            planned.extra.pmd_size,
+        )?;
+        self.publish(made, verdict, planned.cpus, reclaimed)
     }
 }

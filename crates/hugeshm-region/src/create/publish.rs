@@ -1,15 +1,70 @@
-//! Step 8 and the report: what `create` tells its caller about the region
-//! it made (or reused).
+//! Step 8 and the report: the region locked (if asked) and marked
+//! `ready`, and what `create` tells its caller about the region it made
+//! (or reused).
 
+use crate::error::RegionError;
 use crate::handle::Region;
+use crate::header::HeaderState;
 use crate::model::{Fallback, PrefaultMethod};
+use crate::pool::Backing;
 use crate::prefault;
 use crate::report::{AllocationReport, Reclaimed};
+use crate::testhook::checkpoint;
 use crate::verify::Verification;
 
+use super::make::Made;
+use super::verify::Verdict;
 use super::RegionBuilder;
 
 impl RegionBuilder {
+    /// Step 8 for a region made and verified: `mlock`ed if asked, then
+    /// `ready` in one aligned atomic store (the header made durable on
+    /// DAX), no longer destroyed on drop; and its report (`cpus`: the
+    /// CPUs it was pre-faulted from).
+    pub(super) fn publish(
+        &self,
+        made: Made,
+        verdict: Verdict,
+        cpus: Vec<u32>,
+        reclaimed: Option<Reclaimed>,
+    ) -> Result<(Region, AllocationReport), RegionError> {
+        let Made {
+            mut guard,
+            plan,
+            outcome,
+            setup_seconds,
+        } = made;
+        if self.mlock {
+            guard.region().mlock()?;
+        }
+        checkpoint("verified");
+        // Verified (and locked): ready, in one aligned atomic store.
+        guard.region_mut().set_state(HeaderState::Ready)?;
+        if plan.backing == Backing::Dax {
+            guard.region().persist_header()?;
+        }
+        checkpoint("ready");
+        let region = guard.disarm();
+        let report = self.report(
+            &region,
+            &verdict.verification,
+            ReportParts {
+                page_size_bytes: plan.page_size,
+                fallback: verdict.fallback,
+                warnings: verdict.warnings,
+                node_bytes: verdict.node_bytes,
+                cpus,
+                threads: outcome.threads,
+                method: outcome.method,
+                setup_seconds,
+                prefault_seconds: outcome.seconds,
+                reclaimed,
+            },
+        );
+        Ok((region, report))
+    }
+
+    /// The report of a region this builder made or reused.
     pub(super) fn report(
         &self,
         region: &Region,
