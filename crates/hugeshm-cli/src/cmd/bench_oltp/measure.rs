@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use hugeshm_cache::{Cache, Layout, Stats};
 use hugeshm_parse::size::{format_bytes, page_size_short};
-use hugeshm_probe::{Probe, Roots};
+use hugeshm_probe::{HostSnapshot, Probe, Roots};
 use hugeshm_region::{Backend, PageSize, Policy, RegionBuilder};
 
 use super::worker::{run_all, start_workers, vm_pte, Workers};
@@ -249,8 +249,42 @@ fn measure_row(
 }
 
 /// Runs the bench and returns its report (pools raised and given back,
-/// regions and the data file removed, whatever happens).
+/// regions and the data file removed, whatever happens): the options
+/// checked, the data file made, the rows of each page size, the ratios.
 pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow::Result<Report> {
+    check_options(o)?;
+    let probe = Probe::new(roots.clone());
+    crate::cmd::bench_common::check_process_room(&probe, o.workers.into(), "--workers")?;
+    let host = probe.host();
+    let data = data_file(o)?;
+    let layout = Layout::new(
+        o.block_size as usize,
+        (o.cache_size_bytes / o.block_size) as usize,
+    );
+    let mut rows = Vec::new();
+    for &ps in &o.page_sizes {
+        let region_bytes = (layout.total as u64 + 4096).div_ceil(ps) * ps;
+        rows.extend(measure_page_size(
+            o,
+            &probe,
+            &host,
+            ps,
+            region_bytes / ps,
+            &data.path,
+            note,
+        ));
+    }
+    // Ratios, all from this run.
+    compare_to_4k(&mut rows);
+    Ok(Report {
+        options: o.clone(),
+        cpus: hugeshm_sys::affinity().map(|c| c.len()).unwrap_or(0),
+        rows,
+    })
+}
+
+/// What the options must be before anything is made.
+fn check_options(o: &Options) -> anyhow::Result<()> {
     anyhow::ensure!(o.workers > 0, "--workers must be at least 1");
     crate::cmd::bench_common::check_duration(o.duration_seconds)?;
     anyhow::ensure!(
@@ -263,55 +297,68 @@ pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow
         "--cache-size and --data-size must hold at least one {}-byte block",
         o.block_size
     );
-    let probe = Probe::new(roots.clone());
-    crate::cmd::bench_common::check_process_room(&probe, o.workers.into(), "--workers")?;
-    let host = probe.host();
+    Ok(())
+}
+
+/// The data file, sparse, in a private directory made in `o.data_dir`
+/// (removed with it when dropped).
+fn data_file(o: &Options) -> anyhow::Result<DataFile> {
     std::fs::create_dir_all(&o.data_dir)
         .with_context(|| format!("creating {}", o.data_dir.display()))?;
     let data = DataFile::new(&o.data_dir, "hugeshm-oltp-")?;
-    {
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&data.path)
-            .with_context(|| format!("creating {}", data.path.display()))?;
-        let blocks = o.data_size_bytes / o.block_size;
-        f.set_len(blocks * o.block_size)
-            .with_context(|| format!("sizing {}", data.path.display()))?;
-    }
-    let layout = Layout::new(
-        o.block_size as usize,
-        (o.cache_size_bytes / o.block_size) as usize,
-    );
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&data.path)
+        .with_context(|| format!("creating {}", data.path.display()))?;
+    let blocks = o.data_size_bytes / o.block_size;
+    f.set_len(blocks * o.block_size)
+        .with_context(|| format!("sizing {}", data.path.display()))?;
+    Ok(data)
+}
+
+/// The rows of one page size `ps`, a backend each, with the `pages` a
+/// region needs raised in the pool for them (given back after) unless
+/// `o.reserve` is off; rows the pages cannot be had for say why.
+fn measure_page_size(
+    o: &Options,
+    probe: &Probe,
+    host: &HostSnapshot,
+    ps: u64,
+    pages: u64,
+    data: &Path,
+    note: &mut dyn FnMut(&str),
+) -> Vec<Row> {
     let mut rows = Vec::new();
-    for &ps in &o.page_sizes {
-        let region_bytes = (layout.total as u64 + 4096).div_ceil(ps) * ps;
-        let pages = region_bytes / ps;
-        let mut reservation = PoolTopUp::new(&probe);
-        let unavailable = if ps > 4096 && host.pool(ps).is_none() {
-            Some(Skipped::no_such_pages(&host, ps, pages))
-        } else if ps > 4096 && o.reserve {
-            reservation
-                .ensure(&host, ps, pages)
-                .err()
-                .map(|e| Skipped::failed(ps, pages, &e))
-        } else {
-            None
-        };
-        for &backend in &o.backends {
-            if let Some(sk) = &unavailable {
-                rows.push(empty_row(ps, backend, sk.reason.clone(), sk.fix.clone()));
-                continue;
-            }
-            match measure_row(o, ps, backend, &data.path, note) {
-                Ok(r) => rows.push(r),
-                Err(e) => rows.push(empty_row(ps, backend, crate::output::error_text(&e), None)),
-            }
+    let mut reservation = PoolTopUp::new(probe);
+    let unavailable = if ps > 4096 && host.pool(ps).is_none() {
+        Some(Skipped::no_such_pages(host, ps, pages))
+    } else if ps > 4096 && o.reserve {
+        reservation
+            .ensure(host, ps, pages)
+            .err()
+            .map(|e| Skipped::failed(ps, pages, &e))
+    } else {
+        None
+    };
+    for &backend in &o.backends {
+        if let Some(sk) = &unavailable {
+            rows.push(empty_row(ps, backend, sk.reason.clone(), sk.fix.clone()));
+            continue;
         }
-        drop(reservation);
+        match measure_row(o, ps, backend, data, note) {
+            Ok(r) => rows.push(r),
+            Err(e) => rows.push(empty_row(ps, backend, crate::output::error_text(&e), None)),
+        }
     }
-    // Ratios, all from this run.
+    drop(reservation);
+    rows
+}
+
+/// Each huge page row's cache tps (and per CPU-second) against the 4 KiB
+/// row of the same backend, where both were measured.
+fn compare_to_4k(rows: &mut [Row]) {
     let base: Vec<(Backend, f64, f64)> = rows
         .iter()
         .filter(|r| r.page_size_bytes == 4096)
@@ -330,9 +377,81 @@ pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow
             r.vs_4k_cpu = (cpu > 0.0).then(|| c.best_tx_per_cpu_second / cpu);
         }
     }
-    Ok(Report {
-        options: o.clone(),
-        cpus: hugeshm_sys::affinity().map(|c| c.len()).unwrap_or(0),
-        rows,
-    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::bench_oltp::report::sample;
+
+    #[test]
+    fn the_options_are_checked_before_anything_is_made() {
+        let err = |f: &dyn Fn(&mut Options)| {
+            let mut o = sample::options();
+            f(&mut o);
+            check_options(&o).unwrap_err().to_string()
+        };
+        check_options(&sample::options()).unwrap();
+        assert_eq!(err(&|o| o.workers = 0), "--workers must be at least 1");
+        assert_eq!(
+            err(&|o| o.block_size = 3000),
+            "--block-size 3000 must be a power of two from 512 bytes to 1 MiB"
+        );
+        assert_eq!(
+            err(&|o| o.block_size = 2 << 20),
+            "--block-size 2097152 must be a power of two from 512 bytes to 1 MiB"
+        );
+        assert_eq!(
+            err(&|o| o.cache_size_bytes = 4096),
+            "--cache-size and --data-size must hold at least one 8192-byte block"
+        );
+        assert!(err(&|o| o.duration_seconds = 0.0).starts_with("--duration 0 must be"));
+    }
+
+    #[test]
+    fn huge_page_rows_are_compared_with_the_4k_row_of_their_backend() {
+        let mut rows = vec![
+            sample::row(4096, Backend::Sysv, 100.0),
+            sample::row(2 << 20, Backend::Sysv, 150.0),
+            sample::row(2 << 20, Backend::Posix, 120.0),
+            empty_row(4096, Backend::Memfd, "no".into(), None),
+            sample::row(2 << 20, Backend::Memfd, 130.0),
+        ];
+        compare_to_4k(&mut rows);
+        assert_eq!(rows[0].vs_4k, None);
+        assert_eq!(rows[1].vs_4k, Some(1.5));
+        assert_eq!(rows[1].vs_4k_cpu, Some(1.5));
+        // No 4 KiB row measured for posix or memfd.
+        assert_eq!((rows[2].vs_4k, rows[4].vs_4k), (None, None));
+    }
+
+    #[test]
+    fn a_mode_keeps_the_best_the_median_and_the_paired_overhead() {
+        let cache = sample::mode(&[100.0, 90.0, 80.0]);
+        let mut runs = ModeRuns::new(sample::summary(50.0, 25.0));
+        for (tps, per_cpu) in [(90.0, 40.0), (110.0, 60.0), (100.0, 50.0)] {
+            runs.add(sample::summary(tps, per_cpu), &Histogram::default());
+        }
+        let m = runs.result(false);
+        assert_eq!((m.best_tps, m.median_tps), (110.0, 100.0));
+        assert_eq!(m.best_tx_per_cpu_second, 60.0);
+        assert_eq!(m.dtlb_misses_per_tx, Some(1.5));
+        assert_eq!(m.hit_ratio, Some(0.0));
+        assert_eq!(runs_tps(&m), [90.0, 110.0, 100.0]);
+        assert_eq!(
+            ModeRuns::new(sample::summary(1.0, 1.0))
+                .result(true)
+                .hit_ratio,
+            None
+        );
+        // raw / cache per pair: 0.9, 1.222, 1.25: the median.
+        assert_eq!(
+            paired_overhead(&cache, &m).map(|r| (r * 1000.0).round()),
+            Some(1222.0)
+        );
+    }
+
+    fn runs_tps(m: &ModeResult) -> Vec<f64> {
+        m.runs.iter().map(|r| r.tps).collect()
+    }
 }

@@ -14,7 +14,7 @@
 //! - `measure.rs`: [`measure`], row by row, and the ratios between rows;
 //! - `worker.rs`: the workers, their protocol, one run of all of them at once;
 //! - `report.rs`: the [`Report`] and its rows;
-//! - `print.rs`: [`run`], which prints the report (a table, or JSON);
+//! - `print.rs`: the report as a table ([`run`] prints it so, or as JSON);
 //! - `workload.rs`: the loop the workers run.
 
 pub(crate) mod workload;
@@ -25,15 +25,17 @@ mod report;
 mod worker;
 
 pub use measure::measure;
-pub use print::run;
 pub use report::{ModeResult, Report, Row, RunSummary};
 pub use worker::worker;
 
 use crate::cmd::bench_common::{parse_count_arg, parse_size_arg};
+use crate::output::Out;
 use anyhow::bail;
+use hugeshm_probe::Roots;
 use hugeshm_region::{Backend, PageSize};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::process::ExitCode;
 use workload::Dist;
 
 /// `bench oltp` options.
@@ -145,5 +147,115 @@ impl Args {
             raw: !self.no_raw,
             reserve: !self.no_reserve,
         })
+    }
+}
+
+/// Runs the bench and prints it (on a terminal, with a progress line on
+/// stderr while it runs).
+pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let o = a.options()?;
+    let tty = out.tty && !a.json;
+    let mut progress = Progress::new((o.page_sizes.len() * o.backends.len()) as u64);
+    let mut note = |s: &str| {
+        if tty {
+            crate::terminal::eprogress(&progress.line(s), 0);
+        }
+    };
+    let report = measure(roots, &o, &mut note)?;
+    if tty {
+        crate::terminal::eprogress_clear(100);
+    }
+    if a.json {
+        out.json_doc(&report)?;
+    } else {
+        print::print(&report, out)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The progress line of a run of `steps` rows: a note `ROW: what` starts
+/// the next row when ROW changes.
+struct Progress {
+    steps: u64,
+    row_no: u64,
+    last: String,
+}
+
+impl Progress {
+    fn new(steps: u64) -> Progress {
+        Progress {
+            steps,
+            row_no: 0,
+            last: String::new(),
+        }
+    }
+
+    /// The line for note `s`: a bar of the rows done, the row, the note.
+    fn line(&mut self, s: &str) -> String {
+        let steps = self.steps;
+        let prefix = s.split(':').next().unwrap_or("").to_owned();
+        if prefix != self.last && s.contains(':') {
+            self.row_no += 1;
+            self.last = prefix;
+        }
+        let row_no = self.row_no;
+        let done = row_no.saturating_sub(1).min(steps);
+        let width = 20;
+        let fill = (done * width / steps.max(1)) as usize;
+        format!(
+            "[{}{}] {row_no}/{steps} {s:<60}",
+            "#".repeat(fill),
+            ".".repeat(width as usize - fill)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_progress_line_counts_rows_by_their_label() {
+        let mut p = Progress::new(2);
+        let line = |p: &mut Progress, s: &str| p.line(s).trim_end().to_owned();
+        assert_eq!(
+            line(&mut p, "4k sysv: create + pre-fault 66 MiB"),
+            "[....................] 1/2 4k sysv: create + pre-fault 66 MiB"
+        );
+        // A note without a label stays on the row.
+        assert_eq!(
+            line(&mut p, "4k sysv cache run 1/3"),
+            "[....................] 1/2 4k sysv cache run 1/3"
+        );
+        assert_eq!(
+            line(&mut p, "4k sysv: prewarm"),
+            "[....................] 1/2 4k sysv: prewarm"
+        );
+        assert_eq!(
+            line(&mut p, "2M sysv: prewarm"),
+            "[##########..........] 2/2 2M sysv: prewarm"
+        );
+        assert_eq!(p.line("x").len(), "[##########..........] 2/2 ".len() + 60);
+    }
+
+    #[test]
+    fn page_sizes_must_be_explicit() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let options = |sizes: &str| {
+            Cli::try_parse_from(["oltp", "--page-sizes", sizes])
+                .unwrap()
+                .args
+                .options()
+        };
+        assert_eq!(options("4k,2m").unwrap().page_sizes, [4096, 2 << 20]);
+        assert_eq!(
+            options("4k,largest").unwrap_err().to_string(),
+            "--page-sizes takes explicit sizes (4k, 2m, 1g)"
+        );
     }
 }

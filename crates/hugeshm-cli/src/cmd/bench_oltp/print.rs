@@ -1,13 +1,10 @@
-//! [`run`]: the bench measured, then printed (a table, or JSON).
-
-use std::process::ExitCode;
+//! [`print`]: a [`Report`] as text: the options in a line, the table,
+//! the rows not measured and why, what the columns mean.
 
 use hugeshm_parse::size::{format_bytes, page_size_short};
-use hugeshm_probe::Roots;
 
-use super::measure::measure;
 use super::worker::SAMPLE_EVERY;
-use super::Args;
+use super::Report;
 use crate::output::{Out, Table};
 
 fn fmt_ns(v: Option<u64>) -> String {
@@ -28,42 +25,10 @@ fn fmt_tps(v: f64) -> String {
     }
 }
 
-/// Runs the bench and prints it.
-pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
-    let o = a.options()?;
-    let tty = out.tty && !a.json;
-    let steps = (o.page_sizes.len() * o.backends.len()) as u64;
-    let mut row_no = 0u64;
-    let mut last = String::new();
-    let mut note = |s: &str| {
-        if !tty {
-            return;
-        }
-        let prefix = s.split(':').next().unwrap_or("").to_owned();
-        if prefix != last && s.contains(':') {
-            row_no += 1;
-            last = prefix;
-        }
-        let done = row_no.saturating_sub(1).min(steps);
-        let width = 20;
-        let fill = (done * width / steps.max(1)) as usize;
-        crate::terminal::eprogress(
-            &format!(
-                "[{}{}] {row_no}/{steps} {s:<60}",
-                "#".repeat(fill),
-                ".".repeat(width as usize - fill)
-            ),
-            0,
-        );
-    };
-    let report = measure(roots, &o, &mut note)?;
-    if tty {
-        crate::terminal::eprogress_clear(100);
-    }
-    if a.json {
-        out.json_doc(&report)?;
-        return Ok(ExitCode::SUCCESS);
-    }
+/// Prints a report: the options in a line, the table of measured rows, why
+/// the others were not measured, what the columns mean.
+pub(crate) fn print(report: &Report, out: &mut Out) -> anyhow::Result<()> {
+    let o = &report.options;
     out.line(format!(
         "OLTP over a {} buffer cache ({} blocks of {}), {} data file, {} workers, {} access, {}% writes; \
          best of {} runs of {} s after a warm-up",
@@ -155,6 +120,58 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
          of the workers (steady when other processes share the CPUs); p50/p99 sample one transaction in {SAMPLE_EVERY}; \
          the cache loop prefetches each block's bucket, descriptor and row a few transactions ahead"
     ))?;
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::bench_oltp::report::sample;
+    use crate::cmd::bench_oltp::Row;
+    use hugeshm_region::Backend;
+
+    fn report() -> Report {
+        let mut huge = sample::row(2 << 20, Backend::Sysv, 1_500_000.0);
+        (huge.vs_4k, huge.vs_4k_cpu) = (Some(1.5), Some(1.5));
+        huge.dtlb_unavailable = Some("perf_event_paranoid is 3".to_owned());
+        let mut raw_less = sample::row(4096, Backend::Sysv, 1_000_000.0);
+        raw_less.raw = None;
+        (
+            raw_less.cache_overhead,
+            raw_less.cache_overhead_paired,
+            raw_less.cache_overhead_cpu,
+        ) = (None, None, None);
+        Report {
+            options: sample::options(),
+            cpus: 4,
+            rows: vec![
+                raw_less,
+                huge,
+                Row {
+                    not_measured: Some("the pool has 0 free 1 GiB pages".to_owned()),
+                    fix: Some("hugeshm pool set 1G 1".to_owned()),
+                    cache: None,
+                    raw: None,
+                    ..sample::row(1 << 30, Backend::Sysv, 0.0)
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn print_writes_the_options_the_table_and_what_was_not_measured() {
+        let (mut out, text) = Out::captured();
+        print(&report(), &mut out).unwrap();
+        let expected = "\
+OLTP over a 64 MiB buffer cache (8192 blocks of 8 KiB), 256 MiB data file, 2 workers, uniform access, 10% writes; best of 3 runs of 2 s after a warm-up
+page  backend     tps   median   x 4k  tx/CPU-s   x 4k  warm-up     p50    p99    hit  raw tps  overhead  paired  per CPU  PTE/worker  start-up s  dTLB/tx
+4k    sysv     1.00 M  900.0 k      -   500.0 k      -  500.0 k  800 ns  12 us  25.0%        -         -       -        -       8 KiB        0.25     1.50
+2M    sysv     1.50 M   1.35 M  1.50x   750.0 k  1.50x  750.0 k  800 ns  12 us  25.0%   3.00 M     2.00x   2.00x    2.00x       8 KiB        0.25     1.50
+1G sysv: not measured: the pool has 0 free 1 GiB pages
+  to fix: hugeshm pool set 1G 1
+dTLB/tx n/a: perf_event_paranoid is 3
+tps = transactions (one 64-byte row of one block, read or updated) per second, all workers; overhead = raw tps / cache tps, best runs (the same loop straight on the cache's blocks, each raw run right after a cache run); paired = the median of the run pairs' own ratios; x 4k = tps / the 4 KiB row's of the same backend; tx/CPU-s and per CPU: the same per CPU-second of the workers (steady when other processes share the CPUs); p50/p99 sample one transaction in 1024; the cache loop prefetches each block's bucket, descriptor and row a few transactions ahead
+";
+        assert_eq!(text.text(), expected);
+    }
 }

@@ -110,3 +110,87 @@ pub struct Report {
     /// Rows, page size by backend.
     pub rows: Vec<Row>,
 }
+
+/// Reports made by hand, for the printers' and the ratios' unit tests.
+#[cfg(test)]
+pub(super) mod sample {
+    use super::*;
+    use crate::cmd::bench_oltp::workload::Dist;
+
+    /// Two workers, 2 s runs, three of them, 4k and 2m, sysv and posix.
+    pub(crate) fn options() -> Options {
+        Options {
+            cache_size_bytes: 64 << 20,
+            data_size_bytes: 256 << 20,
+            workers: 2,
+            duration_seconds: 2.0,
+            runs: 3,
+            page_sizes: vec![4096, 2 << 20],
+            backends: vec![Backend::Sysv, Backend::Posix],
+            dist: Dist::Uniform,
+            write_pct: 10,
+            block_size: 8192,
+            data_dir: "/var/tmp".into(),
+            raw: true,
+            reserve: true,
+        }
+    }
+
+    /// A run of `tps` transactions a second, `per_cpu` a CPU-second.
+    pub(crate) fn summary(tps: f64, per_cpu: f64) -> RunSummary {
+        RunSummary {
+            tps,
+            transactions: (tps * 2.0) as u64,
+            seconds: 2.0,
+            tx_per_cpu_second: per_cpu,
+            hit_ratio: Some(0.25),
+            p50_ns: Some(800),
+            p99_ns: Some(12_500),
+            stats: Stats::default(),
+            dtlb_misses_per_tx: Some(1.5),
+        }
+    }
+
+    /// Timed runs of these tps (per CPU-second: half of it), best first.
+    pub(crate) fn mode(tps: &[f64]) -> ModeResult {
+        ModeResult {
+            warmup: summary(tps[0] / 2.0, tps[0] / 4.0),
+            runs: tps.iter().map(|&t| summary(t, t / 2.0)).collect(),
+            best_tps: tps[0],
+            median_tps: tps[tps.len() / 2],
+            best_tx_per_cpu_second: tps[0] / 2.0,
+            p50_ns: Some(800),
+            p99_ns: Some(12_500),
+            hit_ratio: Some(0.25),
+            dtlb_misses_per_tx: Some(1.5),
+        }
+    }
+
+    /// A measured row: the cache at `tps`, the raw loop at twice that.
+    pub(crate) fn row(page_size_bytes: u64, backend: Backend, tps: f64) -> Row {
+        let raw: Vec<f64> = [tps, tps * 0.9, tps * 0.8]
+            .iter()
+            .map(|t| t * 2.0)
+            .collect();
+        Row {
+            page_size_bytes,
+            backend,
+            not_measured: None,
+            fix: None,
+            region_bytes: 66 << 20,
+            region_page_size_bytes: page_size_bytes,
+            buffers: 8192,
+            startup_seconds: 0.25,
+            prewarm_seconds: 0.5,
+            cache: Some(mode(&[tps, tps * 0.9, tps * 0.8])),
+            raw: Some(mode(&raw)),
+            cache_overhead: Some(2.0),
+            cache_overhead_paired: Some(2.0),
+            cache_overhead_cpu: Some(2.0),
+            vs_4k: None,
+            vs_4k_cpu: None,
+            page_tables_bytes_per_worker: Some(8192),
+            dtlb_unavailable: None,
+        }
+    }
+}
