@@ -58,12 +58,15 @@
 //! formats   modules header (the 4 KiB header: HEADER_BYTES, MAGIC, LAYOUT_VERSION),
 //!           memfd_record (the record file; memfd_record_path), naming (name -> object),
 //!           interlock (what create does when the name exists)
+//! tests     only with the `test-hooks` feature, which only tests turn on:
+//!           testhook::STOP_AT_ENV (HUGESHM_TEST_STOP_AT=STEP:FILE stops create at STEP)
 //! ```
 //!
 //! Everything else is the crate's own. Benches build on this API in the
 //! `hugeshm` CLI (`bench prefault`, `numa`, `attach`, `pagetables`); the
-//! test hook that stops `create` at a step (`testhook`)
-//! is only there with the `test-hooks` feature, which only tests turn on.
+//! test hook that stops `create` at a step (`testhook`, its steps listed
+//! there) is not in a build without the `test-hooks` feature: not in the
+//! `hugeshm` binary, not in libhugeshm.so.
 //!
 //! ## What `create` does, in order
 //!
