@@ -6,7 +6,7 @@ use hugeshm_sys::SysError;
 
 use crate::model::RegionState;
 
-/// What [`RegionError::Lost`] says: a truncation with both sizes where the
+/// What [`RegionError::Lost`](super::RegionError::Lost) says: a truncation with both sizes where the
 /// file is now shorter than the region, else the fault as the guard saw it.
 pub(super) fn lost_text(object: &str, file: Option<u64>, region: u64, source: &SysError) -> String {
     let offset = match source {

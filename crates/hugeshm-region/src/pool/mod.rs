@@ -16,7 +16,7 @@
 //!   hugetlbfs mount of it;
 //! - `thp.rs`: transparent huge pages for a tmpfs (`posix`) region;
 //! - `dax.rs`: a DAX mount or a device-dax;
-//! - `shortfall.rs`: the pool check ([`check_pool`]), the kernel's
+//! - `shortfall.rs`: the pool check ([`check_pool`](shortfall::check_pool)), the kernel's
 //!   refusals (at the reservation, at fault time) and the cgroup's room;
 //! - `numa.rs`: the per-node check of a placed plan.
 

@@ -4,14 +4,14 @@
 //! per transaction; and the same loop straight on the region ("raw"), so
 //! the cache's own cost shows.
 //!
-//! [`measure`] builds the [`Report`] (what `hugeshm lab` calls); [`run`]
+//! [`measure()`] builds the [`Report`] (what `hugeshm lab` calls); [`run`]
 //! prints it. Workers are this binary re-executed (`bench oltp-worker`,
 //! attaching the region by name) or, for `anon` regions, forked children;
 //! both answer one JSON line per run on a pipe. The loop they run, and
 //! `bench dmbc` too, is [`workload`].
 //!
 //! - `mod.rs`: the command line ([`Args`]) and the [`Options`] a report keeps;
-//! - `measure.rs`: [`measure`], row by row, and the ratios between rows;
+//! - `measure.rs`: [`measure()`], row by row, and the ratios between rows;
 //! - `worker.rs`: the workers, their protocol, one run of all of them at once;
 //! - `report.rs`: the [`Report`] and its rows;
 //! - `print.rs`: the report as a table ([`run`] prints it so, or as JSON);

@@ -1,4 +1,4 @@
-//! [`print`]: a [`Report`] as text: the options in a line, the table,
+//! [`print()`]: a [`Report`] as text: the options in a line, the table,
 //! the rows not measured and why, what the columns mean.
 
 use hugeshm_parse::size::{format_bytes, page_size_short};
