@@ -203,15 +203,19 @@
 //!
 //! ```text
 //! lib.rs      the API: re-exports, these docs
-//! create      RegionBuilder: the numbered steps above
+//! create/     RegionBuilder: the numbered steps above, one room per group (existing: 1;
+//!             plan: 2-3; make: 4 and the try fall-back; fault: 5-6; verify: 7; publish: 8)
 //! attach      Locator, the header checks, remove by name; interlock: list_regions
 //! handle      Region: data access, detach, destroy
 //! backend/    one module per kind of kernel object behind the trait BackendOps (create / open /
-//!             map / inspect / remove / list, and destroy): sysv; file (hugetlbfs, posix and dax files);
-//!             devdax (dax on a device-dax, /dev/daxX.Y); memfd; anon; fd: what the fd-based ones share
-//! pool, prefault, verify, memlock, holders, inspect, memfd_record, header, naming, per_node
+//!             map / inspect / remove / list, and destroy): sysv; file/ (hugetlbfs, posix and dax
+//!             files: create, dax, find, open, dir); devdax (dax on a device-dax, /dev/daxX.Y);
+//!             memfd; anon; fd: what the fd-based ones share
+//! pool/       the plan (pure): hugetlb, thp, dax, shortfall (the pool check), numa
+//! prefault, verify, memlock, holders, inspect, memfd_record, header, naming, per_node
 //!             the steps' own modules
-//! error       RegionError;  model: plain data (imports nothing of the crate)
+//! error/      RegionError (fix: its Fix; text: parts of its messages);
+//!             model: plain data (imports nothing of the crate)
 //! hugeshm-sys (its own crate): the system calls, the only unsafe code
 //! ```
 //!

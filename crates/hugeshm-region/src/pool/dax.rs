@@ -43,7 +43,7 @@ pub(super) fn dax_plan(
         page
     };
     // dax=always first: every file there is DAX; on dax=inode the region's
-    // file gets the flag (backend/file.rs).
+    // file gets the flag (backend/file/dax.rs).
     let mut dax_mounts: Vec<&hugeshm_parse::mounts::Mount> =
         host.mounts.iter().filter(|m| m.may_dax()).collect();
     dax_mounts.sort_by_key(|m| !m.is_dax());
