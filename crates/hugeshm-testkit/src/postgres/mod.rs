@@ -31,12 +31,13 @@
 //!
 //! ```no_run
 //! use hugeshm_testkit::postgres::{main_shm_vma, skip_unless_postgres, PgCluster};
-//! use hugeshm_testkit::{skip_unless_root, PoolGuard};
+//! use hugeshm_testkit::{live, test_name};
 //!
-//! if skip_unless_root("pg") || skip_unless_postgres("pg") {
+//! # fn main() {
+//! let Some(pool) = live!() else { return };
+//! if skip_unless_postgres(test_name!()) {
 //!     return;
 //! }
-//! let pool = PoolGuard::new().unwrap();
 //! let mut pg = PgCluster::init("128MB").unwrap();
 //! let n: u64 = pg.postgres_c("shared_memory_size_in_huge_pages").unwrap().parse().unwrap();
 //! pool.ensure_free(2 << 20, n).unwrap();
@@ -47,7 +48,8 @@
 //! drop(backend);
 //! pg.stop().unwrap();
 //! drop(pg); // removes the directory
-//! pool.restore().unwrap();
+//! pool.finish();
+//! # }
 //! ```
 
 mod cluster;
@@ -141,14 +143,14 @@ pub fn pg_unavailable_reason() -> Option<String> {
     None
 }
 
-/// Returns true (and prints a `SKIP` line) when PostgreSQL tests cannot run
+/// Returns true (after [`crate::skip`]) when PostgreSQL tests cannot run
 /// (see [`pg_unavailable_reason`]); use as
 /// `if skip_unless_postgres("name") { return; }`.
 pub fn skip_unless_postgres(test: &str) -> bool {
     match pg_unavailable_reason() {
         None => false,
         Some(reason) => {
-            println!("SKIP {test}: {reason}");
+            crate::skip(test, reason);
             true
         }
     }
