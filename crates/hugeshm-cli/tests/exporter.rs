@@ -6,7 +6,7 @@
 
 mod common;
 
-use hugeshm_testkit::{PoolLock, TempDir};
+use hugeshm_testkit::{observe, skip, test_name, TempDir};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -19,12 +19,12 @@ const NR_2M: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
 const POOL_2M_TOTAL: &str =
     r#"hugeshm_pool_pages{page_size_bytes="2097152",node="all",state="total"}"#;
 
-/// The kernel's 2 MiB pool size, or `None` (with the reason printed).
+/// The kernel's 2 MiB pool size, or `None` (after a skip).
 fn kernel_2m_pages(test: &str) -> Option<u64> {
     match std::fs::read_to_string(NR_2M) {
         Ok(s) => Some(s.trim().parse().expect("nr_hugepages is a number")),
         Err(e) => {
-            eprintln!("{test}: skipped: no 2 MiB pool ({NR_2M}: {e})");
+            skip(test, format_args!("no 2 MiB pool ({NR_2M}: {e})"));
             None
         }
     }
@@ -145,8 +145,8 @@ fn start_exporter_with_fd_limit(fds: Option<u32>) -> (Killed, u16) {
 
 #[test]
 fn once_parses_and_carries_the_kernel_pool() {
-    let _lock = PoolLock::acquire().ok();
-    let Some(nr) = kernel_2m_pages("once_parses_and_carries_the_kernel_pool") else {
+    let _lock = observe!();
+    let Some(nr) = kernel_2m_pages(test_name!()) else {
         return;
     };
     let out = common::hugeshm(&["exporter", "--once"]);
@@ -195,8 +195,10 @@ fn timeouts_that_are_no_time_are_refused() {
 #[test]
 fn promtool_check_metrics_passes() {
     if !on_path("promtool") {
-        eprintln!("promtool_check_metrics_passes: skipped: no promtool on PATH (apt-get install prometheus)");
-        return;
+        return skip(
+            test_name!(),
+            "no promtool on PATH (apt-get install prometheus)",
+        );
     }
     let out = common::hugeshm(&["exporter", "--once"]);
     assert!(out.status.success());
@@ -220,7 +222,7 @@ fn promtool_check_metrics_passes() {
 
 #[test]
 fn textfile_is_written_whole_and_alone() {
-    let _lock = PoolLock::acquire().ok();
+    let _lock = observe!();
     let dir = TempDir::new("exporter-textfile");
     let d = dir.path().to_str().unwrap();
     let out = common::hugeshm(&["exporter", "--textfile", d]);
@@ -237,7 +239,7 @@ fn textfile_is_written_whole_and_alone() {
     assert_eq!(names, ["hugeshm.prom"], "only the file, no temporary left");
     let text = std::fs::read_to_string(Path::new(dir.path()).join("hugeshm.prom")).unwrap();
     let m = parse(&text);
-    if let Some(nr) = kernel_2m_pages("textfile_is_written_whole_and_alone") {
+    if let Some(nr) = kernel_2m_pages(test_name!()) {
         assert_eq!(m.get(POOL_2M_TOTAL), Some(&(nr as f64)), "{text}");
     }
     // A directory that does not exist is an error, not a crash.
@@ -288,12 +290,11 @@ fn http_paths_methods_and_content_types() {
 
 #[test]
 fn prometheus_scrapes_the_kernel_pool() {
-    let test = "prometheus_scrapes_the_kernel_pool";
+    let test = test_name!();
     if !on_path("prometheus") {
-        eprintln!("{test}: skipped: no prometheus on PATH (apt-get install prometheus)");
-        return;
+        return skip(test, "no prometheus on PATH (apt-get install prometheus)");
     }
-    let _lock = PoolLock::acquire().ok();
+    let _lock = observe!();
     let Some(nr) = kernel_2m_pages(test) else {
         return;
     };

@@ -155,22 +155,30 @@ impl Live {
         self.check();
     }
 
-    /// The restore first (the pool's counters are compared with the
-    /// state before the test raised it), then the leak check; a failure
-    /// of either names both.
-    #[track_caller]
-    fn check(&self) {
+    /// Restores the pool and compares the host with its state when the
+    /// test began: `Err` lists what was left behind and what of the pool
+    /// could not be restored. [`Live::finish`] and the drop assert it.
+    pub fn leaks(&self) -> Result<(), String> {
         let restored = self.pool.restore();
-        let after = HostState::capture().expect("capture host state");
+        let after = HostState::capture()?;
         let diff = self.before.diff(&after);
-        assert!(
-            restored.is_ok() && diff.is_empty(),
+        if restored.is_ok() && diff.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
             "{}: left behind: {diff:#?}; {}",
             self.name,
             restored
                 .err()
                 .unwrap_or_else(|| "the pool was restored".into())
-        );
+        ))
+    }
+
+    #[track_caller]
+    fn check(&self) {
+        if let Err(e) = self.leaks() {
+            panic!("{e}");
+        }
     }
 }
 
@@ -194,6 +202,29 @@ impl Drop for Live {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file left in /dev/shm is a leak, and gone again it is none.
+    #[test]
+    fn a_file_left_in_dev_shm_is_a_leak() {
+        let t = observe!();
+        let path = std::path::PathBuf::from(format!(
+            "/dev/shm/hugeshm-testkit-leak-{}",
+            std::process::id()
+        ));
+        std::fs::write(&path, b"x").unwrap();
+        let found = t.leaks();
+        std::fs::remove_file(&path).unwrap();
+        let err = found.expect_err("a new file in /dev/shm");
+        assert!(
+            err.contains(&format!("new /dev/shm file {}", path.display())),
+            "{err}"
+        );
+        assert!(
+            err.starts_with("live::tests::a_file_left_in_dev_shm_is_a_leak: "),
+            "{err}"
+        );
+        t.finish();
+    }
 
     #[test]
     fn names_come_from_the_function() {
