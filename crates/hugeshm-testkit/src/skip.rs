@@ -39,17 +39,20 @@ pub enum Lack {
     HugetlbRsvdCgroup,
     /// `demote` in a 1 GiB pool's sysfs directory.
     Demote,
+    /// A host without a hugetlbfs mount of its own.
+    NoHugetlbfsMount,
 }
 
 impl Lack {
     /// Every entry of the allow-list.
-    pub const ALL: [Lack; 6] = [
+    pub const ALL: [Lack; 7] = [
         Lack::GiganticPage,
         Lack::OneMemoryNode,
         Lack::ProcmapQuery,
         Lack::WeightedInterleave,
         Lack::HugetlbRsvdCgroup,
         Lack::Demote,
+        Lack::NoHugetlbfsMount,
     ];
 
     /// Why CI cannot be made to have it.
@@ -76,6 +79,10 @@ impl Lack {
             Lack::Demote => {
                 "demotion is in Linux 5.16 and later and needs a 1 GiB pool; CI runs on the \
                  host's kernel"
+            }
+            Lack::NoHugetlbfsMount => {
+                "a host's own hugetlbfs mount (systemd mounts /dev/hugepages) is the host's; \
+                 a test does not unmount it to see what hugeshm says without one"
             }
         }
     }
