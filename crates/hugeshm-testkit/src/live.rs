@@ -129,6 +129,14 @@ impl Live {
         &self.before
     }
 
+    /// Takes the host's state again as the test's start: after removing
+    /// what killed earlier runs left behind (never this test's own), so
+    /// that its end does not count their removal.
+    pub fn rebase(&mut self) {
+        self.before =
+            HostState::capture().unwrap_or_else(|e| panic!("{}: capture: {e}", self.name));
+    }
+
     /// Skips the rest of the test for `reason` ([`crate::skip`]); the pool
     /// is restored and checked as at the end.
     #[track_caller]
