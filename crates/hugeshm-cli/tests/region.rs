@@ -1088,7 +1088,10 @@ fn bench_process_counts_beyond_the_host_are_refused() {
         );
         assert!(err.contains("pass --procs "), "{err}");
     } else {
-        println!("memory case skipped: the kernel's limit ({kernel_most}) comes first");
+        hugeshm_testkit::skip(
+            &format!("{} [memory]", hugeshm_testkit::test_name!()),
+            format_args!("the kernel's limit ({kernel_most}) comes first"),
+        );
     }
 }
 
