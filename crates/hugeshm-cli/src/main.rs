@@ -12,6 +12,7 @@ mod interrupt;
 mod metrics;
 mod output;
 mod terminal;
+mod values;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use hugeshm_probe::{Roots, FS_ROOT_ENV, PROC_ROOT_ENV, SYS_ROOT_ENV};
@@ -21,6 +22,8 @@ use std::process::ExitCode;
 /// Huge-page shared memory done right: a host doctor, region tools and benchmarks.
 #[derive(Debug, Parser)]
 #[command(name = "hugeshm", version, about, long_about = None, after_help = "\
+Sizes: 4096, 4k, 2M, 1.5G, 10GiB: k, M, G, T (and KiB, MiB, GiB, TiB) are powers of 1024;
+kB, MB, GB and TB are refused (write 10G for 10 GiB, or 10000000000 for 10 GB).
 Exit codes: 0 ok, 1 --check found a warning or error, 2 usage error, 3 failure.
 Start with `hugeshm status`; `hugeshm segments` tells which shared memory really sits on huge pages.")]
 struct Cli {

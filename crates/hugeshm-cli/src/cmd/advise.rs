@@ -1,11 +1,11 @@
 //! `hugeshm advise`: pages per size per node, and the configuration.
 
-use crate::cmd::bench_common::parse_size_arg;
 use crate::output::{Out, Table, Usage};
 use anyhow::{bail, Context};
 use hugeshm_doctor::advise::{self, Demand, Placement, Plan, Skipped, DEFAULT_SPARE_PAGES};
 use hugeshm_doctor::checked;
-use hugeshm_parse::size::{format_bytes, page_size_short, parse_size, MIB};
+use hugeshm_parse::size::{format_bytes, page_size_short, MIB};
+use hugeshm_parse::size_arg::parse_size_arg;
 use hugeshm_probe::{HostSnapshot, Probe, Roots};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,10 +14,10 @@ use std::process::ExitCode;
 #[derive(Debug, Clone, clap::Args)]
 pub struct SourceArgs {
     /// Plan for a region of this size (an SGA, shared_buffers, a cache): 18G, 512M.
-    #[arg(long, value_parser = parse_size_arg)]
+    #[arg(long, value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: Option<u64>,
     /// Page size for --size: 2m or 1g (default: the kernel's default huge page size).
-    #[arg(long, value_parser = parse_size_arg, requires = "size")]
+    #[arg(long, value_parser = crate::values::size, allow_hyphen_values = true, requires = "size")]
     pub page_size: Option<u64>,
     /// Put the --size region on this NUMA node.
     #[arg(long, requires = "size", conflicts_with = "spread")]
@@ -186,21 +186,11 @@ fn spec_demands(host: &HostSnapshot, path: &PathBuf, default: u64) -> anyhow::Re
     }
     let mut out = Vec::new();
     for r in spec.region {
-        let size = parse_size(&r.size).filter(|s| *s > 0).with_context(|| {
-            format!(
-                "{}: region {:?}: size {:?} is not a size (examples: 512M, 18G)",
-                path.display(),
-                r.name,
-                r.size
-            )
-        })?;
+        let size = parse_size_arg(&r.size)
+            .map_err(|e| anyhow::anyhow!("{}: region {:?}: size {e}", path.display(), r.name))?;
         let page = match &r.page_size {
-            Some(p) => parse_size(p).with_context(|| {
-                format!(
-                    "{}: region {:?}: page_size {p:?} is not a size",
-                    path.display(),
-                    r.name
-                )
+            Some(p) => parse_size_arg(p).map_err(|e| {
+                anyhow::anyhow!("{}: region {:?}: page_size {e}", path.display(), r.name)
             })?,
             None => default,
         };

@@ -1,6 +1,6 @@
 //! `hugeshm bench ...`: benchmarks that reproduce the field reports.
 
-use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, reap, slope};
+use crate::cmd::bench_common::{parse_count_arg, reap, slope};
 use crate::output::{Out, Table};
 use hugeshm_doctor::segments::SegmentKind;
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -110,10 +110,10 @@ pub struct ScanArgs {
           value_parser = parse_count_arg::<u32>)]
     pub procs: Vec<u32>,
     /// Segment size.
-    #[arg(long, default_value = "64M", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "64M", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: u64,
     /// Page size of the segment: 4k, or a huge page size the pool can serve.
-    #[arg(long, default_value = "4k", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "4k", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub page_size: u64,
     /// Timed scans (after one warm-up scan).
     #[arg(long, default_value_t = 5, value_parser = parse_count_arg::<u32>)]

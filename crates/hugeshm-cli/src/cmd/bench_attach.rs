@@ -11,7 +11,7 @@
 //! the cheap way (`Region::verify_page_size`: `PROCMAP_QUERY` for hugetlb
 //! on 6.11+, which walks no page tables), and report the four times.
 
-use crate::cmd::bench_common::{bench_region, parse_count_arg, parse_size_arg, PoolTopUp};
+use crate::cmd::bench_common::{bench_region, parse_count_arg, PoolTopUp};
 use crate::output::{Out, Table};
 use anyhow::{bail, Context};
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -24,7 +24,7 @@ use std::time::Instant;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Region size.
-    #[arg(long, default_value = "4G", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "4G", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: u64,
     /// Page size: 4k, 2m or 1g.
     #[arg(long, default_value = "2m")]

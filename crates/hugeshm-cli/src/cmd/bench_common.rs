@@ -4,7 +4,7 @@
 use crate::output::Out;
 use anyhow::Context;
 use hugeshm_apply::{PoolFiles, SysfsPools};
-use hugeshm_parse::size::{format_bytes, page_size_short, parse_size};
+use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{HostSnapshot, Probe};
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -112,15 +112,6 @@ pub(crate) fn pages_fix(page_size: u64, pages: u64) -> String {
             "free memory, then: echo {pages} > /sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages",
             page_size / 1024
         )
-    }
-}
-
-/// Parses a size argument (`64M`, `2m`, `1G`, `4096`).
-pub fn parse_size_arg(s: &str) -> Result<u64, String> {
-    match parse_size(s) {
-        Some(0) => Err("must be more than 0".into()),
-        Some(v) => Ok(v),
-        None => Err(format!("{s:?} is not a size (examples: 4096, 4k, 2M, 1G)")),
     }
 }
 

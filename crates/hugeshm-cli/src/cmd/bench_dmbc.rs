@@ -13,7 +13,7 @@
 //! [`measure`] builds the [`Report`] (what `hugeshm lab` calls); [`run`]
 //! prints it.
 
-use crate::cmd::bench_common::{parse_size_arg, DataFile as TempFile};
+use crate::cmd::bench_common::DataFile as TempFile;
 use crate::cmd::bench_oltp::workload::{Dist, Picker, Rng};
 use crate::output::{Out, Table};
 use anyhow::Context;
@@ -37,14 +37,14 @@ pub struct Args {
     #[arg(long, default_value = "/var/tmp")]
     pub dir: PathBuf,
     /// Size of the data file.
-    #[arg(long, default_value = "256M", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "256M", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub data_size: u64,
     /// Bytes of buffers (the DRAM buffer cache; the field report's was
     /// under 100 MB for a 900 MB tablespace).
-    #[arg(long, default_value = "32M", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "32M", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub cache_size: u64,
     /// Block size.
-    #[arg(long, default_value = "8k", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "8k", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub block_size: u64,
     /// Block accesses per transaction.
     #[arg(long, default_value_t = 20)]

@@ -4,7 +4,7 @@
 //! node, per page size. Each row carries the bytes per node that
 //! `/proc/self/numa_maps` showed, so the table proves where the pages were.
 
-use crate::cmd::bench_common::{gbps, parse_count_arg, parse_size_arg, PoolTopUp, Skipped};
+use crate::cmd::bench_common::{gbps, parse_count_arg, PoolTopUp, Skipped};
 use crate::output::{Out, Table};
 use anyhow::Context;
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -19,7 +19,7 @@ use std::time::Instant;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Region size.
-    #[arg(long, default_value = "256M", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "256M", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: u64,
     /// Page sizes to compare (comma-separated): 4k, 2m, 1g.
     #[arg(long, value_delimiter = ',', default_value = "4k,2m")]

@@ -12,7 +12,7 @@
 
 pub(crate) mod workload;
 
-use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, DataFile, PoolTopUp, Skipped};
+use crate::cmd::bench_common::{parse_count_arg, DataFile, PoolTopUp, Skipped};
 use crate::output::{Out, Table};
 use anyhow::{bail, Context};
 use hugeshm_cache::{Cache, Layout, Stats};
@@ -35,10 +35,10 @@ use workload::{Dist, Histogram, Picker, Rng, RunResult, Spec};
 pub struct Args {
     /// Bytes of cached blocks (the buffer pool; the region adds its
     /// descriptors and hash table).
-    #[arg(long, default_value = "1G", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "1G", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub cache_size: u64,
     /// Size of the data file (blocks beyond the cache are read with pread).
-    #[arg(long, default_value = "1G", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "1G", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub data_size: u64,
     /// Worker processes.
     #[arg(long, default_value_t = 2)]
@@ -63,7 +63,7 @@ pub struct Args {
     #[arg(long, default_value_t = 10)]
     pub write_pct: u32,
     /// Block size.
-    #[arg(long, default_value = "8k", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "8k", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub block_size: u64,
     /// Directory of the data file (a sparse file in a private directory
     /// made there, all removed afterwards; refused if it or a directory

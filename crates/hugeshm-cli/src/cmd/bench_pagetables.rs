@@ -9,9 +9,7 @@
 //! in steps and read PageTables after each: a row per count, and per page
 //! size the least-squares slope (bytes per added process) and intercept.
 
-use crate::cmd::bench_common::{
-    bench_region, fit, parse_count_arg, parse_size_arg, reap, PoolTopUp, Skipped,
-};
+use crate::cmd::bench_common::{bench_region, fit, parse_count_arg, reap, PoolTopUp, Skipped};
 use crate::output::{Out, Table};
 use anyhow::{bail, Context};
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB};
@@ -25,7 +23,7 @@ use std::time::{Duration, Instant};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Region size.
-    #[arg(long, default_value = "4G", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "4G", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: u64,
     /// Processes that attach and touch the whole region; several counts
     /// (comma-separated) attach them in steps and print the slope.

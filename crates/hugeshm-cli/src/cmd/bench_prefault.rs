@@ -8,7 +8,7 @@
 //! methods in [`measure_peers`]), then the ratios ([`add_ratios`]) and,
 //! for a sweep, the growth lines ([`growth`]).
 
-use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, PoolTopUp, Skipped};
+use crate::cmd::bench_common::{parse_count_arg, PoolTopUp, Skipped};
 use crate::cmd::bench_prefault_sample::{
     bench_peer, bench_prefault, memset_baseline, PeerMethod, PeerSample, PrefaultSample,
 };
@@ -25,7 +25,7 @@ pub struct Args {
     /// Region size; several (comma-separated, e.g. 1G,2G,4G) make a sweep
     /// with GB/s per size and the slope (seconds per GB) per page size and
     /// thread count.
-    #[arg(long, value_delimiter = ',', default_value = "4G", value_parser = parse_size_arg)]
+    #[arg(long, value_delimiter = ',', default_value = "4G", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: Vec<u64>,
     /// Page sizes to compare (comma-separated): 4k, 2m, 1g.
     #[arg(long, value_delimiter = ',', default_value = "4k,2m")]

@@ -16,8 +16,9 @@ pub struct CreateArgs {
     /// The region's name (letters, digits, `-`, `_`, `.`).
     #[arg(value_parser = parse_region_name)]
     pub name: String,
-    /// Size: 1G, 512M, 10G.
-    #[arg(long, value_parser = crate::cmd::bench_common::parse_size_arg)]
+    /// Size: 512M, 1G, 1.5G, 10GiB (powers of 1024; 10GB is refused: write
+    /// 10G, or 10000000000 for 10^9 bytes).
+    #[arg(long, value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: u64,
     /// Page size: 4k, 2m, 1g, or largest (the largest whose pool holds the region).
     #[arg(long, default_value = "largest")]

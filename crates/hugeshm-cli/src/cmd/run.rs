@@ -87,7 +87,7 @@ pub struct Args {
     #[arg(long)]
     pub private: bool,
     /// Smaller mappings and segments are left alone.
-    #[arg(long, default_value = "64M", value_parser = crate::cmd::bench_common::parse_size_arg)]
+    #[arg(long, default_value = "64M", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub min_size: u64,
     /// The interposition library (default: ../lib/hugeshm/libhugeshm-run.so
     /// beside this binary, then /usr/lib/hugeshm/).
