@@ -62,3 +62,119 @@ fn a_spec_file_reads_sizes_the_same_way() {
     assert!(err.contains("region \"sga\": size \"18GB\""), "{err}");
     assert!(err.contains("18G or 18GiB"), "{err}");
 }
+
+/// Completes `line` with the bash completion `hugeshm generate
+/// completions` writes, in a directory holding one file (`planted-file`):
+/// the words offered.
+fn bash_complete(line: &str) -> Vec<String> {
+    let dir = hugeshm_testkit::TempDir::new("cli-usage-complete");
+    let gen = dir.path().join("gen");
+    let out = common::hugeshm(&["generate", "completions", "--out", gen.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cwd = dir.path().join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    std::fs::write(cwd.join("planted-file"), "").unwrap();
+    let script = format!(
+        "source {}; read -ra COMP_WORDS <<< \"{line}\"; [[ \"{line}\" == *' ' ]] && COMP_WORDS+=(''); \
+         COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); COMP_LINE=\"{line}\"; COMP_POINT=${{#COMP_LINE}}; \
+         _hugeshm hugeshm \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\" 2>/dev/null; \
+         printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        gen.join("hugeshm.bash").display()
+    );
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(&cwd)
+        .output()
+        .expect("run bash");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn completions_offer_each_options_values_not_file_names() {
+    let backends = ["sysv", "memfd", "hugetlbfs", "posix", "anon", "dax"];
+    for (line, want) in [
+        ("hugeshm create r --backend ", &backends[..]),
+        ("hugeshm rm r --backend ", &backends[..]),
+        ("hugeshm attach r --backend ", &backends[..]),
+        (
+            "hugeshm bench attach --backend ",
+            &["sysv", "hugetlbfs", "posix", "dax"][..],
+        ),
+        ("hugeshm create r --policy ", &["off", "try", "only"][..]),
+        ("hugeshm run --policy ", &["try", "only"][..]),
+        (
+            "hugeshm create r --page-size ",
+            &["4k", "2m", "1g", "largest"][..],
+        ),
+        (
+            "hugeshm bench prefault --page-size ",
+            &["4k", "2m", "1g"][..],
+        ),
+        ("hugeshm advise --page-size ", &["2m", "1g"][..]),
+        ("hugeshm run --page-size ", &["keep", "2m", "1g"][..]),
+        ("hugeshm bench oltp --dist ", &["uniform", "zipf"][..]),
+        ("hugeshm bench dmbc --dist ", &["uniform", "zipf"][..]),
+        (
+            "hugeshm create r --reclaim ",
+            &["refuse", "reuse", "recreate"][..],
+        ),
+        (
+            "hugeshm lab --only ",
+            &["startup", "pagetables", "fallback", "numa", "oltp", "dmbc"][..],
+        ),
+    ] {
+        assert_eq!(bash_complete(line), want, "{line}");
+    }
+    // A number or a word is not a file.
+    for line in [
+        "hugeshm bench prefault --threads ",
+        "hugeshm create r --numa ",
+        "hugeshm create r --size ",
+        "hugeshm exporter --listen ",
+    ] {
+        let words = bash_complete(line);
+        assert!(
+            !words.iter().any(|w| w == "planted-file"),
+            "{line}: {words:?}"
+        );
+    }
+    // A directory still is.
+    let words = bash_complete("hugeshm lab --out ");
+    assert!(words.iter().any(|w| w == "planted-file"), "{words:?}");
+}
+
+#[test]
+fn a_value_outside_the_list_is_a_usage_error_naming_the_list() {
+    let err = exits(&["lab", "--only", "startp"], 2);
+    assert!(
+        err.contains("possible values: startup, pagetables"),
+        "{err}"
+    );
+    let err = exits(&["create", "r", "--size", "1G", "--backend", "sysV5"], 2);
+    assert!(err.contains("possible values: sysv, memfd"), "{err}");
+    let err = exits(&["bench", "attach", "--backend", "anon"], 2);
+    assert!(
+        err.contains("possible values: sysv, hugetlbfs, posix, dax"),
+        "{err}"
+    );
+    let err = exits(&["bench", "prefault", "--page-size", "4k,3m"], 2);
+    assert!(err.contains("\"3m\" is not a page size"), "{err}");
+    let err = exits(&["advise", "--size", "1G", "--page-size", "3m"], 2);
+    assert!(err.contains("\"3m\" is not a page size"), "{err}");
+    // The help lists them too.
+    let out = common::hugeshm(&["create", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for v in ["sysv:", "hugetlbfs:", "largest:", "recreate:", "only:"] {
+        assert!(help.contains(v), "create --help lacks {v}: {help}");
+    }
+}

@@ -16,8 +16,8 @@ pub struct SourceArgs {
     /// Plan for a region of this size (an SGA, shared_buffers, a cache): 18G, 512M.
     #[arg(long, value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: Option<u64>,
-    /// Page size for --size: 2m or 1g (default: the kernel's default huge page size).
-    #[arg(long, value_parser = crate::values::size, allow_hyphen_values = true, requires = "size")]
+    /// Page size for --size (default: the kernel's default huge page size).
+    #[arg(long, value_parser = crate::values::huge_page_size(), requires = "size")]
     pub page_size: Option<u64>,
     /// Put the --size region on this NUMA node.
     #[arg(long, requires = "size", conflicts_with = "spread")]

@@ -52,8 +52,8 @@ pub struct Args {
     /// Percentage of block accesses that update the block.
     #[arg(long, default_value_t = 10)]
     pub write_pct: u32,
-    /// Block choice: uniform or zipf.
-    #[arg(long, default_value = "zipf")]
+    /// Which blocks the transactions read.
+    #[arg(long, default_value = "zipf", value_enum)]
     pub dist: Dist,
     /// Seconds of the timed run of each mode (after a warm-up run as long).
     #[arg(long, default_value_t = 3.0)]

@@ -21,9 +21,9 @@ pub struct Args {
     /// Region size.
     #[arg(long, default_value = "256M", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: u64,
-    /// Page sizes to compare (comma-separated): 4k, 2m, 1g.
-    #[arg(long, value_delimiter = ',', default_value = "4k,2m")]
-    pub page_size: Vec<String>,
+    /// Page sizes to compare (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "4k,2m", value_parser = crate::values::page_size())]
+    pub page_size: Vec<PageSize>,
     /// Runs per placement and page size, each on a fresh region (best and
     /// median are reported).
     #[arg(long, default_value_t = 3, value_parser = parse_count_arg::<usize>)]
@@ -291,8 +291,7 @@ pub(crate) fn measure(probe: &Probe, a: &Args, note: &dyn Fn(&str)) -> anyhow::R
     };
 
     let mut pages = Vec::new();
-    for p in &a.page_size {
-        let page: PageSize = p.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    for &page in &a.page_size {
         let bytes = page
             .bytes()
             .context("--page-size takes explicit sizes (4k, 2m, 1g)")?;

@@ -49,15 +49,15 @@ pub struct Args {
     /// Timed runs per row after the warm-up (best and median reported).
     #[arg(long, default_value_t = 3, value_parser = parse_count_arg::<u32>)]
     pub runs: u32,
-    /// Page sizes (comma-separated): 4k, 2m, 1g.
-    #[arg(long, value_delimiter = ',', default_value = "4k,2m")]
-    pub page_sizes: Vec<String>,
-    /// Backends (comma-separated): sysv, posix (files in /dev/shm, as
-    /// Oracle's AMM), anon (forked workers), memfd, hugetlbfs.
-    #[arg(long, value_delimiter = ',', default_value = "sysv,posix")]
+    /// Page sizes (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "4k,2m", value_parser = crate::values::page_size_bytes())]
+    pub page_sizes: Vec<u64>,
+    /// Backends (comma-separated; posix: files in /dev/shm, as Oracle's AMM;
+    /// anon: forked workers).
+    #[arg(long, value_delimiter = ',', default_value = "sysv,posix", value_parser = crate::values::backend())]
     pub backends: Vec<Backend>,
-    /// Block choice: uniform or zipf.
-    #[arg(long, default_value = "uniform")]
+    /// Which blocks the transactions read.
+    #[arg(long, default_value = "uniform", value_enum)]
     pub dist: Dist,
     /// Percentage of transactions that write their block.
     #[arg(long, default_value_t = 10)]
@@ -116,21 +116,13 @@ pub struct Options {
 impl Args {
     /// The options of the command line.
     pub fn options(&self) -> anyhow::Result<Options> {
-        let mut page_sizes = Vec::new();
-        for p in &self.page_sizes {
-            let ps: PageSize = p.parse().map_err(|e: String| anyhow::anyhow!(e))?;
-            match ps.bytes() {
-                Some(b) if ps != PageSize::Largest => page_sizes.push(b),
-                _ => bail!("--page-sizes takes explicit sizes (4k, 2m, 1g)"),
-            }
-        }
         Ok(Options {
             cache_size_bytes: self.cache_size,
             data_size_bytes: self.data_size,
             workers: self.workers,
             duration_seconds: self.duration,
             runs: self.runs,
-            page_sizes,
+            page_sizes: self.page_sizes.clone(),
             backends: self.backends.clone(),
             dist: self.dist,
             write_pct: self.write_pct,

@@ -27,9 +27,9 @@ pub struct Args {
     /// thread count.
     #[arg(long, value_delimiter = ',', default_value = "4G", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: Vec<u64>,
-    /// Page sizes to compare (comma-separated): 4k, 2m, 1g.
-    #[arg(long, value_delimiter = ',', default_value = "4k,2m")]
-    pub page_size: Vec<String>,
+    /// Page sizes to compare (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "4k,2m", value_parser = crate::values::page_size())]
+    pub page_size: Vec<PageSize>,
     /// Thread counts to compare (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads: Vec<usize>,
@@ -38,7 +38,7 @@ pub struct Args {
     pub runs: usize,
     /// Backend for huge pages (4 KiB pages always use posix: files in /dev/shm,
     /// the "memory-mapped files" style).
-    #[arg(long, default_value = "anon")]
+    #[arg(long, default_value = "anon", value_parser = crate::values::backend())]
     pub huge_backend: Backend,
     /// Do not raise the huge page pools for the run (by default, as root, the
     /// bench adds the pages it needs and gives them back afterwards).
@@ -78,14 +78,9 @@ pub(crate) struct Options {
 impl Args {
     /// The options of the command line.
     pub(crate) fn options(&self) -> anyhow::Result<Options> {
-        let page_sizes = self
-            .page_size
-            .iter()
-            .map(|p| p.parse().map_err(|e: String| anyhow::anyhow!(e)))
-            .collect::<anyhow::Result<_>>()?;
         Ok(Options {
             sizes: self.size.clone(),
-            page_sizes,
+            page_sizes: self.page_size.clone(),
             threads: self.threads.clone(),
             runs: self.runs,
             huge_backend: self.huge_backend,

@@ -67,17 +67,56 @@ fn man_pages(cmd: clap::Command, dir: &DirHandle) -> std::io::Result<Vec<PathBuf
     Ok(files)
 }
 
-/// Writes the bash, zsh and fish completions of `cmd`.
-fn completions(mut cmd: clap::Command, dir: &DirHandle) -> std::io::Result<Vec<PathBuf>> {
+/// `cmd` as a user sees it: without its hidden subcommands and options
+/// (clap_complete lists them all), and with a value of no path type marked
+/// as such (a number, a word), so that a shell does not offer file names
+/// for it. Only what the completions need is copied.
+fn visible(cmd: &clap::Command) -> clap::Command {
+    use clap::ValueHint;
+    let args = cmd.get_arguments().filter(|a| !a.is_hide_set()).map(|a| {
+        let takes = a.get_action().takes_values();
+        if takes && a.get_value_hint() == ValueHint::Unknown && a.get_possible_values().is_empty() {
+            a.clone().value_hint(ValueHint::Other)
+        } else {
+            a.clone()
+        }
+    });
+    let subs = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(visible);
+    let mut out = clap::Command::new(cmd.get_name().to_owned())
+        .args(args)
+        .subcommands(subs);
+    if let Some(about) = cmd.get_about() {
+        out = out.about(about.clone());
+    }
+    if let Some(v) = cmd.get_version() {
+        out = out.version(v.to_owned());
+    }
+    out
+}
+
+/// The bash, zsh and fish completions of `cmd`: (file name, text).
+fn completion_texts(cmd: &clap::Command) -> Vec<(String, Vec<u8>)> {
     use clap_complete::Generator;
+    let mut cmd = visible(cmd);
     let name = cmd.get_name().to_string();
     [Shell::Bash, Shell::Zsh, Shell::Fish]
         .into_iter()
         .map(|shell| {
             let mut text = Vec::new();
             clap_complete::generate(shell, &mut cmd, &name, &mut text);
-            write(dir, &shell.file_name(&name), &text)
+            (shell.file_name(&name), text)
         })
+        .collect()
+}
+
+/// Writes the bash, zsh and fish completions of `cmd`.
+fn completions(cmd: clap::Command, dir: &DirHandle) -> std::io::Result<Vec<PathBuf>> {
+    completion_texts(&cmd)
+        .into_iter()
+        .map(|(file, text)| write(dir, &file, &text))
         .collect()
 }
 
@@ -102,4 +141,60 @@ pub fn run(cli: clap::Command, what: &GenerateCommand, out: &mut Out) -> anyhow:
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every hidden subcommand and option of the CLI's definition, as
+    /// (path, word): `bench oltp-worker`, `--proc-root`, ...
+    fn hidden(cmd: &clap::Command, path: &str, out: &mut Vec<(String, String)>) {
+        for a in cmd.get_arguments().filter(|a| a.is_hide_set()) {
+            if let Some(long) = a.get_long() {
+                out.push((path.to_owned(), format!("--{long}")));
+            }
+        }
+        for s in cmd.get_subcommands() {
+            let p = format!("{path} {}", s.get_name());
+            if s.is_hide_set() {
+                out.push((p.clone(), s.get_name().to_owned()));
+            }
+            hidden(s, &p, out);
+        }
+    }
+
+    #[test]
+    fn no_hidden_command_or_option_in_any_completion() {
+        let cli = crate::Cli::command();
+        let mut words = Vec::new();
+        hidden(&cli, "hugeshm", &mut words);
+        // generate, bench oltp-worker, watchdog, interrupted, the children,
+        // the three roots.
+        assert!(words.len() >= 11, "{words:?}");
+        for (file, text) in completion_texts(&cli) {
+            let text = String::from_utf8(text).unwrap();
+            for (path, word) in &words {
+                // As each shell names a subcommand (bash `,NAME)`, zsh
+                // `'NAME:`, fish `-a "NAME"`) or an option: not the word
+                // "interrupted" in a sentence of help.
+                let found = if word.starts_with("--") {
+                    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                        .any(|w| w == word)
+                } else {
+                    [
+                        format!(",{word})"),
+                        format!("__{word}"),
+                        format!("'{word}:"),
+                        format!("-a \"{word}\""),
+                    ]
+                    .iter()
+                    .any(|p| text.contains(p.as_str()))
+                };
+                assert!(!found, "{file} lists {word} ({path})");
+            }
+            assert!(text.contains("prefault"), "{file}");
+        }
+    }
 }

@@ -20,19 +20,19 @@ pub struct CreateArgs {
     /// 10G, or 10000000000 for 10^9 bytes).
     #[arg(long, value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: u64,
-    /// Page size: 4k, 2m, 1g, or largest (the largest whose pool holds the region).
-    #[arg(long, default_value = "largest")]
+    /// Page size: 4k, 2m, 1g (or another power of two the kernel offers), or
+    /// largest (the largest whose pool holds the region).
+    #[arg(long, default_value = "largest", value_parser = crate::values::page_size_or_largest())]
     pub page_size: PageSize,
-    /// off: never huge; try: all huge or all 4 KiB, with the reason; only: all huge or fail.
-    #[arg(long, default_value = "only")]
+    /// What to do when the huge pages cannot be had.
+    #[arg(long, default_value = "only", value_parser = crate::values::policy())]
     pub policy: Policy,
     /// Pre-fault threads (default: the CPUs this process may use; 0 skips the pre-fault).
     #[arg(long)]
     pub prefault_threads: Option<usize>,
-    /// sysv, memfd, hugetlbfs, posix, anon, or dax (a file on persistent
-    /// memory mounted -o dax, or a device-dax, mapped MAP_SYNC: durable; --dir
-    /// picks the mount, --device the device).
-    #[arg(long, default_value = "sysv")]
+    /// Where the memory comes from (dax: --dir picks the -o dax mount,
+    /// --device the device-dax).
+    #[arg(long, default_value = "sysv", value_parser = crate::values::backend())]
     pub backend: Backend,
     /// Lock the region in memory (checked against the memlock limit first).
     #[arg(long)]
@@ -56,9 +56,8 @@ pub struct CreateArgs {
     /// (--device /dev/dax0.0: the region takes the device from offset 0).
     #[arg(long, visible_alias = "device")]
     pub dir: Option<PathBuf>,
-    /// When the name exists and nobody holds it (its creator crashed):
-    /// refuse (default), reuse it keeping its contents, or recreate it.
-    #[arg(long, default_value = "refuse")]
+    /// When the name exists and nobody holds it (kept, or left by a crash).
+    #[arg(long, default_value = "refuse", value_parser = crate::values::reclaim())]
     pub reclaim: Reclaim,
     /// Keep this process alive holding the region until it is interrupted
     /// (needed for memfd and anon regions, which live only while mapped).
@@ -76,7 +75,7 @@ pub struct RmArgs {
     #[arg(value_parser = parse_region_name)]
     pub name: String,
     /// Only this backend (default: every backend a name finds: sysv, posix, hugetlbfs, memfd, dax).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::values::backend())]
     pub backend: Option<Backend>,
     /// Remove the per-node set NAME (NAME.node0, NAME.node1, ...) that
     /// `create --numa per-node` made; nothing is removed while any part is held.

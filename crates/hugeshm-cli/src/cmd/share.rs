@@ -18,7 +18,7 @@ pub struct AttachArgs {
     #[arg(value_parser = crate::cmd::region::parse_region_name)]
     pub name: String,
     /// Its backend (default: whichever of sysv, posix, hugetlbfs, memfd, dax has the name).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::values::backend())]
     pub backend: Option<Backend>,
     #[command(flatten)]
     pub place: PlaceArgs,
