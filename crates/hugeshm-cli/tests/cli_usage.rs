@@ -106,6 +106,9 @@ fn completions_offer_each_options_values_not_file_names() {
         ("hugeshm create r --backend ", &backends[..]),
         ("hugeshm rm r --backend ", &backends[..]),
         ("hugeshm attach r --backend ", &backends[..]),
+        ("hugeshm bench prefault --backend ", &backends[..]),
+        ("hugeshm bench oltp --backend ", &backends[..]),
+        ("hugeshm bench oltp --page-size ", &["4k", "2m", "1g"][..]),
         (
             "hugeshm bench attach --backend ",
             &["sysv", "hugetlbfs", "posix", "dax"][..],
@@ -176,5 +179,105 @@ fn a_value_outside_the_list_is_a_usage_error_naming_the_list() {
     let help = String::from_utf8_lossy(&out.stdout);
     for v in ["sysv:", "hugetlbfs:", "largest:", "recreate:", "only:"] {
         assert!(help.contains(v), "create --help lacks {v}: {help}");
+    }
+}
+
+/// The long options a help text lists (`--json`, `--page-size`, ...).
+fn options_in_help(path: &[&str]) -> Vec<String> {
+    let mut args = path.to_vec();
+    args.push("--help");
+    let out = common::hugeshm(&args);
+    assert!(out.status.success(), "{args:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == ']')
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .map(|w| w.split(['=', '<', '.']).next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn one_name_per_concept_with_the_old_spellings_as_hidden_aliases() {
+    // (command, the name, the old spelling, a value the parser refuses)
+    for (cmd, name, old, bad) in [
+        (&["bench", "oltp"][..], "--page-size", "--page-sizes", "3m"),
+        (&["bench", "oltp"], "--backend", "--backends", "sysv,bogus"),
+        (
+            &["bench", "prefault"],
+            "--backend",
+            "--huge-backend",
+            "bogus",
+        ),
+        (&["bench", "dmbc"], "--data-dir", "--dir", ""),
+        (&["rm"], "--accept-mode", "--mode", "9999"),
+        (&["attach"], "--accept-mode", "--mode", "9999"),
+    ] {
+        let options = options_in_help(cmd);
+        assert!(options.iter().any(|o| o == name), "{cmd:?} lacks {name}");
+        assert!(
+            !options.iter().any(|o| o == old),
+            "{cmd:?} --help still shows {old}"
+        );
+        if bad.is_empty() {
+            continue;
+        }
+        // The old spelling still reaches the new option.
+        let mut args = cmd.to_vec();
+        if cmd[0] == "rm" || cmd[0] == "attach" {
+            args.push("region-name");
+        }
+        let arg = format!("{old}={bad}");
+        args.push(&arg);
+        let err = exits(&args, 2);
+        assert!(err.contains(&format!("for '{name} <")), "{args:?}: {err}");
+    }
+    // The same concept, the same name, in every command that has it.
+    for (name, cmds) in [
+        (
+            "--page-size",
+            &[
+                &["create"][..],
+                &["advise"],
+                &["apply"],
+                &["run"],
+                &["bench", "prefault"],
+                &["bench", "oltp"],
+                &["bench", "numa"],
+                &["bench", "pagetables"],
+                &["bench", "attach"],
+                &["bench", "scan"],
+            ][..],
+        ),
+        (
+            "--backend",
+            &[
+                &["create"][..],
+                &["rm"],
+                &["attach"],
+                &["bench", "prefault"],
+                &["bench", "oltp"],
+                &["bench", "pagetables"],
+                &["bench", "attach"],
+            ],
+        ),
+        ("--data-dir", &[&["bench", "oltp"][..], &["bench", "dmbc"]]),
+    ] {
+        for cmd in cmds {
+            assert!(
+                options_in_help(cmd).iter().any(|o| o == name),
+                "{cmd:?} lacks {name}"
+            );
+        }
+    }
+    // A dmbc data directory given the old way is still the data directory:
+    // the bench refuses one others can write, naming it.
+    let dir = hugeshm_testkit::TempDir::new("cli-usage-dmbc");
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    for flag in ["--dir", "--data-dir"] {
+        let out = common::hugeshm(&["bench", "dmbc", flag, open.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag}");
+        assert!(err.contains(open.to_str().unwrap()), "{flag}: {err}");
     }
 }

@@ -6,7 +6,7 @@
 //! physical reads (blocks copied in), bytes copied and transactions, per
 //! second and per transaction, like the report's table.
 //!
-//! The data file goes to `--dir`: on a file system mounted `-o dax` the
+//! The data file goes to `--data-dir`: on a file system mounted `-o dax` the
 //! direct mode reads persistent memory in place; elsewhere its mapping is
 //! the page cache, and the report says so ([`ModeRun::mapping`]).
 //!
@@ -34,7 +34,12 @@ pub struct Args {
     /// real thing); the file goes in a private directory made there, all
     /// removed afterwards (refused if it or a directory above it is another
     /// user's, or writable by others and not sticky).
-    #[arg(long, default_value = "/var/tmp")]
+    #[arg(
+        long = "data-dir",
+        alias = "dir",
+        value_name = "DIR",
+        default_value = "/var/tmp"
+    )]
     pub dir: PathBuf,
     /// Size of the data file.
     #[arg(long, default_value = "256M", value_parser = crate::values::size, allow_hyphen_values = true)]
@@ -491,7 +496,7 @@ pub fn measure(roots: &Roots, o: &Options) -> anyhow::Result<Report> {
     } else {
         format!(
             "the data file is not on DAX ({fs}): the direct mode read the page cache through a \
-             shared mapping, not persistent memory (give --dir a file system mounted -o dax)"
+             shared mapping, not persistent memory (give --data-dir a file system mounted -o dax)"
         )
     };
     Ok(Report {

@@ -50,11 +50,13 @@ pub struct Args {
     #[arg(long, default_value_t = 3, value_parser = parse_count_arg::<u32>)]
     pub runs: u32,
     /// Page sizes (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "4k,2m", value_parser = crate::values::page_size_bytes())]
+    #[arg(long = "page-size", alias = "page-sizes", value_name = "PAGE_SIZE", value_delimiter = ',',
+          default_value = "4k,2m", value_parser = crate::values::page_size_bytes())]
     pub page_sizes: Vec<u64>,
     /// Backends (comma-separated; posix: files in /dev/shm, as Oracle's AMM;
     /// anon: forked workers).
-    #[arg(long, value_delimiter = ',', default_value = "sysv,posix", value_parser = crate::values::backend())]
+    #[arg(long = "backend", alias = "backends", value_name = "BACKEND", value_delimiter = ',',
+          default_value = "sysv,posix", value_parser = crate::values::backend())]
     pub backends: Vec<Backend>,
     /// Which blocks the transactions read.
     #[arg(long, default_value = "uniform", value_enum)]

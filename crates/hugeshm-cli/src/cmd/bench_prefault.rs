@@ -38,7 +38,8 @@ pub struct Args {
     pub runs: usize,
     /// Backend for huge pages (4 KiB pages always use posix: files in /dev/shm,
     /// the "memory-mapped files" style).
-    #[arg(long, default_value = "anon", value_parser = crate::values::backend())]
+    #[arg(long = "backend", alias = "huge-backend", value_name = "BACKEND", default_value = "anon",
+          value_parser = crate::values::backend())]
     pub huge_backend: Backend,
     /// Do not raise the huge page pools for the run (by default, as root, the
     /// bench adds the pages it needs and gives them back afterwards).

@@ -145,8 +145,8 @@ pub struct TrustArgs {
     #[arg(long, value_parser = parse_owner)]
     pub owner: Option<u32>,
     /// Accept group/other write access up to this mode (default 0600: a
-    /// region others may write is refused).
-    #[arg(long = "mode", default_value = "0600", value_parser = parse_mode)]
+    /// region others may write is refused). `create --mode` sets the bits.
+    #[arg(long, alias = "mode", value_name = "MODE", default_value = "0600", value_parser = parse_mode)]
     pub accept_mode: u32,
 }
 
