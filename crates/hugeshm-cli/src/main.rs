@@ -12,6 +12,8 @@ mod interrupt;
 mod metrics;
 mod output;
 mod terminal;
+#[cfg(test)]
+mod usage_walk;
 mod values;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};

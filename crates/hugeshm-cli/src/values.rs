@@ -306,6 +306,23 @@ pub fn reclaim() -> MapValueParser<EnumValueParser<ReclaimArg>, fn(ReclaimArg) -
     EnumValueParser::<ReclaimArg>::new().map(to as fn(ReclaimArg) -> Reclaim)
 }
 
+/// Seconds of a timed run (`--duration`): above 0, at most a day.
+pub fn duration(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    crate::cmd::bench_common::check_duration(v).map_err(|e| e.to_string())?;
+    Ok(v)
+}
+
+/// A cache block (`--block-size`): a power of two from 512 bytes to 1 MiB.
+pub fn block_size(s: &str) -> Result<u64, String> {
+    let v = size(s)?;
+    crate::cmd::bench_common::check_block_size(v).map_err(|e| e.to_string())?;
+    Ok(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,5 +375,17 @@ mod tests {
             .unwrap_err()
             .contains("huge page size"));
         assert_eq!(explicit_page_bytes("4k"), Ok(4096));
+    }
+
+    #[test]
+    fn durations_and_block_sizes() {
+        assert_eq!(duration("2.5"), Ok(2.5));
+        for bad in ["0", "-1", "inf", "nan", "1e308", "x", "86401"] {
+            assert!(duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(block_size("8k"), Ok(8192));
+        for bad in ["256", "3k", "2M", "0"] {
+            assert!(block_size(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -281,3 +281,97 @@ fn one_name_per_concept_with_the_old_spellings_as_hidden_aliases() {
         assert!(err.contains(open.to_str().unwrap()), "{flag}: {err}");
     }
 }
+
+/// Every visible command path (`[status]`, `[bench, prefault]`, ...), read
+/// from the binary's own `--help`.
+fn command_paths() -> Vec<Vec<String>> {
+    let mut todo = vec![Vec::<String>::new()];
+    let mut all = Vec::new();
+    while let Some(path) = todo.pop() {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let help = String::from_utf8(common::hugeshm(&args).stdout).unwrap();
+        for sub in help
+            .lines()
+            .skip_while(|l| l.trim() != "Commands:")
+            .skip(1)
+            .take_while(|l| !l.trim().is_empty())
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|c| *c != "help")
+        {
+            let mut p = path.clone();
+            p.push(sub.to_owned());
+            todo.push(p);
+        }
+        all.push(path);
+    }
+    all
+}
+
+#[test]
+fn every_command_exits_2_on_a_usage_error() {
+    // Each command of the binary, an unknown option (src/usage_walk.rs
+    // walks the clap definition itself with a bad value of every option).
+    let paths = command_paths();
+    assert!(paths.len() >= 19, "{paths:?}");
+    for path in &paths {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--no-such-option");
+        exits(&args, 2);
+    }
+    // The issue's cases, and the checks that used to run after the command
+    // had started (exit 3).
+    for (args, says) in [
+        (
+            &["create", "bad/name", "--size", "1G"][..],
+            "character '/' not allowed",
+        ),
+        (&["rm", "a/../b"], "character '/' not allowed"),
+        (&["lab", "--only", "startp"], "possible values"),
+        (
+            &["advise", "--size", "64M", "--page-size", "3m"],
+            "not a page size",
+        ),
+        (
+            &["create", "r", "--size", "1M", "--backend", "memfd"],
+            "add --hold",
+        ),
+        (
+            &["advise", "--size", "64M", "--run"],
+            "name the server's executable",
+        ),
+        (
+            &["advise", "--size", "64M", "--run=/usr/bin/x"],
+            "a file name, not a path",
+        ),
+        (
+            &["exporter", "--once", "--timeout", "0"],
+            "above 0 and at most 3600",
+        ),
+        (
+            &["bench", "oltp", "--block-size", "3k"],
+            "power of two from 512 bytes",
+        ),
+        (
+            &["bench", "oltp", "--cache-size", "1k"],
+            "must hold at least one 8192-byte block",
+        ),
+        (
+            &["bench", "oltp", "--write-pct", "101"],
+            "101 is not in 0..=100",
+        ),
+        (&["bench", "oltp", "--duration", "inf"], "at most 86400"),
+        (&["bench", "dmbc", "--workers", "0"], "0 is not in 1..=1024"),
+        (
+            &["bench", "prefault", "--threads", "0"],
+            "at least one count above 0",
+        ),
+        (
+            &["bench", "numa", "--cpu-node", "4096", "--page-size", "4k"],
+            "",
+        ),
+    ] {
+        let err = exits(args, 2);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

@@ -107,7 +107,7 @@ pub struct Args {
     /// refused with the numbers) for the --systemd-unit services; NAME is
     /// the server's executable (default with --postgres: postgres).
     #[arg(long, value_name = "NAME", num_args = 0..=1, require_equals = true,
-          default_missing_value = "", conflicts_with = "json")]
+          default_missing_value = "", conflicts_with = "json", value_parser = parse_run_name)]
     pub run: Option<String>,
 }
 
@@ -354,6 +354,9 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
 
 /// Runs the command.
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
+    if args.run.as_deref() == Some("") && args.source.postgres.is_none() {
+        return Err(Usage("--run: name the server's executable (--run=NAME)".into()).into());
+    }
     let probe = crate::cmd::doctor_probe(roots);
     let host = probe.host();
     let mut plan = build_plan(&probe, &host, &args.source)?;
@@ -372,13 +375,22 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
+/// `--run=NAME`: the server's executable, a file name (empty: the default).
+fn parse_run_name(s: &str) -> Result<String, String> {
+    if s.contains('/') || s.len() > 255 {
+        Err(format!("--run={s:?}: a file name, not a path"))
+    } else {
+        Ok(s.to_owned())
+    }
+}
+
 /// `advise --run`: the drop-in that puts the server under `hugeshm run`.
 fn print_run_dropin(plan: &Plan, name: &str, postgres: bool, out: &mut Out) -> anyhow::Result<()> {
     use hugeshm_region::run::{RunPrefault, Settings, Target};
+    // The option's parser took the name; run() refused an empty one
+    // without --postgres.
     let name = match name {
         "" if postgres => "postgres",
-        "" => bail!("--run: name the server's executable (--run=NAME)"),
-        n if n.contains('/') || n.len() > 255 => bail!("--run={n:?}: a file name, not a path"),
         n => n,
     };
     let mut settings = Settings::new(Target::Name(name.to_owned()));

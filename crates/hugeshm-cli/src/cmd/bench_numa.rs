@@ -5,7 +5,7 @@
 //! `/proc/self/numa_maps` showed, so the table proves where the pages were.
 
 use crate::cmd::bench_common::{gbps, parse_count_arg, PoolTopUp, Skipped};
-use crate::output::{Out, Table};
+use crate::output::{Out, Table, Usage};
 use anyhow::Context;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{HostSnapshot, Probe, Roots};
@@ -115,8 +115,11 @@ fn pick_nodes(host: &HostSnapshot, asked: Option<u32>) -> anyhow::Result<Option<
                 .nodes
                 .iter()
                 .find(|n| n.node == id)
-                .with_context(|| format!("--cpu-node {id}: there is no node {id}"))?;
-            anyhow::ensure!(!n.cpus.is_empty(), "--cpu-node {id}: node {id} has no CPUs");
+                .ok_or_else(|| Usage(format!("--cpu-node {id}: there is no node {id}")))?;
+            anyhow::ensure!(
+                !n.cpus.is_empty(),
+                Usage(format!("--cpu-node {id}: node {id} has no CPUs"))
+            );
             n
         }
         None => host
@@ -127,8 +130,10 @@ fn pick_nodes(host: &HostSnapshot, asked: Option<u32>) -> anyhow::Result<Option<
     };
     anyhow::ensure!(
         has_memory(cpu),
-        "node {} has no memory, so nothing is local to its CPUs: pick another --cpu-node",
-        cpu.node
+        Usage(format!(
+            "node {} has no memory, so nothing is local to its CPUs: pick another --cpu-node",
+            cpu.node
+        ))
     );
     let memory: Vec<u32> = host
         .nodes

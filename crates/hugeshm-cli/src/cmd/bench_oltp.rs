@@ -41,10 +41,10 @@ pub struct Args {
     #[arg(long, default_value = "1G", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub data_size: u64,
     /// Worker processes.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub workers: u32,
     /// Seconds of each timed run (and of the warm-up run).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = crate::values::duration)]
     pub duration: f64,
     /// Timed runs per row after the warm-up (best and median reported).
     #[arg(long, default_value_t = 3, value_parser = parse_count_arg::<u32>)]
@@ -62,10 +62,10 @@ pub struct Args {
     #[arg(long, default_value = "uniform", value_enum)]
     pub dist: Dist,
     /// Percentage of transactions that write their block.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub write_pct: u32,
-    /// Block size.
-    #[arg(long, default_value = "8k", value_parser = crate::values::size, allow_hyphen_values = true)]
+    /// Block size: a power of two from 512 bytes to 1 MiB.
+    #[arg(long, default_value = "8k", value_parser = crate::values::block_size, allow_hyphen_values = true)]
     pub block_size: u64,
     /// Directory of the data file (a sparse file in a private directory
     /// made there, all removed afterwards; refused if it or a directory
@@ -766,18 +766,16 @@ fn measure_row(
 /// Runs the bench and returns its report (pools raised and given back,
 /// regions and the data file removed, whatever happens).
 pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow::Result<Report> {
-    anyhow::ensure!(o.workers > 0, "--workers must be at least 1");
-    crate::cmd::bench_common::check_duration(o.duration_seconds)?;
     anyhow::ensure!(
-        o.block_size.is_power_of_two() && (512..=1 << 20).contains(&o.block_size),
-        "--block-size {} must be a power of two from 512 bytes to 1 MiB",
-        o.block_size
+        o.workers > 0,
+        crate::output::Usage("--workers must be at least 1".into())
     );
-    anyhow::ensure!(
-        o.cache_size_bytes >= o.block_size && o.data_size_bytes >= o.block_size,
-        "--cache-size and --data-size must hold at least one {}-byte block",
-        o.block_size
-    );
+    crate::cmd::bench_common::check_cache_run(
+        o.duration_seconds,
+        o.block_size,
+        o.cache_size_bytes,
+        o.data_size_bytes,
+    )?;
     let probe = Probe::new(roots.clone());
     crate::cmd::bench_common::check_process_room(&probe, o.workers.into(), "--workers")?;
     let host = probe.host();

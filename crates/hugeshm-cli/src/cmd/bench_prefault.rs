@@ -338,7 +338,7 @@ pub(crate) fn measure(probe: &Probe, o: &Options, note: &dyn Fn(&str)) -> anyhow
     threads.dedup();
     anyhow::ensure!(
         !threads.is_empty(),
-        "--threads needs at least one count above 0"
+        crate::output::Usage("--threads needs at least one count above 0".into())
     );
 
     // Memory: the memset baseline maps `size` bytes of ordinary memory, and
@@ -349,13 +349,15 @@ pub(crate) fn measure(probe: &Probe, o: &Options, note: &dyn Fn(&str)) -> anyhow
         let most = avail / 10 * 9;
         anyhow::ensure!(
             largest <= most,
-            "--size {} is more than the bench can measure here: the memset baseline maps \
-             that much ordinary memory (as does a 4 KiB region), and MemAvailable is {} \
-             (huge pages already in the pools are not part of it); pass a --size of at \
-             most {}",
-            format_bytes(largest),
-            format_bytes(avail),
-            format_bytes(most)
+            crate::output::Usage(format!(
+                "--size {} is more than the bench can measure here: the memset baseline maps \
+                 that much ordinary memory (as does a 4 KiB region), and MemAvailable is {} \
+                 (huge pages already in the pools are not part of it); pass a --size of at \
+                 most {}",
+                format_bytes(largest),
+                format_bytes(avail),
+                format_bytes(most)
+            ))
         );
     }
 

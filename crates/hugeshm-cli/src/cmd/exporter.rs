@@ -43,7 +43,7 @@ pub struct Args {
     pub openmetrics: bool,
     /// Seconds a scrape may spend reading the host before it answers with
     /// the scrape error metrics only.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = parse_timeout)]
     pub timeout: f64,
     /// Report the hugetlb cgroup of this process (e.g. the database
     /// server's) instead of the exporter's own.
@@ -119,16 +119,33 @@ impl Scraper {
     }
 }
 
+/// Past an hour a scrape timeout means nothing (Prometheus gives up long
+/// before), and 1e300 seconds overflowed the timer and panicked.
+fn check_timeout(seconds: f64) -> Result<(), crate::output::Usage> {
+    if seconds > 0.0 && seconds <= 3600.0 {
+        Ok(())
+    } else {
+        Err(crate::output::Usage(format!(
+            "--timeout {seconds} must be a number of seconds above 0 and at most 3600"
+        )))
+    }
+}
+
+/// `--timeout`: a number of seconds, above 0, at most an hour.
+fn parse_timeout(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    check_timeout(v).map_err(|e| e.to_string())?;
+    Ok(v)
+}
+
 /// Runs the command.
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     // Past an hour a scrape timeout means nothing (Prometheus gives up
     // long before), and 1e300 seconds overflowed the timer and panicked.
-    if !(args.timeout > 0.0 && args.timeout <= 3600.0) {
-        anyhow::bail!(
-            "--timeout {} must be a number of seconds above 0 and at most 3600",
-            args.timeout
-        );
-    }
+    check_timeout(args.timeout)?;
     let scraper = Scraper {
         roots: roots.clone(),
         pid: args.pid,

@@ -226,10 +226,12 @@ pub(crate) fn region_error(e: RegionError) -> anyhow::Error {
 /// Runs `create`.
 pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     if !a.backend.is_named() && !a.hold {
-        bail!(
-            "a {} region lives only while a process maps it: add --hold to keep this process holding it",
+        return Err(crate::output::Usage(format!(
+            "a {} region lives only while a process maps it: add --hold to keep this process \
+             holding it",
             a.backend
-        );
+        ))
+        .into());
     }
     let bar = ProgressBar::new("pre-faulting");
     let mut b = RegionBuilder::new(a.size)
