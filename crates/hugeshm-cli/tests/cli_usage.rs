@@ -375,3 +375,65 @@ fn every_command_exits_2_on_a_usage_error() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// `hugeshm exporter --listen LISTEN` on a fixture tree, where LISTEN is
+/// `listen` with PORT replaced by a free port: its answer to GET /metrics
+/// on 127.0.0.1, and its stderr once killed.
+fn exporter_on(listen: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = listen.replace("PORT", &port.to_string());
+    let mut child = common::on_fixture("clean")
+        .args(["exporter", "--listen", &listen])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut answer = String::new();
+    for _ in 0..400 {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+            s.read_to_string(&mut answer).unwrap();
+            break;
+        }
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (answer, err)
+}
+
+#[test]
+fn exporter_listens_on_port_only_and_on_localhost() {
+    // node_exporter's spelling: every interface, with a warning.
+    let (answer, err) = exporter_on(":PORT");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}{err}");
+    assert!(answer.contains("hugeshm_"), "{answer}");
+    assert!(
+        err.contains("warning: serving on every interface (0.0.0.0:"),
+        "{err}"
+    );
+    // A host name; loopback, no warning.
+    let (answer, err) = exporter_on("localhost:PORT");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}{err}");
+    assert!(err.contains("serving http://127.0.0.1:"), "{err}");
+    assert!(!err.contains("warning"), "{err}");
+    // A port alone says how to write it.
+    let err = exits(&["exporter", "--listen", "9731"], 2);
+    assert!(err.contains("e.g. :9731"), "{err}");
+}
