@@ -73,7 +73,7 @@ impl<T: Clone + Send + Sync + 'static> TypedValueParser for Listed<T> {
 
 /// The page sizes named in help and completions.
 const PAGE_SIZES: [(&str, &str); 3] = [
-    ("4k", "base pages (x86-64; arm64 may use 16k or 64k)"),
+    ("4k", "Base pages (x86-64; arm64 may use 16k or 64k)"),
     ("2m", "2 MiB huge pages"),
     ("1g", "1 GiB huge pages"),
 ];
@@ -83,7 +83,7 @@ const PAGE_SIZES_OR_LARGEST: [(&str, &str); 4] = [
     PAGE_SIZES[2],
     (
         "largest",
-        "the largest huge page size whose pool holds the region",
+        "The largest huge page size whose pool holds the region",
     ),
 ];
 
@@ -184,11 +184,11 @@ static BACKENDS: LazyLock<[Vec<BackendArg>; 2]> = LazyLock::new(|| {
 fn backend_help(b: Backend) -> &'static str {
     match b {
         Backend::Sysv => "System V shared memory (shmget): stays until removed, found by name",
-        Backend::Memfd => "a memfd: lives while some process holds it",
-        Backend::Hugetlbfs => "a file on a hugetlbfs mount: stays until removed",
-        Backend::Posix => "a file in /dev/shm (tmpfs: transparent huge pages at most)",
-        Backend::Anon => "shared anonymous memory, for forked children only",
-        Backend::Dax => "a file on a -o dax mount or a device-dax, mapped MAP_SYNC: durable",
+        Backend::Memfd => "A memfd: lives while some process holds it",
+        Backend::Hugetlbfs => "A file on a hugetlbfs mount: stays until removed",
+        Backend::Posix => "A file in /dev/shm (tmpfs: transparent huge pages at most)",
+        Backend::Anon => "Shared anonymous memory, for forked children only",
+        Backend::Dax => "A file on a -o dax mount or a device-dax, mapped MAP_SYNC: durable",
         _ => "",
     }
 }

@@ -437,3 +437,39 @@ fn exporter_listens_on_port_only_and_on_localhost() {
     let err = exits(&["exporter", "--listen", "9731"], 2);
     assert!(err.contains("e.g. :9731"), "{err}");
 }
+
+#[test]
+fn each_help_opens_with_its_own_options_and_ends_with_the_global_ones() {
+    for path in command_paths() {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let help = String::from_utf8(common::hugeshm(&args).stdout).unwrap();
+        let options = help.find("\nOptions:\n").unwrap_or(0);
+        let global = help
+            .find("\nGlobal options:\n")
+            .unwrap_or_else(|| panic!("{path:?}: no global options: {help}"));
+        let color = help.find("--color").unwrap();
+        assert!(options < global && global < color, "{path:?}: {help}");
+        if path.is_empty() || path == ["bench"] {
+            continue;
+        }
+        // The command's own options come first: the first option listed is
+        // not --color.
+        let first = help[options..]
+            .split_whitespace()
+            .find(|w| w.starts_with("--"))
+            .unwrap();
+        assert_ne!(first, "--color", "{path:?}");
+    }
+    // The lab's help describes each reproduction and what --quick gives.
+    let out = common::hugeshm(&["lab", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for name in ["startup", "pagetables", "fallback", "numa", "oltp", "dmbc"] {
+        assert!(
+            help.contains(&format!("{name} (")),
+            "lab --help lacks {name}: {help}"
+        );
+    }
+    assert!(!help.contains("for tests"), "{help}");
+    assert!(help.contains("seconds instead of minutes"), "{help}");
+}

@@ -105,7 +105,7 @@ pub struct Args {
 
 /// `--page-size`'s values in help and completions.
 const RUN_PAGE_SIZES: [(&str, &str); 3] = [
-    ("keep", "the page size the server asks for"),
+    ("keep", "The page size the server asks for"),
     ("2m", "2 MiB huge pages"),
     ("1g", "1 GiB huge pages"),
 ];

@@ -33,7 +33,11 @@ pub struct Args {
     /// Run only this reproduction (repeatable, or comma-separated).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub only: Vec<Only>,
-    /// Small sizes and one timed run (seconds instead of minutes; for tests).
+    /// A first look: small regions, few sessions and one timed run per
+    /// point, seconds instead of minutes (the whole lab took 138 s on a
+    /// 2-CPU, 24 GiB VM; --quick 7 s). The shapes show (which page size
+    /// wins, how page tables grow with sessions); the figures are noisy, not
+    /// ones to compare hosts on.
     #[arg(long)]
     pub quick: bool,
     /// Write lab.json, one SVG per plot and report.html into this directory
