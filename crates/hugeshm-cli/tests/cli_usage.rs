@@ -473,3 +473,62 @@ fn each_help_opens_with_its_own_options_and_ends_with_the_global_ones() {
     assert!(!help.contains("for tests"), "{help}");
     assert!(help.contains("seconds instead of minutes"), "{help}");
 }
+
+#[test]
+fn the_apply_command_advise_prints_runs_as_printed() {
+    use hugeshm_probe::{FS_ROOT_ENV, PROC_ROOT_ENV, SYS_ROOT_ENV};
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/clean");
+    let dir = hugeshm_testkit::TempDir::new("cli-usage-apply");
+    let spec = dir.path().join("a plan's spec.toml");
+    std::fs::write(&spec, "[[region]]\nname = \"sga\"\nsize = \"64M\"\n").unwrap();
+    let advise = |extra: &[&str]| {
+        common::on_fixture("clean")
+            .args([
+                "advise",
+                "--container",
+                "--size",
+                "64M",
+                "--page-size",
+                "2m",
+            ])
+            .args(["--live", "--spare", "3", "--memlock-user", "@dba", "--spec"])
+            .arg(&spec)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = advise(&[]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("Container (Kubernetes pod spec)"), "{text}");
+    let line = text
+        .lines()
+        .rfind(|l| l.starts_with("Reserve it now"))
+        .unwrap();
+    let cmd = line.split('`').nth(1).unwrap();
+    assert!(
+        cmd.starts_with("hugeshm apply --size 64M --page-size 2M"),
+        "{cmd}"
+    );
+    assert!(!cmd.contains("--container"), "{cmd}");
+    // A shell runs it as printed (the spec's name quoted), on the fixture.
+    let script = format!("hugeshm() {{ \"$HUGESHM\" \"$@\"; }}; {cmd} --dry-run --json");
+    let out = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .env("HUGESHM", env!("CARGO_BIN_EXE_hugeshm"))
+        .env(PROC_ROOT_ENV, fixture.join("proc"))
+        .env(SYS_ROOT_ENV, fixture.join("sys"))
+        .env(FS_ROOT_ENV, fixture.join("fs"))
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let applied = common::json(out);
+    // The plan advise printed.
+    let advised = common::json(advise(&["--json"]));
+    assert_eq!(applied["plan"]["pools"], advised["pools"], "{applied:#}");
+    assert_eq!(advised["pools"][0]["spare_pages"].as_u64(), Some(3));
+}

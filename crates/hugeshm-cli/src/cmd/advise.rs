@@ -66,6 +66,60 @@ pub struct SourceArgs {
     pub systemd_unit: Vec<String>,
 }
 
+impl SourceArgs {
+    /// `hugeshm apply` with these sources, one shell word per value: the
+    /// command that reserves the plan advise printed (advise's own options,
+    /// `--container`, `--run` and `--json`, are not apply's).
+    pub fn apply_command(&self) -> String {
+        use hugeshm_fix::shell_quote as q;
+        let path = |p: &PathBuf| q(&p.to_string_lossy()).into_owned();
+        let mut w = vec!["hugeshm apply".to_owned()];
+        let mut opt = |name: &str, value: Option<String>| {
+            w.push(match value {
+                Some(v) => format!("--{name} {v}"),
+                None => format!("--{name}"),
+            })
+        };
+        if let Some(s) = self.size {
+            opt("size", Some(page_size_short(s)));
+        }
+        if let Some(p) = self.page_size {
+            opt("page-size", Some(page_size_short(p)));
+        }
+        if let Some(n) = self.node {
+            opt("node", Some(n.to_string()));
+        }
+        if self.spread {
+            opt("spread", None);
+        }
+        if let Some(p) = &self.postgres {
+            opt("postgres", Some(path(p)));
+        }
+        if let Some(p) = &self.postgres_bin {
+            opt("postgres-bin", Some(path(p)));
+        }
+        if let Some(p) = &self.spec {
+            opt("spec", Some(path(p)));
+        }
+        if self.live {
+            opt("live", None);
+        }
+        if self.spare != DEFAULT_SPARE_PAGES {
+            opt("spare", Some(self.spare.to_string()));
+        }
+        if self.demote {
+            opt("demote", None);
+        }
+        if let Some(u) = &self.memlock_user {
+            opt("memlock-user", Some(q(u).into_owned()));
+        }
+        for u in &self.systemd_unit {
+            opt("systemd-unit", Some(q(u).into_owned()));
+        }
+        w.join(" ")
+    }
+}
+
 /// `s` where `valid` holds, else "`s` is not WHAT".
 fn accept(s: &str, valid: fn(&str) -> bool, what: &str) -> Result<String, String> {
     valid(s)
@@ -366,7 +420,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
     if args.json {
         out.json_doc(&plan)?;
     } else {
-        print(&plan, out)?;
+        print(&plan, &args.source.apply_command(), out)?;
         if let Some(name) = &args.run {
             print_run_dropin(&plan, name, args.source.postgres.is_some(), out)?;
         }
@@ -457,7 +511,7 @@ fn memory_and_warnings(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
 }
 
 /// Prints a plan.
-pub fn print(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
+pub fn print(plan: &Plan, apply: &str, out: &mut Out) -> anyhow::Result<()> {
     if plan.counted.is_empty() {
         // No pools, and no settings to give (a memlock of 0 KiB, written
         // to limits.d, would take away the 8 MiB servers have by default).
@@ -571,6 +625,8 @@ pub fn print(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
         }
     }
     out.line("")?;
-    out.line(out.dim("Reserve it now with `hugeshm apply` and the same arguments (--dry-run to preview, --persist to write the files)."))?;
+    out.line(out.dim(&format!(
+        "Reserve it now with `{apply}` (--dry-run to preview, --persist to write the files)."
+    )))?;
     Ok(())
 }
