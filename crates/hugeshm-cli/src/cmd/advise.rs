@@ -396,11 +396,9 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
         None => {
             // `:UID` domains read better as the host's login names (where
             // a uid has one name only: a line names one login).
-            let passwd =
-                std::fs::read_to_string(probe.roots.fs.join("etc/passwd")).unwrap_or_default();
-            plan.config.name_memlock_users(|uid| {
-                hugeshm_parse::passwd::only_name_of(&passwd, uid).map(str::to_string)
-            });
+            let users = hugeshm_probe::Users::of(&probe.roots);
+            plan.config
+                .name_memlock_users(|uid| users.only_name_of(uid));
         }
     }
     Ok(plan)

@@ -161,15 +161,15 @@ impl TrustArgs {
     }
 }
 
-/// A uid, or a login name from /etc/passwd.
+/// A uid, or a login name of the system's user database (NSS: /etc/passwd,
+/// LDAP, SSSD... as `getent passwd NAME` sees it).
 pub(crate) fn parse_owner(s: &str) -> Result<u32, String> {
     if let Ok(uid) = s.parse() {
         return Ok(uid);
     }
-    std::fs::read_to_string("/etc/passwd")
-        .ok()
-        .and_then(|t| hugeshm_parse::passwd::uid_of(&t, s))
-        .ok_or_else(|| format!("{s:?} is neither a uid nor a user in /etc/passwd"))
+    hugeshm_probe::Users::system()
+        .uid_of(s)
+        .ok_or_else(|| format!("{s:?} is neither a uid nor a user of this host (getent passwd)"))
 }
 
 /// The backends a name is looked for in when none is given, in order:
