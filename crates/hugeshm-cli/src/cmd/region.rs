@@ -243,6 +243,7 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
         .mode(a.mode)
         .reclaim(a.reclaim)
         .numa(a.numa.clone())
+        .keep(!a.hold)
         .name(a.name.clone());
     if let Some(t) = a.prefault_threads {
         b = b.prefault_threads(t);
