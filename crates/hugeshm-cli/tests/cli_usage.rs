@@ -327,6 +327,12 @@ fn every_command_exits_2_on_a_usage_error() {
             "character '/' not allowed",
         ),
         (&["rm", "a/../b"], "character '/' not allowed"),
+        (&["advise", "--size", "10gb"], "write 10G or 10GiB"),
+        (&["create", "r", "--size", "-1G"], "a size is positive"),
+        (
+            &["create", "r", "--size", "99999999999T"],
+            "is too large (max",
+        ),
         (&["lab", "--only", "startp"], "possible values"),
         (
             &["advise", "--size", "64M", "--page-size", "3m"],
