@@ -76,6 +76,10 @@ fn a_kept_region_is_not_an_orphan_and_a_killed_holders_is() {
     assert!(lines[0].contains(" kept "), "{lines:?}");
     assert!(lines[1].starts_with("  info "), "{lines:?}");
     assert!(lines[1].contains("kept, not attached"), "{lines:?}");
+    assert!(
+        lines[1].contains(&format!("hugeshm rm {kept}")),
+        "{lines:?}"
+    );
     assert!(!lines.iter().any(|l| l.contains("WARN")), "{lines:?}");
     assert_eq!(run(&["ls", "--check"]).status.code(), Some(0));
 

@@ -166,7 +166,7 @@ fn rm_refuses_while_held_and_hold_keeps_memfd() {
         "--backend",
         "memfd",
     ]);
-    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.status.code(), Some(2), "a usage error");
     assert!(String::from_utf8_lossy(&out.stderr).contains("--hold"));
     holder.kill().unwrap();
     holder.wait().unwrap();
@@ -890,7 +890,7 @@ fn bench_durations_that_are_no_time_are_refused() {
             let arg = format!("--duration={d}");
             let out = run(&["bench", bench, &arg]);
             let err = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(3), "{bench} {d}: {err}");
+            assert_eq!(out.status.code(), Some(2), "{bench} {d}: {err}");
             assert!(
                 err.contains("must be a number of seconds above 0 and at most 86400 (a day)"),
                 "{bench} {d}: {err}"

@@ -354,17 +354,20 @@ pub fn ls(roots: &Roots, a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
             ))?;
         }
         for r in regions.iter().filter(|r| r.is_kept_unattached()) {
+            // The fix names the directory a file region was made in.
+            let fix = r
+                .fix
+                .as_ref()
+                .map(|f| format!(": {}", f.render(Renderer::Cli)))
+                .unwrap_or_default();
             out.line(format!(
-                "  {} {} ({}): kept, not attached: made to outlive its creator{}; \
-                 `hugeshm attach {}` uses it, `hugeshm rm {}` frees it",
+                "  {} {} ({}): kept, not attached (made to outlive its creator{}){fix}",
                 out.severity(hugeshm_doctor::Severity::Info),
                 r.name,
                 r.backend,
                 r.creator_pid
-                    .map(|p| format!(" (pid {p}, exited)"))
+                    .map(|p| format!(", pid {p}, which exited"))
                     .unwrap_or_default(),
-                hugeshm_fix::shell_quote(&r.name),
-                hugeshm_fix::shell_quote(&r.name)
             ))?;
         }
         for r in regions.iter().filter(|r| bad(r)) {
