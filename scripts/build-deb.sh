@@ -37,7 +37,7 @@ install -D -m 0644 "$out/libhugeshm_run.so" "$assets/run/libhugeshm-run.so"
 "$out/hugeshm" generate man --out "$assets/man" >/dev/null
 # Debian policy: man pages gzipped (cargo-deb leaves files under target/ as
 # they are); -n: no name or time stamp, the same bytes every build.
-gzip -9n "$assets"/man/*.1
+gzip -9n "$assets"/man/*.1 "$assets"/man/*.8
 "$out/hugeshm" generate completions --out "$assets/completions" >/dev/null
 echo "== cargo deb -p hugeshm --profile dist --no-build --strip"
 cargo deb -p hugeshm --profile dist --no-build --locked --strip

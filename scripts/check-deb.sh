@@ -31,7 +31,7 @@ dpkg-deb --info "$deb" | sed -n '/Package:/,$p'
 contents="$(dpkg-deb --contents "$deb" | awk '{print $6}')"
 for f in ./usr/bin/hugeshm ./usr/lib/libhugeshm.so ./usr/include/hugeshm.h \
     ./usr/lib/pkgconfig/hugeshm.pc ./usr/lib/hugeshm/libhugeshm-run.so ./usr/share/man/man1/hugeshm.1.gz \
-    ./usr/share/man/man1/hugeshm-exporter.1.gz ./usr/share/bash-completion/completions/hugeshm \
+    ./usr/share/man/man1/hugeshm-exporter.1.gz ./usr/share/man/man8/hugeshm.8.gz ./usr/share/bash-completion/completions/hugeshm \
     ./usr/share/zsh/vendor-completions/_hugeshm ./usr/share/fish/vendor_completions.d/hugeshm.fish \
     ./lib/systemd/system/hugeshm-apply.service ./lib/systemd/system/hugeshm-exporter.service \
     ./usr/share/hugeshm/prometheus/hugeshm.rules.yml ./usr/share/hugeshm/grafana/hugeshm.json \

@@ -12,6 +12,9 @@ mod interrupt;
 mod metrics;
 mod output;
 mod terminal;
+#[cfg(test)]
+mod usage_walk;
+mod values;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use hugeshm_probe::{Roots, FS_ROOT_ENV, PROC_ROOT_ENV, SYS_ROOT_ENV};
@@ -21,11 +24,14 @@ use std::process::ExitCode;
 /// Huge-page shared memory done right: a host doctor, region tools and benchmarks.
 #[derive(Debug, Parser)]
 #[command(name = "hugeshm", version, about, long_about = None, after_help = "\
+Sizes: 4096, 4k, 2M, 1.5G, 10GiB: k, M, G, T (and KiB, MiB, GiB, TiB) are powers of 1024;
+kB, MB, GB and TB are refused (write 10G for 10 GiB, or 10000000000 for 10 GB).
 Exit codes: 0 ok, 1 --check found a warning or error, 2 usage error, 3 failure.
 Start with `hugeshm status`; `hugeshm segments` tells which shared memory really sits on huge pages.")]
 struct Cli {
-    /// When to use colour: auto (only on a terminal, honouring NO_COLOR), always, never.
-    #[arg(long, value_enum, default_value_t = ColorChoice::Auto, global = true)]
+    /// When to use colour (auto: on a terminal, unless NO_COLOR is set).
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto, global = true,
+          help_heading = GLOBAL_OPTIONS)]
     color: ColorChoice,
     /// Read /proc from this directory (for captured fixture trees).
     #[arg(long, env = PROC_ROOT_ENV, global = true, hide = true)]
@@ -39,6 +45,10 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
 }
+
+/// The heading of the options every command takes, listed after the
+/// command's own.
+const GLOBAL_OPTIONS: &str = "Global options";
 
 /// `--color`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -74,8 +84,23 @@ enum Command {
     Run(cmd::run::Args),
     /// Serve the status and segments reports as Prometheus metrics (or write them once).
     Exporter(cmd::exporter::Args),
-    /// Reproduce the field reports' measurements on this host: start-up, page
-    /// tables, silent fall-back, NUMA bandwidth; tables, JSON, plots and an HTML report.
+    /// Measure on this host what published reports on Oracle and huge pages
+    /// measured, each of their figures beside this host's.
+    ///
+    /// Six reproductions (--only picks some): startup (create and pre-fault
+    /// time against region size, one thread against all CPUs), pagetables
+    /// (page-table memory per session and in total as sessions attach),
+    /// fallback (one huge page short under --policy try and only), numa
+    /// (local, remote and interleaved bandwidth; two NUMA nodes or more), oltp
+    /// (sessions over the shared buffer cache: /dev/shm files on 4 KiB pages
+    /// against SysV on 2 MiB) and dmbc (a buffer cache read in place from a
+    /// mapped file, DAX, against one that copies). The reports are blog posts
+    /// of 2007 to 2022 on Oracle databases (README, `hugeshm lab`).
+    ///
+    /// Prints a table per reproduction and a summary; --json the same as
+    /// data; --out DIR writes lab.json, SVG plots and report.html. As root the
+    /// lab raises the huge page pools each reproduction needs and gives them
+    /// back (--no-reserve leaves them alone).
     Lab(cmd::lab::Args),
     /// Benchmarks.
     #[command(subcommand)]

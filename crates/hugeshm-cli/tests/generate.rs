@@ -117,8 +117,9 @@ fn a_man_page_for_every_subcommand_with_its_options() {
         }
         expected.insert(file);
     }
-    // One page per visible command and nothing else (the hidden `generate`
-    // has none).
+    // One page per visible command and the overview hugeshm(8), nothing
+    // else (the hidden `generate` has none).
+    expected.insert("hugeshm.8".to_owned());
     assert_eq!(files, expected);
 
     // man(1) formats it.

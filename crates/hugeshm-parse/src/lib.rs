@@ -47,6 +47,7 @@ pub mod pid_limits;
 pub mod pid_status;
 pub mod run_record;
 pub mod size;
+pub mod size_arg;
 pub mod smaps;
 pub mod sysctl;
 pub mod sysctl_conf;

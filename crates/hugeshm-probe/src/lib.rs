@@ -28,6 +28,7 @@ pub mod postgres;
 mod process;
 mod read;
 mod run_records;
+mod users;
 
 pub use cgroup::{HugetlbCgroup, HugetlbCgroupLevel, HugetlbCgroupSize};
 pub use file_dax::{FileDax, FileDaxReader};
@@ -41,6 +42,7 @@ pub use process::{
 };
 pub use read::{Problem, ProblemKind, ReadError};
 pub use run_records::{RunRecordFile, MAX_RUN_RECORDS};
+pub use users::Users;
 
 use std::path::{Path, PathBuf};
 

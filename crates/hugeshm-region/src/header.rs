@@ -19,7 +19,7 @@
 //! | 12 | 4 | header bytes = data offset (4096) |
 //! | 16 | 4 | state: 0 not written, 1 initializing, 2 ready |
 //! | 20 | 4 | backend: 1 sysv, 2 memfd, 3 hugetlbfs, 4 posix, 5 anon |
-//! | 24 | 4 | flags: bit 0 hugetlb, bit 1 transparent huge pages |
+//! | 24 | 4 | flags: bit 0 hugetlb, bit 1 transparent huge pages, bit 2 kept (made to outlive its creator) |
 //! | 28 | 4 | creator pid |
 //! | 32 | 8 | creator start time (clock ticks after boot, `/proc/PID/stat` field 22) |
 //! | 40 | 8 | creation time, nanoseconds since the Unix epoch |
@@ -85,6 +85,7 @@ const STATE_READY: u32 = 2;
 
 const FLAG_HUGETLB: u32 = 1;
 const FLAG_THP: u32 = 2;
+const FLAG_KEPT: u32 = 4;
 
 /// Where a region is in its creation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -135,6 +136,11 @@ pub struct RegionHeader {
     pub hugetlb: bool,
     /// Whether the creator asked for transparent huge pages (tmpfs).
     pub thp: bool,
+    /// Made to outlive its creator (`hugeshm create` without `--hold`,
+    /// [`RegionBuilder::keep`](crate::RegionBuilder::keep)): nobody holding
+    /// it is how it waits for its users, not a crash.
+    #[serde(default)]
+    pub kept: bool,
     /// The creating process (in its pid namespace).
     pub creator_pid: u32,
     /// Its start time, clock ticks after boot: with the pid, identifies the
@@ -265,7 +271,9 @@ pub(crate) fn encode(h: &RegionHeader) -> [u8; USED_BYTES] {
     b[8..12].copy_from_slice(&h.layout_version.to_le_bytes());
     b[12..16].copy_from_slice(&(h.data_offset as u32).to_le_bytes());
     b[20..24].copy_from_slice(&backend_code(h.backend).to_le_bytes());
-    let flags = if h.hugetlb { FLAG_HUGETLB } else { 0 } | if h.thp { FLAG_THP } else { 0 };
+    let flags = if h.hugetlb { FLAG_HUGETLB } else { 0 }
+        | if h.thp { FLAG_THP } else { 0 }
+        | if h.kept { FLAG_KEPT } else { 0 };
     b[24..28].copy_from_slice(&flags.to_le_bytes());
     b[28..32].copy_from_slice(&h.creator_pid.to_le_bytes());
     b[32..40].copy_from_slice(&h.creator_start_ticks.to_le_bytes());
@@ -354,6 +362,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Decoded {
         backend,
         hugetlb: flags & FLAG_HUGETLB != 0,
         thp: flags & FLAG_THP != 0,
+        kept: flags & FLAG_KEPT != 0,
         creator_pid: u32_at(&b, 28),
         creator_start_ticks: u64_at(&b, 32),
         creator_uid: u32_at(&b, 80),
@@ -367,7 +376,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Decoded {
 }
 
 /// A new header for a region this process creates (state initializing;
-/// `hugetlb` and `thp` false until the caller sets them).
+/// `hugetlb`, `thp` and `kept` false until the caller sets them).
 pub(crate) fn new_header(
     name: Option<&str>,
     backend: Backend,
@@ -384,6 +393,7 @@ pub(crate) fn new_header(
         backend,
         hugetlb: false,
         thp: false,
+        kept: false,
         creator_pid: pid,
         creator_start_ticks: own_start_ticks(),
         creator_uid: rustix::process::geteuid().as_raw(),
@@ -489,6 +499,7 @@ mod tests {
             backend: Backend::Sysv,
             hugetlb: true,
             thp: false,
+            kept: false,
             creator_pid: 4242,
             creator_start_ticks: 123_456,
             creator_uid: 1000,
@@ -525,6 +536,11 @@ mod tests {
             decode(&with_state(encode(&anon), 2)),
             Decoded::Valid(anon.clone())
         );
+        let mut kept = sample();
+        kept.kept = true;
+        let b = encode(&kept);
+        assert_eq!(u32_at(&b, 24), FLAG_HUGETLB | FLAG_KEPT);
+        assert_eq!(decode(&with_state(b, 2)), Decoded::Valid(kept));
     }
 
     #[test]

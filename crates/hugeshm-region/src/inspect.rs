@@ -63,6 +63,23 @@ impl RegionInfo {
             )
     }
 
+    /// Ready, nobody holds it, and made to be kept
+    /// ([`RegionHeader::kept`]): a region waiting for its users, as
+    /// `hugeshm create` leaves one. Normal, not a finding.
+    pub fn is_kept_unattached(&self) -> bool {
+        self.is_orphaned()
+            && self.state == RegionState::Ready
+            && self.header.as_ref().is_some_and(|h| h.kept)
+    }
+
+    /// Orphaned ([`is_orphaned`](RegionInfo::is_orphaned)) and not
+    /// [kept](RegionInfo::is_kept_unattached): its creation crashed, or the
+    /// process that created it as its own (a server through the library)
+    /// is gone. A finding.
+    pub fn is_abandoned(&self) -> bool {
+        self.is_orphaned() && !self.is_kept_unattached()
+    }
+
     /// The object's bytes and the header's size, when the object is
     /// smaller than its header says (someone truncated its file).
     pub fn truncated(&self) -> Option<(u64, u64)> {

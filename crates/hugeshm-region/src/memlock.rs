@@ -16,12 +16,11 @@ pub(crate) fn has_cap_ipc_lock() -> bool {
         .unwrap_or(false)
 }
 
-/// The login name of the effective uid (from `/etc/passwd`), else `*`.
+/// The login name of the effective uid (from the user database, NSS),
+/// else `*`.
 fn user_name() -> String {
-    let uid = rustix::process::geteuid().as_raw();
-    std::fs::read_to_string("/etc/passwd")
-        .ok()
-        .and_then(|t| hugeshm_parse::passwd::name_of(&t, uid).map(str::to_owned))
+    hugeshm_probe::Users::system()
+        .name_of(rustix::process::geteuid().as_raw())
         .unwrap_or_else(|| "*".to_owned())
 }
 

@@ -60,7 +60,8 @@
 //!   directory others can write and the writes relative to an open
 //!   directory.
 //! * `page`: page sizes; `perf`, `process`, `procmap`: hardware event
-//!   counters, processes, `PROCMAP_QUERY`.
+//!   counters, processes, `PROCMAP_QUERY`; `users`: the user database
+//!   (NSS: `getpwnam_r`, `getpwuid_r`).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
@@ -73,6 +74,7 @@ mod perf;
 mod process;
 mod procmap;
 mod shm;
+mod users;
 
 pub use fs::{
     check_trusted_file, create_new, dax_flag, euid, fallocate, flock, hugetlbfs_page_size,
@@ -94,6 +96,7 @@ pub use shm::{
     posix_shm_create, posix_shm_open, posix_shm_unlink, shm_attach, shm_attach_placed, shm_get,
     shm_peek, shm_remove, shm_stat, ShmFlags, ShmStat, IPC_PRIVATE, SHM_DEST, SHM_LOCKED,
 };
+pub use users::{user_by_name, user_by_uid, User};
 
 /// Error of a wrapped system call: which call, with which arguments, and
 /// why it failed.

@@ -1,11 +1,11 @@
 //! `hugeshm advise`: pages per size per node, and the configuration.
 
-use crate::cmd::bench_common::parse_size_arg;
 use crate::output::{Out, Table, Usage};
 use anyhow::{bail, Context};
 use hugeshm_doctor::advise::{self, Demand, Placement, Plan, Skipped, DEFAULT_SPARE_PAGES};
 use hugeshm_doctor::checked;
-use hugeshm_parse::size::{format_bytes, page_size_short, parse_size, MIB};
+use hugeshm_parse::size::{format_bytes, page_size_short, MIB};
+use hugeshm_parse::size_arg::parse_size_arg;
 use hugeshm_probe::{HostSnapshot, Probe, Roots};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,10 +14,10 @@ use std::process::ExitCode;
 #[derive(Debug, Clone, clap::Args)]
 pub struct SourceArgs {
     /// Plan for a region of this size (an SGA, shared_buffers, a cache): 18G, 512M.
-    #[arg(long, value_parser = parse_size_arg)]
+    #[arg(long, value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: Option<u64>,
-    /// Page size for --size: 2m or 1g (default: the kernel's default huge page size).
-    #[arg(long, value_parser = parse_size_arg, requires = "size")]
+    /// Page size for --size (default: the kernel's default huge page size).
+    #[arg(long, value_parser = crate::values::huge_page_size(), requires = "size")]
     pub page_size: Option<u64>,
     /// Put the --size region on this NUMA node.
     #[arg(long, requires = "size", conflicts_with = "spread")]
@@ -66,6 +66,60 @@ pub struct SourceArgs {
     pub systemd_unit: Vec<String>,
 }
 
+impl SourceArgs {
+    /// `hugeshm apply` with these sources, one shell word per value: the
+    /// command that reserves the plan advise printed (advise's own options,
+    /// `--container`, `--run` and `--json`, are not apply's).
+    pub fn apply_command(&self) -> String {
+        use hugeshm_fix::shell_quote as q;
+        let path = |p: &PathBuf| q(&p.to_string_lossy()).into_owned();
+        let mut w = vec!["hugeshm apply".to_owned()];
+        let mut opt = |name: &str, value: Option<String>| {
+            w.push(match value {
+                Some(v) => format!("--{name} {v}"),
+                None => format!("--{name}"),
+            })
+        };
+        if let Some(s) = self.size {
+            opt("size", Some(page_size_short(s)));
+        }
+        if let Some(p) = self.page_size {
+            opt("page-size", Some(page_size_short(p)));
+        }
+        if let Some(n) = self.node {
+            opt("node", Some(n.to_string()));
+        }
+        if self.spread {
+            opt("spread", None);
+        }
+        if let Some(p) = &self.postgres {
+            opt("postgres", Some(path(p)));
+        }
+        if let Some(p) = &self.postgres_bin {
+            opt("postgres-bin", Some(path(p)));
+        }
+        if let Some(p) = &self.spec {
+            opt("spec", Some(path(p)));
+        }
+        if self.live {
+            opt("live", None);
+        }
+        if self.spare != DEFAULT_SPARE_PAGES {
+            opt("spare", Some(self.spare.to_string()));
+        }
+        if self.demote {
+            opt("demote", None);
+        }
+        if let Some(u) = &self.memlock_user {
+            opt("memlock-user", Some(q(u).into_owned()));
+        }
+        for u in &self.systemd_unit {
+            opt("systemd-unit", Some(q(u).into_owned()));
+        }
+        w.join(" ")
+    }
+}
+
 /// `s` where `valid` holds, else "`s` is not WHAT".
 fn accept(s: &str, valid: fn(&str) -> bool, what: &str) -> Result<String, String> {
     valid(s)
@@ -107,7 +161,7 @@ pub struct Args {
     /// refused with the numbers) for the --systemd-unit services; NAME is
     /// the server's executable (default with --postgres: postgres).
     #[arg(long, value_name = "NAME", num_args = 0..=1, require_equals = true,
-          default_missing_value = "", conflicts_with = "json")]
+          default_missing_value = "", conflicts_with = "json", value_parser = parse_run_name)]
     pub run: Option<String>,
 }
 
@@ -186,21 +240,11 @@ fn spec_demands(host: &HostSnapshot, path: &PathBuf, default: u64) -> anyhow::Re
     }
     let mut out = Vec::new();
     for r in spec.region {
-        let size = parse_size(&r.size).filter(|s| *s > 0).with_context(|| {
-            format!(
-                "{}: region {:?}: size {:?} is not a size (examples: 512M, 18G)",
-                path.display(),
-                r.name,
-                r.size
-            )
-        })?;
+        let size = parse_size_arg(&r.size)
+            .map_err(|e| anyhow::anyhow!("{}: region {:?}: size {e}", path.display(), r.name))?;
         let page = match &r.page_size {
-            Some(p) => parse_size(p).with_context(|| {
-                format!(
-                    "{}: region {:?}: page_size {p:?} is not a size",
-                    path.display(),
-                    r.name
-                )
+            Some(p) => parse_size_arg(p).map_err(|e| {
+                anyhow::anyhow!("{}: region {:?}: page_size {e}", path.display(), r.name)
             })?,
             None => default,
         };
@@ -352,11 +396,9 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
         None => {
             // `:UID` domains read better as the host's login names (where
             // a uid has one name only: a line names one login).
-            let passwd =
-                std::fs::read_to_string(probe.roots.fs.join("etc/passwd")).unwrap_or_default();
-            plan.config.name_memlock_users(|uid| {
-                hugeshm_parse::passwd::only_name_of(&passwd, uid).map(str::to_string)
-            });
+            let users = hugeshm_probe::Users::of(&probe.roots);
+            plan.config
+                .name_memlock_users(|uid| users.only_name_of(uid));
         }
     }
     Ok(plan)
@@ -364,6 +406,9 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
 
 /// Runs the command.
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
+    if args.run.as_deref() == Some("") && args.source.postgres.is_none() {
+        return Err(Usage("--run: name the server's executable (--run=NAME)".into()).into());
+    }
     let probe = crate::cmd::doctor_probe(roots);
     let host = probe.host();
     let mut plan = build_plan(&probe, &host, &args.source)?;
@@ -373,7 +418,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
     if args.json {
         out.json_doc(&plan)?;
     } else {
-        print(&plan, out)?;
+        print(&plan, &args.source.apply_command(), out)?;
         if let Some(name) = &args.run {
             print_run_dropin(&plan, name, args.source.postgres.is_some(), out)?;
         }
@@ -382,13 +427,22 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
+/// `--run=NAME`: the server's executable, a file name (empty: the default).
+fn parse_run_name(s: &str) -> Result<String, String> {
+    if s.contains('/') || s.len() > 255 {
+        Err(format!("--run={s:?}: a file name, not a path"))
+    } else {
+        Ok(s.to_owned())
+    }
+}
+
 /// `advise --run`: the drop-in that puts the server under `hugeshm run`.
 fn print_run_dropin(plan: &Plan, name: &str, postgres: bool, out: &mut Out) -> anyhow::Result<()> {
     use hugeshm_region::run::{RunPrefault, Settings, Target};
+    // The option's parser took the name; run() refused an empty one
+    // without --postgres.
     let name = match name {
         "" if postgres => "postgres",
-        "" => bail!("--run: name the server's executable (--run=NAME)"),
-        n if n.contains('/') || n.len() > 255 => bail!("--run={n:?}: a file name, not a path"),
         n => n,
     };
     let mut settings = Settings::new(Target::Name(name.to_owned()));
@@ -455,7 +509,7 @@ fn memory_and_warnings(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
 }
 
 /// Prints a plan.
-pub fn print(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
+pub fn print(plan: &Plan, apply: &str, out: &mut Out) -> anyhow::Result<()> {
     if plan.counted.is_empty() {
         // No pools, and no settings to give (a memlock of 0 KiB, written
         // to limits.d, would take away the 8 MiB servers have by default).
@@ -569,6 +623,8 @@ pub fn print(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
         }
     }
     out.line("")?;
-    out.line(out.dim("Reserve it now with `hugeshm apply` and the same arguments (--dry-run to preview, --persist to write the files)."))?;
+    out.line(out.dim(&format!(
+        "Reserve it now with `{apply}` (--dry-run to preview, --persist to write the files)."
+    )))?;
     Ok(())
 }

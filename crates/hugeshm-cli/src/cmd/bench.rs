@@ -1,6 +1,6 @@
 //! `hugeshm bench ...`: benchmarks that reproduce the field reports.
 
-use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, reap, slope};
+use crate::cmd::bench_common::{parse_count_arg, reap, slope};
 use crate::output::{Out, Table};
 use hugeshm_doctor::segments::SegmentKind;
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -39,6 +39,7 @@ pub enum BenchCommand {
         #[arg(value_parser = crate::cmd::region::parse_region_name)]
         name: String,
         /// Its backend.
+        #[arg(value_parser = crate::values::backend())]
         backend: hugeshm_region::Backend,
         /// The data file.
         data: std::path::PathBuf,
@@ -68,6 +69,7 @@ pub enum BenchCommand {
         #[arg(value_parser = crate::cmd::region::parse_region_name)]
         name: String,
         /// Its backend.
+        #[arg(value_parser = crate::values::backend())]
         backend: hugeshm_region::Backend,
     },
     /// (internal) attach a named region on request and hold it.
@@ -77,6 +79,7 @@ pub enum BenchCommand {
         #[arg(value_parser = crate::cmd::region::parse_region_name)]
         name: String,
         /// Its backend.
+        #[arg(value_parser = crate::values::backend())]
         backend: hugeshm_region::Backend,
     },
     /// (internal) attach a SysV segment and wait for stdin to close.
@@ -90,7 +93,8 @@ pub enum BenchCommand {
     #[command(hide = true)]
     DaxChild {
         /// write or read.
-        op: String,
+        #[arg(value_enum)]
+        op: DaxOp,
         /// The region name.
         #[arg(value_parser = crate::cmd::region::parse_region_name)]
         name: String,
@@ -110,10 +114,10 @@ pub struct ScanArgs {
           value_parser = parse_count_arg::<u32>)]
     pub procs: Vec<u32>,
     /// Segment size.
-    #[arg(long, default_value = "64M", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "64M", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: u64,
     /// Page size of the segment: 4k, or a huge page size the pool can serve.
-    #[arg(long, default_value = "4k", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "4k", value_parser = crate::values::page_size_bytes())]
     pub page_size: u64,
     /// Timed scans (after one warm-up scan).
     #[arg(long, default_value_t = 5, value_parser = parse_count_arg::<u32>)]
@@ -250,13 +254,22 @@ pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<Ex
             name,
             offset,
             arg,
-        } => dax_child(roots, &op, &name, offset, &arg, out),
+        } => dax_child(roots, op, &name, offset, &arg, out),
     }
+}
+
+/// What `bench dax-child` does.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum DaxOp {
+    /// Write the text, then persist it.
+    Write,
+    /// Read that many bytes.
+    Read,
 }
 
 fn dax_child(
     roots: &Roots,
-    op: &str,
+    op: DaxOp,
     name: &str,
     offset: usize,
     arg: &str,
@@ -267,7 +280,7 @@ fn dax_child(
         .attach()
         .map_err(crate::cmd::region::region_error)?;
     match op {
-        "write" => {
+        DaxOp::Write => {
             region
                 .write_at(offset, arg.as_bytes())
                 .map_err(crate::cmd::region::region_error)?;
@@ -280,7 +293,7 @@ fn dax_child(
                 how.as_str()
             ))?;
         }
-        "read" => {
+        DaxOp::Read => {
             let mut buf = vec![0u8; arg.parse()?];
             region
                 .read_at(offset, &mut buf)
@@ -288,7 +301,6 @@ fn dax_child(
             // What the parent test wrote, compared byte for byte.
             out.exact(&String::from_utf8_lossy(&buf))?;
         }
-        other => anyhow::bail!("dax-child: {other}: expected write or read"),
     }
     region.close().map_err(crate::cmd::region::region_error)?;
     out.flush()?;

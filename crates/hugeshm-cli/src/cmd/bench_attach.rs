@@ -11,7 +11,7 @@
 //! the cheap way (`Region::verify_page_size`: `PROCMAP_QUERY` for hugetlb
 //! on 6.11+, which walks no page tables), and report the four times.
 
-use crate::cmd::bench_common::{bench_region, parse_count_arg, parse_size_arg, PoolTopUp};
+use crate::cmd::bench_common::{bench_region, parse_count_arg, PoolTopUp};
 use crate::output::{Out, Table};
 use anyhow::{bail, Context};
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -24,13 +24,13 @@ use std::time::Instant;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Region size.
-    #[arg(long, default_value = "4G", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "4G", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: u64,
-    /// Page size: 4k, 2m or 1g.
-    #[arg(long, default_value = "2m")]
-    pub page_size: String,
-    /// Backend of the region (named: sysv, hugetlbfs or posix).
-    #[arg(long, default_value = "sysv")]
+    /// Page size.
+    #[arg(long, default_value = "2m", value_parser = crate::values::page_size())]
+    pub page_size: PageSize,
+    /// Backend of the region (one the attaching processes find by name).
+    #[arg(long, default_value = "sysv", value_parser = crate::values::named_backend())]
     pub backend: Backend,
     /// New processes that attach, one after another (the median is reported).
     #[arg(long, default_value_t = 5, value_parser = parse_count_arg::<u32>)]
@@ -145,15 +145,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Runs the bench.
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
-    if !a.backend.is_named() {
-        bail!(
-            "--backend must be a named backend (sysv, hugetlbfs or posix): the attaching processes find it by name"
-        );
-    }
-    let page: PageSize = a
-        .page_size
-        .parse()
-        .map_err(|e: String| anyhow::anyhow!(e))?;
+    let page = a.page_size;
     let ps = page
         .bytes()
         .context("--page-size takes an explicit size (4k, 2m, 1g)")?;

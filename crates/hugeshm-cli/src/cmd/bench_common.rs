@@ -1,10 +1,10 @@
 //! What the benches share: size arguments, reaping children, topping up the
 //! huge page pools for a run. A leaf: it imports no other bench module.
 
-use crate::output::Out;
+use crate::output::{Out, Usage};
 use anyhow::Context;
 use hugeshm_apply::{PoolFiles, SysfsPools};
-use hugeshm_parse::size::{format_bytes, page_size_short, parse_size};
+use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{HostSnapshot, Probe};
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -115,15 +115,6 @@ pub(crate) fn pages_fix(page_size: u64, pages: u64) -> String {
     }
 }
 
-/// Parses a size argument (`64M`, `2m`, `1G`, `4096`).
-pub fn parse_size_arg(s: &str) -> Result<u64, String> {
-    match parse_size(s) {
-        Some(0) => Err("must be more than 0".into()),
-        Some(v) => Ok(v),
-        None => Err(format!("{s:?} is not a size (examples: 4096, 4k, 2M, 1G)")),
-    }
-}
-
 /// Parses a count that must be at least 1 (`--runs`, `--procs`).
 pub fn parse_count_arg<T: std::str::FromStr + Default + PartialEq>(s: &str) -> Result<T, String> {
     match s.trim().parse::<T>() {
@@ -161,7 +152,43 @@ const MAX_DURATION_SECONDS: f64 = 86_400.0;
 pub(crate) fn check_duration(seconds: f64) -> anyhow::Result<()> {
     anyhow::ensure!(
         seconds > 0.0 && seconds <= MAX_DURATION_SECONDS,
-        "--duration {seconds} must be a number of seconds above 0 and at most {MAX_DURATION_SECONDS} (a day)"
+        Usage(format!(
+            "--duration {seconds} must be a number of seconds above 0 and at most \
+             {MAX_DURATION_SECONDS} (a day)"
+        ))
+    );
+    Ok(())
+}
+
+/// Refuses a `--block-size` that is not a power of two from 512 bytes to
+/// 1 MiB.
+pub(crate) fn check_block_size(bytes: u64) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        bytes.is_power_of_two() && (512..=1 << 20).contains(&bytes),
+        Usage(format!(
+            "--block-size {bytes} must be a power of two from 512 bytes to 1 MiB"
+        ))
+    );
+    Ok(())
+}
+
+/// Refuses the options of a run over a buffer cache (`bench oltp`, `bench
+/// dmbc`) that do not make one: a [`check_duration`], a
+/// [`check_block_size`], and a cache and data file that hold a block.
+pub(crate) fn check_cache_run(
+    seconds: f64,
+    block: u64,
+    cache: u64,
+    data: u64,
+) -> anyhow::Result<()> {
+    check_duration(seconds)?;
+    check_block_size(block)?;
+    anyhow::ensure!(
+        cache >= block && data >= block,
+        Usage(format!(
+            "--cache-size ({cache}) and --data-size ({data}) must hold at least one \
+             {block}-byte block"
+        ))
     );
     Ok(())
 }

@@ -6,16 +6,16 @@
 //! physical reads (blocks copied in), bytes copied and transactions, per
 //! second and per transaction, like the report's table.
 //!
-//! The data file goes to `--dir`: on a file system mounted `-o dax` the
+//! The data file goes to `--data-dir`: on a file system mounted `-o dax` the
 //! direct mode reads persistent memory in place; elsewhere its mapping is
 //! the page cache, and the report says so ([`ModeRun::mapping`]).
 //!
 //! [`measure`] builds the [`Report`] (what `hugeshm lab` calls); [`run`]
 //! prints it.
 
-use crate::cmd::bench_common::{parse_size_arg, DataFile as TempFile};
+use crate::cmd::bench_common::DataFile as TempFile;
 use crate::cmd::bench_oltp::workload::{Dist, Picker, Rng};
-use crate::output::{Out, Table};
+use crate::output::{Out, Table, Usage};
 use anyhow::Context;
 use hugeshm_cache::{create_data_file, Cache, Layout, Mode, Stats};
 use hugeshm_parse::size::format_bytes;
@@ -34,33 +34,38 @@ pub struct Args {
     /// real thing); the file goes in a private directory made there, all
     /// removed afterwards (refused if it or a directory above it is another
     /// user's, or writable by others and not sticky).
-    #[arg(long, default_value = "/var/tmp")]
+    #[arg(
+        long = "data-dir",
+        alias = "dir",
+        value_name = "DIR",
+        default_value = "/var/tmp"
+    )]
     pub dir: PathBuf,
     /// Size of the data file.
-    #[arg(long, default_value = "256M", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "256M", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub data_size: u64,
     /// Bytes of buffers (the DRAM buffer cache; the field report's was
     /// under 100 MB for a 900 MB tablespace).
-    #[arg(long, default_value = "32M", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "32M", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub cache_size: u64,
-    /// Block size.
-    #[arg(long, default_value = "8k", value_parser = parse_size_arg)]
+    /// Block size: a power of two from 512 bytes to 1 MiB.
+    #[arg(long, default_value = "8k", value_parser = crate::values::block_size, allow_hyphen_values = true)]
     pub block_size: u64,
     /// Block accesses per transaction.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     pub blocks_per_tx: u32,
     /// Percentage of block accesses that update the block.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub write_pct: u32,
-    /// Block choice: uniform or zipf.
-    #[arg(long, default_value = "zipf")]
+    /// Which blocks the transactions read.
+    #[arg(long, default_value = "zipf", value_enum)]
     pub dist: Dist,
     /// Seconds of the timed run of each mode (after a warm-up run as long).
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, value_parser = crate::values::duration)]
     pub duration: f64,
     /// Processes working on the one cache at once (forked: the field
     /// report's sessions); 1 runs in this process.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub workers: u32,
     /// Print JSON.
     #[arg(long)]
@@ -430,23 +435,15 @@ fn measure_mode(o: &Options, data: &Path, mode: Mode) -> anyhow::Result<(ModeRun
 /// Runs both modes over one data file in `o.dir` and returns the report
 /// (the data file removed whatever happens).
 pub fn measure(roots: &Roots, o: &Options) -> anyhow::Result<Report> {
-    crate::cmd::bench_common::check_duration(o.duration_seconds)?;
-    anyhow::ensure!(
-        o.block_size.is_power_of_two() && (512..=1 << 20).contains(&o.block_size),
-        "--block-size {} must be a power of two from 512 bytes to 1 MiB",
-        o.block_size
-    );
-    anyhow::ensure!(
-        o.cache_size_bytes >= o.block_size && o.data_size_bytes >= o.block_size,
-        "--cache-size ({}) and --data-size ({}) must hold at least one {}-byte block",
+    crate::cmd::bench_common::check_cache_run(
+        o.duration_seconds,
+        o.block_size,
         o.cache_size_bytes,
         o.data_size_bytes,
-        o.block_size
-    );
+    )?;
     anyhow::ensure!(
         (1..=1024).contains(&o.workers),
-        "--workers {} must be from 1 to 1024",
-        o.workers
+        Usage(format!("--workers {} must be from 1 to 1024", o.workers))
     );
     if o.workers > 1 {
         crate::cmd::bench_common::check_process_room(
@@ -457,8 +454,7 @@ pub fn measure(roots: &Roots, o: &Options) -> anyhow::Result<Report> {
     }
     anyhow::ensure!(
         o.write_pct <= 100,
-        "--write-pct {} is above 100",
-        o.write_pct
+        Usage(format!("--write-pct {} is above 100", o.write_pct))
     );
     let data_file = TempFile::new(&o.dir, "hugeshm-dmbc-")?;
     let path = data_file.path.clone();
@@ -496,7 +492,7 @@ pub fn measure(roots: &Roots, o: &Options) -> anyhow::Result<Report> {
     } else {
         format!(
             "the data file is not on DAX ({fs}): the direct mode read the page cache through a \
-             shared mapping, not persistent memory (give --dir a file system mounted -o dax)"
+             shared mapping, not persistent memory (give --data-dir a file system mounted -o dax)"
         )
     };
     Ok(Report {

@@ -4,8 +4,8 @@
 //! node, per page size. Each row carries the bytes per node that
 //! `/proc/self/numa_maps` showed, so the table proves where the pages were.
 
-use crate::cmd::bench_common::{gbps, parse_count_arg, parse_size_arg, PoolTopUp, Skipped};
-use crate::output::{Out, Table};
+use crate::cmd::bench_common::{gbps, parse_count_arg, PoolTopUp, Skipped};
+use crate::output::{Out, Table, Usage};
 use anyhow::Context;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{HostSnapshot, Probe, Roots};
@@ -19,11 +19,11 @@ use std::time::Instant;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Region size.
-    #[arg(long, default_value = "256M", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "256M", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: u64,
-    /// Page sizes to compare (comma-separated): 4k, 2m, 1g.
-    #[arg(long, value_delimiter = ',', default_value = "4k,2m")]
-    pub page_size: Vec<String>,
+    /// Page sizes to compare (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "4k,2m", value_parser = crate::values::page_size())]
+    pub page_size: Vec<PageSize>,
     /// Runs per placement and page size, each on a fresh region (best and
     /// median are reported).
     #[arg(long, default_value_t = 3, value_parser = parse_count_arg::<usize>)]
@@ -115,8 +115,11 @@ fn pick_nodes(host: &HostSnapshot, asked: Option<u32>) -> anyhow::Result<Option<
                 .nodes
                 .iter()
                 .find(|n| n.node == id)
-                .with_context(|| format!("--cpu-node {id}: there is no node {id}"))?;
-            anyhow::ensure!(!n.cpus.is_empty(), "--cpu-node {id}: node {id} has no CPUs");
+                .ok_or_else(|| Usage(format!("--cpu-node {id}: there is no node {id}")))?;
+            anyhow::ensure!(
+                !n.cpus.is_empty(),
+                Usage(format!("--cpu-node {id}: node {id} has no CPUs"))
+            );
             n
         }
         None => host
@@ -127,8 +130,10 @@ fn pick_nodes(host: &HostSnapshot, asked: Option<u32>) -> anyhow::Result<Option<
     };
     anyhow::ensure!(
         has_memory(cpu),
-        "node {} has no memory, so nothing is local to its CPUs: pick another --cpu-node",
-        cpu.node
+        Usage(format!(
+            "node {} has no memory, so nothing is local to its CPUs: pick another --cpu-node",
+            cpu.node
+        ))
     );
     let memory: Vec<u32> = host
         .nodes
@@ -291,8 +296,7 @@ pub(crate) fn measure(probe: &Probe, a: &Args, note: &dyn Fn(&str)) -> anyhow::R
     };
 
     let mut pages = Vec::new();
-    for p in &a.page_size {
-        let page: PageSize = p.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    for &page in &a.page_size {
         let bytes = page
             .bytes()
             .context("--page-size takes explicit sizes (4k, 2m, 1g)")?;

@@ -9,11 +9,9 @@
 //! in steps and read PageTables after each: a row per count, and per page
 //! size the least-squares slope (bytes per added process) and intercept.
 
-use crate::cmd::bench_common::{
-    bench_region, fit, parse_count_arg, parse_size_arg, reap, PoolTopUp, Skipped,
-};
+use crate::cmd::bench_common::{bench_region, fit, parse_count_arg, reap, PoolTopUp, Skipped};
 use crate::output::{Out, Table};
-use anyhow::{bail, Context};
+use anyhow::Context;
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB};
 use hugeshm_probe::{Probe, Roots};
 use hugeshm_region::{Backend, PageSize, Region};
@@ -25,17 +23,17 @@ use std::time::{Duration, Instant};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Region size.
-    #[arg(long, default_value = "4G", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "4G", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: u64,
     /// Processes that attach and touch the whole region; several counts
     /// (comma-separated) attach them in steps and print the slope.
     #[arg(long, value_delimiter = ',', default_value = "64", value_parser = parse_count_arg::<u32>)]
     pub procs: Vec<u32>,
-    /// Page sizes (comma-separated): 4k, 2m, 1g.
-    #[arg(long, value_delimiter = ',', default_value = "4k,2m")]
-    pub page_size: Vec<String>,
-    /// Backend of the region (named: sysv, hugetlbfs or posix).
-    #[arg(long, default_value = "sysv")]
+    /// Page sizes (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "4k,2m", value_parser = crate::values::page_size())]
+    pub page_size: Vec<PageSize>,
+    /// Backend of the region (one the children find by name).
+    #[arg(long, default_value = "sysv", value_parser = crate::values::named_backend())]
     pub backend: Backend,
     /// Do not raise the huge page pools for the run.
     #[arg(long)]
@@ -226,11 +224,6 @@ fn signed_bytes(b: f64) -> String {
 
 /// Runs the bench.
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
-    if !a.backend.is_named() {
-        bail!(
-            "--backend must be a named backend (sysv, hugetlbfs or posix): children attach by name"
-        );
-    }
     let mut counts = a.procs.clone();
     counts.sort_unstable();
     counts.dedup();
@@ -241,8 +234,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mut rows = Vec::new();
     let mut growth = Vec::new();
     let mut skipped = Vec::new();
-    for ps_text in &a.page_size {
-        let page: PageSize = ps_text.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    for &page in &a.page_size {
         let ps = page
             .bytes()
             .context("--page-size takes explicit sizes (4k, 2m, 1g)")?;

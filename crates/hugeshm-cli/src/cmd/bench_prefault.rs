@@ -8,7 +8,7 @@
 //! methods in [`measure_peers`]), then the ratios ([`add_ratios`]) and,
 //! for a sweep, the growth lines ([`growth`]).
 
-use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, PoolTopUp, Skipped};
+use crate::cmd::bench_common::{parse_count_arg, PoolTopUp, Skipped};
 use crate::cmd::bench_prefault_sample::{
     bench_peer, bench_prefault, memset_baseline, PeerMethod, PeerSample, PrefaultSample,
 };
@@ -25,11 +25,11 @@ pub struct Args {
     /// Region size; several (comma-separated, e.g. 1G,2G,4G) make a sweep
     /// with GB/s per size and the slope (seconds per GB) per page size and
     /// thread count.
-    #[arg(long, value_delimiter = ',', default_value = "4G", value_parser = parse_size_arg)]
+    #[arg(long, value_delimiter = ',', default_value = "4G", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: Vec<u64>,
-    /// Page sizes to compare (comma-separated): 4k, 2m, 1g.
-    #[arg(long, value_delimiter = ',', default_value = "4k,2m")]
-    pub page_size: Vec<String>,
+    /// Page sizes to compare (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "4k,2m", value_parser = crate::values::page_size())]
+    pub page_size: Vec<PageSize>,
     /// Thread counts to compare (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads: Vec<usize>,
@@ -38,7 +38,8 @@ pub struct Args {
     pub runs: usize,
     /// Backend for huge pages (4 KiB pages always use posix: files in /dev/shm,
     /// the "memory-mapped files" style).
-    #[arg(long, default_value = "anon")]
+    #[arg(long = "backend", alias = "huge-backend", value_name = "BACKEND", default_value = "anon",
+          value_parser = crate::values::backend())]
     pub huge_backend: Backend,
     /// Do not raise the huge page pools for the run (by default, as root, the
     /// bench adds the pages it needs and gives them back afterwards).
@@ -78,14 +79,9 @@ pub(crate) struct Options {
 impl Args {
     /// The options of the command line.
     pub(crate) fn options(&self) -> anyhow::Result<Options> {
-        let page_sizes = self
-            .page_size
-            .iter()
-            .map(|p| p.parse().map_err(|e: String| anyhow::anyhow!(e)))
-            .collect::<anyhow::Result<_>>()?;
         Ok(Options {
             sizes: self.size.clone(),
-            page_sizes,
+            page_sizes: self.page_size.clone(),
             threads: self.threads.clone(),
             runs: self.runs,
             huge_backend: self.huge_backend,
@@ -342,7 +338,7 @@ pub(crate) fn measure(probe: &Probe, o: &Options, note: &dyn Fn(&str)) -> anyhow
     threads.dedup();
     anyhow::ensure!(
         !threads.is_empty(),
-        "--threads needs at least one count above 0"
+        crate::output::Usage("--threads needs at least one count above 0".into())
     );
 
     // Memory: the memset baseline maps `size` bytes of ordinary memory, and
@@ -353,13 +349,15 @@ pub(crate) fn measure(probe: &Probe, o: &Options, note: &dyn Fn(&str)) -> anyhow
         let most = avail / 10 * 9;
         anyhow::ensure!(
             largest <= most,
-            "--size {} is more than the bench can measure here: the memset baseline maps \
-             that much ordinary memory (as does a 4 KiB region), and MemAvailable is {} \
-             (huge pages already in the pools are not part of it); pass a --size of at \
-             most {}",
-            format_bytes(largest),
-            format_bytes(avail),
-            format_bytes(most)
+            crate::output::Usage(format!(
+                "--size {} is more than the bench can measure here: the memset baseline maps \
+                 that much ordinary memory (as does a 4 KiB region), and MemAvailable is {} \
+                 (huge pages already in the pools are not part of it); pass a --size of at \
+                 most {}",
+                format_bytes(largest),
+                format_bytes(avail),
+                format_bytes(most)
+            ))
         );
     }
 

@@ -15,6 +15,7 @@ pub mod exporter;
 pub mod exporter_http;
 pub mod generate;
 pub mod lab;
+mod man_sections;
 pub mod region;
 pub mod run;
 pub mod segments;

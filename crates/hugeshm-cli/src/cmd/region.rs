@@ -16,22 +16,23 @@ pub struct CreateArgs {
     /// The region's name (letters, digits, `-`, `_`, `.`).
     #[arg(value_parser = parse_region_name)]
     pub name: String,
-    /// Size: 1G, 512M, 10G.
-    #[arg(long, value_parser = crate::cmd::bench_common::parse_size_arg)]
+    /// Size: 512M, 1G, 1.5G, 10GiB (powers of 1024; 10GB is refused: write
+    /// 10G, or 10000000000 for 10^9 bytes).
+    #[arg(long, value_parser = crate::values::size, allow_hyphen_values = true)]
     pub size: u64,
-    /// Page size: 4k, 2m, 1g, or largest (the largest whose pool holds the region).
-    #[arg(long, default_value = "largest")]
+    /// Page size: 4k, 2m, 1g (or another power of two the kernel offers), or
+    /// largest (the largest whose pool holds the region).
+    #[arg(long, default_value = "largest", value_parser = crate::values::page_size_or_largest())]
     pub page_size: PageSize,
-    /// off: never huge; try: all huge or all 4 KiB, with the reason; only: all huge or fail.
-    #[arg(long, default_value = "only")]
+    /// What to do when the huge pages cannot be had.
+    #[arg(long, default_value = "only", value_parser = crate::values::policy())]
     pub policy: Policy,
     /// Pre-fault threads (default: the CPUs this process may use; 0 skips the pre-fault).
     #[arg(long)]
     pub prefault_threads: Option<usize>,
-    /// sysv, memfd, hugetlbfs, posix, anon, or dax (a file on persistent
-    /// memory mounted -o dax, or a device-dax, mapped MAP_SYNC: durable; --dir
-    /// picks the mount, --device the device).
-    #[arg(long, default_value = "sysv")]
+    /// Where the memory comes from (dax: --dir picks the -o dax mount,
+    /// --device the device-dax).
+    #[arg(long, default_value = "sysv", value_parser = crate::values::backend())]
     pub backend: Backend,
     /// Lock the region in memory (checked against the memlock limit first).
     #[arg(long)]
@@ -55,9 +56,8 @@ pub struct CreateArgs {
     /// (--device /dev/dax0.0: the region takes the device from offset 0).
     #[arg(long, visible_alias = "device")]
     pub dir: Option<PathBuf>,
-    /// When the name exists and nobody holds it (its creator crashed):
-    /// refuse (default), reuse it keeping its contents, or recreate it.
-    #[arg(long, default_value = "refuse")]
+    /// When the name exists and nobody holds it (kept, or left by a crash).
+    #[arg(long, default_value = "refuse", value_parser = crate::values::reclaim())]
     pub reclaim: Reclaim,
     /// Keep this process alive holding the region until it is interrupted
     /// (needed for memfd and anon regions, which live only while mapped).
@@ -75,7 +75,7 @@ pub struct RmArgs {
     #[arg(value_parser = parse_region_name)]
     pub name: String,
     /// Only this backend (default: every backend a name finds: sysv, posix, hugetlbfs, memfd, dax).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::values::backend())]
     pub backend: Option<Backend>,
     /// Remove the per-node set NAME (NAME.node0, NAME.node1, ...) that
     /// `create --numa per-node` made; nothing is removed while any part is held.
@@ -145,8 +145,8 @@ pub struct TrustArgs {
     #[arg(long, value_parser = parse_owner)]
     pub owner: Option<u32>,
     /// Accept group/other write access up to this mode (default 0600: a
-    /// region others may write is refused).
-    #[arg(long = "mode", default_value = "0600", value_parser = parse_mode)]
+    /// region others may write is refused). `create --mode` sets the bits.
+    #[arg(long, alias = "mode", value_name = "MODE", default_value = "0600", value_parser = parse_mode)]
     pub accept_mode: u32,
 }
 
@@ -161,15 +161,15 @@ impl TrustArgs {
     }
 }
 
-/// A uid, or a login name from /etc/passwd.
+/// A uid, or a login name of the system's user database (NSS: /etc/passwd,
+/// LDAP, SSSD... as `getent passwd NAME` sees it).
 pub(crate) fn parse_owner(s: &str) -> Result<u32, String> {
     if let Ok(uid) = s.parse() {
         return Ok(uid);
     }
-    std::fs::read_to_string("/etc/passwd")
-        .ok()
-        .and_then(|t| hugeshm_parse::passwd::uid_of(&t, s))
-        .ok_or_else(|| format!("{s:?} is neither a uid nor a user in /etc/passwd"))
+    hugeshm_probe::Users::system()
+        .uid_of(s)
+        .ok_or_else(|| format!("{s:?} is neither a uid nor a user of this host (getent passwd)"))
 }
 
 /// The backends a name is looked for in when none is given, in order:
@@ -226,10 +226,12 @@ pub(crate) fn region_error(e: RegionError) -> anyhow::Error {
 /// Runs `create`.
 pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     if !a.backend.is_named() && !a.hold {
-        bail!(
-            "a {} region lives only while a process maps it: add --hold to keep this process holding it",
+        return Err(crate::output::Usage(format!(
+            "a {} region lives only while a process maps it: add --hold to keep this process \
+             holding it",
             a.backend
-        );
+        ))
+        .into());
     }
     let bar = ProgressBar::new("pre-faulting");
     let mut b = RegionBuilder::new(a.size)
@@ -241,6 +243,7 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
         .mode(a.mode)
         .reclaim(a.reclaim)
         .numa(a.numa.clone())
+        .keep(!a.hold)
         .name(a.name.clone());
     if let Some(t) = a.prefault_threads {
         b = b.prefault_threads(t);

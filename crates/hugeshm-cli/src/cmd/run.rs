@@ -59,16 +59,14 @@ pub struct Args {
     /// The server's executable, when COMMAND is a wrapper that execs it
     /// (pg_ctl, pg_ctlcluster, mysqld_safe): a file name (matched against
     /// the executable's name) or a path. Default: COMMAND itself.
-    #[arg(long, value_name = "NAME|PATH")]
+    #[arg(long, value_name = "NAME|PATH", value_hint = clap::ValueHint::AnyPath)]
     pub target: Option<OsString>,
-    /// keep (what the server asks), 2m or 1g: mappings are moved onto that
-    /// page size, their length rounded up.
-    #[arg(long, default_value = "keep", value_parser = parse_page_size)]
+    /// The page size mappings are moved onto, their length rounded up.
+    #[arg(long, default_value = "keep",
+          value_parser = crate::values::Listed::new(&RUN_PAGE_SIZES, parse_page_size))]
     pub page_size: RunPageSize,
-    /// try: a mapping that cannot get its pages falls back whole to 4 KiB
-    /// pages, with one line on stderr; only: the call fails with ENOMEM
-    /// after one line with the numbers and the fix.
-    #[arg(long, default_value = "try", value_parser = parse_policy)]
+    /// What a mapping that cannot get its huge pages does.
+    #[arg(long, default_value = "try", value_parser = crate::values::run_policy())]
     pub policy: Policy,
     /// Where the pages go: interleave[=NODES], bind=NODES, preferred=NODE,
     /// weighted-interleave[=NODES] (mbind before the first touch; the
@@ -87,7 +85,7 @@ pub struct Args {
     #[arg(long)]
     pub private: bool,
     /// Smaller mappings and segments are left alone.
-    #[arg(long, default_value = "64M", value_parser = crate::cmd::bench_common::parse_size_arg)]
+    #[arg(long, default_value = "64M", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub min_size: u64,
     /// The interposition library (default: ../lib/hugeshm/libhugeshm-run.so
     /// beside this binary, then /usr/lib/hugeshm/).
@@ -101,24 +99,24 @@ pub struct Args {
     #[arg(long, requires = "print_env")]
     pub json: bool,
     /// The server (or a wrapper that execs it) and its arguments.
-    #[arg(last = true, value_name = "COMMAND")]
+    #[arg(last = true, value_name = "COMMAND", value_hint = clap::ValueHint::CommandWithArguments)]
     pub command: Vec<OsString>,
 }
 
+/// `--page-size`'s values in help and completions.
+const RUN_PAGE_SIZES: [(&str, &str); 3] = [
+    ("keep", "The page size the server asks for"),
+    ("2m", "2 MiB huge pages"),
+    ("1g", "1 GiB huge pages"),
+];
+
 fn parse_page_size(s: &str) -> Result<RunPageSize, String> {
-    if s.eq_ignore_ascii_case("keep") {
+    if s.trim().eq_ignore_ascii_case("keep") {
         return Ok(RunPageSize::Keep);
     }
-    match s.parse::<hugeshm_region::PageSize>()? {
-        hugeshm_region::PageSize::Huge(p) if p >= 2 << 20 => Ok(RunPageSize::Huge(p)),
+    match crate::values::huge_page_bytes(s)? {
+        p if p >= 2 << 20 => Ok(RunPageSize::Huge(p)),
         _ => Err(format!("{s:?}: expected keep, 2m or 1g")),
-    }
-}
-
-fn parse_policy(s: &str) -> Result<Policy, String> {
-    match s.parse::<Policy>()? {
-        Policy::Off => Err("off: run the server without hugeshm run".to_owned()),
-        p => Ok(p),
     }
 }
 
@@ -560,8 +558,12 @@ mod tests {
         assert_eq!(parse_page_size("keep").unwrap(), RunPageSize::Keep);
         assert_eq!(parse_page_size("2m").unwrap(), RunPageSize::Huge(2 << 20));
         assert!(parse_page_size("4k").is_err());
-        assert!(parse_policy("off").is_err());
-        assert_eq!(parse_policy("on").unwrap(), Policy::Only);
+        use clap::ValueEnum;
+        assert!(crate::values::RunPolicyArg::from_str("off", false).is_err());
+        assert_eq!(
+            crate::values::RunPolicyArg::from_str("on", false),
+            Ok(crate::values::RunPolicyArg::Only)
+        );
         assert!(parse_numa("per-node").is_err());
         assert_eq!(parse_prefault("populate").unwrap(), RunPrefault::Populate);
         assert_eq!(parse_prefault("3").unwrap(), RunPrefault::Threads(Some(3)));

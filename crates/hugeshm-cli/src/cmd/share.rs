@@ -18,7 +18,7 @@ pub struct AttachArgs {
     #[arg(value_parser = crate::cmd::region::parse_region_name)]
     pub name: String,
     /// Its backend (default: whichever of sysv, posix, hugetlbfs, memfd, dax has the name).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::values::backend())]
     pub backend: Option<Backend>,
     #[command(flatten)]
     pub place: PlaceArgs,
@@ -42,8 +42,10 @@ pub struct LsArgs {
     /// Print the regions as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Exit 1 when a region is orphaned, crashed or damaged (another
-    /// user's SysV segment, listed `untrusted`, is not counted).
+    /// Exit 1 when a region is orphaned (its creator, one of its users, is
+    /// gone), crashed or damaged. A region made to be kept (`create`
+    /// without `--hold`) that nobody attaches is listed `kept` and not
+    /// counted, nor is another user's SysV segment (`untrusted`).
     #[arg(long)]
     pub check: bool,
 }
@@ -289,7 +291,7 @@ pub fn ls(roots: &Roots, a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
     // Another user's segment (`untrusted`: its header is not read) is no
     // fault of this host's regions.
     let bad = |r: &RegionInfo| {
-        r.is_orphaned() || !matches!(r.state.as_str(), "ready" | "initializing" | "untrusted")
+        r.is_abandoned() || !matches!(r.state.as_str(), "ready" | "initializing" | "untrusted")
     };
     if a.json {
         out.json_doc(&crate::output::Keyed("regions", &regions))?;
@@ -300,7 +302,9 @@ pub fn ls(roots: &Roots, a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
             "name", "backend", "state", ">size", "page", "holders", "creator", "created",
         ]);
         for r in &regions {
-            let state = if r.is_orphaned() && r.state.as_str() == "ready" {
+            let state = if r.is_kept_unattached() {
+                "kept".to_string()
+            } else if r.is_orphaned() && r.state.as_str() == "ready" {
                 out.good("orphaned", false)
             } else if bad(r) {
                 out.good(r.state.as_str(), false)
@@ -347,6 +351,23 @@ pub fn ls(roots: &Roots, a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
                 r.name,
                 r.backend,
                 r.detail.clone().unwrap_or_default()
+            ))?;
+        }
+        for r in regions.iter().filter(|r| r.is_kept_unattached()) {
+            // The fix names the directory a file region was made in.
+            let fix = r
+                .fix
+                .as_ref()
+                .map(|f| format!(": {}", f.render(Renderer::Cli)))
+                .unwrap_or_default();
+            out.line(format!(
+                "  {} {} ({}): kept, not attached (made to outlive its creator{}){fix}",
+                out.severity(hugeshm_doctor::Severity::Info),
+                r.name,
+                r.backend,
+                r.creator_pid
+                    .map(|p| format!(", pid {p}, which exited"))
+                    .unwrap_or_default(),
             ))?;
         }
         for r in regions.iter().filter(|r| bad(r)) {

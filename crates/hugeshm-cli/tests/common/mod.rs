@@ -61,3 +61,20 @@ pub fn on_fixture(name: &str) -> Command {
         .arg(dir.join("fs"));
     c
 }
+
+/// Reads `child`'s piped stderr until a line contains `needle` (panics
+/// when it ends first), then drains the rest in a thread so the child
+/// never blocks on a full pipe.
+pub fn wait_for_stderr(child: &mut std::process::Child, needle: &str) {
+    use std::io::{BufRead, BufReader};
+    let mut err = BufReader::new(child.stderr.take().expect("stderr piped"));
+    let mut line = String::new();
+    while !line.contains(needle) {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "stderr ended before {needle:?}"
+        );
+    }
+    std::thread::spawn(move || for _ in err.lines() {});
+}

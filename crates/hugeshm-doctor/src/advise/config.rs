@@ -226,7 +226,7 @@ impl PlanConfig {
     }
 
     /// Replaces each `:UID` domain with the login name `name` gives it
-    /// (from the host's /etc/passwd), where it gives one.
+    /// (from the host's user database), where it gives one.
     pub fn name_memlock_users(&mut self, name: impl Fn(u32) -> Option<String>) {
         let users = self
             .memlock_users

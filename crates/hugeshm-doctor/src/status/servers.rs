@@ -19,7 +19,7 @@ pub struct ServerLimit {
     /// The systemd unit that runs it (from `/proc/PID/cgroup`).
     pub unit: Option<String>,
     /// The user it runs as, as limits.conf names it: the login name from
-    /// the host's `/etc/passwd`, else `:UID`.
+    /// the host's user database (NSS; a fixture's `etc/passwd`), else `:UID`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// Bytes of huge page shared memory it maps.
@@ -87,17 +87,16 @@ pub(super) fn servers(
             }
         }
     }
-    let passwd = std::fs::read_to_string(probe.roots.fs.join("etc/passwd")).unwrap_or_default();
+    let users = hugeshm_probe::Users::of(&probe.roots);
     by_pid
         .into_values()
         .filter_map(|mut e| {
             let limits = probe.pid(e.pid).limits().ok()?;
             e.memlock_bytes = limits.memlock_soft_bytes;
             if let Ok(st) = probe.pid(e.pid).status() {
-                e.user = st.uid.map(|u| {
-                    hugeshm_parse::passwd::name_of(&passwd, u)
-                        .map_or_else(|| format!(":{u}"), str::to_owned)
-                });
+                e.user = st
+                    .uid
+                    .map(|u| users.name_of(u).unwrap_or_else(|| format!(":{u}")));
                 e.locked_bytes = st.vm_lck_bytes.unwrap_or(0);
                 e.cap_ipc_lock = st.has_cap_ipc_lock();
                 e.exempt = e.cap_ipc_lock

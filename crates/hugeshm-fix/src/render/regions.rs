@@ -101,7 +101,12 @@ pub(super) fn trust_owner(
     mode: u32,
 ) -> String {
     let accept = match who {
-        Renderer::Cli => format!("add --owner {uid} --mode {mode:04o}"),
+        // attach and rm accept a mode; create's --mode sets the bits (and
+        // accepts up to them).
+        Renderer::Cli => format!(
+            "add --owner {uid} --accept-mode {mode:04o} to attach or rm, --owner {uid} --mode \
+             {mode:04o} to create"
+        ),
         Renderer::C => format!(
             "hugeshm_options_set_owner(opts, {uid}) and \
              hugeshm_options_set_mode(opts, 0{mode:o})"
@@ -314,8 +319,9 @@ mod tests {
         };
         assert_eq!(
             t.render(Renderer::Cli),
-            "only if uid 1000 and mode 0660 are to be trusted: add --owner 1000 --mode 0660; \
-             otherwise have uid 1000 remove it (hugeshm rm sga --backend posix)"
+            "only if uid 1000 and mode 0660 are to be trusted: add --owner 1000 --accept-mode \
+             0660 to attach or rm, --owner 1000 --mode 0660 to create; otherwise have uid 1000 \
+             remove it (hugeshm rm sga --backend posix)"
         );
         assert!(t.render(Renderer::C).contains(
             "hugeshm_options_set_owner(opts, 1000) and hugeshm_options_set_mode(opts, 0660)"

@@ -109,6 +109,7 @@ impl RegionBuilder {
         );
         hdr.hugetlb = huge;
         hdr.thp = matches!(plan.backing, Backing::Thp(_));
+        hdr.kept = self.keep && self.name.is_some();
         let spec = Spec {
             name: self.name.as_deref(),
             backend: self.backend,

@@ -82,6 +82,7 @@ pub struct RegionBuilder {
     progress: Option<Progress>,
     reclaim: Reclaim,
     pmd_sharing: bool,
+    keep: bool,
     probe: Probe,
     owner: Option<u32>,
     numa: Placement,
@@ -102,6 +103,7 @@ impl std::fmt::Debug for RegionBuilder {
             .field("progress", &self.progress.is_some())
             .field("reclaim", &self.reclaim)
             .field("pmd_sharing", &self.pmd_sharing)
+            .field("keep", &self.keep)
             .field("probe", &self.probe.roots)
             .field("owner", &self.owner)
             .field("numa", &self.numa)
@@ -132,6 +134,7 @@ impl RegionBuilder {
             progress: None,
             reclaim: Reclaim::Refuse,
             pmd_sharing: true,
+            keep: false,
             probe: Probe::default(),
             owner: None,
             numa: Placement::Default,
@@ -233,6 +236,16 @@ impl RegionBuilder {
     /// on first touch).
     pub fn prefault_threads(mut self, threads: usize) -> Self {
         self.prefault_threads = Some(threads);
+        self
+    }
+
+    /// Marks a named region as made to outlive this process (the header's
+    /// [`kept`](crate::RegionHeader::kept)): once its creator exits, `ls`
+    /// lists it as kept, not attached (normal), rather than orphaned (what
+    /// a crashed or departed holder leaves). Default: false, the creator is
+    /// one of its users.
+    pub fn keep(mut self, keep: bool) -> Self {
+        self.keep = keep;
         self
     }
 

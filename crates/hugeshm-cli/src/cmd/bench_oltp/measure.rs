@@ -285,19 +285,16 @@ pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow
 
 /// What the options must be before anything is made.
 fn check_options(o: &Options) -> anyhow::Result<()> {
-    anyhow::ensure!(o.workers > 0, "--workers must be at least 1");
-    crate::cmd::bench_common::check_duration(o.duration_seconds)?;
     anyhow::ensure!(
-        o.block_size.is_power_of_two() && (512..=1 << 20).contains(&o.block_size),
-        "--block-size {} must be a power of two from 512 bytes to 1 MiB",
-        o.block_size
+        o.workers > 0,
+        crate::output::Usage("--workers must be at least 1".into())
     );
-    anyhow::ensure!(
-        o.cache_size_bytes >= o.block_size && o.data_size_bytes >= o.block_size,
-        "--cache-size and --data-size must hold at least one {}-byte block",
-        o.block_size
-    );
-    Ok(())
+    crate::cmd::bench_common::check_cache_run(
+        o.duration_seconds,
+        o.block_size,
+        o.cache_size_bytes,
+        o.data_size_bytes,
+    )
 }
 
 /// The data file, sparse, in a private directory made in `o.data_dir`
@@ -403,7 +400,7 @@ mod tests {
         );
         assert_eq!(
             err(&|o| o.cache_size_bytes = 4096),
-            "--cache-size and --data-size must hold at least one 8192-byte block"
+            "--cache-size (4096) and --data-size (268435456) must hold at least one 8192-byte block"
         );
         assert!(err(&|o| o.duration_seconds = 0.0).starts_with("--duration 0 must be"));
     }

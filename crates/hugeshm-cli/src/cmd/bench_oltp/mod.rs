@@ -28,11 +28,10 @@ pub use measure::measure;
 pub use report::{ModeResult, Report, Row, RunSummary};
 pub use worker::worker;
 
-use crate::cmd::bench_common::{parse_count_arg, parse_size_arg};
+use crate::cmd::bench_common::parse_count_arg;
 use crate::output::Out;
-use anyhow::bail;
 use hugeshm_probe::Roots;
-use hugeshm_region::{Backend, PageSize};
+use hugeshm_region::Backend;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,35 +42,37 @@ use workload::Dist;
 pub struct Args {
     /// Bytes of cached blocks (the buffer pool; the region adds its
     /// descriptors and hash table).
-    #[arg(long, default_value = "1G", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "1G", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub cache_size: u64,
     /// Size of the data file (blocks beyond the cache are read with pread).
-    #[arg(long, default_value = "1G", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "1G", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub data_size: u64,
     /// Worker processes.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub workers: u32,
     /// Seconds of each timed run (and of the warm-up run).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = crate::values::duration)]
     pub duration: f64,
     /// Timed runs per row after the warm-up (best and median reported).
     #[arg(long, default_value_t = 3, value_parser = parse_count_arg::<u32>)]
     pub runs: u32,
-    /// Page sizes (comma-separated): 4k, 2m, 1g.
-    #[arg(long, value_delimiter = ',', default_value = "4k,2m")]
-    pub page_sizes: Vec<String>,
-    /// Backends (comma-separated): sysv, posix (files in /dev/shm, as
-    /// Oracle's AMM), anon (forked workers), memfd, hugetlbfs.
-    #[arg(long, value_delimiter = ',', default_value = "sysv,posix")]
+    /// Page sizes (comma-separated).
+    #[arg(long = "page-size", alias = "page-sizes", value_name = "PAGE_SIZE", value_delimiter = ',',
+          default_value = "4k,2m", value_parser = crate::values::page_size_bytes())]
+    pub page_sizes: Vec<u64>,
+    /// Backends (comma-separated; posix: files in /dev/shm, as Oracle's AMM;
+    /// anon: forked workers).
+    #[arg(long = "backend", alias = "backends", value_name = "BACKEND", value_delimiter = ',',
+          default_value = "sysv,posix", value_parser = crate::values::backend())]
     pub backends: Vec<Backend>,
-    /// Block choice: uniform or zipf.
-    #[arg(long, default_value = "uniform")]
+    /// Which blocks the transactions read.
+    #[arg(long, default_value = "uniform", value_enum)]
     pub dist: Dist,
     /// Percentage of transactions that write their block.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub write_pct: u32,
-    /// Block size.
-    #[arg(long, default_value = "8k", value_parser = parse_size_arg)]
+    /// Block size: a power of two from 512 bytes to 1 MiB.
+    #[arg(long, default_value = "8k", value_parser = crate::values::block_size, allow_hyphen_values = true)]
     pub block_size: u64,
     /// Directory of the data file (a sparse file in a private directory
     /// made there, all removed afterwards; refused if it or a directory
@@ -124,21 +125,13 @@ pub struct Options {
 impl Args {
     /// The options of the command line.
     pub fn options(&self) -> anyhow::Result<Options> {
-        let mut page_sizes = Vec::new();
-        for p in &self.page_sizes {
-            let ps: PageSize = p.parse().map_err(|e: String| anyhow::anyhow!(e))?;
-            match ps.bytes() {
-                Some(b) if ps != PageSize::Largest => page_sizes.push(b),
-                _ => bail!("--page-sizes takes explicit sizes (4k, 2m, 1g)"),
-            }
-        }
         Ok(Options {
             cache_size_bytes: self.cache_size,
             data_size_bytes: self.data_size,
             workers: self.workers,
             duration_seconds: self.duration,
             runs: self.runs,
-            page_sizes,
+            page_sizes: self.page_sizes.clone(),
             backends: self.backends.clone(),
             dist: self.dist,
             write_pct: self.write_pct,
@@ -246,16 +239,10 @@ mod tests {
             #[command(flatten)]
             args: Args,
         }
-        let options = |sizes: &str| {
-            Cli::try_parse_from(["oltp", "--page-sizes", sizes])
-                .unwrap()
-                .args
-                .options()
-        };
-        assert_eq!(options("4k,2m").unwrap().page_sizes, [4096, 2 << 20]);
-        assert_eq!(
-            options("4k,largest").unwrap_err().to_string(),
-            "--page-sizes takes explicit sizes (4k, 2m, 1g)"
-        );
+        let parse = |sizes: &str| Cli::try_parse_from(["oltp", "--page-size", sizes]);
+        let options = parse("4k,2m").unwrap().args.options().unwrap();
+        assert_eq!(options.page_sizes, [4096, 2 << 20]);
+        let err = parse("4k,largest").err().unwrap();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
     }
 }

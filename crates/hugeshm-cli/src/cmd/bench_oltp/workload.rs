@@ -18,25 +18,15 @@ use serde::{Deserialize, Serialize};
 use hugeshm_cache::{Cache, CacheError, Lookups, Prefetch, Stats};
 
 /// Which blocks the operations pick.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Dist {
     /// Every block equally likely.
     Uniform,
     /// Zipfian with exponent 0.99 (YCSB's), hot blocks scattered over the
     /// file.
+    #[value(alias = "zipfian")]
     Zipf,
-}
-
-impl std::str::FromStr for Dist {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "uniform" => Ok(Dist::Uniform),
-            "zipf" | "zipfian" => Ok(Dist::Zipf),
-            _ => Err(format!("{s:?}: expected uniform or zipf")),
-        }
-    }
 }
 
 impl std::fmt::Display for Dist {

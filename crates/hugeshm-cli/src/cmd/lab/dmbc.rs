@@ -95,7 +95,7 @@ impl Lab for Dmbc {
             "the data file was on DAX: the direct mode read persistent memory in place"
         } else {
             "no DAX here: the direct mode read the page cache through the mapping, so this \
-             measures the copies saved, not persistent memory (run `hugeshm bench dmbc --dir` on a \
+             measures the copies saved, not persistent memory (run `hugeshm bench dmbc --data-dir` on a \
              mount with -o dax for that)"
         };
         out.comparisons.push(

@@ -53,7 +53,13 @@ fn page_sizes(ctx: &Ctx<'_>) -> Vec<u64> {
 fn multi_node(ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<Option<Vec<Bar>>> {
     let a = Args {
         size: region_bytes(ctx),
-        page_size: page_sizes(ctx).into_iter().map(page_size_short).collect(),
+        page_size: page_sizes(ctx)
+            .into_iter()
+            .map(|b| match b {
+                4096 => hugeshm_region::PageSize::Base,
+                b => hugeshm_region::PageSize::Huge(b),
+            })
+            .collect(),
         runs: ctx.runs(),
         cpu_node: None,
         no_reserve: !ctx.reserve,
