@@ -16,7 +16,7 @@ use anstyle::{AnsiColor, Style};
 use hugeshm_doctor::Severity;
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 
 /// The version of the shape of every `--json` document (the `"schema"` key).
 /// Raised when a key is removed or renamed or changes type or meaning in any
@@ -60,15 +60,12 @@ impl<T: Serialize + ?Sized> Serialize for Keyed<'_, T> {
 /// Where a command writes.
 pub struct Out {
     color: bool,
-    /// Whether stdout is a terminal (progress bars only then).
-    pub tty: bool,
     buf: std::io::BufWriter<Box<dyn Write + Send>>,
 }
 
 impl Out {
     /// Stdout with the colour choice resolved.
     pub fn new(choice: ColorChoice) -> Self {
-        let tty = stdout().is_terminal();
         let color = match choice {
             ColorChoice::Always => true,
             ColorChoice::Never => false,
@@ -78,7 +75,6 @@ impl Out {
         };
         Out {
             color,
-            tty,
             buf: std::io::BufWriter::new(Box::new(stdout())),
         }
     }
@@ -90,7 +86,6 @@ impl Out {
         let text = Captured::default();
         let out = Out {
             color: false,
-            tty: false,
             buf: std::io::BufWriter::new(Box::new(text.clone())),
         };
         (out, text)

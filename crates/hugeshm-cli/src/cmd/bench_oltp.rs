@@ -14,6 +14,7 @@ pub(crate) mod workload;
 
 use crate::cmd::bench_common::{parse_count_arg, parse_size_arg, DataFile, PoolTopUp, Skipped};
 use crate::output::{Out, Table};
+use crate::progress::Steps;
 use anyhow::{bail, Context};
 use hugeshm_cache::{Cache, Layout, Stats};
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -769,9 +770,23 @@ fn measure_row(
     Ok(row)
 }
 
+/// The steps of one row ([`measure_row`]): create, prewarm, the
+/// warm-ups and the timed runs of the cache (and of the raw loop).
+fn row_steps(o: &Options) -> u64 {
+    let modes = if o.raw { 2 } else { 1 };
+    2 + modes * (1 + u64::from(o.runs.max(1)))
+}
+
+/// How many steps [`measure`] takes: a row per page size and backend.
+pub fn planned_steps(o: &Options) -> u64 {
+    (o.page_sizes.len() * o.backends.len()) as u64 * row_steps(o)
+}
+
 /// Runs the bench and returns its report (pools raised and given back,
-/// regions and the data file removed, whatever happens).
-pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow::Result<Report> {
+/// regions and the data file removed, whatever happens); each run is a
+/// step of `steps` ([`planned_steps`] of them).
+pub fn measure(roots: &Roots, o: &Options, steps: &Steps) -> anyhow::Result<Report> {
+    let note = &mut |s: &str| steps.begin(s);
     anyhow::ensure!(o.workers > 0, "--workers must be at least 1");
     crate::cmd::bench_common::check_duration(o.duration_seconds)?;
     anyhow::ensure!(
@@ -821,6 +836,7 @@ pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow
             None
         };
         for &backend in &o.backends {
+            let _part = steps.part(row_steps(o));
             if let Some(sk) = &unavailable {
                 rows.push(empty_row(ps, backend, sk.reason.clone(), sk.fix.clone()));
                 continue;
@@ -879,35 +895,10 @@ fn fmt_tps(v: f64) -> String {
 /// Runs the bench and prints it.
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let o = a.options()?;
-    let tty = out.tty && !a.json;
-    let steps = (o.page_sizes.len() * o.backends.len()) as u64;
-    let mut row_no = 0u64;
-    let mut last = String::new();
-    let mut note = |s: &str| {
-        if !tty {
-            return;
-        }
-        let prefix = s.split(':').next().unwrap_or("").to_owned();
-        if prefix != last && s.contains(':') {
-            row_no += 1;
-            last = prefix;
-        }
-        let done = row_no.saturating_sub(1).min(steps);
-        let width = 20;
-        let fill = (done * width / steps.max(1)) as usize;
-        crate::terminal::eprogress(
-            &format!(
-                "[{}{}] {row_no}/{steps} {s:<60}",
-                "#".repeat(fill),
-                ".".repeat(width as usize - fill)
-            ),
-            0,
-        );
-    };
-    let report = measure(roots, &o, &mut note)?;
-    if tty {
-        crate::terminal::eprogress_clear(100);
-    }
+    let steps = Steps::new("bench oltp", planned_steps(&o));
+    let report = measure(roots, &o, &steps);
+    steps.finish();
+    let report = report?;
     if a.json {
         out.json_doc(&report)?;
         return Ok(ExitCode::SUCCESS);

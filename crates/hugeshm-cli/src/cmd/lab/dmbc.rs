@@ -9,7 +9,7 @@
 //! which.
 
 use super::model::{Comparison, Ctx, DataTable, Lab, Plot, PlotKind, Reproduction, Series};
-use crate::cmd::bench_dmbc::{measure, ModeRun, Options, FIELD};
+use crate::cmd::bench_dmbc::{measure, ModeRun, Options, FIELD, STEPS};
 use crate::cmd::bench_oltp::workload::Dist;
 use hugeshm_parse::size::{format_bytes, MIB};
 use std::path::PathBuf;
@@ -29,6 +29,10 @@ impl Lab for Dmbc {
     }
     fn title(&self) -> &'static str {
         "The directly mapped buffer cache: blocks read in place from a mapped data file against copied into buffers"
+    }
+
+    fn steps(&self, _: &Ctx<'_>) -> u64 {
+        STEPS
     }
 
     fn run(&self, ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<()> {
@@ -56,8 +60,7 @@ impl Lab for Dmbc {
             duration_seconds: if ctx.quick { 0.3 } else { 3.0 },
             workers: 1,
         };
-        (ctx.progress)("dmbc: classic and direct mode");
-        let r = measure(&ctx.probe.roots, &o)?;
+        let r = measure(&ctx.probe.roots, &o, ctx.steps)?;
         let mut table = DataTable::new(&[
             "mode",
             "blocks read from",

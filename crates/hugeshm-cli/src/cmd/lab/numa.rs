@@ -49,18 +49,21 @@ fn page_sizes(ctx: &Ctx<'_>) -> Vec<u64> {
     v
 }
 
-/// Two or more memory nodes: `bench numa` as it is.
-fn multi_node(ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<Option<Vec<Bar>>> {
-    let a = Args {
+/// `bench numa`'s options.
+fn args(ctx: &Ctx<'_>) -> Args {
+    Args {
         size: region_bytes(ctx),
         page_size: page_sizes(ctx).into_iter().map(page_size_short).collect(),
         runs: ctx.runs(),
         cpu_node: None,
         no_reserve: !ctx.reserve,
         json: false,
-    };
-    let note = |s: &str| (ctx.progress)(&format!("numa: {s}"));
-    let report = bench_numa::measure(ctx.probe, &a, &note)?;
+    }
+}
+
+/// Two or more memory nodes: `bench numa` as it is.
+fn multi_node(ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<Option<Vec<Bar>>> {
+    let report = bench_numa::measure(ctx.probe, &args(ctx), ctx.steps)?;
     if report.single_node {
         if let Some(m) = report.message {
             out.notes.push(m);
@@ -119,10 +122,8 @@ fn one_node(ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<Vec<Bar>> {
             PageSize::Huge(page)
         };
         let once = |run: &str| {
-            (ctx.progress)(&format!(
-                "numa: local {} pages, {run}",
-                page_size_short(page)
-            ));
+            ctx.steps
+                .begin(&format!("local {} pages, {run}", page_size_short(page)));
             bench_numa::bench_numa(size, ps, Placement::Bind(vec![node]))
                 .map_err(|e| anyhow::anyhow!("{e}"))
         };
@@ -161,6 +162,14 @@ impl Lab for Numa {
     }
     fn title(&self) -> &'static str {
         "local, remote and interleaved memory bandwidth"
+    }
+
+    fn steps(&self, ctx: &Ctx<'_>) -> u64 {
+        match bench_numa::planned_steps(ctx.host, &args(ctx)) {
+            // One memory node: a warm-up and the runs per page size.
+            0 => page_sizes(ctx).len() as u64 * (1 + ctx.runs() as u64),
+            n => n,
+        }
     }
 
     fn run(&self, ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<()> {
