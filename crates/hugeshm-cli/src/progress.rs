@@ -1,18 +1,20 @@
 //! Progress on stderr, drawn only when stderr is a terminal (`indicatif`;
 //! `bench prefault > out.txt` on a terminal still shows it, `2> log` or a
 //! pipe shows nothing): [`Steps`], the plan of a long command (a bench,
-//! the lab).
+//! the lab), and [`Bytes`], `create`'s pre-fault.
 //!
 //! ```text
 //! bench prefault [=====>              ] step 4 of 14, about 12 s left: 2M pages, 2 threads, run 1
+//! pre-faulting [=========>          ] 256 MiB of 512 MiB, 1.0 GB/s, 0.3 s left
 //! ```
 //!
-//! It starts no thread: the line is redrawn when a step begins (the
-//! benches fork workers, which is only safe from a single-threaded
-//! process). Text a user chose (a region's name in a
+//! Neither starts a thread: a line is redrawn when a step begins or a
+//! sample arrives (the benches fork workers, which is only safe from a
+//! single-threaded process). Text a user chose (a region's name in a
 //! label) is made safe for the terminal ([`crate::terminal`]).
 
 use crate::terminal::terminal_safe;
+use hugeshm_parse::size::format_bytes;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -257,6 +259,63 @@ impl Drop for Part {
             plan.begun = self.end;
             plan.total = plan.total.max(self.end);
         }
+    }
+}
+
+/// `create`'s pre-fault on stderr: bytes done of the total, the rate in
+/// decimal GB/s (as the report under it) from the first sample on, and the
+/// time left. Drawn at once ([`new`](Self::new): what is being created,
+/// while it is set up), then from the first sample of the pre-fault.
+#[derive(Clone)]
+pub struct Bytes {
+    bar: indicatif::ProgressBar,
+    /// When the pre-fault began (its first sample), and the last count
+    /// seen.
+    start: Arc<Mutex<Option<(Instant, u64)>>>,
+}
+
+impl Bytes {
+    /// A line that says `setting up` until the pre-fault starts; hidden
+    /// unless stderr is a terminal.
+    pub fn new(what: &str) -> Self {
+        let bar = line();
+        bar.set_message(bar_line(&terminal_safe(what), 0, 1, "setting up"));
+        Bytes {
+            bar,
+            start: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// `done` of `total` bytes (from any thread; serialized, growing).
+    /// A count below the last one is a new pre-fault (the next part of
+    /// `--numa per-node`): its clock starts there.
+    pub fn update(&self, done: u64, total: u64) {
+        let now = Instant::now();
+        let mut start = self.start.lock().unwrap_or_else(|p| p.into_inner());
+        let (t0, first) = match *start {
+            Some((t0, last)) if done >= last => (t0, false),
+            _ => (now, true),
+        };
+        *start = Some((t0, done));
+        // The first sample's count was done before the clock started:
+        // bytes since then over seconds since then.
+        let secs = now.duration_since(t0).as_secs_f64();
+        let mut text = format!("{} of {}", format_bytes(done), format_bytes(total));
+        if !first && secs > 0.0 && done > 0 {
+            let rate = done as f64 / secs;
+            text.push_str(&format!(
+                ", {:.1} GB/s, {} left",
+                rate / 1e9,
+                duration_text(total.saturating_sub(done) as f64 / rate)
+            ));
+        }
+        self.bar
+            .set_message(bar_line("pre-faulting", done, total, &text));
+    }
+
+    /// Rubs the line out.
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
     }
 }
 

@@ -1,5 +1,6 @@
-//! The pre-fault progress bar (`indicatif`): drawn on a terminal with the
-//! bytes, the rate and the time left; absent when stderr is not a terminal.
+//! The pre-fault progress bar (`indicatif`): drawn on a terminal at once,
+//! then with the bytes, the rate (decimal GB/s, as the report) and the time
+//! left; absent when stderr is not a terminal.
 //! A terminal is had from `script` (util-linux); without it the test skips.
 
 mod common;
@@ -31,15 +32,34 @@ fn bar_on_a_terminal_only() {
     let rm = hugeshm(&["rm", &name, "--backend", "posix"]);
     assert!(rm.status.success(), "{rm:?}");
     assert!(out.status.success(), "{out:?}\n{text}");
-    let draws: Vec<&str> = text
-        .split(['\r', '\n'])
+    let lines: Vec<&str> = text.split(['\r', '\n']).collect();
+    // Shown at once, while the region is set up, before any byte.
+    let creating = format!("creating {name} [");
+    let first = lines
+        .iter()
+        .find(|l| l.contains(&creating) || l.contains("pre-faulting ["));
+    assert!(
+        first.is_some_and(|l| l.contains(&creating) && l.contains("setting up")),
+        "{text}"
+    );
+    let draws: Vec<&str> = lines
+        .into_iter()
         .filter(|l| l.contains("pre-faulting ["))
         .collect();
     assert!(!draws.is_empty(), "no progress bar on a terminal:\n{text}");
+    // Decimal GB/s as the report under it, from the first sample with
+    // bytes on (never `0 B/s, 0s left`).
+    for d in &draws {
+        assert!(!d.contains("iB/s") && !d.contains(" 0.0 GB/s"), "{d:?}");
+        if !d.contains("] 0 B of ") {
+            assert!(d.contains(" GB/s, ") && d.contains(" left"), "{d:?}");
+        }
+    }
     let last = draws.last().unwrap();
+    assert!(last.contains("512 MiB of 512 MiB, "), "{last:?}");
     assert!(
-        last.contains("512.00 MiB/512.00 MiB") && last.contains("iB/s, ") && last.contains(" left"),
-        "{last:?}"
+        text.contains(" GB/s, 1 thread"),
+        "the report's rate is in GB/s too: {text}"
     );
     assert!(
         text.contains("region ") && text.contains("pre-fault "),
