@@ -262,6 +262,7 @@ impl Lab for Fallback {
                 ),
                 kind: PlotKind::Bars,
                 x_label: "start".to_owned(),
+                x_counts: false,
                 y_label: "MiB".to_owned(),
                 categories: cases.iter().map(|c| c.label.to_owned()).collect(),
                 series: vec![

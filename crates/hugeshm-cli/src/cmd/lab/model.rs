@@ -233,6 +233,10 @@ pub struct Plot {
     pub kind: PlotKind,
     /// X axis label.
     pub x_label: String,
+    /// Whether x counts things (sessions, processes): ticks on whole
+    /// numbers only.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub x_counts: bool,
     /// Y axis label.
     pub y_label: String,
     /// Bars: the category names along x.

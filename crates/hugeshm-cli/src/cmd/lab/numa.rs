@@ -223,6 +223,7 @@ impl Lab for Numa {
             ),
             kind: PlotKind::Bars,
             x_label: "page size and placement".to_owned(),
+            x_counts: false,
             y_label: "GB/s (best run)".to_owned(),
             categories,
             series: vec![

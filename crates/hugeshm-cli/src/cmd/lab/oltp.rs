@@ -68,6 +68,14 @@ fn cases(ctx: &Ctx<'_>) -> [Case; 2] {
     ]
 }
 
+/// The layouts the plot shows, as the table has them: its name, backend
+/// and page size.
+const LAYOUTS: [(&str, Backend, u64); 3] = [
+    ("/dev/shm file, 4 KiB (AMM)", Backend::Posix, 4096),
+    ("SysV, 4 KiB", Backend::Sysv, 4096),
+    ("SysV, 2 MiB", Backend::Sysv, 2 * MIB),
+];
+
 /// The layouts of one workload, in the order measured: AMM's (4 KiB:
 /// /dev/shm files get no huge pages), then SysV on both page sizes (its
 /// 4 KiB row tells the page size from the backend).
@@ -164,9 +172,16 @@ impl Lab for Oltp {
             }
             let amm = tps(row(&report, Backend::Posix, 4096));
             let sysv = tps(row(&report, Backend::Sysv, 2 * MIB));
+            // Every layout of the table, in its order.
             bars.push(Series {
                 name: case.label.to_owned(),
-                points: vec![(0.0, amm.unwrap_or(0.0)), (1.0, sysv.unwrap_or(0.0))],
+                points: LAYOUTS
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(_, backend, page))| {
+                        (i as f64, tps(row(&report, backend, page)).unwrap_or(0.0))
+                    })
+                    .collect(),
             });
             let setting = format!(
                 "{} of buffers over a {} data file, {} workers, Zipf, 10% writes",
@@ -195,11 +210,9 @@ impl Lab for Oltp {
             title: "OLTP transactions per second by shared memory layout".to_owned(),
             kind: PlotKind::Bars,
             x_label: "layout".to_owned(),
+            x_counts: false,
             y_label: "transactions per second".to_owned(),
-            categories: vec![
-                "/dev/shm file, 4 KiB (AMM)".to_owned(),
-                "SysV, 2 MiB".to_owned(),
-            ],
+            categories: LAYOUTS.iter().map(|l| l.0.to_owned()).collect(),
             series: bars,
         });
         out.notes.push(

@@ -226,6 +226,7 @@ impl Lab for Startup {
             title: "Start-up (create + pre-fault) time against region size".to_owned(),
             kind: PlotKind::Lines,
             x_label: "region size (GiB)".to_owned(),
+            x_counts: false,
             y_label: "seconds (best run)".to_owned(),
             categories: Vec::new(),
             series,
