@@ -74,8 +74,10 @@ fn on_terminal(args: &str) -> (String, String, bool) {
 
 /// The steps `args` showed on a terminal: counted up front (one `n` in
 /// every draw), in order, the last one `n`, the time left told once a step
-/// has run. Returns `n`.
-fn plan_kept(args: &str) -> u64 {
+/// has run; with `every`, each step drawn (none passed over: the count was
+/// not too high; the line draws up to 20 changes at once, so a short plan
+/// is drawn whole). Returns `n`.
+fn plan_kept(args: &str, every: bool) -> u64 {
     let (terminal, stdout, ok) = on_terminal(args);
     assert!(ok, "hugeshm {args} failed:\n{terminal}");
     let d = draws(&terminal);
@@ -90,6 +92,12 @@ fn plan_kept(args: &str) -> u64 {
         "hugeshm {args}: {d:?}"
     );
     assert_eq!(d.last().unwrap().k, n, "hugeshm {args}: {d:?}");
+    if every {
+        assert!(
+            d.windows(2).all(|w| w[1].k - w[0].k <= 1),
+            "hugeshm {args}: steps passed over: {d:?}"
+        );
+    }
     if n > 1 {
         assert!(
             d.iter().any(|x| x.k > 1 && x.left),
@@ -125,30 +133,43 @@ fn bench_and_lab_show_step_k_of_n_on_a_terminal_only() {
 
     // A memset baseline, a warm-up and two runs.
     let prefault = "bench prefault --size 32M --page-size 4k --threads 1 --runs 2 --no-peers";
-    assert_eq!(plan_kept(prefault), 4);
+    assert_eq!(plan_kept(prefault, true), 4);
     // Per row: create, prewarm, the cache's and the raw loop's warm-up and run.
     assert_eq!(
-        plan_kept(&format!(
-            "bench oltp --cache-size 4M --data-size 8M --duration 0.1 --runs 1 \
+        plan_kept(
+            &format!(
+                "bench oltp --cache-size 4M --data-size 8M --duration 0.1 --runs 1 \
              --page-sizes 4k --backends posix --workers 1 --data-dir {dir}"
-        )),
+            ),
+            true
+        ),
         6
     );
     assert_eq!(
-        plan_kept(&format!(
-            "bench dmbc --dir {dir} --data-size 8M --cache-size 2M --duration 0.1"
-        )),
+        plan_kept(
+            &format!("bench dmbc --dir {dir} --data-size 8M --cache-size 2M --duration 0.1"),
+            true
+        ),
         3
     );
     assert_eq!(
-        plan_kept("bench pagetables --size 8M --procs 2,4 --page-size 4k --backend sysv"),
+        plan_kept(
+            "bench pagetables --size 8M --procs 2,4 --page-size 4k --backend sysv",
+            true
+        ),
         3
     );
     assert_eq!(
-        plan_kept("bench attach --size 8M --page-size 4k --backend sysv --runs 2"),
+        plan_kept(
+            "bench attach --size 8M --page-size 4k --backend sysv --runs 2",
+            true
+        ),
         2
     );
-    assert_eq!(plan_kept("bench scan --procs 3 --size 4M --runs 2"), 3);
+    assert_eq!(
+        plan_kept("bench scan --procs 3 --size 4M --runs 2", true),
+        3
+    );
     // The memset ceiling's three passes per thread count, then bench dmbc's.
     let threads = if hugeshm_region::available_cpus() > 1 {
         2
@@ -156,7 +177,7 @@ fn bench_and_lab_show_step_k_of_n_on_a_terminal_only() {
         1
     };
     assert_eq!(
-        plan_kept("lab --quick --only dmbc --no-reserve"),
+        plan_kept("lab --quick --only dmbc --no-reserve", true),
         3 * threads + 3
     );
 
@@ -170,6 +191,34 @@ fn bench_and_lab_show_step_k_of_n_on_a_terminal_only() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("pre-fault of a 32 MiB region"));
 
     let _ = std::fs::remove_dir_all(&data);
+    let diff = before.diff(&HostState::capture().unwrap());
+    assert!(diff.is_empty(), "left behind: {diff:#?}");
+}
+
+#[test]
+fn the_lab_counts_every_reproductions_steps_before_the_first() {
+    const T: &str = "the_lab_counts_every_reproductions_steps_before_the_first";
+    if Command::new("script").arg("--version").output().is_err() {
+        println!("SKIP {T}: no `script` (util-linux) to give hugeshm a terminal");
+        return;
+    }
+    if !is_root() {
+        println!("SKIP {T}: the lab reserves huge pages as root");
+        return;
+    }
+    let _lock = PoolLock::acquire().expect("pool lock");
+    let before = HostState::capture().unwrap();
+    // Each reproduction's Lab::steps against what it ran, the ceiling's
+    // passes included: the count is kept (none ran more than it said) and
+    // reached.
+    // 60 steps and more, some 10 ms apart: the line may leave some out.
+    let n = plan_kept("lab --quick", false);
+    let threads = if hugeshm_region::available_cpus() > 1 {
+        2
+    } else {
+        1
+    };
+    assert!(n > 3 * threads + 6 * 2, "{n} steps");
     let diff = before.diff(&HostState::capture().unwrap());
     assert!(diff.is_empty(), "left behind: {diff:#?}");
 }
