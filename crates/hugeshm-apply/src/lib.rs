@@ -26,6 +26,6 @@ mod reserve;
 
 pub use persist::{persist, PersistAction, PersistedFile};
 pub use reserve::{
-    apply, apply_to, ApplyError, ApplyOptions, ApplyReport, DemoteChange, PoolChange, PoolFiles,
-    SysfsPools,
+    apply, apply_to, planned_steps, ApplyError, ApplyOptions, ApplyReport, ApplyStep, DemoteChange,
+    PoolChange, PoolFiles, StepHook, SysfsPools,
 };

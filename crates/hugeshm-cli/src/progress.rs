@@ -216,7 +216,6 @@ impl Steps {
     }
 
     /// Steps begun so far (the running one included).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub fn begun(&self) -> u64 {
         self.state().begun
     }
