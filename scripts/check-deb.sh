@@ -35,7 +35,8 @@ for f in ./usr/bin/hugeshm ./usr/lib/libhugeshm.so ./usr/include/hugeshm.h \
     ./usr/share/zsh/vendor-completions/_hugeshm ./usr/share/fish/vendor_completions.d/hugeshm.fish \
     ./lib/systemd/system/hugeshm-apply.service ./lib/systemd/system/hugeshm-exporter.service \
     ./usr/share/hugeshm/prometheus/hugeshm.rules.yml ./usr/share/hugeshm/grafana/hugeshm.json \
-    ./usr/share/doc/hugeshm/examples/plan.toml; do
+    ./usr/share/doc/hugeshm/examples/plan.toml \
+    ./usr/share/doc/hugeshm/docs/fleet.md; do
     grep -qxF "$f" <<<"$contents" || { echo "check-deb.sh: $f is not in the package" >&2; exit 1; }
 done
 
@@ -54,6 +55,17 @@ echo "== /usr/bin/hugeshm status"
 /usr/bin/hugeshm --version
 /usr/bin/hugeshm status --color never | head -n 12
 /usr/bin/hugeshm status --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["schema"] == 1 and "pools" in d, d.keys()'
+
+echo "== the boot plan, as docs/fleet.md sets it up"
+# The package ships the example, not /etc/hugeshm: the docs' install -D
+# makes the directory. Only where the host has no plan of its own.
+if [ ! -e /etc/hugeshm ]; then
+    install -D -m 0644 /usr/share/doc/hugeshm/examples/plan.toml /etc/hugeshm/plan.toml
+    /usr/bin/hugeshm apply --spec /etc/hugeshm/plan.toml --dry-run --color never | tail -n 3
+    rm -r /etc/hugeshm
+else
+    echo "/etc/hugeshm exists on this host: left alone"
+fi
 
 echo "== hugeshm run: /usr/lib/hugeshm/libhugeshm-run.so"
 env="$(/usr/bin/hugeshm run --target sh --prefault --print-env)"

@@ -38,8 +38,9 @@ const HANG: Duration = Duration::from_secs(60);
 /// `prefetch`, `checkpoint`), stopping at the first error. Prints
 /// `RESULT open=<ok|error> done=<ops> error=<Debug>`.
 #[test]
+#[ignore = "helper: its parent test runs it"]
 fn victim_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
+    let Some(spec) = hugeshm_testkit::helper_spec(CHILD_ENV) else {
         return;
     };
     let f: Vec<&str> = spec.split('|').collect();
@@ -183,7 +184,7 @@ impl Scene {
     fn victim(&self, ops: &str) -> Outcome {
         let exe = std::env::current_exe().unwrap();
         let mut child = Command::new(exe)
-            .args(["victim_child", "--exact", "--nocapture", "--test-threads=1"])
+            .args(hugeshm_testkit::helper_args("victim_child"))
             .env(
                 CHILD_ENV,
                 format!("{}|{}|{ops}", self.name, self.data.display()),
@@ -288,6 +289,9 @@ fn whole_again(s: &Scene) {
 /// mode `pread` past it; and 0 or an overflowing count.
 #[test]
 fn data_blocks_beyond_the_file_are_refused() {
+    // Its region in /dev/shm is host state other tests compare under the
+    // pool lock; the end checks that nothing is left.
+    let _pool = hugeshm_testkit::observe!();
     for mode in [Mode::Direct, Mode::Classic] {
         let s = Scene::new(&format!("data-blocks-{mode}"), mode, None);
         let at = control::DATA_BLOCKS;
@@ -309,6 +313,9 @@ fn data_blocks_beyond_the_file_are_refused() {
 /// buffers) with the fields that follow from it made to agree.
 #[test]
 fn geometry_fields_are_checked_against_the_region() {
+    // Its region in /dev/shm is host state other tests compare under the
+    // pool lock; the end checks that nothing is left.
+    let _pool = hugeshm_testkit::observe!();
     for mode in [Mode::Classic, Mode::Direct] {
         let s = Scene::new(&format!("geometry-{mode}"), mode, None);
         let l = s.layout();
@@ -370,6 +377,9 @@ fn geometry_fields_are_checked_against_the_region() {
 /// the hostile block), nor overflow the offset.
 #[test]
 fn hostile_block_numbers_are_not_written_back() {
+    // Its region in /dev/shm is host state other tests compare under the
+    // pool lock; the end checks that nothing is left.
+    let _pool = hugeshm_testkit::observe!();
     for mode in [Mode::Classic, Mode::Direct] {
         let s = Scene::new(&format!("tags-{mode}"), mode, Some(8));
         for blk in 0..8 {
@@ -404,6 +414,9 @@ fn hostile_block_numbers_are_not_written_back() {
 /// instead of walking it forever.
 #[test]
 fn hostile_chain_links_end() {
+    // Its region in /dev/shm is host state other tests compare under the
+    // pool lock; the end checks that nothing is left.
+    let _pool = hugeshm_testkit::observe!();
     let s = Scene::new("links", Mode::Classic, Some(8));
     for blk in 0..8 {
         drop(s.cache().read(blk).unwrap());
@@ -435,6 +448,9 @@ fn hostile_chain_links_end() {
 /// that needs one (a miss) gives up after the lock timeout.
 #[test]
 fn a_held_partition_lock_times_out() {
+    // Its region in /dev/shm is host state other tests compare under the
+    // pool lock; the end checks that nothing is left.
+    let _pool = hugeshm_testkit::observe!();
     let s = Scene::new("partition", Mode::Classic, Some(8));
     let l = s.layout();
     for p in 0..l.partitions {
@@ -453,6 +469,9 @@ fn a_held_partition_lock_times_out() {
 /// checkpoint's write-back does.
 #[test]
 fn a_held_stripe_lock_times_out() {
+    // Its region in /dev/shm is host state other tests compare under the
+    // pool lock; the end checks that nothing is left.
+    let _pool = hugeshm_testkit::observe!();
     let s = Scene::new("stripe", Mode::Direct, Some(8));
     let l = s.layout();
     for blk in 0..BLOCKS {
@@ -480,6 +499,9 @@ fn a_held_stripe_lock_times_out() {
 /// after the lock timeout, naming what it waited for.
 #[test]
 fn held_buffer_words_time_out() {
+    // Its region in /dev/shm is host state other tests compare under the
+    // pool lock; the end checks that nothing is left.
+    let _pool = hugeshm_testkit::observe!();
     let s = Scene::new("state", Mode::Classic, Some(8));
     drop(s.cache().read(3).unwrap());
     let l = s.layout();
@@ -523,6 +545,9 @@ fn held_buffer_words_time_out() {
 /// (direct mode) the stripe lock an in-place read holds.
 #[test]
 fn the_format_is_the_one_the_tests_write() {
+    // Its region in /dev/shm is host state other tests compare under the
+    // pool lock; the end checks that nothing is left.
+    let _pool = hugeshm_testkit::observe!();
     for mode in [Mode::Classic, Mode::Direct] {
         let s = Scene::new(&format!("format-{mode}"), mode, Some(8));
         let l = s.layout();

@@ -172,6 +172,9 @@ fn a_full_pin_count_refuses_pins() {
 /// flags are as before and only the version tells.
 #[test]
 fn a_change_inside_f_fails_the_check() {
+    // Its region in /dev/shm is host state other tests compare under the
+    // pool lock; the end checks that nothing is left.
+    let _pool = hugeshm_testkit::observe!();
     let (data, name, cache) = named_cache("opt-inside", 8, 1);
     let other = Cache::open(
         Locator::new(&name, Backend::Posix).attach().unwrap(),
@@ -261,6 +264,9 @@ fn a_change_inside_f_fails_the_check() {
 /// returns must be one block at one counter.
 #[test]
 fn retags_under_an_optimistic_reader() {
+    // Its region in /dev/shm is host state other tests compare under the
+    // pool lock; the end checks that nothing is left.
+    let _pool = hugeshm_testkit::observe!();
     let (data, name, cache) = named_cache("opt-retag", 8, 4);
     let stop = Arc::new(AtomicBool::new(false));
     let churn: Vec<_> = (0..2u64)

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard, PoolLock};
+use hugeshm_testkit::{is_root, live, observe};
 
 const MIB2: u64 = 2 << 20;
 
@@ -107,12 +107,6 @@ fn run_ok(cmd: &mut Command, what: &str) -> Output {
     out
 }
 
-#[track_caller]
-fn assert_no_leak(before: &HostState, what: &str) {
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "{what}: left behind: {diff:#?}");
-}
-
 fn unique(tag: &str) -> String {
     format!("capi-{tag}-{}", std::process::id())
 }
@@ -154,23 +148,21 @@ impl Drop for Cleanup {
 #[test]
 fn c_null_and_invalid_arguments_are_errors() {
     let exe = share_exe();
-    let _lock = PoolLock::acquire().unwrap();
-    let before = HostState::capture().unwrap();
+    let pool = observe!();
     let out = run_ok(c_command(&exe).arg("nulls"), "share nulls");
     assert!(String::from_utf8_lossy(&out.stdout).contains("OK nulls"));
-    assert_no_leak(&before, "share nulls");
+    pool.finish();
 }
 
 #[test]
 fn c_orphaned_region_is_refused_then_reused_on_request() {
     let exe = share_exe();
-    let _lock = PoolLock::acquire().unwrap();
-    let before = HostState::capture().unwrap();
+    let pool = observe!();
     let name = unique("reclaim");
     let out = run_ok(c_command(&exe).args(["reclaim", &name]), "share reclaim");
     let _ = hugeshm_region::remove(&name, hugeshm_region::Backend::Posix);
     assert!(String::from_utf8_lossy(&out.stdout).contains("OK reclaim"));
-    assert_no_leak(&before, "share reclaim");
+    pool.finish();
 }
 
 /// The same in a directory of its own on /dev/shm: the orphan's fix names
@@ -178,8 +170,7 @@ fn c_orphaned_region_is_refused_then_reused_on_request() {
 #[test]
 fn c_orphaned_region_in_a_directory_is_named_with_it() {
     let exe = share_exe();
-    let _lock = PoolLock::acquire().unwrap();
-    let before = HostState::capture().unwrap();
+    let pool = observe!();
     let dir = hugeshm_testkit::TempDir::under(Path::new("/dev/shm"), "capi-dir");
     let d = dir.path().display().to_string();
     let name = unique("reclaim-dir");
@@ -194,21 +185,17 @@ fn c_orphaned_region_in_a_directory_is_named_with_it() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
     drop(dir);
-    assert_no_leak(&before, "share reclaim DIR");
+    pool.finish();
 }
 
 #[test]
 fn c_two_processes_share_a_region_by_name() {
     let exe = share_exe();
-    if skip_unless_root("c_two_processes_share_a_region_by_name") {
-        return;
-    }
-    let pool = PoolGuard::new().unwrap();
+    let Some(pool) = live!() else { return };
     let pages = 4;
     if let Err(e) = pool.ensure_free(MIB2, pages) {
         panic!("cannot reserve {pages} x 2 MiB pages: {e}");
     }
-    let before = HostState::capture().unwrap();
     let name = unique("share");
     let size = pages * MIB2;
     let mut cleanup = Cleanup {
@@ -293,8 +280,7 @@ fn c_two_processes_share_a_region_by_name() {
         "share remove (gone)",
     );
     drop(cleanup);
-    assert_no_leak(&before, "two C processes");
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 /// `hugeshm_options_set_numa("bind=0")` on this host's node 0: every page
@@ -302,24 +288,16 @@ fn c_two_processes_share_a_region_by_name() {
 /// (The 2-node cases run in the guest: hugeshm's guest_numa_region test.)
 #[test]
 fn c_numa_bind_places_and_reports() {
-    if !hugeshm_testkit::is_root() {
-        println!("SKIP c_numa_bind_places_and_reports: needs root for the 2 MiB pool");
-        return;
-    }
-    let pool = PoolGuard::new().unwrap();
-    if let Err(e) = pool.ensure_free(MIB2, 4) {
-        println!("SKIP c_numa_bind_places_and_reports: {e}");
-        return;
-    }
-    let before = HostState::capture().unwrap();
+    // Root for the 2 MiB pool.
+    let Some(pool) = live!() else { return };
+    pool.ensure_free(MIB2, 4).expect("4 free 2 MiB pages");
     let out = run_ok(
         c_command(&share_exe()).args(["numa", "0", "4"]),
         "share numa",
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("OK numa"), "{text}");
-    assert_no_leak(&before, "numa");
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 #[test]
@@ -328,20 +306,13 @@ fn c_pool_shortfall_is_an_error_with_numbers_and_fix() {
     // Root gives the pool a few pages, so that the numbers are not all 0
     // (restored at the end); others only hold the lock, so that no other
     // test changes the pool meanwhile.
-    let (pool, _lock) = if hugeshm_testkit::is_root() {
-        let pool = PoolGuard::new().unwrap();
-        if let Err(e) = pool.ensure_free(MIB2, 2) {
-            println!("note: could not reserve 2 x 2 MiB pages ({e}); testing the pool as it is");
-        }
-        (Some(pool), None)
-    } else {
-        (None, Some(PoolLock::acquire().unwrap()))
-    };
+    let pool = observe!();
+    if is_root() {
+        pool.ensure_free(MIB2, 2).expect("2 free 2 MiB pages");
+    }
     let Some((_, free, resv)) = pool_2m() else {
-        println!("SKIP c_pool_shortfall_is_an_error_with_numbers_and_fix: no 2 MiB pool");
-        return;
+        return pool.skip("no 2 MiB pool");
     };
-    let before = HostState::capture().unwrap();
     let name = unique("short");
     let _cleanup = Cleanup {
         name: name.clone(),
@@ -358,17 +329,13 @@ fn c_pool_shortfall_is_an_error_with_numbers_and_fix() {
         text.contains(&format!("required {required}")),
         "message has the numbers: {text}"
     );
-    assert_no_leak(&before, "shortfall");
-    if let Some(pool) = pool {
-        pool.restore().unwrap();
-    }
+    pool.finish();
 }
 
 #[test]
 fn c_example_builds_and_runs() {
     let exe = compile(&crate_dir().join("examples/c/region.c"), "region");
-    let _lock = PoolLock::acquire().unwrap();
-    let before = HostState::capture().unwrap();
+    let pool = observe!();
     let name = unique("example");
     // posix on base pages: needs neither root nor huge pages.
     let out = run_ok(
@@ -379,7 +346,7 @@ fn c_example_builds_and_runs() {
     assert!(text.contains("size            4194304 bytes"), "{text}");
     assert!(text.contains("reads \"hello from pid"), "{text}");
     assert!(text.contains("destroyed"), "{text}");
-    assert_no_leak(&before, "example");
+    pool.finish();
 }
 
 /// `nm -D`: the `hugeshm_*` functions the library exports are exactly the

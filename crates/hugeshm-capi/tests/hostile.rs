@@ -13,6 +13,9 @@ use hugeshm::*;
 
 #[test]
 fn c_attach_refuses_hostile_headers() {
+    // Its region in /dev/shm is host state other tests compare under the
+    // pool lock; the end checks that nothing is left.
+    let pool = hugeshm_testkit::observe!();
     let name = format!("capi-hostile-{}", std::process::id());
     let (region, _) = RegionBuilder::new(1 << 20)
         .name(&name)
@@ -83,4 +86,5 @@ fn c_attach_refuses_hostile_headers() {
     assert!(ok > 0 && refused > 0);
     file.write_all_at(&original, 0).unwrap();
     region.destroy().unwrap();
+    pool.finish();
 }

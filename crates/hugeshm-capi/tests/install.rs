@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use hugeshm_testkit::{HostState, PoolLock};
+use hugeshm_testkit::{observe, skip, test_name};
 
 fn crate_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -50,11 +50,10 @@ fn install_script_pkg_config_and_example() {
         .output()
         .is_err()
     {
-        println!(
-            "SKIP install_script_pkg_config_and_example: pkg-config is not installed \
-             (Debian package pkg-config)"
+        return skip(
+            test_name!(),
+            "pkg-config is not installed (Debian package pkg-config)",
         );
-        return;
     }
     let prefix = TempPrefix(
         Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("prefix-{}", std::process::id())),
@@ -125,8 +124,7 @@ fn install_script_pkg_config_and_example() {
     let ldd = run(Command::new("ldd").arg(&fully_static));
     assert!(!ldd.contains("libhugeshm"), "{ldd}");
 
-    let _lock = PoolLock::acquire().unwrap();
-    let before = HostState::capture().unwrap();
+    let pool = observe!();
     for (exe, tag) in [(&shared, "shared"), (&fully_static, "static")] {
         let name = format!("capi-install-{tag}-{}", std::process::id());
         let out = run(Command::new(exe)
@@ -136,6 +134,5 @@ fn install_script_pkg_config_and_example() {
         assert!(out.contains("size            2097152 bytes"), "{out}");
         assert!(out.contains("destroyed"), "{out}");
     }
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
+    pool.finish();
 }

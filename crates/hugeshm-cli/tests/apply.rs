@@ -8,7 +8,7 @@ mod common;
 use common::{hugeshm, json, nr_2m};
 use hugeshm_probe::FS_ROOT_ENV;
 
-use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard, TestProc};
+use hugeshm_testkit::{live, skip_unless_root, test_name, Lack, TestProc};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,12 +42,7 @@ fn all_pools() -> Vec<(PathBuf, u64)> {
 
 #[test]
 fn apply_reserves_and_reads_back() {
-    const T: &str = "apply_reserves_and_reads_back";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
-    let before = HostState::capture().unwrap();
+    let Some(pool) = live!() else { return };
     let files = all_pools();
     // A dry run changes nothing.
     let dry = json(hugeshm(&[
@@ -79,17 +74,12 @@ fn apply_reserves_and_reads_back() {
     ]));
     assert_eq!(adv["pools"][0]["current_pages"], 8);
     assert_eq!(adv["pools"][0]["pages"], 8);
-    pool.restore().expect("restore");
-    assert!(before.diff(&HostState::capture().unwrap()).is_empty());
+    pool.finish();
 }
 
 #[test]
 fn more_than_the_machine_has_changes_nothing() {
-    const T: &str = "more_than_the_machine_has_changes_nothing";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
+    let Some(pool) = live!() else { return };
     let files = all_pools();
     let mem_total: u64 = std::fs::read_to_string("/proc/meminfo")
         .unwrap()
@@ -107,18 +97,14 @@ fn more_than_the_machine_has_changes_nothing() {
     );
     assert!(err.contains("nothing was changed"), "{err}");
     assert_eq!(all_pools(), files, "every pool is exactly as before");
-    pool.restore().expect("restore");
+    pool.finish();
 }
 
 /// A pool on a node the host does not have is refused up front with the
 /// host's nodes (it was a sysfs path error, its cause printed twice).
 #[test]
 fn a_node_the_host_does_not_have_is_refused() {
-    const T: &str = "a_node_the_host_does_not_have_is_refused";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
+    let Some(pool) = live!() else { return };
     let files = all_pools();
     let out = hugeshm(&["apply", "--size", "64M", "--node", "999"]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
@@ -129,16 +115,12 @@ fn a_node_the_host_does_not_have_is_refused() {
         "{err}"
     );
     assert_eq!(all_pools(), files, "every pool is exactly as before");
-    pool.restore().expect("restore");
+    pool.finish();
 }
 
 #[test]
 fn shrinking_a_pool_in_use_is_refused() {
-    const T: &str = "shrinking_a_pool_in_use_is_refused";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
+    let Some(pool) = live!() else { return };
     pool.ensure_free(M2, 4).expect("4 free 2 MiB pages");
     let tp = TestProc::spawn(["sysv-huge:8M", "--touch"]).expect("testproc");
     let files = all_pools();
@@ -151,13 +133,12 @@ fn shrinking_a_pool_in_use_is_refused() {
     assert_eq!(all_pools(), files);
     assert_eq!(nr_2m(), in_use);
     drop(tp);
-    pool.restore().expect("restore");
+    pool.finish();
 }
 
 #[test]
 fn persist_twice_into_a_staging_root() {
-    const T: &str = "persist_twice_into_a_staging_root";
-    if skip_unless_root(T) {
+    if skip_unless_root(test_name!()) {
         return;
     }
     let root = std::env::temp_dir().join(format!("hugeshm-apply-root-{}", std::process::id()));
@@ -256,33 +237,29 @@ fn read_u64(p: &str) -> u64 {
 
 #[test]
 fn apply_demotes_a_free_gigabyte_page() {
-    const T: &str = "apply_demotes_a_free_gigabyte_page";
     const G1: &str = "/sys/kernel/mm/hugepages/hugepages-1048576kB";
     const M2DIR: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB";
     const GIB: u64 = 1 << 30;
-    if skip_unless_root(T) {
-        return;
-    }
+    let Some(pool) = live!() else { return };
     if !Path::new(&format!("{G1}/demote")).exists() {
-        println!("SKIP {T}: no {G1}/demote (Linux 5.16+ with 1 GiB pages)");
-        return;
+        return pool.skip_lacking(
+            Lack::Demote,
+            format_args!("no {G1}/demote (Linux 5.16+ with 1 GiB pages)"),
+        );
     }
-    let pool = PoolGuard::new().expect("pool lock");
-    let before = HostState::capture().unwrap();
     // An empty 2 MiB pool: the plan grows it by exactly one gigabyte.
     std::fs::write(format!("{M2DIR}/nr_hugepages"), "0\n").unwrap();
     if nr_2m() != 0 {
-        println!(
-            "SKIP {T}: 2 MiB pages in use on this host ({} left)",
-            nr_2m()
-        );
-        pool.restore().expect("restore");
-        return;
+        let left = nr_2m();
+        return pool.skip(format_args!(
+            "2 MiB pages in use on this host ({left} left)"
+        ));
     }
     if let Err(e) = pool.ensure_free(GIB, 1) {
-        println!("SKIP {T}: no 1 GiB page to be had at run time: {e}");
-        pool.restore().expect("restore");
-        return;
+        return pool.skip_lacking(
+            Lack::GiganticPage,
+            format_args!("no 1 GiB page to be had at run time: {e}"),
+        );
     }
     let g_before = read_u64(&format!("{G1}/nr_hugepages"));
 
@@ -342,7 +319,6 @@ fn apply_demotes_a_free_gigabyte_page() {
     // The kernel's own counts agree.
     assert_eq!(nr_2m(), 512);
     assert_eq!(read_u64(&format!("{G1}/nr_hugepages")), g_before - 1);
-    pool.restore()
-        .expect("restore (a fresh 1 GiB page for the demoted one)");
-    assert!(before.diff(&HostState::capture().unwrap()).is_empty());
+    // The restore reserves a fresh 1 GiB page for the demoted one.
+    pool.finish();
 }

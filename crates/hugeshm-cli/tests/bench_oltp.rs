@@ -6,7 +6,7 @@
 mod common;
 
 use common::{hugeshm, json};
-use hugeshm_testkit::{is_root, HostState, PoolGuard};
+use hugeshm_testkit::{is_root, observe};
 use serde_json::Value;
 
 fn f(v: &Value) -> f64 {
@@ -53,11 +53,11 @@ fn check_mode(m: &Value, runs: usize, cache: bool, what: &str) {
 
 #[test]
 fn bench_oltp_small_real_run() {
+    // 2 MiB pages as root (the bench raises the pool). The pool guard
+    // serializes with every other test that changes or compares host state
+    // and checks at the end that everything is back.
     let root = is_root();
-    // The pool guard serializes with every other pool-changing test and
-    // checks the pools are back afterwards.
-    let pool = root.then(|| PoolGuard::new().expect("pool guard"));
-    let before = HostState::capture().expect("capture");
+    let pool = observe!();
     let dir = std::env::temp_dir().join(format!("hugeshm-oltp-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pages = if root { "4k,2m" } else { "4k" };
@@ -157,16 +157,7 @@ fn bench_oltp_small_real_run() {
         "data file left"
     );
     std::fs::remove_dir(&dir).unwrap();
-    let after = HostState::capture().expect("capture");
-    let ours: Vec<String> = before
-        .diff(&after)
-        .into_iter()
-        .filter(|d| d.contains("bench-oltp") || d.starts_with("hugepages"))
-        .collect();
-    assert!(ours.is_empty(), "left behind: {ours:#?}");
-    if let Some(p) = pool {
-        p.restore().expect("pools restored");
-    }
+    pool.finish();
 }
 
 #[test]

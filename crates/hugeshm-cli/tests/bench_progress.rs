@@ -8,8 +8,13 @@
 mod common;
 
 use common::cmd;
-use hugeshm_testkit::{is_root, HostState, PoolLock};
+use hugeshm_testkit::live;
 use std::process::Command;
+
+/// Whether `script` (util-linux) is there to give hugeshm a terminal.
+fn have_script() -> bool {
+    Command::new("script").arg("--version").output().is_ok()
+}
 
 /// One draw of the line: step `k` of `n`, and whether it told the time left.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -115,18 +120,12 @@ fn plan_kept(args: &str, every: bool) -> u64 {
 
 #[test]
 fn bench_and_lab_show_step_k_of_n_on_a_terminal_only() {
-    const T: &str = "bench_and_lab_show_step_k_of_n_on_a_terminal_only";
-    if Command::new("script").arg("--version").output().is_err() {
-        println!("SKIP {T}: no `script` (util-linux) to give hugeshm a terminal");
-        return;
+    // Root: the benches make SysV segments and reserve pools; their
+    // segments and files exist only while the pool lock is held.
+    let Some(live) = live!() else { return };
+    if !have_script() {
+        return live.skip("no `script` (util-linux) to give hugeshm a terminal");
     }
-    if !is_root() {
-        println!("SKIP {T}: the benches make SysV segments and reserve pools as root");
-        return;
-    }
-    // The benches' segments and files exist only while the lock is held.
-    let _lock = PoolLock::acquire().expect("pool lock");
-    let before = HostState::capture().unwrap();
     let data = std::env::temp_dir().join(format!("hugeshm-steps-{}", std::process::id()));
     std::fs::create_dir_all(&data).unwrap();
     let dir = data.display();
@@ -191,23 +190,16 @@ fn bench_and_lab_show_step_k_of_n_on_a_terminal_only() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("pre-fault of a 32 MiB region"));
 
     let _ = std::fs::remove_dir_all(&data);
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
+    live.finish();
 }
 
 #[test]
 fn the_lab_counts_every_reproductions_steps_before_the_first() {
-    const T: &str = "the_lab_counts_every_reproductions_steps_before_the_first";
-    if Command::new("script").arg("--version").output().is_err() {
-        println!("SKIP {T}: no `script` (util-linux) to give hugeshm a terminal");
-        return;
+    // Root: the lab reserves huge pages.
+    let Some(live) = live!() else { return };
+    if !have_script() {
+        return live.skip("no `script` (util-linux) to give hugeshm a terminal");
     }
-    if !is_root() {
-        println!("SKIP {T}: the lab reserves huge pages as root");
-        return;
-    }
-    let _lock = PoolLock::acquire().expect("pool lock");
-    let before = HostState::capture().unwrap();
     // Each reproduction's Lab::steps against what it ran, the ceiling's
     // passes included: the count is kept (none ran more than it said) and
     // reached.
@@ -219,6 +211,5 @@ fn the_lab_counts_every_reproductions_steps_before_the_first() {
         1
     };
     assert!(n > 3 * threads + 6 * 2, "{n} steps");
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
+    live.finish();
 }

@@ -15,7 +15,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use hugeshm_region::testhook::STOP_AT_ENV;
-use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard, TestCgroup};
+use hugeshm_testkit::{assert_no_leaks, live, HostState, Lack, TestCgroup};
 use serde_json::Value;
 
 const M2: u64 = 2 << 20;
@@ -34,14 +34,10 @@ fn in_cgroup(cg: &TestCgroup, args: &[&str]) -> std::process::Command {
 
 #[test]
 fn a_cgroup_limit_below_the_region_is_a_clean_fallback_or_error() {
-    const T: &str = "a_cgroup_limit_below_the_region_is_a_clean_fallback_or_error";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
+    let Some(pool) = live!() else { return };
     pool.ensure_free(M2, 32).expect("32 free 2 MiB pages");
     let before = HostState::capture().unwrap();
-    let Some(cg) = TestCgroup::new("limit", &[(M2, 8 << 20)]) else {
+    let Some(cg) = TestCgroup::new(pool.name(), &[(M2, 8 << 20)]) else {
         return;
     };
     let name = format!("cg-{}", std::process::id());
@@ -90,7 +86,7 @@ fn a_cgroup_limit_below_the_region_is_a_clean_fallback_or_error() {
     assert!(err.contains("to fix: echo 33554432 > "), "{err}");
     assert!(err.contains("hugepages-2Mi: 32Mi"), "{err}");
     assert_eq!(cg.max_events(M2), 0, "decided before any fault");
-    assert_eq!(HostState::capture().unwrap(), before, "only: left behind");
+    assert_no_leaks(&before, "only");
 
     // try: the whole region on 4 KiB pages, with the reason.
     let mut a = create("try");
@@ -114,7 +110,7 @@ fn a_cgroup_limit_below_the_region_is_a_clean_fallback_or_error() {
     assert!(common::hugeshm(&["rm", &name, "--backend", "sysv"])
         .status
         .success());
-    assert_eq!(HostState::capture().unwrap(), before, "try: left behind");
+    assert_no_leaks(&before, "try");
 
     // The limit lowered after the check: refused at fault time, still an
     // error with the numbers and the file.
@@ -203,12 +199,7 @@ fn a_cgroup_limit_below_the_region_is_a_clean_fallback_or_error() {
     .unwrap();
     assert!(holder.wait().unwrap().success());
     drop(cg);
-    assert_eq!(
-        HostState::capture().unwrap(),
-        before,
-        "fault time: left behind"
-    );
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 /// PostgreSQL with `huge_pages = try` started inside a cgroup that allows
@@ -224,14 +215,12 @@ fn a_cgroup_limit_below_the_region_is_a_clean_fallback_or_error() {
 #[test]
 fn postgres_in_a_limited_cgroup_is_explained() {
     use hugeshm_testkit::postgres::{skip_unless_postgres, PgCluster};
-    const T: &str = "postgres_in_a_limited_cgroup_is_explained";
-    if skip_unless_root(T) || skip_unless_postgres(T) {
+    let Some(pool) = live!() else { return };
+    if skip_unless_postgres(pool.name()) {
         return;
     }
-    let pool = PoolGuard::new().expect("pool lock");
     pool.ensure_free(M2, 64).expect("64 free 2 MiB pages");
-    let before = HostState::capture().unwrap();
-    let Some(cg) = TestCgroup::new("pg", &[(M2, 8 << 20)]) else {
+    let Some(cg) = TestCgroup::new(pool.name(), &[(M2, 8 << 20)]) else {
         return;
     };
     {
@@ -294,7 +283,11 @@ fn postgres_in_a_limited_cgroup_is_explained() {
 
         // With the reservation limit: mmap refused, 4 KiB pages.
         if !cg.set_rsvd_limit(M2, 8 << 20) {
-            println!("SKIP part of {T}: no hugetlb.2MB.rsvd.max on this kernel");
+            pool.skip_part(
+                "rsvd",
+                Lack::HugetlbRsvdCgroup,
+                "no hugetlb.2MB.rsvd.max on this kernel",
+            );
         } else {
             pg.start("try").expect("PostgreSQL starts on 4 KiB pages");
             let post = pg.postmaster_pid().expect("postmaster");
@@ -386,8 +379,7 @@ fn postgres_in_a_limited_cgroup_is_explained() {
         }
     }
     drop(cg);
-    assert_eq!(HostState::capture().unwrap(), before, "left behind");
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 /// A server run by systemd does not get limits.d's memlock: `advise` gives
@@ -398,14 +390,12 @@ fn postgres_in_a_limited_cgroup_is_explained() {
 #[test]
 fn postgres_in_a_service_gets_a_memlock_drop_in() {
     use hugeshm_testkit::postgres::{skip_unless_postgres, PgCluster};
-    const T: &str = "postgres_in_a_service_gets_a_memlock_drop_in";
-    if skip_unless_root(T) || skip_unless_postgres(T) {
+    let Some(pool) = live!() else { return };
+    if skip_unless_postgres(pool.name()) {
         return;
     }
-    let pool = PoolGuard::new().expect("pool lock");
     pool.ensure_free(M2, 64).expect("64 free 2 MiB pages");
-    let before = HostState::capture().unwrap();
-    let Some(cg) = TestCgroup::service("pg", &[]) else {
+    let Some(cg) = TestCgroup::service(pool.name(), &[]) else {
         return;
     };
     let unit = cg.dir().file_name().unwrap().to_string_lossy().into_owned();
@@ -457,6 +447,5 @@ fn postgres_in_a_service_gets_a_memlock_drop_in() {
         pg.stop().expect("stop");
     }
     drop(cg);
-    assert_eq!(HostState::capture().unwrap(), before, "left behind");
-    pool.restore().unwrap();
+    pool.finish();
 }

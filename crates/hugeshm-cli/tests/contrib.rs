@@ -8,12 +8,13 @@
 //! SystemCallFilter= against the calls strace sees the exporter make; and
 //! the apply unit's command run on a plan file.
 //!
-//! A tool that is absent skips its test with the reason printed (CI
-//! installs prometheus; systemd and util-linux are on every host here).
+//! A tool that is absent skips its test (`hugeshm_testkit::skip`: a
+//! failure in CI, which installs prometheus; systemd and util-linux are on
+//! every host here).
 
 mod common;
 
-use hugeshm_testkit::{PoolGuard, TempDir};
+use hugeshm_testkit::{live, skip, skip_unless_root, test_name, TempDir};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -33,11 +34,12 @@ fn on_path(bin: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether `bin` is missing (after a skip of `test`).
 fn skip_without(bin: &str, test: &str) -> bool {
     if on_path(bin) {
         return false;
     }
-    eprintln!("{test}: skipped: no {bin} on PATH");
+    skip(test, format_args!("no {bin} on PATH"));
     true
 }
 
@@ -111,7 +113,7 @@ fn emitted_names() -> BTreeSet<String> {
 
 #[test]
 fn alert_rules_pass_promtool_check_and_unit_tests() {
-    let test = "alert_rules_pass_promtool_check_and_unit_tests";
+    let test = test_name!();
     if skip_without("promtool", test) {
         return;
     }
@@ -269,7 +271,7 @@ fn grafana_dashboard_is_valid_and_uses_emitted_metrics() {
 
     // The PromQL parses: promtool checks each one as a recording rule, with
     // Grafana's variables as they expand.
-    if skip_without("promtool", "grafana_dashboard PromQL") {
+    if skip_without("promtool", &format!("{} [PromQL]", test_name!())) {
         return;
     }
     let dir = TempDir::new("contrib-dashboard");
@@ -323,7 +325,7 @@ fn unit_value(text: &str, key: &str) -> String {
 
 #[test]
 fn systemd_units_pass_systemd_analyze_verify() {
-    let test = "systemd_units_pass_systemd_analyze_verify";
+    let test = test_name!();
     if skip_without("systemd-analyze", test) {
         return;
     }
@@ -458,12 +460,9 @@ fn unreadable_processes(setpriv: Option<Vec<String>>) -> u64 {
 
 #[test]
 fn exporter_unit_capabilities_read_other_users_processes() {
-    let test = "exporter_unit_capabilities_read_other_users_processes";
-    if skip_without("setpriv", test) {
-        return;
-    }
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("{test}: skipped: not root (setpriv needs it to switch user)");
+    let test = test_name!();
+    // setpriv needs root to switch user.
+    if skip_without("setpriv", test) || skip_unless_root(test) {
         return;
     }
     let bin = Path::new(env!("CARGO_BIN_EXE_hugeshm"));
@@ -475,12 +474,14 @@ fn exporter_unit_capabilities_read_other_users_processes() {
         .output()
         .unwrap();
     if !probe.status.success() {
-        eprintln!(
-            "{test}: skipped: nobody cannot run {} ({})",
-            bin.display(),
-            String::from_utf8_lossy(&probe.stderr).trim()
+        return skip(
+            test,
+            format_args!(
+                "nobody cannot run {} ({})",
+                bin.display(),
+                String::from_utf8_lossy(&probe.stderr).trim()
+            ),
         );
-        return;
     }
     // A process of root's that nobody cannot read without the capabilities.
     let mut sleeper = Command::new("sleep").arg("60").spawn().unwrap();
@@ -514,17 +515,11 @@ fn exporter_unit_capabilities_read_other_users_processes() {
 
 #[test]
 fn apply_unit_command_reserves_the_plan_file_or_fails_loudly() {
-    let test = "apply_unit_command_reserves_the_plan_file_or_fails_loudly";
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("{test}: skipped: not root");
-        return;
-    }
+    let Some(pool) = live!() else { return };
     let nr = Path::new("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages");
     if !nr.exists() {
-        eprintln!("{test}: skipped: no 2 MiB pool");
-        return;
+        return pool.skip("no 2 MiB pool");
     }
-    let guard = PoolGuard::new().expect("pool guard");
     let dir = TempDir::new("contrib-apply");
     let plan = dir.path().join("plan.toml");
     let unit =
@@ -571,7 +566,7 @@ fn apply_unit_command_reserves_the_plan_file_or_fails_loudly() {
         String::from_utf8_lossy(&out.stdout)
     );
     // The guard gives the pool back as it was.
-    drop(guard);
+    pool.finish();
     assert_eq!(read_nr(), before);
 }
 
@@ -661,7 +656,7 @@ fn traced_syscalls(log: &Path) -> BTreeSet<String> {
 
 #[test]
 fn exporter_unit_syscall_filter_allows_what_the_exporter_calls() {
-    let test = "exporter_unit_syscall_filter_allows_what_the_exporter_calls";
+    let test = test_name!();
     if skip_without("strace", test) || skip_without("systemd-analyze", test) {
         return;
     }

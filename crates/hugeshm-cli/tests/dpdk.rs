@@ -13,7 +13,7 @@
 mod common;
 
 use hugeshm_testkit::dpdk::{skip_unless_testpmd, Testpmd, TestpmdOptions};
-use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
+use hugeshm_testkit::live;
 use serde_json::Value;
 
 const M2: u64 = 2 << 20;
@@ -51,13 +51,11 @@ fn advised_pages(labels: &[String]) -> u64 {
 
 #[test]
 fn a_memfd_mapped_in_pieces_is_sized_whole() {
-    const T: &str = "a_memfd_mapped_in_pieces_is_sized_whole";
-    if skip_unless_root(T) || skip_unless_testpmd(T) {
+    let Some(pool) = live!() else { return };
+    if skip_unless_testpmd(pool.name()) {
         return;
     }
-    let pool = PoolGuard::new().expect("pool lock");
     pool.ensure_free(M2, 40).expect("40 free 2 MiB pages");
-    let before = HostState::capture().unwrap();
     for single_file in [true, false] {
         let pmd = Testpmd::start(&TestpmdOptions {
             single_file_segments: single_file,
@@ -90,8 +88,7 @@ fn a_memfd_mapped_in_pieces_is_sized_whole() {
         assert_eq!(advised_pages(&labels), 32, "advise --live");
         drop(pmd);
     }
-    assert_eq!(HostState::capture().unwrap(), before, "left behind");
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 /// `status --json`'s entry for `pid` among the servers, and the
@@ -123,13 +120,11 @@ fn memlock_of(pid: u32) -> (Value, Vec<Value>) {
 
 #[test]
 fn memlock_is_judged_only_where_the_limit_binds() {
-    const T: &str = "memlock_is_judged_only_where_the_limit_binds";
-    if skip_unless_root(T) || skip_unless_testpmd(T) {
+    let Some(pool) = live!() else { return };
+    if skip_unless_testpmd(pool.name()) {
         return;
     }
-    let pool = PoolGuard::new().expect("pool lock");
     pool.ensure_free(M2, 40).expect("40 free 2 MiB pages");
-    let before = HostState::capture().unwrap();
     {
         // Root: CAP_IPC_LOCK, mlockall of everything (VmLck 128 GiB),
         // under an 8 MiB limit that does not bind it.
@@ -193,8 +188,7 @@ fn memlock_is_judged_only_where_the_limit_binds() {
             "{msg}"
         );
     }
-    assert_eq!(HostState::capture().unwrap(), before, "left behind");
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 /// A small C program run as a user: maps a 2 MiB huge page memfd (so that

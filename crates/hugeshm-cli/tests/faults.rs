@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::{cmd, hugeshm as run, json};
 use hugeshm_region::testhook::STOP_AT_ENV;
-use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
+use hugeshm_testkit::{assert_no_leaks, live, HostState};
 use serde_json::Value;
 
 const M2: u64 = 2 << 20;
@@ -153,11 +153,7 @@ impl Drop for Cleanup {
 
 #[test]
 fn creator_killed_at_every_step_leaves_a_clear_and_removable_state() {
-    const T: &str = "creator_killed_at_every_step_leaves_a_clear_and_removable_state";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
+    let Some(pool) = live!() else { return };
     pool.ensure_free(M2, 70).expect("70 free 2 MiB pages");
     let hugetlbfs = TempMount::new("hugetlbfs", "pagesize=2M");
     let hugetlbfs_dir = hugetlbfs.0.display().to_string();
@@ -238,17 +234,13 @@ fn creator_killed_at_every_step_leaves_a_clear_and_removable_state() {
                 );
             }
             assert!(ls_entry(&name).is_none(), "{what}: still listed");
-            assert_eq!(
-                HostState::capture().unwrap(),
-                before,
-                "{what}: something was left behind"
-            );
+            assert_no_leaks(&before, &what);
         }
     }
     // Unmounted while the pool lock is held: the next test compares the
     // host's state.
     drop(hugetlbfs);
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 /// Puts a `/proc/sys` value back on drop.
@@ -273,15 +265,10 @@ impl Drop for Sysctl {
 /// Each is a clear error with the numbers and the fix, and leaves nothing.
 #[test]
 fn exhausted_resources_are_clear_errors_and_leave_nothing() {
-    const T: &str = "exhausted_resources_are_clear_errors_and_leave_nothing";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
-    let before = HostState::capture().unwrap();
+    let Some(pool) = live!() else { return };
 
     // shmmni: no segment id left.
-    let in_use = before.sysv.len();
+    let in_use = pool.before().sysv.len();
     {
         let _mni = Sysctl::set("/proc/sys/kernel/shmmni", &in_use.max(1).to_string());
         let n = format!("fault-mni-{}", std::process::id());
@@ -310,7 +297,7 @@ fn exhausted_resources_are_clear_errors_and_leave_nothing() {
         assert!(err.contains("kernel.shmmni = "), "{err}");
         assert!(err.contains("to fix: sysctl -w kernel.shmmni="), "{err}");
     }
-    assert_eq!(HostState::capture().unwrap(), before, "shmmni: left behind");
+    assert_no_leaks(pool.before(), "shmmni");
 
     // The pool shrunk under a create: stopped after the memfd record is
     // published (name claimed, nothing reserved yet), the free pages taken
@@ -360,8 +347,7 @@ fn exhausted_resources_are_clear_errors_and_leave_nothing() {
         !std::path::Path::new(&format!("/dev/shm/hugeshm-memfd.{n}")).exists(),
         "the record is taken back"
     );
-    pool.restore().unwrap();
-    assert_eq!(HostState::capture().unwrap(), before, "shrink: left behind");
+    pool.finish();
 }
 
 /// A file system mounted on a fresh directory, unmounted and removed on
@@ -401,11 +387,7 @@ impl Drop for TempMount {
 /// NoSpace with the numbers, never SIGBUS, and the region's file is gone.
 #[test]
 fn tmpfs_filled_during_create_is_no_space_not_sigbus() {
-    const T: &str = "tmpfs_filled_during_create_is_no_space_not_sigbus";
-    if skip_unless_root(T) {
-        return;
-    }
-    let _pool = PoolGuard::new().expect("pool lock");
+    let Some(_pool) = live!() else { return };
     let tiny = TempMount::new("tmpfs", "size=4m");
     let flag = std::env::temp_dir().join(format!("hugeshm-stop-{}-fill", std::process::id()));
     let name = format!("fault-fill-{}", std::process::id());

@@ -2000,8 +2000,7 @@ fn every_json_output_is_a_document_of_this_schema() {
         "{env:#}"
     );
 
-    let lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
-    let before = hugeshm_testkit::HostState::capture().unwrap();
+    let lock = hugeshm_testkit::observe!();
     let created = check(&[
         "create",
         &region,
@@ -2132,9 +2131,7 @@ fn every_json_output_is_a_document_of_this_schema() {
         dmbc["direct"]["tps"].as_f64().is_some_and(|t| t > 0.0),
         "{dmbc:#}"
     );
-    let leaks = before.diff(&hugeshm_testkit::HostState::capture().unwrap());
-    drop(lock);
-    assert!(leaks.is_empty(), "left behind: {leaks:#?}");
+    lock.finish();
 
     // Every command that offers --json is covered above.
     covered.sort();

@@ -6,7 +6,7 @@
 
 mod common;
 
-use hugeshm_testkit::TempDir;
+use hugeshm_testkit::{live, skip, skip_unless_root, TempDir};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -78,10 +78,9 @@ fn advise_shows_a_spec_region_name_escaped() {
 }
 
 /// `setpriv` as user 65534 with no groups, when this test can switch user
-/// and 65534 can run the binary; `None` (the reason printed) otherwise.
+/// and 65534 can run the binary; `None` (after a skip) otherwise.
 fn as_nobody(test: &str) -> Option<impl Fn(&dyn AsRef<std::ffi::OsStr>) -> Command> {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("{test}: skipped: not root");
+    if skip_unless_root(test) {
         return None;
     }
     let make = |program: &dyn AsRef<std::ffi::OsStr>| {
@@ -97,14 +96,15 @@ fn as_nobody(test: &str) -> Option<impl Fn(&dyn AsRef<std::ffi::OsStr>) -> Comma
     {
         Ok(o) if o.status.success() => Some(make),
         Ok(o) => {
-            eprintln!(
-                "{test}: skipped: user 65534 cannot run the binary ({})",
-                String::from_utf8_lossy(&o.stderr).trim()
+            let why = String::from_utf8_lossy(&o.stderr);
+            skip(
+                test,
+                format_args!("user 65534 cannot run the binary ({})", why.trim()),
             );
             None
         }
         Err(e) => {
-            eprintln!("{test}: skipped: no setpriv ({e})");
+            skip(test, format_args!("no setpriv ({e})"));
             None
         }
     }
@@ -121,8 +121,10 @@ impl Drop for Planted {
 
 #[test]
 fn ls_shows_a_planted_name_escaped_and_quotes_it_in_the_fix() {
-    let test = "ls_shows_a_planted_name_escaped_and_quotes_it_in_the_fix";
-    let Some(nobody) = as_nobody(test) else {
+    // Its region in /dev/shm is host state other tests compare under the
+    // pool lock.
+    let Some(pool) = live!() else { return };
+    let Some(nobody) = as_nobody(pool.name()) else {
         return;
     };
     let bin = env!("CARGO_BIN_EXE_hugeshm");
@@ -213,8 +215,10 @@ impl Drop for Holder {
 
 #[test]
 fn segments_shows_a_process_name_escaped() {
-    let test = "segments_shows_a_process_name_escaped";
-    let Some(nobody) = as_nobody(test) else {
+    // Its region in /dev/shm is host state other tests compare under the
+    // pool lock.
+    let Some(pool) = live!() else { return };
+    let Some(nobody) = as_nobody(pool.name()) else {
         return;
     };
     // The process's name (comm, argv[0]) is its program's file name: a

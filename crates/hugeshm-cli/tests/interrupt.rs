@@ -9,7 +9,7 @@
 mod common;
 
 use common::{cmd, nr_2m};
-use hugeshm_testkit::{is_root, HostState, PoolGuard};
+use hugeshm_testkit::{live, HostState};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Child;
@@ -100,12 +100,8 @@ fn test_dir(tag: &str) -> PathBuf {
 
 #[test]
 fn ctrl_c_during_bench_oltp_gives_back_the_pool_region_and_file() {
-    if !is_root() {
-        eprintln!("ctrl_c_during_bench_oltp: skipped: raising the pool needs root");
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
-    let before = HostState::capture().unwrap();
+    // Raising the pool needs root.
+    let Some(pool) = live!() else { return };
     let nr_before = nr_2m();
     let dir = test_dir("interrupt");
     let (child, pid) = oltp_at_work(&dir, "30");
@@ -126,8 +122,8 @@ fn ctrl_c_during_bench_oltp_gives_back_the_pool_region_and_file() {
     assert!(err.contains("deleted"), "{err}");
     // The handler told the watchdog it gives back itself: no second say.
     assert!(!err.contains("watchdog"), "{err}");
-    all_given_back(&before, nr_before, &dir, &err);
-    pool.restore().expect("restore");
+    all_given_back(pool.before(), nr_before, &dir, &err);
+    pool.finish();
 }
 
 /// SIGKILL to the bench alone, as the OOM killer sends it: no handler
@@ -135,12 +131,8 @@ fn ctrl_c_during_bench_oltp_gives_back_the_pool_region_and_file() {
 /// (once the orphaned workers let go), the pool and the data file.
 #[test]
 fn sigkill_during_bench_oltp_is_given_back_by_its_watchdog() {
-    if !is_root() {
-        eprintln!("sigkill_during_bench_oltp: skipped: raising the pool needs root");
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
-    let before = HostState::capture().unwrap();
+    // Raising the pool needs root.
+    let Some(pool) = live!() else { return };
     let nr_before = nr_2m();
     let dir = test_dir("sigkill");
     let (child, pid) = oltp_at_work(&dir, "30");
@@ -188,8 +180,8 @@ fn sigkill_during_bench_oltp_is_given_back_by_its_watchdog() {
     );
     assert_eq!(nr_2m(), nr_before + 3, "the admin's pages stay: {err}");
     set_nr_2m(nr_before);
-    all_given_back(&before, nr_before, &dir, &err);
-    pool.restore().expect("restore");
+    all_given_back(pool.before(), nr_before, &dir, &err);
+    pool.finish();
 }
 
 fn set_nr_2m(n: u64) {
@@ -205,14 +197,8 @@ fn set_nr_2m(n: u64) {
 /// `hugeshm apply` or another bench would) stay.
 #[test]
 fn a_bench_takes_off_only_the_pages_it_added() {
-    if !is_root() {
-        eprintln!(
-            "a_bench_takes_off_only_the_pages_it_added: skipped: raising the pool needs root"
-        );
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
-    let before = HostState::capture().unwrap();
+    // Raising the pool needs root.
+    let Some(pool) = live!() else { return };
     let nr_before = nr_2m();
     let dir = test_dir("others");
     let (child, _) = oltp_at_work(&dir, "2");
@@ -222,6 +208,6 @@ fn a_bench_takes_off_only_the_pages_it_added() {
     assert!(out.status.success(), "{err}");
     assert_eq!(nr_2m(), nr_before + 3, "the admin's pages stay: {err}");
     set_nr_2m(nr_before);
-    all_given_back(&before, nr_before, &dir, &err);
-    pool.restore().expect("restore");
+    all_given_back(pool.before(), nr_before, &dir, &err);
+    pool.finish();
 }

@@ -11,7 +11,7 @@ mod lab_pictures;
 
 use common::{cmd, hugeshm as run, json};
 
-use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
+use hugeshm_testkit::{live, skip, test_name};
 use serde_json::Value;
 use std::path::Path;
 
@@ -57,12 +57,7 @@ fn chromium_dom(file: &Path) -> String {
 
 #[test]
 fn lab_quick_reproduces_every_report_and_writes_a_report_chromium_renders() {
-    const T: &str = "lab_quick_reproduces_every_report_and_writes_a_report_chromium_renders";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
-    let before = HostState::capture().unwrap();
+    let Some(pool) = live!() else { return };
     let dir = std::env::temp_dir().join(format!("hugeshm-lab-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let lab = json(run(&[
@@ -284,14 +279,14 @@ fn lab_quick_reproduces_every_report_and_writes_a_report_chromium_renders() {
     assert!(html.is_file());
 
     // The pools are as they were, nothing left behind.
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
-    pool.restore().expect("restore");
+    pool.finish();
 
     if !on_path("chromium") {
-        eprintln!("{T}: the Chromium part skipped: no chromium on PATH (apt-get install chromium)");
         let _ = std::fs::remove_dir_all(&dir);
-        return;
+        return skip(
+            test_name!(),
+            "the Chromium part: no chromium on PATH (apt-get install chromium)",
+        );
     }
     let dom = chromium_dom(&html);
     for (name, seed) in NAMES {

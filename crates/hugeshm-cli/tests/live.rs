@@ -3,10 +3,11 @@
 //! `segments --json` must tell the page size really backing each kind of
 //! shared memory the `hugeshm-testproc` helper creates.
 //!
-//! These tests reserve huge pages, so they run as root only (they print a
-//! `SKIP` line and pass otherwise). Each one holds the testkit's pool lock
-//! (through a `PoolGuard`) for its whole run, checks with `HostState`
-//! snapshots that it left nothing behind, and restores the pool.
+//! These tests reserve huge pages, so they run as root only (elsewhere
+//! they skip, through `hugeshm_testkit::skip`). Each one is a
+//! `hugeshm_testkit::live!()` test: it holds the pool lock for its whole
+//! run, and its end restores the pool and checks that it left nothing
+//! behind.
 //!
 //! Run: `cargo test -p hugeshm --test live -- --test-threads=1`
 
@@ -21,9 +22,7 @@ use hugeshm_doctor::segments::{Segment, SegmentKind};
 use hugeshm_doctor::status::{PoolRow, StatusReport};
 use hugeshm_probe::{FS_ROOT_ENV, MAPS_ENV, PROC_ROOT_ENV, SYS_ROOT_ENV};
 use hugeshm_sys as sys;
-use hugeshm_testkit::{
-    skip_unless_root, HostState, PoolGuard, TestObject, TestProc, HUGEPAGES_SYSFS, NODE_SYSFS,
-};
+use hugeshm_testkit::{live, Lack, TestObject, TestProc, HUGEPAGES_SYSFS, NODE_SYSFS};
 
 const MIB: u64 = 1 << 20;
 const HUGE_2M: u64 = 2 * MIB;
@@ -409,71 +408,6 @@ fn thp_selected(path: &str) -> Option<String> {
 // ---------------------------------------------------------------------------
 // Bookkeeping shared by the tests.
 
-fn now_secs() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
-/// Takes the pool lock (blocking) and logs when it is held, so runs in
-/// parallel processes can be checked for overlap.
-fn pool_guard(test: &str) -> PoolGuard {
-    let pool = PoolGuard::new().expect("take the pool lock and record the pool");
-    eprintln!(
-        "[live pid {}] {test}: pool lock held at {:.6}",
-        std::process::id(),
-        now_secs()
-    );
-    pool
-}
-
-/// Restores the pool (asserting it took), which releases the lock. The log
-/// line is written just before, while the lock is still held, so the logged
-/// intervals of two processes must never overlap.
-fn restore_pool(test: &str, pool: PoolGuard) {
-    eprintln!(
-        "[live pid {}] {test}: pool lock releasing at {:.6}",
-        std::process::id(),
-        now_secs()
-    );
-    pool.restore().expect("restore the huge page pool");
-}
-
-/// Asserts the host is as it was: nothing our processes created is left
-/// (SysV segments, `/dev/shm` and hugetlbfs files) and every pool counter is
-/// back.
-///
-/// SysV segments created *and* removed by processes that are not ours (a
-/// `hugeshm bench` run by hand does not take the pool lock) are reported
-/// on stderr but not counted as our leak.
-fn assert_no_leaks(before: &HostState, ours: &[u32]) {
-    let after = HostState::capture().expect("capture host state");
-    let foreign = |line: &str| -> bool {
-        let Some(rest) = line.split("shmid=").nth(1) else {
-            return false;
-        };
-        let Some(id) = rest
-            .split(|c: char| !c.is_ascii_digit())
-            .next()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            return false;
-        };
-        let cpid = after.sysv.get(&id).or(before.sysv.get(&id)).map(|s| s.cpid);
-        cpid.is_some_and(|c| c > 0 && !ours.contains(&(c as u32)))
-    };
-    let mut leaks = Vec::new();
-    for line in before.diff(&after) {
-        if foreign(&line) {
-            eprintln!("[live] ignoring a SysV change by another process: {line}");
-        } else {
-            leaks.push(line);
-        }
-    }
-    assert!(leaks.is_empty(), "host state changed: {leaks:#?}");
-}
-
 /// Removes an orphaned SysV segment when the test ends, even by panic.
 struct RemoveShm(Option<i32>);
 
@@ -520,18 +454,12 @@ fn codes(s: &Segment) -> Vec<&str> {
 
 #[test]
 fn status_matches_kernel() {
-    const T: &str = "status_matches_kernel";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = pool_guard(T);
+    let Some(pool) = live!() else { return };
     pool.ensure_free(HUGE_2M, 8)
         .expect("8 available 2 MiB pages");
-    let before = HostState::capture().expect("capture host state");
 
     // 4 MiB reserved, never touched: HugePages_Rsvd > 0.
     let tp = TestProc::spawn(["sysv-huge:4M"]).expect("spawn testproc");
-    let ours = [tp.pid()];
     let resv = read_u64(Path::new(&format!(
         "{HUGEPAGES_SYSFS}/hugepages-2048kB/resv_hugepages"
     )));
@@ -614,7 +542,7 @@ fn status_matches_kernel() {
     if memlock_hard(&own).is_none() {
         cases.push(("--memlock=unlimited:", None));
     } else {
-        println!("{T}: hard memlock limit is finite: the `null` (unlimited) case is not run");
+        println!("hard memlock limit is finite: the `null` (unlimited) case is not run");
     }
     for (limit, want) in cases {
         let out = run_hugeshm_wrapped(&["prlimit", limit, "--"], &["status", "--json"]);
@@ -624,19 +552,14 @@ fn status_matches_kernel() {
     }
 
     assert!(tp.finish().expect("testproc exits").success());
-    assert_no_leaks(&before, &ours);
-    restore_pool(T, pool);
+    pool.finish();
 }
 
 /// `total` counts every page in the pool once: sysfs `nr_hugepages` (and
 /// `HugePages_Total`) already include surplus pages.
 #[test]
 fn status_counts_surplus_pages_once() {
-    const T: &str = "status_counts_surplus_pages_once";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = pool_guard(T);
+    let Some(pool) = live!() else { return };
     let dir = format!("{HUGEPAGES_SYSFS}/hugepages-2048kB");
     let p = |f: &str| format!("{dir}/{f}");
     let free = read_u64(Path::new(&p("free_hugepages")));
@@ -644,8 +567,9 @@ fn status_counts_surplus_pages_once() {
     let surplus0 = read_u64(Path::new(&p("surplus_hugepages")));
     let avail = free.saturating_sub(resv);
     if avail > 64 {
-        println!("SKIP {T}: {avail} 2 MiB pages available; the test would have to use them all");
-        return;
+        return pool.skip(format_args!(
+            "{avail} 2 MiB pages available; the test would have to use them all"
+        ));
     }
     // Two pages more than the pool has: they come from overcommit as surplus.
     // (The testkit has no API for nr_overcommit_hugepages; the guard records
@@ -656,11 +580,9 @@ fn status_counts_surplus_pages_once() {
         format!("{}\n", over + surplus0 + 2),
     )
     .expect("raise nr_overcommit_hugepages");
-    let before = HostState::capture().expect("capture host state");
     let pages = avail + 2;
     let tp = TestProc::spawn([format!("sysv-huge:{}M", pages * 2), "--touch".into()])
         .expect("spawn testproc (needs 2 surplus pages)");
-    let ours = [tp.pid()];
 
     let mut result = None;
     for _ in 0..3 {
@@ -682,8 +604,7 @@ fn status_counts_surplus_pages_once() {
     let bad = pool_mismatches(&report, &k);
     let meminfo_total = k.meminfo.get("HugePages_Total").copied();
     assert!(tp.finish().expect("testproc exits").success());
-    assert_no_leaks(&before, &ours);
-    restore_pool(T, pool);
+    pool.finish();
     assert!(
         Some(row.total) == meminfo_total && bad.is_empty(),
         "total must be HugePages_Total = sysfs nr_hugepages ({}, its {} surplus pages \
@@ -697,15 +618,10 @@ fn status_counts_surplus_pages_once() {
 
 #[test]
 fn segments_tells_page_sizes() {
-    const T: &str = "segments_tells_page_sizes";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = pool_guard(T);
+    let Some(pool) = live!() else { return };
     // sysv-huge 4 + memfd 2 + private 2 + anon-shared 2.
     pool.ensure_free(HUGE_2M, 10)
         .expect("10 available 2 MiB pages");
-    let before = HostState::capture().expect("capture host state");
     let shm_name = format!(
         "hugeshm-live-{}-{}",
         std::process::id(),
@@ -725,7 +641,6 @@ fn segments_tells_page_sizes() {
     ])
     .expect("spawn testproc");
     let pid = tp.pid();
-    let ours = [pid];
     let base = sys::base_page_size() as u64;
     let huge_id = object(&tp, "sysv-huge").shmid.expect("sysv-huge shmid");
     let plain_id = object(&tp, "sysv-plain").shmid.expect("sysv-plain shmid");
@@ -827,26 +742,23 @@ fn segments_tells_page_sizes() {
         let by_query = segments_json_with(&[(MAPS_ENV, "query")]);
         assert_eq!(mine(&by_query), mine(&by_text), "ioctl against text");
     } else {
-        eprintln!("SKIP {T} (ioctl part): the kernel has no PROCMAP_QUERY (before 6.11)");
+        pool.skip_part(
+            "ioctl",
+            Lack::ProcmapQuery,
+            "the kernel has no PROCMAP_QUERY (before 6.11)",
+        );
     }
 
     assert!(tp.finish().expect("testproc exits").success());
-    assert_no_leaks(&before, &ours);
-    restore_pool(T, pool);
+    pool.finish();
 }
 
 #[test]
 fn segments_flags_reserved_untouched() {
-    const T: &str = "segments_flags_reserved_untouched";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = pool_guard(T);
+    let Some(pool) = live!() else { return };
     pool.ensure_free(HUGE_2M, 2)
         .expect("2 available 2 MiB pages");
-    let before = HostState::capture().expect("capture host state");
     let tp = TestProc::spawn(["sysv-huge:4M"]).expect("spawn testproc");
-    let ours = [tp.pid()];
     let shmid = object(&tp, "sysv-huge").shmid.expect("shmid");
 
     let segs = segments_json();
@@ -862,24 +774,17 @@ fn segments_flags_reserved_untouched() {
     assert!(f.message.contains("2 of 2"), "{f:?}");
 
     assert!(tp.finish().expect("testproc exits").success());
-    assert_no_leaks(&before, &ours);
-    restore_pool(T, pool);
+    pool.finish();
 }
 
 #[test]
 fn orphan_flagged() {
-    const T: &str = "orphan_flagged";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = pool_guard(T);
+    let Some(pool) = live!() else { return };
     pool.ensure_free(HUGE_2M, 2)
         .expect("2 available 2 MiB pages");
-    let before = HostState::capture().expect("capture host state");
     let mut cleanup = RemoveShm(None);
     let tp = TestProc::spawn(["--orphan-sysv", "sysv-huge:4M"]).expect("spawn testproc");
     let pid = tp.pid();
-    let ours = [pid];
     let shmid = object(&tp, "sysv-huge").shmid.expect("shmid");
     cleanup.0 = Some(shmid);
     // It exits on its own, leaving the segment.
@@ -921,8 +826,7 @@ fn orphan_flagged() {
         "segments still lists {shmid}"
     );
 
-    assert_no_leaks(&before, &ours);
-    restore_pool(T, pool);
+    pool.finish();
 }
 
 /// A hugetlbfs mount in a temporary directory, unmounted (files removed
@@ -968,16 +872,11 @@ impl Drop for HugetlbfsMount {
 
 #[test]
 fn hugetlbfs_file_and_orphan_file() {
-    const T: &str = "hugetlbfs_file_and_orphan_file";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = pool_guard(T);
+    let Some(pool) = live!() else { return };
     pool.ensure_free(HUGE_2M, 2)
         .expect("2 available 2 MiB pages");
-    let before = HostState::capture().expect("capture host state");
     {
-        let mnt = HugetlbfsMount::new(T);
+        let mnt = HugetlbfsMount::new("orphan-file");
         let path = mnt.dir.join("pool");
         let spec = format!("hugetlbfs:{}:4M", path.display());
         let tp =
@@ -1022,6 +921,5 @@ fn hugetlbfs_file_and_orphan_file() {
         !mounts.contains("hugeshm-test"),
         "mount left behind:\n{mounts}"
     );
-    assert_no_leaks(&before, &[]);
-    restore_pool(T, pool);
+    pool.finish();
 }

@@ -7,7 +7,7 @@
 mod common;
 
 use common::hugeshm;
-use hugeshm_testkit::TempDir;
+use hugeshm_testkit::{live, skip, skip_unless_root, test_name, TempDir};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -15,14 +15,20 @@ use std::process::{Command, Output};
 const NOBODY: u32 = 65534;
 const SECRET: &str = "SECRET_TOKEN=only-root-reads-this\n";
 
-/// Root, with `setpriv` to act as 65534 (prints the SKIP line otherwise).
-fn skip(test: &str) -> bool {
-    let root = rustix::process::geteuid().is_root();
-    let setpriv = Command::new("setpriv").arg("--version").output().is_ok();
-    if !(root && setpriv) {
-        println!("SKIP {test}: needs root and setpriv to plant files as uid {NOBODY}");
+/// Whether `test` cannot plant files as uid 65534 (after a skip): it
+/// needs root, and `setpriv` to act as 65534.
+fn cannot_plant(test: &str) -> bool {
+    if skip_unless_root(test) {
+        return true;
     }
-    !(root && setpriv)
+    let setpriv = Command::new("setpriv").arg("--version").output().is_ok();
+    if !setpriv {
+        skip(
+            test,
+            format_args!("no setpriv to plant files as uid {NOBODY}"),
+        );
+    }
+    !setpriv
 }
 
 /// `setpriv ... as 65534`: the attacker's prefix of a shell command.
@@ -110,7 +116,7 @@ fn names(dir: &Path) -> Vec<String> {
 
 #[test]
 fn exporter_textfile_symlinks_are_not_followed() {
-    if skip("exporter_textfile_symlinks_are_not_followed") {
+    if cannot_plant(test_name!()) {
         return;
     }
     let v = Victim::new();
@@ -136,7 +142,7 @@ fn exporter_textfile_symlinks_are_not_followed() {
 
 #[test]
 fn bench_dmbc_data_file_is_private() {
-    if skip("bench_dmbc_data_file_is_private") {
+    if cannot_plant(test_name!()) {
         return;
     }
     let v = Victim::new();
@@ -181,7 +187,7 @@ fn bench_dmbc_data_file_is_private() {
 
 #[test]
 fn bench_oltp_data_file_is_private() {
-    if skip("bench_oltp_data_file_is_private") {
+    if cannot_plant(test_name!()) {
         return;
     }
     let v = Victim::new();
@@ -205,7 +211,7 @@ fn bench_oltp_data_file_is_private() {
 
 #[test]
 fn lab_and_generate_refuse_an_out_directory_another_user_controls() {
-    if skip("lab_and_generate_refuse_an_out_directory_another_user_controls") {
+    if cannot_plant(test_name!()) {
         return;
     }
     let v = Victim::new();
@@ -339,7 +345,7 @@ fn fake_postgres(record: &Path) -> String {
 
 #[test]
 fn advise_postgres_refuses_a_hostile_pg_version() {
-    if skip("advise_postgres_refuses_a_hostile_pg_version") {
+    if cannot_plant(test_name!()) {
         return;
     }
     let v = Victim::new();
@@ -404,7 +410,7 @@ fn advise_postgres_refuses_a_hostile_pg_version() {
 
 #[test]
 fn advise_postgres_runs_the_server_with_a_cleared_environment() {
-    if skip("advise_postgres_runs_the_server_with_a_cleared_environment") {
+    if cannot_plant(test_name!()) {
         return;
     }
     let home = nobodys("planted-pg-env");
@@ -451,8 +457,10 @@ fn advise_postgres_runs_the_server_with_a_cleared_environment() {
 #[test]
 fn advise_postgres_still_asks_a_real_cluster() {
     use hugeshm_testkit::postgres::{skip_unless_postgres, PgCluster};
-    const T: &str = "advise_postgres_still_asks_a_real_cluster";
-    if skip(T) || skip_unless_postgres(T) {
+    // A cluster's shared memory is host state other tests compare under
+    // the pool lock.
+    let Some(pool) = live!() else { return };
+    if cannot_plant(pool.name()) || skip_unless_postgres(pool.name()) {
         return;
     }
     let mut pg = PgCluster::init("16MB").expect("initdb");

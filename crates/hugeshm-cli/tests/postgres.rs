@@ -8,19 +8,17 @@ mod common;
 use common::{hugeshm, json};
 
 use hugeshm_doctor::segments::{Segment, SegmentKind};
+use hugeshm_testkit::live;
 use hugeshm_testkit::postgres::{skip_unless_postgres, PgCluster};
-use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
 
 const M2: u64 = 2 << 20;
 
 #[test]
 fn advise_apply_and_see_postgres_on_huge_pages() {
-    const T: &str = "advise_apply_and_see_postgres_on_huge_pages";
-    if skip_unless_root(T) || skip_unless_postgres(T) {
+    let Some(pool) = live!() else { return };
+    if skip_unless_postgres(pool.name()) {
         return;
     }
-    let pool = PoolGuard::new().expect("pool lock");
-    let before = HostState::capture().expect("host state");
     {
         let mut pg = PgCluster::init("256MB").expect("initdb");
         let dd = pg.datadir().display().to_string();
@@ -162,7 +160,5 @@ fn advise_apply_and_see_postgres_on_huge_pages() {
         backend.release().expect("close the backend");
         pg.stop().expect("stop PostgreSQL");
     }
-    pool.restore().expect("restore the pool");
-    let diff = before.diff(&HostState::capture().expect("host state"));
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
+    pool.finish();
 }

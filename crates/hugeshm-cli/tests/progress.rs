@@ -6,14 +6,16 @@
 mod common;
 
 use common::{cmd, hugeshm};
+use hugeshm_testkit::observe;
 use std::process::Command;
 
 #[test]
 fn bar_on_a_terminal_only() {
-    const T: &str = "bar_on_a_terminal_only";
+    // Its posix region in /dev/shm is host state other tests compare
+    // under the pool lock.
+    let pool = observe!();
     if Command::new("script").arg("--version").output().is_err() {
-        println!("SKIP {T}: no `script` (util-linux) to give hugeshm a terminal");
-        return;
+        return pool.skip("no `script` (util-linux) to give hugeshm a terminal");
     }
     let name = format!("pbar{}", std::process::id());
     let bin = env!("CARGO_BIN_EXE_hugeshm");

@@ -5,7 +5,7 @@ mod common;
 
 use common::{cmd, hugeshm as run, json};
 
-use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
+use hugeshm_testkit::{live, observe, Lack};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -18,13 +18,8 @@ fn name(tag: &str) -> String {
 
 #[test]
 fn create_reports_and_rm_removes() {
-    const T: &str = "create_reports_and_rm_removes";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
+    let Some(pool) = live!() else { return };
     pool.ensure_free(M2, 8).expect("8 free 2 MiB pages");
-    let before = HostState::capture().unwrap();
     let n = name("sysv");
     let r = json(run(&[
         "create",
@@ -119,20 +114,13 @@ fn create_reports_and_rm_removes() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("removed sysv"));
     let out = run(&["rm", &n]);
     assert_eq!(out.status.code(), Some(3), "a second rm finds nothing");
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
-    pool.restore().expect("restore");
+    pool.finish();
 }
 
 #[test]
 fn rm_refuses_while_held_and_hold_keeps_memfd() {
-    const T: &str = "rm_refuses_while_held_and_hold_keeps_memfd";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
+    let Some(pool) = live!() else { return };
     pool.ensure_free(M2, 8).expect("8 free 2 MiB pages");
-    let before = HostState::capture().unwrap();
     let n = name("held");
     // A holder: prints the JSON report, then keeps the region mapped.
     let mut holder = cmd(&[
@@ -186,27 +174,22 @@ fn rm_refuses_while_held_and_hold_keeps_memfd() {
         run(&["rm", &n]).status.success(),
         "removable once the holder is gone"
     );
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
-    pool.restore().expect("restore");
+    pool.finish();
 }
 
 #[test]
 fn bench_numa_on_one_node_says_so_and_exits_0() {
-    const T: &str = "bench_numa_on_one_node_says_so_and_exits_0";
-    if skip_unless_root(T) {
-        return;
-    }
+    // Nothing is reserved on one node; the lock keeps another test's pool
+    // change out of the before/after comparison.
+    let Some(pool) = live!() else { return };
     let memory_nodes = std::fs::read_to_string("/sys/devices/system/node/has_memory")
         .unwrap_or_else(|_| "0".to_owned());
     if memory_nodes.trim().contains([',', '-']) {
-        println!("SKIP {T}: this host has several memory nodes (tests/guest_bench_numa.rs measures them)");
-        return;
+        return pool.skip_lacking(
+            Lack::OneMemoryNode,
+            "this host has several memory nodes (tests/guest_bench_numa.rs measures them)",
+        );
     }
-    // Nothing is reserved on one node; the lock keeps another test's pool
-    // change out of the before/after comparison.
-    let pool = PoolGuard::new().expect("pool lock");
-    let before = HostState::capture().unwrap();
     let r = json(run(&["bench", "numa", "--size", "8M", "--json"]));
     assert_eq!(r["single_node"], true, "{r:#}");
     assert!(
@@ -219,19 +202,12 @@ fn bench_numa_on_one_node_says_so_and_exits_0() {
     assert!(text.status.success(), "{text:?}");
     let stdout = String::from_utf8_lossy(&text.stdout);
     assert!(stdout.contains("QEMU guest"), "{stdout}");
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
-    pool.restore().expect("restore");
+    pool.finish();
 }
 
 #[test]
 fn bench_prefault_reports_every_combination() {
-    const T: &str = "bench_prefault_reports_every_combination";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
-    let before = HostState::capture().unwrap();
+    let Some(pool) = live!() else { return };
     let r = json(run(&[
         "bench",
         "prefault",
@@ -287,19 +263,12 @@ fn bench_prefault_reports_every_combination() {
     });
     assert!(touch2.is_some(), "{r:#}");
     // The bench gave back the pages it reserved.
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
-    pool.restore().expect("restore");
+    pool.finish();
 }
 
 #[test]
 fn bench_pagetables_measures_per_process_cost() {
-    const T: &str = "bench_pagetables_measures_per_process_cost";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
-    let before = HostState::capture().unwrap();
+    let Some(pool) = live!() else { return };
     // Two counts: the children attach in two steps, a row per step and a
     // slope per page size.
     let r = json(run(&[
@@ -359,16 +328,14 @@ fn bench_pagetables_measures_per_process_cost() {
         slope(4096)
     );
     assert!(slope(M2) <= 16.0 * 1024.0, "2 MiB slope {}", slope(M2));
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
-    pool.restore().expect("restore");
+    pool.finish();
 }
 
 /// A page size the kernel has no pool of is a line saying why, with the
 /// boot-time fix, and the other page sizes run.
 #[test]
 fn bench_pagetables_skips_a_page_size_the_host_lacks() {
-    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
+    let _pool = observe!();
     let r = json(run(&[
         "bench",
         "pagetables",
@@ -404,13 +371,8 @@ fn bench_pagetables_skips_a_page_size_the_host_lacks() {
 
 #[test]
 fn attach_and_ls_show_orphans() {
-    const T: &str = "attach_and_ls_show_orphans";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
+    let Some(pool) = live!() else { return };
     pool.ensure_free(M2, 4).expect("4 free 2 MiB pages");
-    let before = HostState::capture().unwrap();
     let n = name("ls");
     let created = json(run(&[
         "create",
@@ -462,9 +424,7 @@ fn attach_and_ls_show_orphans() {
         .unwrap()
         .iter()
         .any(|r| r["name"] == n.as_str()));
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
-    pool.restore().expect("restore");
+    pool.finish();
 }
 
 /// `create` decides from the host that `HUGESHM_PROC_ROOT` / `HUGESHM_SYS_ROOT`
@@ -558,13 +518,8 @@ fn signal(child: &std::process::Child, sig: rustix::process::Signal) {
 #[test]
 fn hold_releases_on_signals_and_a_stale_record_is_replaced() {
     use rustix::process::Signal;
-    const T: &str = "hold_releases_on_signals_and_a_stale_record_is_replaced";
-    if skip_unless_root(T) {
-        return;
-    }
+    let Some(pool) = live!() else { return };
     // The pool lock serializes tests that compare the whole host's state.
-    let _pool = PoolGuard::new().expect("pool lock");
-    let before = HostState::capture().unwrap();
     let record = |n: &str| std::path::PathBuf::from(format!("/dev/shm/hugeshm-memfd.{n}"));
     for (sig, ignore_int) in [
         (Signal::INT, false),
@@ -603,7 +558,7 @@ fn hold_releases_on_signals_and_a_stale_record_is_replaced() {
     signal(&child, Signal::TERM);
     assert!(child.wait().unwrap().success());
     assert!(!record(&n).exists(), "replaced, then released on exit");
-    assert_eq!(HostState::capture().unwrap(), before, "nothing left behind");
+    pool.finish();
 }
 
 /// Finding a name without `--backend`: `attach` finds a posix region (not
@@ -612,12 +567,7 @@ fn hold_releases_on_signals_and_a_stale_record_is_replaced() {
 /// tells a crashed region's owner to recreate or remove it, not reuse it.
 #[test]
 fn names_are_found_in_every_backend() {
-    const T: &str = "names_are_found_in_every_backend";
-    if skip_unless_root(T) {
-        return;
-    }
-    let _pool = PoolGuard::new().expect("pool lock");
-    let before = HostState::capture().unwrap();
+    let Some(pool) = live!() else { return };
     let n = name("find");
     let mk = |backend: &str| {
         let out = run(&[
@@ -686,7 +636,7 @@ fn names_are_found_in_every_backend() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("removed memfd"));
-    assert_eq!(HostState::capture().unwrap(), before);
+    pool.finish();
 }
 
 /// `bench prefault` with a page size it cannot have (no pages reserved
@@ -694,19 +644,26 @@ fn names_are_found_in_every_backend() {
 /// reason and goes on with the others.
 #[test]
 fn bench_prefault_goes_on_without_a_page_size() {
-    const T: &str = "bench_prefault_goes_on_without_a_page_size";
-    if skip_unless_root(T) {
-        return;
+    let Some(pool) = live!() else { return };
+    let dir = "/sys/kernel/mm/hugepages/hugepages-2048kB";
+    let read = |f: &str| -> u64 {
+        let text = std::fs::read_to_string(format!("{dir}/{f}")).unwrap();
+        text.trim().parse().unwrap()
+    };
+    // The pages free to take leave the pool (the guard puts them back), so
+    // the bench cannot have 2 MiB pages without reserving them.
+    let (nr, free, resv) = (
+        read("nr_hugepages"),
+        read("free_hugepages"),
+        read("resv_hugepages"),
+    );
+    let spare = free.saturating_sub(resv);
+    if spare > 0 {
+        std::fs::write(format!("{dir}/nr_hugepages"), (nr - spare).to_string())
+            .expect("lower the 2 MiB pool");
     }
-    let pool = PoolGuard::new().expect("pool lock");
-    let free = std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
-        .unwrap()
-        .trim()
-        .parse::<u64>()
-        .unwrap();
-    if free >= 4 {
-        println!("SKIP {T}: the 2 MiB pool has free pages");
-        return;
+    if read("free_hugepages") >= 4 {
+        return pool.skip("the 2 MiB pool keeps 4 free pages after giving back the spare ones");
     }
     let r = json(run(&[
         "bench",
@@ -738,7 +695,7 @@ fn bench_prefault_goes_on_without_a_page_size() {
         skipped["fix"].as_str().unwrap().contains("nr_hugepages"),
         "{r:#}"
     );
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 /// `bench prefault` where 1 GiB pages cannot be had (the pool emptied,
@@ -746,19 +703,13 @@ fn bench_prefault_goes_on_without_a_page_size() {
 /// boot-time fix, the 2 MiB rows (and their peers) run, exit 0.
 #[test]
 fn bench_prefault_goes_on_without_1g_pages_and_says_the_boot_fix() {
-    const T: &str = "bench_prefault_goes_on_without_1g_pages_and_says_the_boot_fix";
-    if skip_unless_root(T) {
-        return;
-    }
+    let Some(pool) = live!() else { return };
     let g1 = "/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages";
     if !std::path::Path::new(g1).exists() {
-        println!("SKIP {T}: this kernel has no 1 GiB pages");
-        return;
+        return pool.skip_lacking(Lack::GiganticPage, "this kernel has no 1 GiB pages");
     }
-    let pool = PoolGuard::new().expect("pool lock");
     pool.ensure_free(M2, 40).expect("40 free 2 MiB pages");
     std::fs::write(g1, "0").expect("empty the 1 GiB pool (the guard restores it)");
-    let before = HostState::capture().unwrap();
     let out = run(&[
         "bench",
         "prefault",
@@ -815,21 +766,14 @@ fn bench_prefault_goes_on_without_1g_pages_and_says_the_boot_fix() {
     .into_owned();
     assert!(text.contains("1G pages not measured"), "{text}");
     assert!(text.contains("hugepagesz=1G"), "{text}");
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 /// `bench prefault --size A,B`: rows per size and the growth line per
 /// page size and thread count (4 KiB pages: no pool involved).
 #[test]
 fn bench_prefault_sweeps_size_with_the_slope() {
-    const T: &str = "bench_prefault_sweeps_size_with_the_slope";
-    if skip_unless_root(T) {
-        return;
-    }
-    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
-    let before = HostState::capture().unwrap();
+    let Some(pool) = live!() else { return };
     let r = json(run(&[
         "bench",
         "prefault",
@@ -855,20 +799,14 @@ fn bench_prefault_sweeps_size_with_the_slope() {
     assert_eq!(g["page_size_bytes"], 4096, "{r:#}");
     assert_eq!(g["gbps"].as_array().unwrap().len(), 3, "{r:#}");
     assert!(g["seconds_per_gb"].as_f64().unwrap().is_finite(), "{r:#}");
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
+    pool.finish();
 }
 
 /// `bench scan --procs 3,6`: both counts scanned, every child found
 /// attached, the maps baseline timed beside it, the slope, nothing left.
 #[test]
 fn bench_scan_sweeps_process_counts_against_the_maps_read() {
-    const T: &str = "bench_scan_sweeps_process_counts_against_the_maps_read";
-    if skip_unless_root(T) {
-        return;
-    }
-    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
-    let before = HostState::capture().unwrap();
+    let Some(pool) = live!() else { return };
     let r = json(run(&[
         "bench", "scan", "--procs", "6,3", "--size", "1M", "--runs", "2", "--json",
     ]));
@@ -905,20 +843,14 @@ fn bench_scan_sweeps_process_counts_against_the_maps_read() {
     assert_eq!(r["procs"], 6, "{r:#}");
     assert!(r["slope_ms_per_1000"].as_f64().is_some(), "{r:#}");
     assert!(r["maps_slope_ms_per_1000"].as_f64().is_some(), "{r:#}");
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
+    pool.finish();
 }
 
 /// `bench attach`: new processes attach a 2 MiB-page SysV region, map
 /// every page and verify it; the pages it reserved are given back.
 #[test]
 fn bench_attach_times_attach_touch_and_verify() {
-    const T: &str = "bench_attach_times_attach_touch_and_verify";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
-    let before = HostState::capture().unwrap();
+    let Some(pool) = live!() else { return };
     let r = json(run(&[
         "bench",
         "attach",
@@ -953,9 +885,7 @@ fn bench_attach_times_attach_touch_and_verify() {
         r["ready_page_checked_ms"].as_f64().unwrap() >= ready,
         "{r:#}"
     );
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 /// A `--duration` that is not a number of seconds above 0 and at most a
@@ -984,12 +914,7 @@ fn bench_durations_that_are_no_time_are_refused() {
 /// that can be added, and the pool unchanged.
 #[test]
 fn bench_pool_growth_beyond_available_memory_is_refused() {
-    const T: &str = "bench_pool_growth_beyond_available_memory_is_refused";
-    if skip_unless_root(T) {
-        return;
-    }
-    let _pool = PoolGuard::new().expect("pool lock");
-    let before = HostState::capture().unwrap();
+    let Some(pool) = live!() else { return };
     // Twice the memory available, in 2 MiB pages.
     let size = (meminfo_kib("MemAvailable") * 2 * 1024 / M2 * M2).to_string();
     let out = run(&["bench", "attach", "--size", &size, "--page-size", "2m"]);
@@ -1000,8 +925,7 @@ fn bench_pool_growth_beyond_available_memory_is_refused() {
         "{err}"
     );
     assert!(err.contains("of these pages can be added"), "{err}");
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "the pool was written: {diff:#?}");
+    pool.finish();
 }
 
 /// A region made with --dir in a subdirectory of /dev/shm: a search by
@@ -1013,7 +937,7 @@ fn bench_pool_growth_beyond_available_memory_is_refused() {
 fn rm_and_attach_take_the_directory_a_region_was_made_in() {
     // Under the test kit's lock: tests comparing host snapshots must not
     // see this directory and region come and go.
-    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
+    let _pool = observe!();
     let dir = hugeshm_testkit::TempDir::under(std::path::Path::new("/dev/shm"), "t-dir");
     let d = dir.path().to_str().unwrap();
     let n = name("indir");
@@ -1164,7 +1088,10 @@ fn bench_process_counts_beyond_the_host_are_refused() {
         );
         assert!(err.contains("pass --procs "), "{err}");
     } else {
-        println!("memory case skipped: the kernel's limit ({kernel_most}) comes first");
+        hugeshm_testkit::skip(
+            &format!("{} [memory]", hugeshm_testkit::test_name!()),
+            format_args!("the kernel's limit ({kernel_most}) comes first"),
+        );
     }
 }
 
@@ -1189,8 +1116,7 @@ fn meminfo_kib(field: &str) -> u64 {
 #[test]
 fn bench_prefault_refuses_a_size_the_host_cannot_hold() {
     let total_kib = meminfo_kib("MemTotal");
-    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
-    let before = HostState::capture().unwrap();
+    let pool = observe!();
     let out = std::process::Command::new("prlimit")
         .args([
             &format!("--as={}", total_kib * 1024),
@@ -1214,8 +1140,7 @@ fn bench_prefault_refuses_a_size_the_host_cannot_hold() {
     assert!(out.stdout.is_empty(), "it ran: {err}");
     assert!(err.contains("MemAvailable is "), "{err}");
     assert!(err.contains("pass a --size of at most "), "{err}");
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
+    pool.finish();
 }
 
 /// A region on base pages that would be allocated at create (pre-faulted,
@@ -1231,8 +1156,7 @@ fn bench_prefault_refuses_a_size_the_host_cannot_hold() {
 fn base_page_regions_larger_than_available_memory_are_refused() {
     let total_kib = meminfo_kib("MemTotal");
     let size = format!("{}k", total_kib * 2);
-    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
-    let before = HostState::capture().unwrap();
+    let pool = observe!();
     let limit = format!("--as={}", total_kib * 1024);
     for (backend, threads, on_demand) in [
         ("sysv", "2", true),
@@ -1277,8 +1201,7 @@ fn base_page_regions_larger_than_available_memory_are_refused() {
             "{backend}: {err}"
         );
     }
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
+    pool.finish();
 }
 
 /// A SysV segment of 2 MiB pages, 2 MiB + 4 KiB long, that uid 65534 made
@@ -1292,13 +1215,8 @@ fn base_page_regions_larger_than_available_memory_are_refused() {
 /// lists both from `/proc/sysvipc/shm` as `untrusted`.
 #[test]
 fn attach_and_ls_never_attach_another_users_segment() {
-    const T: &str = "attach_and_ls_never_attach_another_users_segment";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
+    let Some(pool) = live!() else { return };
     pool.ensure_free(M2, 2).expect("2 free 2 MiB pages");
-    let before = HostState::capture().unwrap();
     let n = name("squat");
     let key = hugeshm_region::sysv_key(&n);
     // As uid 65534 in vm.hugetlb_shm_group's group (what SHM_HUGETLB
@@ -1372,9 +1290,7 @@ fn attach_and_ls_never_attach_another_users_segment() {
     );
     untouched("ls");
     drop(guard);
-    let diff = before.diff(&HostState::capture().unwrap());
-    assert!(diff.is_empty(), "left behind: {diff:#?}");
-    pool.restore().expect("restore");
+    pool.finish();
 }
 
 /// A region name that cannot be one (a path, a space, a leading dot,
@@ -1429,13 +1345,9 @@ fn invalid_region_names_are_usage_errors() {
 /// its first 8 as a header), and the planted entries are left alone.
 #[test]
 fn planted_fifos_and_links_never_hang_or_leak() {
-    const T: &str = "planted_fifos_and_links_never_hang_or_leak";
-    if skip_unless_root(T) {
-        return;
-    }
     // What it plants in /dev/shm is host state the other tests compare
     // under this lock; dropped last, after the plants are gone.
-    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
+    let Some(_pool) = live!() else { return };
     use std::os::unix::fs::PermissionsExt;
     const SECRET: &str = "TOPSECRET-cli-planted";
     let tag = name("planted");

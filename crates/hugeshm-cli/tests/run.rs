@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-use hugeshm_testkit::{is_root, run_library_built, skip_unless_root, PoolGuard};
+use hugeshm_testkit::{live, observe, run_library_built};
 use serde_json::Value;
 
 const M2: u64 = 2 << 20;
@@ -146,6 +146,9 @@ fn all_freed(r: &Ran) {
 
 #[test]
 fn big_shared_memory_is_prefaulted_and_everything_else_passes_through() {
+    // The probe's SysV segments and hugeshm run's records in /dev/shm are
+    // host state other tests compare under the pool lock.
+    let _pool = observe!();
     let args = [
         "shared:16m",
         "shared:4m",
@@ -222,6 +225,8 @@ fn big_shared_memory_is_prefaulted_and_everything_else_passes_through() {
 
 #[test]
 fn a_wrapper_keeps_the_environment_and_only_the_target_changes() {
+    // Records in /dev/shm: host state other tests compare under the lock.
+    let _pool = observe!();
     // sh is not the target: it keeps the variables (its child needs them)
     // and its own mappings are not changed; the probe it execs is.
     let script = format!(
@@ -367,11 +372,7 @@ fn refusals_come_before_the_command_runs() {
 
 #[test]
 fn page_size_2m_rounds_and_the_servers_own_unmap_still_works() {
-    const T: &str = "page_size_2m_rounds_and_the_servers_own_unmap_still_works";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
+    let Some(pool) = live!() else { return };
     // 18 MiB + 6 MiB, rounded from 16 MiB + 100 and 5 MiB + 1.
     pool.ensure_free(M2, 12).expect("12 free 2 MiB pages");
     let size_a = (16 << 20) + 100;
@@ -437,16 +438,12 @@ fn page_size_2m_rounds_and_the_servers_own_unmap_still_works() {
         .filter(|n| n.starts_with("hugeshm-run.") && addrs.iter().any(|a| n.ends_with(a.as_str())))
         .collect();
     assert!(left.is_empty(), "{left:?}");
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 #[test]
 fn only_fails_with_the_shortfall_and_try_falls_back_whole() {
-    const T: &str = "only_fails_with_the_shortfall_and_try_falls_back_whole";
-    if skip_unless_root(T) {
-        return;
-    }
-    let pool = PoolGuard::new().expect("pool lock");
+    let Some(pool) = live!() else { return };
     pool.ensure_free(M2, 2).expect("2 free 2 MiB pages");
     let free: u64 =
         std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
@@ -492,7 +489,7 @@ fn only_fails_with_the_shortfall_and_try_falls_back_whole() {
         );
     }
     all_freed(&try_);
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 /// A probe running under `hugeshm run` holding its mappings until dropped.
@@ -559,10 +556,9 @@ fn as_nobody(args: &[&str]) {
 
 #[test]
 fn segments_shows_the_records_and_refuses_planted_ones() {
-    const T: &str = "segments_shows_the_records_and_refuses_planted_ones";
-    if skip_unless_root(T) || !is_root() {
-        return;
-    }
+    // What it plants in /dev/shm is host state other tests compare under
+    // the pool lock.
+    let Some(_pool) = live!() else { return };
     let held = Held::start(
         &["--min-size", "8M", "--prefault"],
         &["shared:16m", "shm:12m", "hold"],
@@ -765,10 +761,9 @@ fn advise_prints_the_systemd_drop_in_that_starts_a_service_under_run() {
 
 #[test]
 fn the_next_record_sweeps_the_records_of_dead_processes_of_its_user_only() {
-    const T: &str = "the_next_record_sweeps_the_records_of_dead_processes_of_its_user_only";
-    if skip_unless_root(T) {
-        return;
-    }
+    // Its records in /dev/shm are host state other tests compare under
+    // the pool lock.
+    let Some(_pool) = live!() else { return };
     let dead: Vec<u32> = (3_000_000..3_100_000)
         .filter(|p| !Path::new(&format!("/proc/{p}")).exists())
         .take(2)

@@ -20,7 +20,7 @@ use common::{hugeshm, json};
 use hugeshm_testkit::postgres::{
     main_shm_vma, read_smaps, skip_unless_postgres, PgCluster, SmapsVma,
 };
-use hugeshm_testkit::{run_library_built, skip_unless_root, PoolGuard, TestCgroup};
+use hugeshm_testkit::{live, run_library_built, Live, TestCgroup};
 use serde_json::Value;
 
 const M2: u64 = 2 << 20;
@@ -98,9 +98,8 @@ fn records_of(pid: u32) -> Vec<String> {
         .collect()
 }
 
-/// The pool lock, a 256 MB cluster, and its 2 MiB pages free in the pool.
-fn cluster_with_its_pages() -> (PoolGuard, PgCluster, u64) {
-    let pool = PoolGuard::new().expect("pool lock");
+/// A 256 MB cluster, and its 2 MiB pages free in the pool.
+fn cluster_with_its_pages(pool: &Live) -> (PgCluster, u64) {
     let pg = PgCluster::init("256MB").expect("initdb");
     let pages: u64 = pg
         .postgres_c("shared_memory_size_in_huge_pages")
@@ -108,16 +107,16 @@ fn cluster_with_its_pages() -> (PoolGuard, PgCluster, u64) {
         .parse()
         .unwrap();
     pool.ensure_free(M2, pages).expect("the server's pages");
-    (pool, pg, pages)
+    (pg, pages)
 }
 
 #[test]
 fn postgres_under_run_prefault_is_resident_at_start_and_nothing_else_changes() {
-    const T: &str = "postgres_under_run_prefault_is_resident_at_start_and_nothing_else_changes";
-    if skip_unless_root(T) || skip_unless_postgres(T) {
+    let Some(pool) = live!() else { return };
+    if skip_unless_postgres(pool.name()) {
         return;
     }
-    let (pool, mut pg, pages) = cluster_with_its_pages();
+    let (mut pg, pages) = cluster_with_its_pages(&pool);
     let root = pg.root().display().to_string();
     pg.set("archive_mode", "on").unwrap();
     pg.set(
@@ -229,7 +228,7 @@ fn postgres_under_run_prefault_is_resident_at_start_and_nothing_else_changes() {
         "the record goes with the mapping"
     );
     drop(pg);
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 /// `hugeshm ARGS` inside the cgroup.
@@ -252,12 +251,12 @@ fn finding<'a>(doc: &'a Value, code: &str) -> Option<&'a Value> {
 
 #[test]
 fn postgres_in_a_small_hugetlb_cgroup_starts_on_4k_or_fails_with_the_numbers() {
-    const T: &str = "postgres_in_a_small_hugetlb_cgroup_starts_on_4k_or_fails_with_the_numbers";
-    if skip_unless_root(T) || skip_unless_postgres(T) {
+    let Some(pool) = live!() else { return };
+    if skip_unless_postgres(pool.name()) {
         return;
     }
-    let (pool, mut pg, pages) = cluster_with_its_pages();
-    let Some(cg) = TestCgroup::new("run-pg", &[(M2, 16 << 20)]) else {
+    let (mut pg, pages) = cluster_with_its_pages(&pool);
+    let Some(cg) = TestCgroup::new(pool.name(), &[(M2, 16 << 20)]) else {
         return;
     };
     pg.in_cgroup(cg.dir());
@@ -351,5 +350,5 @@ fn postgres_in_a_small_hugetlb_cgroup_starts_on_4k_or_fails_with_the_numbers() {
     println!("status (only): {f}");
     drop(pg);
     drop(cg);
-    pool.restore().unwrap();
+    pool.finish();
 }

@@ -17,6 +17,12 @@
 //!     println!("{} {:?} {:?}", s.kind, s.size_bytes, s.page_size_bytes);
 //! }
 //! ```
+//!
+//! A report is plain data with public fields, and so are its rows: they
+//! are the API its users (the CLI's printers, the exporter) read. For
+//! example [`status::StatusReport`] holds its pools as [`status::PoolRow`]s,
+//! its nodes as [`status::NodeRow`]s and its mounts as [`status::MountRow`]s;
+//! [`segments::SegmentsReport`] its segments as [`segments::Segment`]s.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -9,6 +9,11 @@
 //! fields a kernel version may lack are `Option`, public structs are
 //! `#[non_exhaustive]`.
 //!
+//! The API is each module's parser of its file and the types it returns
+//! (for example [`sysctl_conf::parse`] gives [`sysctl_conf::Setting`]s,
+//! whose key, value and line `hugeshm-probe` reads); how a parser reads
+//! one line (`maps`'s line parser, which `smaps` shares) is the crate's own.
+//!
 //! ```
 //! let text = "MemTotal:       24000000 kB\nHugePages_Total:      16\n\
 //!             HugePages_Free:       10\nHugePages_Rsvd:        2\n\

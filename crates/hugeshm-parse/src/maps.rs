@@ -158,7 +158,7 @@ fn parse_perms(path: &str, line: usize, text: &str) -> Result<Perms, ParseError>
 }
 
 /// Parses one maps-format line (shared with smaps); `path` and `line` for errors.
-pub fn parse_line(path: &str, line_no: usize, line: &str) -> Result<MapsEntry, ParseError> {
+pub(crate) fn parse_line(path: &str, line_no: usize, line: &str) -> Result<MapsEntry, ParseError> {
     let missing = |what: &str| {
         ParseError::at(
             path,

@@ -208,7 +208,7 @@ impl Asker {
 /// The major version in the text of `PG_VERSION`: digits ("16"), or the
 /// two numbers of a release before 10 ("9.6", too old: [`PgError::TooOld`]).
 /// Anything else (a path, a word, a number too large) is refused.
-pub fn major_version(text: &[u8], datadir: &str) -> Result<u32, PgError> {
+pub(crate) fn major_version(text: &[u8], datadir: &str) -> Result<u32, PgError> {
     let t = std::str::from_utf8(text).unwrap_or("").trim();
     let digits = |p: &str| !p.is_empty() && p.len() <= 4 && p.bytes().all(|b| b.is_ascii_digit());
     match t.split_once('.') {

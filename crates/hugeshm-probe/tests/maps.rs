@@ -13,8 +13,11 @@ use std::os::fd::AsFd;
 fn query_and_text_agree_on_own_mappings() {
     let probe = Probe::new(Roots::default()).with_maps(MapsSource::Auto);
     if probe.maps_read() != MapsRead::Query {
-        eprintln!("SKIP: the kernel has no PROCMAP_QUERY (before 6.11)");
-        return;
+        return hugeshm_testkit::skip_lacking(
+            hugeshm_testkit::test_name!(),
+            hugeshm_testkit::Lack::ProcmapQuery,
+            "the kernel has no PROCMAP_QUERY (before 6.11)",
+        );
     }
     // A shared memfd whose name holds a blank and a newline (the text
     // prints it as \012), and shared anonymous memory.

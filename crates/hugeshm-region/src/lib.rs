@@ -58,12 +58,15 @@
 //! formats   modules header (the 4 KiB header: HEADER_BYTES, MAGIC, LAYOUT_VERSION),
 //!           memfd_record (the record file; memfd_record_path), naming (name -> object),
 //!           interlock (what create does when the name exists)
+//! tests     only with the `test-hooks` feature, which only tests turn on:
+//!           testhook::STOP_AT_ENV (HUGESHM_TEST_STOP_AT=STEP:FILE stops create at STEP)
 //! ```
 //!
 //! Everything else is the crate's own. Benches build on this API in the
 //! `hugeshm` CLI (`bench prefault`, `numa`, `attach`, `pagetables`); the
-//! test hook that stops `create` at a step (`testhook`)
-//! is only there with the `test-hooks` feature, which only tests turn on.
+//! test hook that stops `create` at a step (`testhook`, its steps listed
+//! there) is not in a build without the `test-hooks` feature: not in the
+//! `hugeshm` binary, not in libhugeshm.so.
 //!
 //! ## What `create` does, in order
 //!
@@ -200,15 +203,19 @@
 //!
 //! ```text
 //! lib.rs      the API: re-exports, these docs
-//! create      RegionBuilder: the numbered steps above
+//! create/     RegionBuilder: the numbered steps above, one room per group (existing: 1;
+//!             plan: 2-3; make: 4 and the try fall-back; fault: 5-6; verify: 7; publish: 8)
 //! attach      Locator, the header checks, remove by name; interlock: list_regions
 //! handle      Region: data access, detach, destroy
 //! backend/    one module per kind of kernel object behind the trait BackendOps (create / open /
-//!             map / inspect / remove / list, and destroy): sysv; file (hugetlbfs, posix and dax files);
-//!             devdax (dax on a device-dax, /dev/daxX.Y); memfd; anon; fd: what the fd-based ones share
-//! pool, prefault, verify, memlock, holders, inspect, memfd_record, header, naming, per_node
+//!             map / inspect / remove / list, and destroy): sysv; file/ (hugetlbfs, posix and dax
+//!             files: create, dax, find, open, dir); devdax (dax on a device-dax, /dev/daxX.Y);
+//!             memfd; anon; fd: what the fd-based ones share
+//! pool/       the plan (pure): hugetlb, thp, dax, shortfall (the pool check), numa
+//! prefault, verify, memlock, holders, inspect, memfd_record, header, naming, per_node
 //!             the steps' own modules
-//! error       RegionError;  model: plain data (imports nothing of the crate)
+//! error/      RegionError (fix: its Fix; text: parts of its messages);
+//!             model: plain data (imports nothing of the crate)
 //! hugeshm-sys (its own crate): the system calls, the only unsafe code
 //! ```
 //!

@@ -100,11 +100,49 @@ mod tests {
         assert!(e.to_string().contains("hard unlimited"), "{e}");
     }
 
+    /// The live check follows this thread's `CAP_IPC_LOCK` (bit 14 of
+    /// `CapEff` in /proc) and, without it, `RLIMIT_MEMLOCK`: past the soft
+    /// limit a lock is refused with the numbers.
     #[test]
-    fn live_check_runs() {
-        // Root has CAP_IPC_LOCK; others have a limit: either way no panic,
-        // and a tiny lock is within any default limit.
-        check_memlock(4096).unwrap();
-        let _ = has_cap_ipc_lock();
+    fn live_check_follows_the_capability_and_the_limit() {
+        use rustix::thread::CapabilitySet;
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        let eff = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+            .unwrap();
+        let cap = eff & (1 << 14) != 0;
+        assert_eq!(has_cap_ipc_lock(), cap, "CapEff {eff:#x}");
+        if cap {
+            check_memlock(1 << 40).expect("CAP_IPC_LOCK lifts the limit");
+        }
+        // Capabilities are per thread: one without CAP_IPC_LOCK.
+        std::thread::spawn(|| {
+            let mut caps = rustix::thread::capabilities(None).unwrap();
+            caps.effective.remove(CapabilitySet::IPC_LOCK);
+            rustix::thread::set_capabilities(None, caps).unwrap();
+            assert!(!has_cap_ipc_lock());
+            let lim = rustix::process::getrlimit(rustix::process::Resource::Memlock);
+            match lim.current {
+                None => check_memlock(1 << 40).expect("no limit"),
+                Some(soft) => {
+                    let e = check_memlock(soft + 1).unwrap_err();
+                    assert!(
+                        matches!(
+                            e,
+                            RegionError::MemlockLimit {
+                                needed_bytes,
+                                soft_limit_bytes: Some(s),
+                                ..
+                            } if needed_bytes == soft + 1 && s == soft
+                        ),
+                        "{e}"
+                    );
+                }
+            }
+        })
+        .join()
+        .unwrap();
     }
 }

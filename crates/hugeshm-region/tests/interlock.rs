@@ -74,8 +74,9 @@ fn kind(e: &RegionError) -> &'static str {
 
 /// Child tasks: `MODE:BACKEND:NAME:DIR:SIZE`.
 #[test]
+#[ignore = "helper: its parent test runs it"]
 fn interlock_child() {
-    let Ok(spec) = std::env::var(ENV) else {
+    let Some(spec) = helper_spec(ENV) else {
         return;
     };
     let f: Vec<&str> = spec.splitn(5, ':').collect();
@@ -169,7 +170,7 @@ fn child(mode: &str, backend: Backend, name: &str, dir: &str, size: u64) -> Kid 
 
 #[test]
 fn header_mismatches_are_refused() {
-    let Some(pool) = pool_guard("header_mismatches_are_refused") else {
+    let Some(pool) = live!() else {
         return;
     };
     pool.ensure_free(MIB2, 8).unwrap();
@@ -313,13 +314,13 @@ fn header_mismatches_are_refused() {
     );
     region.destroy().unwrap();
 
-    assert_no_leak(&before, "header mismatches");
-    pool.restore().unwrap();
+    assert_no_leaks(&before, "header mismatches");
+    pool.finish();
 }
 
 #[test]
 fn concurrent_creators_exactly_one_wins() {
-    let Some(pool) = pool_guard("concurrent_creators_exactly_one_wins") else {
+    let Some(pool) = live!() else {
         return;
     };
     const N: usize = 16;
@@ -375,15 +376,15 @@ fn concurrent_creators_exactly_one_wins() {
         if backend != Backend::Memfd {
             locator(backend, &name, &dir).remove().unwrap();
         }
-        assert_no_leak(&before, &format!("race {backend}"));
+        assert_no_leaks(&before, &format!("race {backend}"));
     }
     drop(mount);
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 #[test]
 fn sigkill_mid_prefault_then_recovery() {
-    let Some(pool) = pool_guard("sigkill_mid_prefault_then_recovery") else {
+    let Some(pool) = live!() else {
         return;
     };
     const SIZE: u64 = 256 << 20;
@@ -458,7 +459,7 @@ fn sigkill_mid_prefault_then_recovery() {
             let rec = report.reclaimed.as_ref().unwrap();
             assert_eq!(rec.previous_state, RegionState::Stale);
             region.destroy().unwrap();
-            assert_no_leak(&before, &format!("crash {backend}"));
+            assert_no_leaks(&before, &format!("crash {backend}"));
             continue;
         }
 
@@ -514,15 +515,15 @@ fn sigkill_mid_prefault_then_recovery() {
             std::process::id()
         );
         region.destroy().unwrap();
-        assert_no_leak(&before, &format!("crash {backend}"));
+        assert_no_leaks(&before, &format!("crash {backend}"));
     }
     drop(mount);
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 #[test]
 fn orphan_ready_region_is_reused_with_its_contents() {
-    let Some(pool) = pool_guard("orphan_ready_region_is_reused_with_its_contents") else {
+    let Some(pool) = live!() else {
         return;
     };
     pool.ensure_free(MIB2, 8).unwrap();
@@ -590,15 +591,15 @@ fn orphan_ready_region_is_reused_with_its_contents() {
         assert_eq!(report.resident_bytes, 6 << 20);
         println!("{backend}: reused: {:?}", report.warnings);
         region.destroy().unwrap();
-        assert_no_leak(&before, &format!("reuse {backend}"));
+        assert_no_leaks(&before, &format!("reuse {backend}"));
     }
     drop(mount);
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 #[test]
 fn another_user_cannot_attach_a_0600_region() {
-    let Some(pool) = pool_guard("another_user_cannot_attach_a_0600_region") else {
+    let Some(pool) = live!() else {
         return;
     };
     if skip_without_setpriv("another_user_cannot_attach_a_0600_region") {
@@ -634,10 +635,10 @@ fn another_user_cannot_attach_a_0600_region() {
             report.header.as_ref().unwrap()
         );
         region.destroy().unwrap();
-        assert_no_leak(&before, &format!("perm {backend}"));
+        assert_no_leaks(&before, &format!("perm {backend}"));
     }
     drop(mount);
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 /// `/dev/shm` and hugetlbfs mounts are shared by every user: a region
@@ -648,7 +649,7 @@ fn another_user_cannot_attach_a_0600_region() {
 /// unless that mode is asked for.
 #[test]
 fn another_users_region_is_never_used_or_removed() {
-    let Some(pool) = pool_guard("another_users_region_is_never_used_or_removed") else {
+    let Some(pool) = live!() else {
         return;
     };
     if skip_without_setpriv("another_users_region_is_never_used_or_removed") {
@@ -726,7 +727,7 @@ fn another_users_region_is_never_used_or_removed() {
             r.close().unwrap();
         }
         trusting().remove().unwrap();
-        assert_no_leak(&before, &format!("squat {backend}"));
+        assert_no_leaks(&before, &format!("squat {backend}"));
     }
     // Our own region that others may write: refused unless asked for.
     let name = unique("open");
@@ -748,5 +749,5 @@ fn another_users_region_is_never_used_or_removed() {
         .unwrap();
     region.destroy().unwrap();
     drop(mount);
-    pool.restore().unwrap();
+    pool.finish();
 }

@@ -28,7 +28,7 @@ fn expect(backend: Backend, page: PageSize, policy: Policy) -> Expect {
 
 #[test]
 fn every_backend_page_size_and_policy() {
-    let Some(pool) = pool_guard("every_backend_page_size_and_policy") else {
+    let Some(pool) = live!() else {
         return;
     };
     let size = 8 << 20;
@@ -36,7 +36,7 @@ fn every_backend_page_size_and_policy() {
     let mut pages = vec![PageSize::Base, PageSize::HUGE_2M];
     let mounts2 = TempMount::new("hugetlbfs", "pagesize=2M");
     let mut mounts1g = None;
-    if try_gigantic(&pool, "every_backend_page_size_and_policy", 1) {
+    if try_gigantic(&pool, 1) {
         pages.push(PageSize::HUGE_1G);
         mounts1g = Some(TempMount::new("hugetlbfs", "pagesize=1G"));
     }
@@ -139,11 +139,11 @@ fn every_backend_page_size_and_policy() {
                     (_, Ok((_, report))) => panic!("{case}: unexpected success: {report:#?}"),
                     (_, Err(e)) => panic!("{case}: unexpected error: {e}"),
                 }
-                assert_no_leak(&before, &case);
+                assert_no_leaks(&before, &case);
             }
         }
     }
     drop(mounts1g);
     drop(mounts2);
-    pool.restore().expect("restore pool");
+    pool.finish();
 }

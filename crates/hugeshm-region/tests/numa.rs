@@ -32,7 +32,7 @@ fn nodes_with_memory() -> Vec<u32> {
 
 #[test]
 fn per_node_set_is_created_attached_and_removed_whole() {
-    let Some(pool) = pool_guard("per_node_set_is_created_attached_and_removed_whole") else {
+    let Some(pool) = live!() else {
         return;
     };
     let nodes = nodes_with_memory();
@@ -89,7 +89,7 @@ fn per_node_set_is_created_attached_and_removed_whole() {
         RegionError::NotFound { .. }
     ));
     assert!(before.diff(&HostState::capture().unwrap()).is_empty());
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 #[test]
@@ -106,13 +106,12 @@ fn create_refuses_per_node() {
 /// Older kernels get a clear error (checked in the 6.1 guest).
 #[test]
 fn weighted_interleave_where_the_kernel_has_it() {
-    if !std::path::Path::new("/sys/kernel/mm/mempolicy/weighted_interleave").is_dir() {
-        println!("SKIP weighted_interleave_where_the_kernel_has_it: kernel before 6.9");
-        return;
-    }
-    let Some(pool) = pool_guard("weighted_interleave_where_the_kernel_has_it") else {
+    let Some(pool) = live!() else {
         return;
     };
+    if !std::path::Path::new("/sys/kernel/mm/mempolicy/weighted_interleave").is_dir() {
+        return pool.skip_lacking(Lack::WeightedInterleave, "kernel before 6.9");
+    }
     let nodes = nodes_with_memory();
     pool.ensure_free(MIB2, 2 * nodes.len() as u64).unwrap();
     let before = HostState::capture().unwrap();
@@ -128,5 +127,5 @@ fn weighted_interleave_where_the_kernel_has_it() {
     assert_eq!(placed, region.len() as u64, "{report:#?}");
     region.close().unwrap();
     assert!(before.diff(&HostState::capture().unwrap()).is_empty());
-    pool.restore().unwrap();
+    pool.finish();
 }

@@ -22,8 +22,9 @@ const N: usize = 8;
 /// Child: `BACKEND:NAME:PMD_SHARING`; attaches on "attach", closes on
 /// "close", exits at end of input.
 #[test]
+#[ignore = "helper: its parent test runs it"]
 fn pagetables_child() {
-    let Ok(spec) = std::env::var(ENV) else {
+    let Some(spec) = helper_spec(ENV) else {
         return;
     };
     let f: Vec<&str> = spec.splitn(3, ':').collect();
@@ -175,7 +176,7 @@ fn show(what: &str, f: &Figures) {
 
 #[test]
 fn attached_processes_share_page_tables() {
-    let Some(pool) = pool_guard("attached_processes_share_page_tables") else {
+    let Some(pool) = live!() else {
         return;
     };
     const GIB: u64 = 1 << 30;
@@ -218,16 +219,16 @@ fn attached_processes_share_page_tables() {
         unshared.per_proc() as f64 / 1024.0,
         base.per_proc() as f64 / 1024.0
     );
-    assert_no_leak(&before, "page tables 2 MiB / 4 KiB");
+    assert_no_leaks(&before, "page tables 2 MiB / 4 KiB");
 
-    if try_gigantic(&pool, "attached_processes_share_page_tables", 1) {
+    if try_gigantic(&pool, 1) {
         let before = HostState::capture().unwrap();
         let giant = measure(Backend::Sysv, PageSize::HUGE_1G, GIB, true);
         show("sysv 1 GiB on 1 GiB pages", &giant);
         assert!(giant.per_proc() < 256 << 10, "{}", giant.per_proc());
-        assert_no_leak(&before, "page tables 1 GiB");
+        assert_no_leaks(&before, "page tables 1 GiB");
     }
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 /// `populate_read` faults one page per GiB where it can share the
@@ -236,7 +237,7 @@ fn attached_processes_share_page_tables() {
 /// mapped (the child checks its smaps).
 #[test]
 fn populate_read_maps_every_page_shared_or_not() {
-    let Some(pool) = pool_guard("populate_read_maps_every_page_shared_or_not") else {
+    let Some(pool) = live!() else {
         return;
     };
     const SIZE: u64 = 2 << 30;
@@ -281,6 +282,6 @@ fn populate_read_maps_every_page_shared_or_not() {
             }
         }
     }
-    assert_no_leak(&before, "populate_read");
-    pool.restore().unwrap();
+    assert_no_leaks(&before, "populate_read");
+    pool.finish();
 }

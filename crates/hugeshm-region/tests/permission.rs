@@ -16,8 +16,9 @@ const CHILD_ENV: &str = "HUGESHM_REGION_PERM_CHILD";
 /// Runs as the unprivileged child: tries what it is told and prints the
 /// error kind and message.
 #[test]
+#[ignore = "helper: its parent test runs it"]
 fn unprivileged_child() {
-    let Ok(what) = std::env::var(CHILD_ENV) else {
+    let Some(what) = helper_spec(CHILD_ENV) else {
         return;
     };
     let b = match what.as_str() {
@@ -56,7 +57,7 @@ fn run_unprivileged(task: &str) -> String {
             "--bounding-set=-all",
         ])
         .arg(exe)
-        .args(["--exact", "unprivileged_child", "--nocapture"])
+        .args(helper_args("unprivileged_child"))
         .env(CHILD_ENV, task)
         .output()
         .expect("run setpriv");
@@ -74,11 +75,10 @@ fn run_unprivileged(task: &str) -> String {
 
 #[test]
 fn unprivileged_errors_name_the_fix() {
-    let Some(pool) = pool_guard("unprivileged_errors_name_the_fix") else {
+    let Some(pool) = live!() else {
         return;
     };
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        println!("SKIP unprivileged_errors_name_the_fix: no setpriv");
+    if skip_without_setpriv(pool.name()) {
         return;
     }
     let group: u32 = std::fs::read_to_string("/proc/sys/vm/hugetlb_shm_group")
@@ -87,8 +87,7 @@ fn unprivileged_errors_name_the_fix() {
         .parse()
         .unwrap();
     if group == 65534 {
-        println!("SKIP unprivileged_errors_name_the_fix: gid 65534 is vm.hugetlb_shm_group");
-        return;
+        return pool.skip("gid 65534 is vm.hugetlb_shm_group");
     }
     pool.ensure_free(MIB2, 8).unwrap();
     let before = HostState::capture().unwrap();
@@ -102,6 +101,6 @@ fn unprivileged_errors_name_the_fix() {
     assert!(r.starts_with("memlock "), "{r}");
     assert!(r.contains("LimitMEMLOCK="), "{r}");
     assert!(r.contains("/etc/security/limits.conf"), "{r}");
-    assert_no_leak(&before, "unprivileged");
-    pool.restore().unwrap();
+    assert_no_leaks(&before, "unprivileged");
+    pool.finish();
 }

@@ -28,12 +28,12 @@ fn fix_for(page: u64, target: u64) -> String {
 
 #[test]
 fn only_with_one_page_too_few_fails_with_numbers() {
-    let Some(pool) = pool_guard("only_with_one_page_too_few_fails_with_numbers") else {
+    let Some(pool) = live!() else {
         return;
     };
     pool.ensure_free(MIB2, 3).unwrap();
     let mut sizes = vec![(MIB2, TempMount::new("hugetlbfs", "pagesize=2M"))];
-    if try_gigantic(&pool, "only_with_one_page_too_few_fails_with_numbers", 1) {
+    if try_gigantic(&pool, 1) {
         sizes.push((GIB, TempMount::new("hugetlbfs", "pagesize=1G")));
     }
     for (page, _mount) in &sizes {
@@ -84,16 +84,16 @@ fn only_with_one_page_too_few_fails_with_numbers() {
                 "{case}"
             );
             println!("{case}: {err}");
-            assert_no_leak(&before, &case);
+            assert_no_leaks(&before, &case);
         }
     }
     drop(sizes);
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 #[test]
 fn try_with_one_page_too_few_is_all_base_pages() {
-    let Some(pool) = pool_guard("try_with_one_page_too_few_is_all_base_pages") else {
+    let Some(pool) = live!() else {
         return;
     };
     pool.ensure_free(MIB2, 3).unwrap();
@@ -149,14 +149,14 @@ fn try_with_one_page_too_few_is_all_base_pages() {
         }
         println!("{case}: reason: {reason}");
         region.destroy().unwrap();
-        assert_no_leak(&before, &case);
+        assert_no_leaks(&before, &case);
     }
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 #[test]
 fn largest_takes_the_biggest_size_that_fits() {
-    let Some(pool) = pool_guard("largest_takes_the_biggest_size_that_fits") else {
+    let Some(pool) = live!() else {
         return;
     };
     pool.ensure_free(MIB2, 4).unwrap();
@@ -171,8 +171,8 @@ fn largest_takes_the_biggest_size_that_fits() {
     assert_eq!(report.page_size_bytes, MIB2);
     assert_eq!(report.verified_page_size_bytes, MIB2);
     region.destroy().unwrap();
-    assert_no_leak(&before, "largest 8 MiB");
-    if try_gigantic(&pool, "largest_takes_the_biggest_size_that_fits", 1) {
+    assert_no_leaks(&before, "largest 8 MiB");
+    if try_gigantic(&pool, 1) {
         let before = HostState::capture().unwrap();
         let (region, report) = RegionBuilder::new(GIB)
             .backend(Backend::Memfd)
@@ -182,14 +182,14 @@ fn largest_takes_the_biggest_size_that_fits() {
             .unwrap();
         assert_eq!(report.verified_page_size_bytes, GIB);
         region.destroy().unwrap();
-        assert_no_leak(&before, "largest 1 GiB");
+        assert_no_leaks(&before, "largest 1 GiB");
     }
-    pool.restore().unwrap();
+    pool.finish();
 }
 
 #[test]
 fn hugetlbfs_mount_problems_are_clear() {
-    let Some(pool) = pool_guard("hugetlbfs_mount_problems_are_clear") else {
+    let Some(pool) = live!() else {
         return;
     };
     pool.ensure_free(MIB2, 4).unwrap();
@@ -214,7 +214,11 @@ fn hugetlbfs_mount_problems_are_clear() {
         .lines()
         .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"));
     if has_mount {
-        println!("SKIP part of hugetlbfs_mount_problems_are_clear: the host has a hugetlbfs mount");
+        pool.skip_part(
+            "no mount",
+            Lack::NoHugetlbfsMount,
+            "the host has a hugetlbfs mount",
+        );
     } else {
         let err = RegionBuilder::new(MIB2)
             .name(unique("nomount"))
@@ -249,6 +253,6 @@ fn hugetlbfs_mount_problems_are_clear() {
     assert!(small.entries().is_empty(), "{:?}", small.entries());
     println!("{err}");
     drop(small);
-    assert_no_leak(&before, "hugetlbfs mount problems");
-    pool.restore().unwrap();
+    assert_no_leaks(&before, "hugetlbfs mount problems");
+    pool.finish();
 }

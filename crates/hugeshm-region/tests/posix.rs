@@ -9,7 +9,7 @@ use hugeshm_testkit::HostState;
 
 #[test]
 fn too_small_tmpfs_fails_cleanly() {
-    let Some(pool) = pool_guard("too_small_tmpfs_fails_cleanly") else {
+    let Some(pool) = live!() else {
         return;
     };
     let tiny = TempMount::new("tmpfs", "size=4m");
@@ -66,14 +66,14 @@ fn too_small_tmpfs_fails_cleanly() {
         region.destroy().unwrap();
         assert!(tiny.entries().is_empty());
     }
-    assert_no_leak(&before, "tiny tmpfs");
+    assert_no_leaks(&before, "tiny tmpfs");
     drop(tiny);
     drop(pool);
 }
 
 #[test]
 fn thp_on_tmpfs_mounted_with_huge() {
-    let Some(pool) = pool_guard("thp_on_tmpfs_mounted_with_huge") else {
+    let Some(pool) = live!() else {
         return;
     };
     for opt in ["huge=always", "huge=within_size", "huge=advise"] {
@@ -102,7 +102,7 @@ fn thp_on_tmpfs_mounted_with_huge() {
         assert_eq!(report.thp_bytes, 16 << 20, "{opt}");
         assert_eq!(report.resident_bytes, 16 << 20, "{opt}");
         region.destroy().unwrap();
-        assert_no_leak(&before, opt);
+        assert_no_leaks(&before, opt);
         drop(mnt);
     }
     drop(pool);
@@ -110,7 +110,7 @@ fn thp_on_tmpfs_mounted_with_huge() {
 
 #[test]
 fn mlock_locks_the_region() {
-    let Some(pool) = pool_guard("mlock_locks_the_region") else {
+    let Some(pool) = live!() else {
         return;
     };
     pool.ensure_free(MIB2, 4).unwrap();
@@ -137,8 +137,8 @@ fn mlock_locks_the_region() {
         }
         region.destroy().unwrap();
     }
-    assert_no_leak(&before, "mlock");
-    pool.restore().unwrap();
+    assert_no_leaks(&before, "mlock");
+    pool.finish();
 }
 
 /// `dax` on a host without a DAX mount, or with a directory that is not
@@ -157,8 +157,7 @@ fn dax_without_a_dax_file_system_is_a_clear_error() {
         });
     // The other tests here create and remove /dev/shm files meanwhile:
     // hold the lock they serialize through for the before/after check.
-    let _lock = hugeshm_testkit::PoolLock::acquire().unwrap();
-    let before = hugeshm_testkit::HostState::capture().unwrap();
+    let pool = observe!();
     if !dax_mounted {
         let e = RegionBuilder::new(8 << 20)
             .name("daxless")
@@ -194,9 +193,7 @@ fn dax_without_a_dax_file_system_is_a_clear_error() {
         "{e}"
     );
     assert!(e.to_string().contains("--mode=devdax"), "{e}");
-    assert!(before
-        .diff(&hugeshm_testkit::HostState::capture().unwrap())
-        .is_empty());
+    pool.finish();
 }
 
 /// `Region::persist` on a region that is not MAP_SYNC: msync; a range

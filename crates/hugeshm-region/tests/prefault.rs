@@ -13,7 +13,7 @@ use hugeshm_testkit::HostState;
 
 #[test]
 fn one_and_two_threads_give_the_same_region() {
-    let Some(pool) = pool_guard("one_and_two_threads_give_the_same_region") else {
+    let Some(pool) = live!() else {
         return;
     };
     pool.ensure_free(MIB2, 16).unwrap();
@@ -73,8 +73,8 @@ fn one_and_two_threads_give_the_same_region() {
     assert_eq!(report.prefault_method, PrefaultMethod::None);
     assert_eq!(report.resident_bytes, MIB2);
     region.destroy().unwrap();
-    assert_no_leak(&before, "prefault threads");
-    pool.restore().unwrap();
+    assert_no_leaks(&before, "prefault threads");
+    pool.finish();
 }
 
 /// Far more threads than a region has 2 MiB pieces: each thread gets at
@@ -82,8 +82,7 @@ fn one_and_two_threads_give_the_same_region() {
 #[test]
 fn threads_are_capped_at_one_per_two_mib() {
     // Other tests here change the pools: compare host snapshots under the lock.
-    let _lock = hugeshm_testkit::PoolLock::acquire().expect("pool lock");
-    let before = HostState::capture().unwrap();
+    let pool = observe!();
     let (region, report) = RegionBuilder::new(8 << 20)
         .backend(Backend::Anon)
         .page_size(PageSize::Base)
@@ -94,5 +93,5 @@ fn threads_are_capped_at_one_per_two_mib() {
     assert_eq!(report.prefault_threads, 4, "{report:?}");
     assert_eq!(report.resident_bytes, 8 << 20);
     region.destroy().unwrap();
-    assert_no_leak(&before, "thread cap");
+    pool.finish();
 }

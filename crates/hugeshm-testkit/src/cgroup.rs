@@ -31,7 +31,7 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
 
 impl TestCgroup {
     /// A new cgroup with `limits` (page size, bytes) for `hugetlb.<size>.max`;
-    /// `None`, with a SKIP line naming `test`, where the kernel offers no
+    /// `None`, after [`crate::skip`] for `test`, where the kernel offers no
     /// hugetlb controller in a cgroup v2 hierarchy.
     pub fn new(test: &str, limits: &[(u64, u64)]) -> Option<TestCgroup> {
         Self::named(test, "", limits)
@@ -46,13 +46,13 @@ impl TestCgroup {
 
     fn named(test: &str, suffix: &str, limits: &[(u64, u64)]) -> Option<TestCgroup> {
         let Some(mount) = cgroup2_mount() else {
-            println!("SKIP {test}: no cgroup v2 hierarchy mounted");
+            crate::skip(test, "no cgroup v2 hierarchy mounted");
             return None;
         };
         let controllers =
             std::fs::read_to_string(mount.join("cgroup.controllers")).unwrap_or_default();
         if !controllers.split_whitespace().any(|c| c == "hugetlb") {
-            println!("SKIP {test}: the cgroup v2 hierarchy has no hugetlb controller");
+            crate::skip(test, "the cgroup v2 hierarchy has no hugetlb controller");
             return None;
         }
         let parent = mount;
@@ -62,9 +62,19 @@ impl TestCgroup {
         if enabled_controller {
             std::fs::write(&subtree, "+hugetlb").expect("enable the hugetlb controller");
         }
+        // A test's name as libtest gives it (`module::test`), as one word.
+        let word: String = test
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
         let dir = parent.join(format!(
-            "hugeshm-test-{}-{}{suffix}",
-            test,
+            "hugeshm-test-{word}-{}{suffix}",
             std::process::id()
         ));
         let cg = TestCgroup {

@@ -20,12 +20,16 @@ pub fn testpmd_path() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Prints why and returns true when `dpdk-testpmd` is not installed.
+/// Returns true (after [`crate::skip`]) when `dpdk-testpmd` is not
+/// installed.
 pub fn skip_unless_testpmd(test: &str) -> bool {
     if testpmd_path().is_some() {
         return false;
     }
-    println!("SKIP {test}: dpdk-testpmd is not installed (Debian package dpdk-dev)");
+    crate::skip(
+        test,
+        "dpdk-testpmd is not installed (Debian package dpdk-dev)",
+    );
     true
 }
 

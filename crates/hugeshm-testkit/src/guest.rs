@@ -11,10 +11,7 @@
 //! # use std::path::Path;
 //! let guest = match Guest::find() {
 //!     Ok(g) => g,
-//!     Err(why) => {
-//!         println!("SKIP my_test: {why}");
-//!         return;
-//!     }
+//!     Err(why) => return hugeshm_testkit::skip("my_test", why),
 //! };
 //! // In an integration test of the hugeshm crate: env!("CARGO_BIN_EXE_hugeshm").
 //! let hugeshm = Path::new("target/debug/hugeshm");
@@ -94,8 +91,8 @@ pub struct GuestRun {
 }
 
 impl Guest {
-    /// The guest, when this host can run it; otherwise the reason, for a
-    /// `SKIP` line: not an x86-64 build, no `qemu-system-x86_64`, or no
+    /// The guest, when this host can run it; otherwise the reason, for
+    /// [`crate::skip`]: not an x86-64 build, no `qemu-system-x86_64`, or no
     /// guest kernel (`scripts/guest/kernel.sh`). Root is not needed.
     pub fn find() -> Result<Guest, String> {
         if !cfg!(all(target_arch = "x86_64", target_os = "linux")) {
@@ -179,6 +176,11 @@ impl Guest {
     /// with the end of the console; a guest that reported DONE is a
     /// success whatever its scenario printed.
     pub fn boot(&self, b: &Boot) -> Result<GuestRun, String> {
+        // One guest at a time in a test process: the tests of several
+        // scenarios share one binary and its threads, and QEMU's TCG
+        // guests are slow enough alone.
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let n = self.boots.get() + 1;
         self.boots.set(n);
         let log = self.dir.join(format!("console-{n}.log"));
@@ -439,6 +441,12 @@ impl Console {
         serde_json::from_str(text).map_err(|e| format!("block {name} is not JSON ({e}):\n{text}"))
     }
 
+    /// [`Console::json`], for a test: panics with the reason.
+    #[track_caller]
+    pub fn expect_json(&self, name: &str) -> Value {
+        self.json(name).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// Guest seconds from `mark name` to the next mark (or the end of the
     /// scenario).
     pub fn mark_seconds(&self, name: &str) -> Option<f64> {
@@ -547,12 +555,12 @@ impl Scenario {
         Scenario::Ran(runs)
     }
 
-    /// The runs for test `test`: `None` after a `SKIP` line where this
+    /// The runs for test `test`: `None` after [`crate::skip`] where this
     /// host cannot run the guest; panics where the guest failed.
     pub fn runs(&self, test: &str) -> Option<&[GuestRun]> {
         match self {
             Scenario::Skip(why) => {
-                println!("SKIP {test}: {why}");
+                crate::skip(test, why);
                 None
             }
             Scenario::Ran(runs) => Some(runs),

@@ -3,8 +3,16 @@
 //! Dev-only helpers for hugeshm integration tests that touch real, global
 //! host state (the huge page pool, System V segments, `/dev/shm`):
 //!
-//! * [`is_root`] / [`skip_unless_root`]: tests that reserve huge pages need
-//!   root and skip (pass with a `SKIP` line) otherwise.
+//! * [`live!`] / [`Live`]: the live-test harness. A test begins with
+//!   `let Some(pool) = live!() else { return };`: named after its function
+//!   ([`test_name!`]), skipped unless root, holding the [`PoolGuard`] and
+//!   the [`HostState`] of its start; its end (or [`Live::finish`]) restores
+//!   the pool and asserts that nothing was left behind
+//!   ([`assert_no_leaks`], the one leak check).
+//! * [`skip`] / [`skip_lacking`]: the one way to skip, printed where CI's
+//!   log shows it and recorded in [`skips_file`]; with
+//!   `HUGESHM_TEST_STRICT=1` a skip fails unless the allow-list ([`Lack`])
+//!   names what the test lacks.
 //! * [`PoolLock`]: a cross-process exclusive lock (`flock` on
 //!   [`POOL_LOCK_PATH`]) held by every test that touches the global pool or
 //!   compares [`HostState`] snapshots, so such tests never overlap, neither
@@ -17,6 +25,8 @@
 //! * [`TestProc`]: runs the `hugeshm-testproc` binary of this crate, which
 //!   creates shared-memory objects of the kinds asked for on its command
 //!   line, reports them as JSON and holds them until its stdin closes.
+//! * [`helper_command`]: runs an `#[ignore]`d helper test of the running
+//!   test binary (a child process's entry point) with its variable set.
 //! * [`guest`]: a 2-node NUMA QEMU guest (with an optional NVDIMM) that
 //!   boots the test binaries and runs a scenario script
 //!   (`scripts/guest/`), for what this host's kernel cannot show.
@@ -24,20 +34,16 @@
 //! A typical test:
 //!
 //! ```no_run
-//! use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard, TestProc};
+//! use hugeshm_testkit::{live, TestProc};
 //!
-//! if skip_unless_root("my_test") {
-//!     return;
-//! }
-//! let pool = PoolGuard::new().unwrap();
+//! # fn main() {
+//! let Some(pool) = live!() else { return };
 //! pool.ensure_free(2 << 20, 4).unwrap();
-//! let before = HostState::capture().unwrap();
 //! let proc_ = TestProc::spawn(["sysv-huge:4M", "--touch"]).unwrap();
 //! // ... inspect proc_.objects(), /proc/<pid>/smaps ...
 //! assert!(proc_.finish().unwrap().success());
-//! let leaks = before.diff(&HostState::capture().unwrap());
-//! assert!(leaks.is_empty(), "{leaks:#?}");
-//! pool.restore().unwrap();
+//! pool.finish(); // the pool restored, nothing left behind
+//! # }
 //! ```
 
 #![forbid(unsafe_code)]
@@ -45,15 +51,21 @@
 pub mod cgroup;
 pub mod dpdk;
 pub mod guest;
+mod helper;
 mod host;
+pub mod live;
 mod pool;
 pub mod postgres;
+mod skip;
 mod tempdir;
 mod testproc;
 
 pub use cgroup::TestCgroup;
+pub use helper::{helper_args, helper_command, helper_spec};
 pub use host::{HostState, PoolCounts, SysvSegment};
+pub use live::{assert_no_leaks, Live};
 pub use pool::{PoolGuard, PoolLock, HUGEPAGES_SYSFS, NODE_SYSFS, POOL_LOCK_PATH};
+pub use skip::{skip, skip_lacking, skips_file, strict, Lack, SKIPS_FILE_ENV, STRICT_ENV};
 pub use tempdir::TempDir;
 pub use testproc::{
     run_library_built, testproc_built, testproc_path, TestObject, TestProc, TestProcReport,
@@ -65,15 +77,19 @@ pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
-/// Returns true (and prints a `SKIP` line) when the test cannot run because
-/// it is not root; use as `if skip_unless_root("name") { return; }`.
+/// Returns true (after [`skip`]) when the test cannot run because it is
+/// not root; use as `if skip_unless_root(test_name!()) { return; }` in a
+/// test that needs root but not the [`Live`] harness.
 pub fn skip_unless_root(test: &str) -> bool {
     if is_root() {
         return false;
     }
-    println!(
-        "SKIP {test}: needs root to reserve huge pages (running as uid {})",
-        rustix::process::geteuid().as_raw()
+    skip(
+        test,
+        format_args!(
+            "needs root (running as uid {})",
+            rustix::process::geteuid().as_raw()
+        ),
     );
     true
 }

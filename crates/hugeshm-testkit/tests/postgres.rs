@@ -4,9 +4,9 @@
 //! mapping is shared by the backends, a pool one page short makes
 //! `huge_pages = on` fail (and `try` fall back), and nothing is left behind.
 //!
-//! Root only (the huge page pool is raised and lowered through
-//! `PoolGuard`); without root or without a PostgreSQL server they print a
-//! SKIP line and pass.
+//! Root only (the huge page pool is raised and lowered through the
+//! harness, `live!`); without root or without a PostgreSQL server they
+//! skip (`hugeshm_testkit::skip`).
 
 #![forbid(unsafe_code)]
 
@@ -17,15 +17,18 @@ use hugeshm_testkit::postgres::{
     main_shm_vma, skip_unless_postgres, sweep_stale_clusters, PgCluster, SmapsVma, ANON_HUGEPAGE,
     DEV_ZERO,
 };
-use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard, HUGEPAGES_SYSFS};
+use hugeshm_testkit::{helper_args, helper_spec, live, HostState, Live, HUGEPAGES_SYSFS};
 
 const MIB2: u64 = 2 << 20;
 const KB2M: u64 = 2048;
 
-/// Root, PostgreSQL and a 2 MiB default huge page size, or `None` (SKIP
-/// printed). Returns the pool guard (holding the pool lock).
-fn setup(test: &str) -> Option<PoolGuard> {
-    if skip_unless_root(test) || skip_unless_postgres(test) {
+/// Root (`pool`: the test's `live!()`), PostgreSQL and a 2 MiB default
+/// huge page size, or `None` (after a skip). Returns the harness (holding
+/// the pool lock).
+fn setup(pool: Option<Live>) -> Option<Live> {
+    let mut pool = pool?;
+    let test = pool.name();
+    if skip_unless_postgres(test) {
         return None;
     }
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
@@ -34,16 +37,18 @@ fn setup(test: &str) -> Option<PoolGuard> {
         .find_map(|l| l.strip_prefix("Hugepagesize:"))
         .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok());
     if default_kb != Some(KB2M) {
-        println!("SKIP {test}: default huge page size is {default_kb:?} kB, not 2048 kB");
+        pool.skip(format_args!(
+            "default huge page size is {default_kb:?} kB, not 2048 kB"
+        ));
         return None;
     }
-    let pool = PoolGuard::new().unwrap();
     assert!(pool.page_sizes().contains(&MIB2));
     // Clusters of killed earlier runs would otherwise vanish between the
     // tests' before/after snapshots (PgCluster::init sweeps them too).
     for line in sweep_stale_clusters() {
         println!("{test}: {line}");
     }
+    pool.rebase();
     Some(pool)
 }
 
@@ -67,7 +72,7 @@ fn write_pool(file: &str, v: u64) {
 
 /// Makes exactly `pages` 2 MiB pages available (free - reserved), with no
 /// overcommit. The guard restores everything.
-fn make_available_exactly(pool: &PoolGuard, pages: u64) {
+fn make_available_exactly(pool: &Live, pages: u64) {
     write_pool("nr_overcommit_hugepages", 0);
     pool.ensure_free(MIB2, pages).unwrap();
     let avail = read_pool("free_hugepages") - read_pool("resv_hugepages");
@@ -169,7 +174,7 @@ fn parse_mb(text: &str) -> u64 {
 #[test]
 fn huge_pages_on_maps_exactly_the_reported_pages() {
     let t0 = Instant::now();
-    let Some(pool) = setup("huge_pages_on_maps_exactly_the_reported_pages") else {
+    let Some(pool) = setup(live!()) else {
         return;
     };
     let mut pg = PgCluster::init("128MB").unwrap();
@@ -286,7 +291,7 @@ fn huge_pages_on_maps_exactly_the_reported_pages() {
     let pids = pg.all_pids();
 
     finish(pg, &pids, &before);
-    pool.restore().unwrap();
+    pool.finish();
     println!(
         "huge_pages_on_maps_exactly_the_reported_pages took {:?}",
         t0.elapsed()
@@ -296,7 +301,7 @@ fn huge_pages_on_maps_exactly_the_reported_pages() {
 #[test]
 fn huge_pages_on_fails_one_page_short_and_try_falls_back() {
     let t0 = Instant::now();
-    let Some(pool) = setup("huge_pages_on_fails_one_page_short_and_try_falls_back") else {
+    let Some(pool) = setup(live!()) else {
         return;
     };
     let mut pg = PgCluster::init("128MB").unwrap();
@@ -333,7 +338,7 @@ fn huge_pages_on_fails_one_page_short_and_try_falls_back() {
     let pids = pg.all_pids();
 
     finish(pg, &pids, &before);
-    pool.restore().unwrap();
+    pool.finish();
     println!(
         "huge_pages_on_fails_one_page_short_and_try_falls_back took {:?}",
         t0.elapsed()
@@ -343,7 +348,7 @@ fn huge_pages_on_fails_one_page_short_and_try_falls_back() {
 #[test]
 fn drop_stops_a_running_cluster() {
     // No huge pages involved, but the leak check needs the pool lock.
-    let Some(_pool) = setup("drop_stops_a_running_cluster") else {
+    let Some(_pool) = setup(live!()) else {
         return;
     };
     let before = HostState::capture().unwrap();
@@ -370,7 +375,7 @@ const STALE_CHILD_ENV: &str = "HUGESHM_PG_STALE_CHILD";
 #[test]
 #[ignore = "helper: run by sweep_cleans_up_after_a_killed_process"]
 fn stale_cluster_child() {
-    if std::env::var_os(STALE_CHILD_ENV).is_none() {
+    if helper_spec(STALE_CHILD_ENV).is_none() {
         return;
     }
     // Runs while the parent test holds the pool lock: no PoolGuard here.
@@ -383,12 +388,12 @@ fn stale_cluster_child() {
 
 #[test]
 fn sweep_cleans_up_after_a_killed_process() {
-    let Some(_pool) = setup("sweep_cleans_up_after_a_killed_process") else {
+    let Some(_pool) = setup(live!()) else {
         return;
     };
     let before = HostState::capture().unwrap();
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "stale_cluster_child", "--ignored", "--nocapture"])
+        .args(helper_args("stale_cluster_child"))
         .env(STALE_CHILD_ENV, "1")
         .stdin(std::process::Stdio::null())
         .output()
@@ -396,7 +401,8 @@ fn sweep_cleans_up_after_a_killed_process() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let root = stdout
         .lines()
-        .find_map(|l| l.strip_prefix("ROOT="))
+        // libtest may put its own words before it on the line.
+        .find_map(|l| l.split_once("ROOT=").map(|(_, root)| root))
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             panic!(

@@ -2,9 +2,9 @@
 //! backs each kind of object (per `/proc/PID/smaps`), and that nothing is
 //! left behind (System V segments, `/dev/shm` files, huge pages).
 //!
-//! Tests that need the huge page pool run as root only (they print SKIP
+//! Tests that need the huge page pool run as root only (they skip
 //! otherwise); every test that compares host snapshots holds the pool lock
-//! so they never see each other's objects.
+//! (`live!`, `observe!`) so they never see each other's objects.
 
 #![forbid(unsafe_code)]
 
@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use hugeshm_sys as sys;
 use hugeshm_testkit::{
-    skip_unless_root, testproc_path, HostState, PoolGuard, PoolLock, TestObject, TestProc,
+    assert_no_leaks, live, observe, testproc_path, HostState, TestObject, TestProc,
 };
 
 const MIB2: u64 = 2 << 20;
@@ -75,16 +75,6 @@ fn check_backing(pid: u32, obj: &TestObject, touched: bool) {
     }
 }
 
-fn assert_no_leaks(before: &HostState) {
-    let after = HostState::capture().expect("capture host state");
-    let leaks = before.diff(&after);
-    assert!(
-        leaks.is_empty(),
-        "host state changed:\n{}",
-        leaks.join("\n")
-    );
-}
-
 /// Removes System V segments on drop (so a failed assertion leaks nothing).
 struct RemoveSegments(Vec<i32>);
 
@@ -109,7 +99,7 @@ fn testproc_path_is_the_cargo_built_binary() {
 
 #[test]
 fn plain_objects_use_base_pages_and_leave_nothing() {
-    let _lock = PoolLock::acquire().unwrap();
+    let _pool = observe!();
     let before = HostState::capture().unwrap();
     let name = format!("hugeshm-testkit-plain-{}", std::process::id());
     let devshm = format!("devshm:{name}:64K");
@@ -170,15 +160,12 @@ fn plain_objects_use_base_pages_and_leave_nothing() {
 
     assert!(p.finish().unwrap().success());
     assert!(sys::shm_stat(shmid).is_err(), "segment removed");
-    assert_no_leaks(&before);
+    assert_no_leaks(&before, "testproc");
 }
 
 #[test]
 fn huge_objects_use_huge_pages_and_leave_nothing() {
-    if skip_unless_root("huge_objects_use_huge_pages_and_leave_nothing") {
-        return;
-    }
-    let pool = PoolGuard::new().unwrap();
+    let Some(pool) = live!() else { return };
     pool.ensure_free(MIB2, 8).unwrap();
     let before = HostState::capture().unwrap();
     let pool_before = before.pools[&2048];
@@ -202,7 +189,7 @@ fn huge_objects_use_huge_pages_and_leave_nothing() {
         assert_eq!(now.free, pool_before.free, "{now:?}");
         assert_eq!(now.resv, pool_before.resv + huge_pages, "{now:?}");
         assert!(p.finish().unwrap().success());
-        assert_no_leaks(&before);
+        assert_no_leaks(&before, "testproc");
     }
 
     // Touched: every huge page is faulted in.
@@ -225,26 +212,19 @@ fn huge_objects_use_huge_pages_and_leave_nothing() {
     assert_eq!(now.resv, pool_before.resv, "{now:?}");
     assert!(p.finish().unwrap().success());
 
-    assert_no_leaks(&before);
-    pool.restore().unwrap();
+    assert_no_leaks(&before, "testproc");
+    pool.finish();
 }
 
 #[test]
 fn orphaned_sysv_segments_outlive_the_process() {
     let root = hugeshm_testkit::is_root();
-    let pool = if root {
-        let pool = PoolGuard::new().unwrap();
+    let pool = observe!();
+    if root {
         pool.ensure_free(MIB2, 2).unwrap();
-        Some(pool)
     } else {
-        println!("orphaned_sysv_segments_outlive_the_process: not root, plain segments only");
-        None
-    };
-    let _lock = if pool.is_none() {
-        Some(PoolLock::acquire().unwrap())
-    } else {
-        None
-    };
+        println!("not root: plain segments only");
+    }
     let before = HostState::capture().unwrap();
     // A key unlikely to collide with anything else on the host.
     let key = 0x4853_0000_i32 | (std::process::id() as i32 & 0xfff0);
@@ -298,15 +278,13 @@ fn orphaned_sysv_segments_outlive_the_process() {
     for id in std::mem::take(&mut cleanup.0) {
         sys::shm_remove(id).unwrap();
     }
-    assert_no_leaks(&before);
-    if let Some(pool) = pool {
-        pool.restore().unwrap();
-    }
+    assert_no_leaks(&before, "testproc");
+    pool.finish();
 }
 
 #[test]
 fn failure_midway_cleans_up_what_was_made() {
-    let _lock = PoolLock::acquire().unwrap();
+    let _pool = observe!();
     let before = HostState::capture().unwrap();
     let name = format!("hugeshm-testkit-fail-{}", std::process::id());
     let dev = format!("devshm:{name}:64K");
@@ -321,7 +299,7 @@ fn failure_midway_cleans_up_what_was_made() {
         "{err}"
     );
     assert!(err.contains("exit status: 1"), "{err}");
-    assert_no_leaks(&before);
+    assert_no_leaks(&before, "testproc");
 
     // 64 GiB of huge pages cannot be reserved on any test machine.
     let err = TestProc::spawn(["sysv-plain:64K", "private-huge:64G"]).unwrap_err();
@@ -336,7 +314,7 @@ fn failure_midway_cleans_up_what_was_made() {
         ),
         "{err2}"
     );
-    assert_no_leaks(&before);
+    assert_no_leaks(&before, "testproc");
 }
 
 #[test]

@@ -277,7 +277,10 @@ struct ProcRun {
 }
 
 /// A warm-up run, then a timed one with fresh counters (process `i`'s
-/// seeds).
+/// seeds). Each ends with a checkpoint, off the clock: the warm-up's
+/// updates reach the file before the counters start, and the timed run's
+/// are all counted as write-backs (without it, a run too short to evict
+/// counted none: how many it wrote back depended on the host's load).
 fn warm_then_timed(
     cache: &Cache,
     o: &Options,
@@ -286,8 +289,10 @@ fn warm_then_timed(
     d: Duration,
 ) -> anyhow::Result<ProcRun> {
     drive(cache, o, picker, 1 + 2 * i, d)?;
+    cache.checkpoint()?;
     cache.reset_stats();
     let (counters, seconds) = drive(cache, o, picker, 2 + 2 * i, d)?;
+    cache.checkpoint()?;
     Ok(ProcRun {
         counters,
         seconds,

@@ -651,12 +651,11 @@ mod tests {
         // its first process's uid.
         let key = Key::File(0, 1, 77);
         let mut memfd = Obj::new(SegmentKind::Memfd, Some("/memfd:pool".into()));
-        let m = hugeshm_parse::maps::parse_line(
-            "maps",
-            1,
+        let m = hugeshm_parse::maps::parse(
             "7f0000000000-7f0000200000 rw-s 00000000 00:01 77 /memfd:pool (deleted)",
         )
-        .unwrap();
+        .unwrap()
+        .remove(0);
         memfd.add_mapping(&key, 3001, &m);
         let s = segment_of(&probe, &key, &memfd, None, &scan.status);
         assert_eq!((s.id, s.path.as_deref()), (Some(77), Some("memfd:pool")));

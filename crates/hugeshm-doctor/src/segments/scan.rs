@@ -404,7 +404,7 @@ mod tests {
         );
         let mounts = Mounts::of(&h);
         let kind = |line: &str| {
-            let m = hugeshm_parse::maps::parse_line("maps", 1, line).unwrap();
+            let m = hugeshm_parse::maps::parse(line).unwrap().remove(0);
             classify(42, &m, &mounts)
         };
         let at = "7f0000000000-7f0000200000";
@@ -627,18 +627,17 @@ mod tests {
                 0x1180400000 + i * 2 * MIB,
                 i * 2 * MIB
             );
-            let m = hugeshm_parse::maps::parse_line("maps", 1, &line).unwrap();
+            let m = hugeshm_parse::maps::parse(&line).unwrap().remove(0);
             o.add_mapping(&key, 42, &m);
         }
         assert_eq!(o.size, 64 * MIB);
         assert_eq!(o.maps[&42].len(), 32);
         // A private mapping at an offset is only its own length.
-        let m = hugeshm_parse::maps::parse_line(
-            "maps",
-            1,
+        let m = hugeshm_parse::maps::parse(
             "7f0000000000-7f0000200000 rw-p 00400000 00:0f 77 /dev/hugepages/x",
         )
-        .unwrap();
+        .unwrap()
+        .remove(0);
         let mut p = Obj::new(SegmentKind::PrivateHugetlb, None);
         p.add_mapping(&Key::Private(42, m.start), 42, &m);
         assert_eq!(p.size, 2 * MIB);

@@ -1,46 +1,50 @@
-//! Shared helpers of the live tests: root check, pool guard, temporary
-//! mounts (always unmounted), leak check, unique names.
+//! Shared helpers of the live tests (the harness is the testkit's:
+//! `live!()`, `assert_no_leaks`): 1 GiB parts, temporary mounts (always
+//! unmounted), unique names, children of the test binary.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
+#[allow(unused_imports)]
+pub use hugeshm_testkit::{
+    assert_no_leaks, helper_args, helper_spec, live, observe, test_name, Lack, Live,
+};
 
 pub const MIB2: u64 = 2 << 20;
 pub const GIB: u64 = 1 << 30;
 
-/// Root + the pool lock, or `None` (SKIP printed).
-pub fn pool_guard(test: &str) -> Option<PoolGuard> {
-    if skip_unless_root(test) {
-        return None;
-    }
-    Some(PoolGuard::new().expect("pool guard"))
-}
-
-/// Reserves 1 GiB pages if the kernel can; prints SKIP for that size
-/// otherwise.
-pub fn try_gigantic(pool: &PoolGuard, test: &str, pages: u64) -> bool {
+/// Reserves `pages` 1 GiB pages for the test's 1 GiB part if the kernel
+/// can; skips that part otherwise (on the allow-list: [`Lack::GiganticPage`]).
+pub fn try_gigantic(pool: &Live, pages: u64) -> bool {
     if !pool.page_sizes().contains(&GIB) {
-        println!("SKIP {test} [1 GiB]: the kernel offers no 1 GiB pages");
+        pool.skip_part(
+            "1 GiB",
+            Lack::GiganticPage,
+            "the kernel offers no 1 GiB pages",
+        );
         return false;
     }
     match pool.ensure_free(GIB, pages) {
         Ok(()) => true,
         Err(e) => {
-            println!("SKIP {test} [1 GiB]: cannot reserve {pages} x 1 GiB: {e}");
+            pool.skip_part(
+                "1 GiB",
+                Lack::GiganticPage,
+                format_args!("cannot reserve {pages} x 1 GiB: {e}"),
+            );
             false
         }
     }
 }
 
 /// Whether `setpriv` (util-linux) is missing, which [`Kid::spawn_as_nobody`]
-/// needs; prints the SKIP line for `test` then.
+/// needs (after a skip of `test`).
 pub fn skip_without_setpriv(test: &str) -> bool {
     let missing = Command::new("setpriv").arg("--version").output().is_err();
     if missing {
-        println!("SKIP {test}: no setpriv");
+        hugeshm_testkit::skip(test, "no setpriv (util-linux)");
     }
     missing
 }
@@ -110,14 +114,6 @@ impl Drop for TempMount {
         }
         let _ = std::fs::remove_dir(&self.dir);
     }
-}
-
-/// Asserts that the host state is as captured in `before`.
-#[track_caller]
-pub fn assert_no_leak(before: &HostState, what: &str) {
-    let after = HostState::capture().expect("capture host state");
-    let diff = before.diff(&after);
-    assert!(diff.is_empty(), "{what}: left behind: {diff:#?}");
 }
 
 /// `(nr, free, resv)` of a page size from sysfs.
@@ -232,7 +228,8 @@ pub struct Kid {
 }
 
 impl Kid {
-    /// Runs test `test_fn` of this binary with `env=spec`.
+    /// Runs the `#[ignore]`d helper test `test_fn` of this binary with
+    /// `env=spec`.
     pub fn spawn(test_fn: &str, env: &str, spec: &str) -> Kid {
         Self::spawn_with(
             Command::new(std::env::current_exe().unwrap()),
@@ -275,7 +272,7 @@ impl Kid {
     fn spawn_with(mut cmd: Command, test_fn: &str, env: &str, spec: &str) -> Kid {
         use std::io::BufRead;
         let mut child = cmd
-            .args(["--exact", test_fn, "--nocapture", "--test-threads=1"])
+            .args(helper_args(test_fn))
             .env(env, spec)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())

@@ -1,12 +1,24 @@
 //! The error of every region operation: typed, with the numbers. Its text
 //! states the facts; the remedy is a typed [`Fix`] ([`RegionError::fix`])
 //! that each front end renders in its own words.
+//!
+//! - `mod.rs`: [`RegionError`], its messages and the accessors
+//!   (`shortfall`, `errno`) and constructors the crate uses;
+//! - `fix.rs`: [`RegionError::fix`], the remedy of each error;
+//! - `text.rs`: the parts of the messages that are more than one field.
 
 use hugeshm_fix::Fix;
 use hugeshm_parse::size::format_bytes;
 use hugeshm_sys::SysError;
 
 use crate::model::{Backend, NodeNeed, Owner, PrefaultMethod, RegionState, Shortfall, Trust};
+
+mod fix;
+mod text;
+
+use text::{
+    exists_text, in_use_text, incomplete_text, limit_text, lost_text, offered_list, orphan_text,
+};
 
 /// Why a region could not be created, attached or removed.
 ///
@@ -496,156 +508,11 @@ pub enum RegionError {
     Read(#[from] hugeshm_probe::ReadError),
 }
 
-/// What [`RegionError::Lost`] says: a truncation with both sizes where the
-/// file is now shorter than the region, else the fault as the guard saw it.
-fn lost_text(object: &str, file: Option<u64>, region: u64, source: &SysError) -> String {
-    let offset = match source {
-        SysError::MappingLost { offset, .. } => format!(" (a SIGBUS at offset {offset})"),
-        _ => String::new(),
-    };
-    match file {
-        Some(f) if f < region => format!(
-            "the file behind region {object} was truncated to {f} bytes by another process \
-             (the region has {region}{offset}); the mapping is no longer valid: close the \
-             region; what it held is gone"
-        ),
-        _ => format!("region {object}: {source}; the mapping is no longer valid: close the region"),
-    }
-}
-
 impl RegionError {
     /// The pool numbers of a [`RegionError::PoolShortfall`].
     pub fn shortfall(&self) -> Option<&Shortfall> {
         match self {
             RegionError::PoolShortfall { shortfall, .. } => Some(&**shortfall),
-            _ => None,
-        }
-    }
-
-    /// What to do about it, for errors that have a remedy.
-    pub fn fix(&self) -> Option<Fix> {
-        let region = |name: &str, backend: &Backend| (name.to_owned(), backend.to_string());
-        let dir = |name: &str, backend: &Backend, object: &str| {
-            crate::model::directory_hint(name, *backend, object)
-        };
-        match self {
-            RegionError::Lost {
-                name: Some(named),
-                object,
-                ..
-            } => Some(Fix::Reclaim {
-                name: named.0.clone(),
-                backend: named.1.to_string(),
-                dir: dir(&named.0, &named.1, object),
-                keep_contents: false,
-            }),
-            RegionError::PoolShortfall { shortfall, .. } => Some(shortfall.fix.clone()),
-            RegionError::InvalidSize { fix, .. } => fix.as_deref().cloned(),
-            RegionError::UnsupportedPageSize {
-                page_size_bytes, ..
-            } => Some(Fix::BootPageSize {
-                page_size_bytes: *page_size_bytes,
-            }),
-            RegionError::NoHugetlbfsMount { fix, .. }
-            | RegionError::ThpUnavailable { fix, .. }
-            | RegionError::NoSpace { fix, .. }
-            | RegionError::KernelLimit { fix, .. }
-            | RegionError::FaultRefused { fix, .. }
-            | RegionError::CgroupLimit { fix, .. }
-            | RegionError::NodeShortfall { fix, .. }
-            | RegionError::DaxSmallFaults { fix, .. }
-            | RegionError::Permission { fix, .. } => Some((**fix).clone()),
-            RegionError::NotEnoughMemory {
-                needed_bytes,
-                available_bytes,
-                on_demand_possible,
-                ..
-            } => Some(Fix::FreeMemory {
-                missing_bytes: needed_bytes.saturating_sub(*available_bytes),
-                on_demand: *on_demand_possible,
-            }),
-            RegionError::MemlockLimit {
-                needed_bytes,
-                locked_bytes,
-                user,
-                ..
-            } => Some(Fix::RaiseMemlock {
-                user: user.clone(),
-                kib: needed_bytes.saturating_add(*locked_bytes).div_ceil(1024),
-            }),
-            RegionError::AlreadyExists {
-                name,
-                backend,
-                object,
-                holders,
-                ..
-            } => {
-                let dir = dir(name, backend, object);
-                let (name, backend) = region(name, backend);
-                Some(Fix::AttachOrRemove {
-                    name,
-                    backend,
-                    dir,
-                    holders: holders.clone(),
-                })
-            }
-            RegionError::Orphaned {
-                name,
-                backend,
-                object,
-                state,
-                ..
-            } => {
-                let dir = dir(name, backend, object);
-                let (name, backend) = region(name, backend);
-                Some(Fix::Reclaim {
-                    name,
-                    backend,
-                    dir,
-                    keep_contents: *state == RegionState::Ready,
-                })
-            }
-            RegionError::Incomplete {
-                name,
-                backend,
-                object,
-                creator_alive,
-                ..
-            } => Some(if *creator_alive {
-                Fix::WaitUntilReady
-            } else {
-                let dir = dir(name, backend, object);
-                let (name, backend) = region(name, backend);
-                Fix::Reclaim {
-                    name,
-                    backend,
-                    dir,
-                    keep_contents: false,
-                }
-            }),
-            RegionError::Stale { name, .. } => Some(Fix::Remove {
-                name: name.clone(),
-                backend: Backend::Memfd.to_string(),
-                dir: None,
-            }),
-            RegionError::NewerLayout { .. } => Some(Fix::NewerHugeshm),
-            RegionError::Untrusted {
-                name,
-                backend,
-                object,
-                owner,
-                ..
-            } => {
-                let dir = dir(name, backend, object);
-                let (name, backend) = region(name, backend);
-                Some(Fix::TrustOwner {
-                    name,
-                    backend,
-                    dir,
-                    uid: owner.uid,
-                    mode: owner.mode,
-                })
-            }
             _ => None,
         }
     }
@@ -708,94 +575,5 @@ impl RegionError {
             path: path.into(),
             source,
         }
-    }
-}
-
-fn offered_list(offered: &[u64]) -> String {
-    if offered.is_empty() {
-        return "none: the kernel has no hugetlb pools".to_owned();
-    }
-    offered
-        .iter()
-        .map(|s| format_bytes(*s))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn limit_text(limit: Option<u64>) -> String {
-    match limit {
-        Some(b) => format!("{b} bytes"),
-        None => "unlimited".to_owned(),
-    }
-}
-
-fn in_use_text(pids: &[u32], nattch: Option<u64>) -> String {
-    let mut parts = Vec::new();
-    if let Some(n) = nattch {
-        parts.push(format!("{n} attachment(s)"));
-    }
-    if pids.is_empty() {
-        parts.push("by processes not visible here".to_owned());
-    } else {
-        let list: Vec<String> = pids.iter().map(u32::to_string).collect();
-        parts.push(format!("mapped by pid(s) {}", list.join(", ")));
-    }
-    parts.join(", ")
-}
-
-fn exists_text(holders: &[u32], state: Option<RegionState>) -> String {
-    let mut s = String::new();
-    if !holders.is_empty() {
-        let list: Vec<String> = holders.iter().map(u32::to_string).collect();
-        s.push_str(&format!(" and is held by pid(s) {}", list.join(", ")));
-    }
-    match state {
-        Some(RegionState::Initializing) => s.push_str(" (still being created)"),
-        Some(st) if st != RegionState::Ready => s.push_str(&format!(" (state {st})")),
-        _ => {}
-    }
-    s
-}
-
-fn orphan_text(state: RegionState, creator_pid: Option<u32>) -> String {
-    let who = creator_pid
-        .map(|p| format!("its creator (pid {p})"))
-        .unwrap_or_else(|| "its creator".to_owned());
-    match state {
-        RegionState::Ready => format!(
-            "{who} finished creating it and is gone (crashed or exited without removing it); \
-             the contents are intact"
-        ),
-        RegionState::Crashed => {
-            format!("{who} died while creating it: the contents were never finished")
-        }
-        RegionState::Stale => {
-            format!("{who} is gone and the memfd went with it: the memory is already freed")
-        }
-        // A ready region whose object someone cut short.
-        RegionState::Damaged => format!(
-            "{who} is gone and the object is shorter than its header says (truncated): \
-             the contents cannot be reused"
-        ),
-        other => format!("state {other}"),
-    }
-}
-
-fn incomplete_text(creator_pid: Option<u32>, alive: bool, header_written: bool) -> String {
-    let who = creator_pid
-        .map(|p| format!("pid {p}"))
-        .unwrap_or_else(|| "its creator".to_owned());
-    let header = if header_written {
-        "header state initializing"
-    } else {
-        "header not written yet"
-    };
-    if alive {
-        format!("is still being created by {who} ({header})")
-    } else {
-        format!(
-            "is incomplete: {who} died while creating it ({header}), so its contents were never \
-             finished and it cannot be used or reused"
-        )
     }
 }

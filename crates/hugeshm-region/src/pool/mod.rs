@@ -4,172 +4,44 @@
 //! Everything here is pure (no I/O): the planner takes a
 //! [`HostSnapshot`] and a request and returns a
 //! plan or a typed error, so every policy decision is unit-tested on
-//! synthetic pools.
+//! synthetic pools. The one exception, [`checked`]'s cgroup check and the
+//! refusals of [`shortfall`], read the host again through the `Probe`.
+//!
+//! - `mod.rs`: the request and the [`Plan`]; [`plan`] (the page size:
+//!   one asked for, or `largest` = the largest whose pool holds the
+//!   region; policy `off`, base pages), the `try` fall-back to base pages
+//!   ([`fallback_plan`]), and [`checked`]: the plan plus the cgroup and
+//!   node checks;
+//! - `hugetlb.rs`: one huge page size from the hugetlb pool, and a
+//!   hugetlbfs mount of it;
+//! - `thp.rs`: transparent huge pages for a tmpfs (`posix`) region;
+//! - `dax.rs`: a DAX mount or a device-dax;
+//! - `shortfall.rs`: the pool check ([`check_pool`](shortfall::check_pool)), the kernel's
+//!   refusals (at the reservation, at fault time) and the cgroup's room;
+//! - `numa.rs`: the per-node check of a placed plan.
 
 use std::path::PathBuf;
 
-use hugeshm_fix::Fix;
-use hugeshm_parse::hugepages::PoolCounters;
-use hugeshm_parse::mounts::{mount_of, Mount};
-use hugeshm_parse::size::{format_bytes, page_size_short, round_up};
+use hugeshm_parse::size::{format_bytes, round_up};
 use hugeshm_probe::{HostSnapshot, Probe};
-use hugeshm_sys::SysError;
 
 use crate::error::RegionError;
-use crate::model::{Backend, Fallback, NodeNeed, PageSize, Policy, Shortfall};
+use crate::model::{Backend, Fallback, PageSize, Policy};
 use crate::naming::DEFAULT_POSIX_DIR;
 
-/// Checks that `required` pages are available (free − reserved) in a
-/// host-wide pool; the shortfall otherwise.
-pub(crate) fn check_pool(
-    pool: &PoolCounters,
-    required: u64,
-    default_page_size: Option<u64>,
-) -> Result<(), Box<Shortfall>> {
-    let available = pool.available();
-    if available >= required {
-        return Ok(());
-    }
-    let target = pool.nr.saturating_add(required - available);
-    Err(Box::new(Shortfall {
-        page_size_bytes: pool.page_size_bytes,
-        required,
-        available,
-        free: pool.free,
-        reserved: pool.resv.unwrap_or(0),
-        nr_hugepages: pool.nr,
-        node: None,
-        fix: Fix::SetPool {
-            page_size_bytes: pool.page_size_bytes,
-            node: None,
-            pages: target,
-            default_size: default_page_size == Some(pool.page_size_bytes),
-        },
-    }))
-}
+mod dax;
+mod hugetlb;
+mod numa;
+mod shortfall;
+mod thp;
 
-/// The kernel refused a reservation (`ENOMEM`) of `required` pages: the
-/// shortfall of the pool as it is now (read again through `probe`), or,
-/// when the pool looks big enough, the refusal with what else can refuse.
-pub(crate) fn refused(probe: &Probe, page: u64, required: u64, err: SysError) -> RegionError {
-    let host = probe.host_for_regions();
-    let default = host.default_page_size();
-    let Some(p) = host.pool(page) else {
-        return RegionError::Sys(err);
-    };
-    let shortfall = match check_pool(p, required, default) {
-        Err(s) => s,
-        Ok(()) => Box::new(Shortfall {
-            required,
-            fix: Fix::RetryOrCheckLimits {
-                page_size_bytes: page,
-                available: p.available(),
-            },
-            ..*check_pool(p, u64::MAX, default).unwrap_err()
-        }),
-    };
-    RegionError::PoolShortfall {
-        shortfall,
-        refused_by: Some(err.to_string()),
-    }
-}
+use thp::try_thp;
 
-/// A pre-fault of hugetlb pages that the kernel refused (`EFAULT`: the
-/// fault would have been SIGBUS; `ENOMEM`) becomes
-/// [`RegionError::FaultRefused`] with the pages faulted before
-/// (`resident_bytes` of the region); other errors pass through.
-pub(crate) fn fault_refused(
-    probe: &Probe,
-    plan: &Plan,
-    resident_bytes: u64,
-    e: RegionError,
-) -> RegionError {
-    let RegionError::Prefault {
-        offset,
-        source,
-        method,
-    } = e
-    else {
-        return e;
-    };
-    if !matches!(source.errno(), Some(libc::EFAULT) | Some(libc::ENOMEM)) {
-        return RegionError::Prefault {
-            method,
-            offset,
-            source,
-        };
-    }
-    let page = plan.page_size.max(1);
-    // The cgroup limit that refused them, as it reads now.
-    let cg = probe.hugetlb_cgroup(None).ok().flatten();
-    let size = cg.as_ref().and_then(|c| c.size(plan.page_size));
-    let file = size.and_then(|s| s.binding_file.clone());
-    let limit = size.and_then(|s| {
-        Some(format!(
-            "{} allows {} pages",
-            s.binding_file.as_ref()?,
-            s.effective_limit_bytes? / page
-        ))
-    });
-    RegionError::FaultRefused {
-        page_size_bytes: plan.page_size,
-        required_pages: plan.size_bytes / page,
-        faulted_pages: resident_bytes / page,
-        limit,
-        source,
-        fix: Box::new(Fix::RaiseCgroupLimit {
-            page_size_bytes: plan.page_size,
-            // What others use, plus the whole region (its own pages
-            // faulted so far are in the usage now, and go with it).
-            bytes: size
-                .map(|s| s.usage_bytes.saturating_sub(resident_bytes))
-                .unwrap_or(0)
-                .saturating_add(plan.size_bytes),
-            file,
-        }),
-    }
-}
-
-/// The hugetlb cgroup check before the system call: an error when the
-/// cgroup of this process (read through `probe`) leaves fewer pages than
-/// `plan` needs, `None` when it allows them or sets no limit (or cannot be
-/// read: the fault-time check, [`fault_refused`], still catches it).
-pub(crate) fn cgroup_check(probe: &Probe, plan: &Plan) -> Option<RegionError> {
-    if plan.backing != Backing::Hugetlb {
-        return None;
-    }
-    let cg = probe.hugetlb_cgroup(None).ok()??;
-    let size = cg.size(plan.page_size)?;
-    let allowed = size.new_mapping_pages()?;
-    let required = plan.size_bytes / plan.page_size.max(1);
-    if allowed >= required {
-        return None;
-    }
-    let file = size
-        .binding_file
-        .clone()
-        .unwrap_or_else(|| cg.limit_file_name(plan.page_size, false));
-    Some(RegionError::CgroupLimit {
-        page_size_bytes: plan.page_size,
-        required_pages: required,
-        allowed_pages: allowed,
-        fix: Box::new(Fix::RaiseCgroupLimit {
-            page_size_bytes: plan.page_size,
-            file: Some(file.clone()),
-            bytes: size.usage_bytes.saturating_add(plan.size_bytes),
-        }),
-        file,
-    })
-}
-
-/// A failed `mmap` of `size` bytes: the kernel's `ENOMEM` on hugetlb
-/// pages becomes the shortfall ([`refused`]).
-pub(crate) fn map_refused(probe: &Probe, e: SysError, huge: Option<u64>, size: u64) -> RegionError {
-    match (e.errno(), huge) {
-        (Some(libc::ENOMEM), Some(page)) => refused(probe, page, size / page, e),
-        _ => RegionError::Sys(e),
-    }
-}
+use dax::dax_plan;
+pub(crate) use dax::{too_big, DevDax, DAX_PMD};
+use hugetlb::try_hugetlb;
+pub(crate) use numa::{interleave_shares, numa_check};
+pub(crate) use shortfall::{cgroup_check, fault_refused, map_refused, refused};
 
 /// [`plan`], then the checks against the host beyond the pools, before
 /// anything is created: the hugetlb cgroup of this process
@@ -282,7 +154,7 @@ impl Plan {
     }
 }
 
-fn size_for(requested: u64, page: u64) -> Result<u64, RegionError> {
+pub(super) fn size_for(requested: u64, page: u64) -> Result<u64, RegionError> {
     round_up(requested, page).ok_or_else(|| RegionError::InvalidSize {
         requested_bytes: requested,
         reason: format!("rounding up to {} pages overflows", format_bytes(page)),
@@ -291,7 +163,7 @@ fn size_for(requested: u64, page: u64) -> Result<u64, RegionError> {
 }
 
 /// The directory a base-page file of this request goes to.
-fn base_dir(req: &Request) -> Option<PathBuf> {
+pub(super) fn base_dir(req: &Request) -> Option<PathBuf> {
     match req.backend {
         Backend::Posix => Some(
             req.directory
@@ -337,162 +209,6 @@ pub(crate) fn fallback_plan(
         ));
     }
     Ok(plan)
-}
-
-/// The hugetlbfs mounts of one page size (no `pagesize=` means the default
-/// size), read-only ones excluded, in `/proc/mounts` order.
-pub(crate) fn hugetlbfs_mounts(
-    mounts: &[Mount],
-    page_size: u64,
-    default_page_size: Option<u64>,
-) -> Vec<&Mount> {
-    mounts
-        .iter()
-        .filter(|m| m.is_hugetlbfs() && m.option("ro").is_none())
-        .filter(|m| m.hugetlbfs_page_size().or(default_page_size) == Some(page_size))
-        .collect()
-}
-
-fn no_mount_fix(page_size: u64, default_page_size: Option<u64>) -> Fix {
-    let dir = if default_page_size == Some(page_size) {
-        "/dev/hugepages".to_owned()
-    } else {
-        format!("/dev/hugepages{}", page_size_short(page_size))
-    };
-    Fix::MountHugetlbfs {
-        page_size_bytes: page_size,
-        dir,
-    }
-}
-
-/// Tries one huge page size for a hugetlb backend.
-fn try_hugetlb(
-    req: &Request,
-    host: &HostSnapshot,
-    size: u64,
-    page: u64,
-) -> Result<Plan, RegionError> {
-    let offered: Vec<u64> = host.pools.iter().map(|p| p.page_size_bytes).collect();
-    let Some(pool) = host.pool(page) else {
-        return Err(RegionError::UnsupportedPageSize {
-            page_size_bytes: page,
-            offered,
-        });
-    };
-    let default = host.default_page_size();
-    let dir = if req.backend == Backend::Hugetlbfs {
-        match &req.directory {
-            Some((d, Some(ps))) if *ps == page => Some(d.clone()),
-            Some((d, ps)) => {
-                return Err(RegionError::UnsuitableDirectory {
-                    path: d.display().to_string(),
-                    reason: match ps {
-                        Some(ps) => format!(
-                            "a hugetlbfs mount of {} pages, not {}",
-                            format_bytes(*ps),
-                            format_bytes(page)
-                        ),
-                        None => "not on a hugetlbfs mount".to_owned(),
-                    },
-                })
-            }
-            None => match hugetlbfs_mounts(&host.mounts, page, default).first() {
-                Some(m) => Some(PathBuf::from(&m.target)),
-                None => {
-                    return Err(RegionError::NoHugetlbfsMount {
-                        page_size_bytes: page,
-                        fix: Box::new(no_mount_fix(page, default)),
-                    })
-                }
-            },
-        }
-    } else {
-        None
-    };
-    let size_bytes = size_for(size, page)?;
-    let required = size_bytes / page;
-    check_pool(pool, required, default).map_err(|shortfall| RegionError::PoolShortfall {
-        shortfall,
-        refused_by: None,
-    })?;
-    Ok(Plan {
-        page_size: page,
-        size_bytes,
-        backing: Backing::Hugetlb,
-        dir,
-        fallback: None,
-        warnings: Vec::new(),
-    })
-}
-
-/// Tries transparent huge pages of one size for a `posix` region.
-fn try_thp(
-    req: &Request,
-    host: &HostSnapshot,
-    extra: &HostExtra,
-    page: u64,
-) -> Result<Plan, RegionError> {
-    let dir = base_dir(req).unwrap_or_else(|| PathBuf::from(DEFAULT_POSIX_DIR));
-    let unavailable = |reason: String, fix: Fix| RegionError::ThpUnavailable {
-        dir: dir.display().to_string(),
-        page_size_bytes: page,
-        reason,
-        fix: Box::new(fix),
-    };
-    let Some(pmd) = extra.pmd_size else {
-        return Err(unavailable(
-            "the kernel has no transparent huge pages".to_owned(),
-            Fix::OtherBackend {
-                page_size_bytes: None,
-            },
-        ));
-    };
-    if page != pmd {
-        return Err(unavailable(
-            format!(
-                "tmpfs files can use {} transparent huge pages only",
-                format_bytes(pmd)
-            ),
-            Fix::OtherBackend {
-                page_size_bytes: Some(pmd),
-            },
-        ));
-    }
-    let shmem = host.thp.shmem_enabled.as_ref().map(|s| s.selected.as_str());
-    let mount = mount_of(&host.mounts, &dir);
-    let mode = match shmem {
-        Some("deny") => {
-            return Err(unavailable(
-                "shmem_enabled is [deny], which disables huge pages on every tmpfs".to_owned(),
-                Fix::ShmemEnabledNever,
-            ))
-        }
-        Some("force") => ThpMode::Always,
-        _ => match mount.and_then(|m| m.option("huge")) {
-            Some("always") | Some("within_size") => ThpMode::Always,
-            Some("advise") => ThpMode::Advise,
-            other => {
-                let target = mount.map(|m| m.target.as_str()).unwrap_or("/dev/shm");
-                return Err(unavailable(
-                    format!(
-                        "{target} is mounted with huge={} (tmpfs mounts follow their huge= option, not shmem_enabled)",
-                        other.unwrap_or("never")
-                    ),
-                    Fix::RemountTmpfsHuge {
-                        mount: target.to_owned(),
-                    },
-                ));
-            }
-        },
-    };
-    Ok(Plan {
-        page_size: page,
-        size_bytes: size_for(req.requested_bytes, page)?,
-        backing: Backing::Thp(mode),
-        dir: Some(dir),
-        fallback: None,
-        warnings: Vec::new(),
-    })
 }
 
 /// Plans one huge page size, whatever the backend.
@@ -606,286 +322,12 @@ pub(crate) fn plan(
     }
 }
 
-/// The alignment that lets the kernel map a DAX file with PMD entries.
-pub(crate) const DAX_PMD: u64 = 2 << 20;
-
-/// A DAX region: a file on a `-o dax` mount (the directory given, else the
-/// first such mount), 2 MiB-aligned and -sized unless base pages are asked
-/// for (PMD faults need both). No pool: the memory is the device's.
-fn dax_plan(req: &Request, host: &HostSnapshot, extra: &HostExtra) -> Result<Plan, RegionError> {
-    if let Some(dev) = &req.device {
-        return device_plan(req, dev);
-    }
-    let page = match req.page_size {
-        PageSize::Base => extra.base,
-        PageSize::Largest => DAX_PMD,
-        PageSize::Huge(p) if p == extra.base || p == DAX_PMD => p,
-        PageSize::Huge(p) => {
-            return Err(RegionError::UnsupportedPageSize {
-                page_size_bytes: p,
-                offered: vec![extra.base, DAX_PMD],
-            })
-        }
-    };
-    let page = if req.policy == Policy::Off {
-        extra.base
-    } else {
-        page
-    };
-    // dax=always first: every file there is DAX; on dax=inode the region's
-    // file gets the flag (backend/file.rs).
-    let mut dax_mounts: Vec<&hugeshm_parse::mounts::Mount> =
-        host.mounts.iter().filter(|m| m.may_dax()).collect();
-    dax_mounts.sort_by_key(|m| !m.is_dax());
-    let dir = match &req.directory {
-        Some((d, _)) => {
-            match mount_of(&host.mounts, d) {
-                Some(m) if m.may_dax() => {}
-                other => {
-                    return Err(RegionError::UnsuitableDirectory {
-                        path: d.display().to_string(),
-                        reason: format!(
-                            "not on a DAX file system ({}): dax regions live on persistent memory mounted with -o dax",
-                            other
-                                .map(|m| format!("{} is {} without dax", m.target, m.fstype))
-                                .unwrap_or_else(|| "no mount found".to_owned())
-                        ),
-                    })
-                }
-            }
-            d.clone()
-        }
-        None => {
-            match dax_mounts.first() {
-                Some(m) => PathBuf::from(&m.target),
-                None => return Err(RegionError::Unsupported(
-                    "no DAX file system is mounted: put a file system on persistent memory and \
-                     mount it with -o dax (ndctl create-namespace --mode=fsdax --align 2M; \
-                     mkfs.ext4 -b 4096 /dev/pmem0; mount -o dax /dev/pmem0 /mnt/pmem), or give \
-                     its directory"
-                        .to_owned(),
-                )),
-            }
-        }
-    };
-    Ok(Plan {
-        page_size: page,
-        size_bytes: size_for(req.requested_bytes, page)?,
-        backing: Backing::Dax,
-        dir: Some(dir),
-        fallback: None,
-        warnings: Vec::new(),
-    })
-}
-
-/// A device-dax character device.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct DevDax {
-    /// The device node (`/dev/dax0.0`).
-    pub path: PathBuf,
-    /// `dax0.0`.
-    pub name: String,
-    /// Its capacity.
-    pub size_bytes: u64,
-    /// Its fault and mapping granularity (sysfs `align`).
-    pub align_bytes: u64,
-}
-
-/// The size of a region of `requested` bytes on a device of `size_bytes`
-/// faulting `align` bytes at a time: rounded up to `align`, or `Err` with
-/// the rounded size when the device cannot hold it.
-pub(crate) fn region_size(requested: u64, align: u64, size_bytes: u64) -> Result<u64, u64> {
-    let align = align.max(1);
-    let rounded = requested
-        .checked_next_multiple_of(align)
-        .unwrap_or(u64::MAX);
-    if rounded > size_bytes {
-        Err(rounded)
-    } else {
-        Ok(rounded)
-    }
-}
-
-/// A region too large for the device: the numbers, and the fix.
-pub(crate) fn too_big(dev: &DevDax, needed: u64) -> RegionError {
-    RegionError::NoSpace {
-        path: dev.path.display().to_string(),
-        fstype: "device-dax".to_owned(),
-        needed_bytes: needed,
-        free_bytes: dev.size_bytes,
-        fix: Box::new(Fix::GrowDeviceDax {
-            device: dev.path.display().to_string(),
-            size_bytes: dev.size_bytes,
-            align_bytes: dev.align_bytes,
-            missing_bytes: needed.saturating_sub(dev.size_bytes),
-        }),
-    }
-}
-
-/// A DAX region on a device-dax: the device faults (and maps) in units
-/// of its alignment, so that is the page size whatever was asked, and the
-/// size is rounded up to it; a region larger than the device is `NoSpace`
-/// with the numbers, before anything is opened.
-fn device_plan(req: &Request, dev: &DevDax) -> Result<Plan, RegionError> {
-    let align = dev.align_bytes;
-    match req.page_size {
-        PageSize::Largest => {}
-        PageSize::Huge(p) if p == align => {}
-        PageSize::Huge(p) => {
-            return Err(RegionError::UnsupportedPageSize {
-                page_size_bytes: p,
-                offered: vec![align],
-            })
-        }
-        PageSize::Base => {
-            return Err(RegionError::UnsupportedPageSize {
-                page_size_bytes: hugeshm_sys::base_page_size() as u64,
-                offered: vec![align],
-            })
-        }
-    }
-    let size = region_size(req.requested_bytes, align, dev.size_bytes)
-        .map_err(|needed| too_big(dev, needed))?;
-    Ok(Plan {
-        page_size: align,
-        size_bytes: size,
-        backing: Backing::Dax,
-        dir: Some(dev.path.clone()),
-        fallback: None,
-        warnings: Vec::new(),
-    })
-}
-
-/// Each node's share of `pages` pages interleaved over `nodes`: even for
-/// interleave, by the node's weight (default 1) for weighted interleave;
-/// the pages that do not divide evenly go one each to the first nodes, as
-/// the rounds do.
-pub(crate) fn interleave_shares(
-    host: &HostSnapshot,
-    nodes: &[u32],
-    weighted: bool,
-    pages: u64,
-) -> Vec<(u32, u64)> {
-    let weight = |n: u32| -> u64 {
-        host.nodes
-            .iter()
-            .find(|i| i.node == n)
-            .and_then(|i| i.interleave_weight)
-            .filter(|_| weighted)
-            .unwrap_or(1)
-            .max(1)
-    };
-    let total: u64 = nodes.iter().map(|&n| weight(n)).sum::<u64>().max(1);
-    let mut left = pages
-        - nodes
-            .iter()
-            .map(|&n| pages * weight(n) / total)
-            .sum::<u64>();
-    nodes
-        .iter()
-        .map(|&n| {
-            let extra = u64::from(left > 0);
-            left -= extra;
-            (n, pages * weight(n) / total + extra)
-        })
-        .collect()
-}
-
-/// The NUMA side of the pool check, before the system call: for a hugetlb
-/// plan placed on some nodes (by `--numa`, or the caller's own policy),
-/// whether those nodes' pools hold it. `bind`: their free pages together;
-/// `interleave`: each node its share. `None` when it fits or no node
-/// constraint applies (preferred falls back to other nodes by itself).
-pub(crate) fn numa_check(
-    host: &HostSnapshot,
-    plan: &Plan,
-    policy: &hugeshm_sys::MemPolicy,
-    described: &str,
-) -> Option<RegionError> {
-    use hugeshm_sys::MemPolicy;
-    if plan.backing != Backing::Hugetlb || host.node_pools.is_empty() {
-        return None;
-    }
-    let page = plan.page_size.max(1);
-    let required = plan.size_bytes / page;
-    let pool = |n: u32| {
-        host.node_pools
-            .iter()
-            .find(|p| p.node == n && p.counters.page_size_bytes == plan.page_size)
-            .map(|p| (p.counters.free, p.counters.nr))
-            .unwrap_or((0, 0))
-    };
-    let needs: Vec<NodeNeed> = match policy {
-        MemPolicy::Bind(nodes) => {
-            let free: u64 = nodes.iter().map(|&n| pool(n).0).sum();
-            if free >= required {
-                return None;
-            }
-            // What is missing goes to the first node that can take it: the
-            // one with the most free pages.
-            let mut left = required;
-            let mut sorted = nodes.clone();
-            sorted.sort_by_key(|&n| std::cmp::Reverse(pool(n).0));
-            sorted
-                .iter()
-                .enumerate()
-                .map(|(i, &n)| {
-                    let (free, nr) = pool(n);
-                    let share = if i + 1 == sorted.len() {
-                        left
-                    } else {
-                        left.min(free)
-                    };
-                    left -= share;
-                    NodeNeed {
-                        node: n,
-                        required: share,
-                        available: free,
-                        nr_hugepages: nr,
-                    }
-                })
-                .collect()
-        }
-        MemPolicy::Interleave(nodes) | MemPolicy::WeightedInterleave(nodes) => {
-            let weighted = matches!(policy, MemPolicy::WeightedInterleave(_));
-            let needs: Vec<NodeNeed> = interleave_shares(host, nodes, weighted, required)
-                .into_iter()
-                .map(|(n, share)| {
-                    let (free, nr) = pool(n);
-                    NodeNeed {
-                        node: n,
-                        required: share,
-                        available: free,
-                        nr_hugepages: nr,
-                    }
-                })
-                .collect();
-            if needs.iter().all(|n| n.available >= n.required) {
-                return None;
-            }
-            needs
-        }
-        MemPolicy::Default | MemPolicy::Preferred(_) => return None,
-    };
-    let short: Vec<(u32, u64)> = needs
-        .iter()
-        .filter(|n| n.available < n.required)
-        .map(|n| (n.node, n.nr_hugepages + (n.required - n.available)))
-        .collect();
-    Some(RegionError::NodeShortfall {
-        page_size_bytes: plan.page_size,
-        policy: described.to_owned(),
-        nodes: needs,
-        fix: Box::new(Fix::SetNodePools {
-            page_size_bytes: plan.page_size,
-            pools: short,
-        }),
-    })
-}
-
 #[cfg(test)]
 mod tests {
+    use super::dax::region_size;
+    use super::shortfall::check_pool;
     use super::*;
+    use hugeshm_parse::hugepages::PoolCounters;
     use hugeshm_parse::mounts;
     use hugeshm_parse::thp::parse_selector;
     use std::path::Path;
