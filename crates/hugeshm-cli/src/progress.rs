@@ -261,6 +261,23 @@ impl Drop for Part {
     }
 }
 
+/// `128 MiB of 512 MiB, 1.1 GB/s, 0.4 s left`: `done` of `total` bytes,
+/// `since` of them in the `secs` since the first sample (the first
+/// sample's count was done before the clock started, so it is not in the
+/// rate); no rate before one.
+fn bytes_text(done: u64, total: u64, since: u64, secs: f64) -> String {
+    let mut text = format!("{} of {}", format_bytes(done), format_bytes(total));
+    if secs > 0.0 && since > 0 {
+        let rate = since as f64 / secs;
+        text.push_str(&format!(
+            ", {:.1} GB/s, {} left",
+            rate / 1e9,
+            duration_text(total.saturating_sub(done) as f64 / rate)
+        ));
+    }
+    text
+}
+
 /// `create`'s pre-fault on stderr: bytes done of the total, the rate in
 /// decimal GB/s (as the report under it) from the first sample on, and the
 /// time left. Drawn at once ([`new`](Self::new): what is being created,
@@ -268,9 +285,9 @@ impl Drop for Part {
 #[derive(Clone)]
 pub struct Bytes {
     bar: indicatif::ProgressBar,
-    /// When the pre-fault began (its first sample), and the last count
-    /// seen.
-    start: Arc<Mutex<Option<(Instant, u64)>>>,
+    /// The pre-fault's first sample (when, and the count then), and the
+    /// last count seen.
+    start: Arc<Mutex<Option<(Instant, u64, u64)>>>,
 }
 
 impl Bytes {
@@ -291,23 +308,17 @@ impl Bytes {
     pub fn update(&self, done: u64, total: u64) {
         let now = Instant::now();
         let mut start = self.start.lock().unwrap_or_else(|p| p.into_inner());
-        let (t0, first) = match *start {
-            Some((t0, last)) if done >= last => (t0, false),
-            _ => (now, true),
+        let (t0, at_t0) = match *start {
+            Some((t0, at_t0, last)) if done >= last => (t0, at_t0),
+            _ => (now, done),
         };
-        *start = Some((t0, done));
-        // The first sample's count was done before the clock started:
-        // bytes since then over seconds since then.
-        let secs = now.duration_since(t0).as_secs_f64();
-        let mut text = format!("{} of {}", format_bytes(done), format_bytes(total));
-        if !first && secs > 0.0 && done > 0 {
-            let rate = done as f64 / secs;
-            text.push_str(&format!(
-                ", {:.1} GB/s, {} left",
-                rate / 1e9,
-                duration_text(total.saturating_sub(done) as f64 / rate)
-            ));
-        }
+        *start = Some((t0, at_t0, done));
+        let text = bytes_text(
+            done,
+            total,
+            done - at_t0,
+            now.duration_since(t0).as_secs_f64(),
+        );
         self.bar
             .set_message(bar_line("pre-faulting", done, total, &text));
     }
@@ -369,6 +380,25 @@ mod tests {
         assert_eq!(bar_line("x", 4, 4, "t"), "x [====================] t");
         assert_eq!(bar_line("x", 9, 4, "t"), "x [====================] t");
         assert_eq!(bar_line("x", 0, 0, "t"), "x [                    ] t");
+    }
+
+    #[test]
+    fn the_rate_counts_the_bytes_since_the_first_sample() {
+        const M: u64 = 1 << 20;
+        assert_eq!(bytes_text(0, 512 * M, 0, 0.0), "0 B of 512 MiB");
+        // 256 MiB at the first sample (another thread's), 100 MB faulted
+        // in the 0.1 s since: 1.0 GB/s, not (256 MiB + 100 MB) / 0.1 s.
+        let done = 256 * M + 100_000_000;
+        assert_eq!(
+            bytes_text(done, 512 * M, 100_000_000, 0.1),
+            format!(
+                "{} of 512 MiB, 1.0 GB/s, {} left",
+                format_bytes(done),
+                duration_text((512 * M - done) as f64 / 1e9)
+            )
+        );
+        // No bytes since the first sample: no rate yet.
+        assert_eq!(bytes_text(256 * M, 512 * M, 0, 0.5), "256 MiB of 512 MiB");
     }
 
     #[test]
