@@ -4,12 +4,13 @@
 //! `node="all"` beside the nodes); every page size carries a human label
 //! (`page_size="2Mi"`) beside the bytes; and every finding code the doctor
 //! knows has a sample, 0 when it is not found, so that an alert resolves and
-//! a graph drops when a finding clears.
+//! a graph drops when a finding clears. The manual's table of metrics
+//! (docs/fleet.md) gives each metric the labels a scrape gives it.
 
 mod common;
 
 use hugeshm_doctor::finding::CODES;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 /// One sample: the metric's name and its labels.
@@ -89,7 +90,7 @@ fn a_sum_over_the_pools_counts_each_page_once() {
         }
     }
     let mut nodes: BTreeMap<String, f64> = BTreeMap::new();
-    let mut seen = std::collections::BTreeSet::new();
+    let mut seen = BTreeSet::new();
     for (l, v) in samples(&m, "hugeshm_pool_node_pages") {
         seen.insert(l["node"].clone());
         if l["state"] == "total" {
@@ -194,5 +195,65 @@ fn the_dashboard_queries_the_host_wide_and_per_node_metrics_apart() {
     for t in &targets {
         let legend = t["legendFormat"].as_str().unwrap_or_default();
         assert!(!legend.contains("page_size_bytes"), "{legend}");
+    }
+}
+
+/// The words in backquotes in `cell`, `a_{b,c}_d` as `a_b_d` and `a_c_d`.
+fn quoted(cell: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for word in cell.split('`').skip(1).step_by(2) {
+        match (word.find('{'), word.find('}')) {
+            (Some(a), Some(b)) if a < b => {
+                for part in word[a + 1..b].split(',') {
+                    out.push(format!("{}{part}{}", &word[..a], &word[b + 1..]));
+                }
+            }
+            _ => out.push(word.to_owned()),
+        }
+    }
+    out
+}
+
+#[test]
+fn the_manual_lists_each_metric_with_the_labels_a_scrape_has() {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let manual = std::fs::read_to_string(repo.join("docs/fleet.md")).unwrap();
+    // `| `name`, `name` | `label`, `label` | what |`
+    let mut documented: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for row in manual.lines().filter(|l| l.starts_with("| `hugeshm_")) {
+        let cells: Vec<&str> = row.split('|').collect();
+        let labels: BTreeSet<String> = quoted(cells[2]).into_iter().collect();
+        for name in quoted(cells[1]) {
+            assert!(
+                documented.insert(name.clone(), labels.clone()).is_none(),
+                "{name} twice"
+            );
+        }
+    }
+    assert!(documented.len() > 20, "{documented:?}");
+    // Each metric a scrape has, with its labels.
+    let mut emitted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for fixture in ["two-nodes-uneven", "cgroup-v2", "host-capture", "clean"] {
+        for ((name, l), _) in scrape(fixture) {
+            let keys: BTreeSet<String> = l.into_keys().collect();
+            let seen = emitted.entry(name.clone()).or_insert_with(|| keys.clone());
+            assert_eq!(*seen, keys, "{name}: two label sets");
+        }
+    }
+    for (name, labels) in &emitted {
+        assert_eq!(
+            documented.get(name),
+            Some(labels),
+            "docs/fleet.md on {name}"
+        );
+    }
+    // What no fixture has (a run record's) is a metric the printer makes.
+    let printer = std::fs::read_to_string(repo.join("crates/hugeshm-cli/src/metrics.rs")).unwrap();
+    for name in documented.keys().filter(|n| !emitted.contains_key(*n)) {
+        let registered = name.strip_suffix("_total").unwrap_or(name);
+        assert!(
+            printer.contains(&format!("\"{registered}\"")),
+            "docs/fleet.md lists {name}, which the exporter does not make"
+        );
     }
 }
