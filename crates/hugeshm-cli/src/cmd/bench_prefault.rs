@@ -213,8 +213,9 @@ fn measure_size(
         let mut samples: Vec<PrefaultSample> = Vec::new();
         for r in 0..o.runs.max(1) {
             steps.begin(&format!(
-                "{} pages, {t} threads, run {}",
+                "{} pages, {}, run {}",
                 page_size_short(ps),
+                threads_text(t),
                 r + 1
             ));
             samples
@@ -272,9 +273,10 @@ fn measure_peers(
             let mut best: Option<PeerSample> = None;
             for r in 0..o.runs.max(1) {
                 steps.begin(&format!(
-                    "{} pages, {} on {t} threads, run {}",
+                    "{} pages, {} on {}, run {}",
                     page_size_short(ps),
                     m.as_str(),
+                    threads_text(t),
                     r + 1
                 ));
                 let s = bench_peer(size, ps, m, t).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -419,8 +421,9 @@ pub(crate) fn measure(probe: &Probe, o: &Options, steps: &Steps) -> anyhow::Resu
         if o.memset {
             for &t in &threads {
                 steps.begin(&format!(
-                    "{} memset baseline, {t} threads",
-                    format_bytes(size)
+                    "{} memset baseline, {}",
+                    format_bytes(size),
+                    threads_text(t)
                 ));
                 let b = memset_baseline(size, t).map_err(|e| anyhow::anyhow!("{e}"))?;
                 memset.push(Baseline {
@@ -747,6 +750,14 @@ pub(crate) fn print(report: &Report, out: &mut Out) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `1 thread`, `4 threads`.
+fn threads_text(t: usize) -> String {
+    if t == 1 {
+        "1 thread".to_owned()
+    } else {
+        format!("{t} threads")
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;
