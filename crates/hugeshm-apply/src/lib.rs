@@ -5,6 +5,12 @@
 //! in (the `/sys` and `/proc` roots for the pools, a file-system root for the
 //! persisted files), so tests run it on temporary trees as well as on the host.
 //!
+//! Writing a large pool takes seconds (the kernel finds and clears the
+//! pages; a short pool is compacted and retried): [`ApplyOptions::on_step`]
+//! is told each [`ApplyStep`] as it begins, [`planned_steps`] of them when
+//! no pool is short, so a caller can show progress (the crate prints
+//! nothing).
+//!
 //! ```no_run
 //! use hugeshm_apply::{apply, ApplyOptions};
 //! use hugeshm_doctor::advise::{plan, Demand};
@@ -26,6 +32,6 @@ mod reserve;
 
 pub use persist::{persist, PersistAction, PersistedFile};
 pub use reserve::{
-    apply, apply_to, ApplyError, ApplyOptions, ApplyReport, DemoteChange, PoolChange, PoolFiles,
-    SysfsPools,
+    apply, apply_to, planned_steps, ApplyError, ApplyOptions, ApplyReport, ApplyStep, DemoteChange,
+    PoolChange, PoolFiles, StepHook, SysfsPools,
 };

@@ -10,6 +10,7 @@ use hugeshm_parse::size::format_bytes;
 use hugeshm_probe::Probe;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How to apply.
@@ -26,6 +27,70 @@ pub struct ApplyOptions {
     /// available, or when a plan that does not count the live segments
     /// ([`Plan::keep_live`]) leaves a pool too small for them and it.
     pub force: bool,
+    /// Told as each step begins (a caller's progress display):
+    /// [`planned_steps`] of them, and a [`ApplyStep::Retry`] for each
+    /// retry taken.
+    pub on_step: Option<StepHook>,
+}
+
+/// A step of [`apply_to`], as it begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ApplyStep {
+    /// Demoting `pages` pages of one size into pages of `to_page_size_bytes`.
+    Demote {
+        /// The size demoted.
+        page_size_bytes: u64,
+        /// The size it becomes.
+        to_page_size_bytes: u64,
+        /// Pages demoted.
+        pages: u64,
+    },
+    /// Writing one pool's page count (the kernel allocates or frees pages).
+    Write {
+        /// Page size.
+        page_size_bytes: u64,
+        /// Node, `None` for the host-wide pool.
+        node: Option<u32>,
+        /// The count written.
+        pages: u64,
+    },
+    /// Some pool got less: compacting memory, waiting, writing it again.
+    Retry {
+        /// This retry, from 1.
+        attempt: usize,
+        /// Retries at most ([`ApplyOptions::retry_waits`]).
+        of: usize,
+    },
+}
+
+/// What [`ApplyOptions::on_step`] calls.
+#[derive(Clone)]
+pub struct StepHook(Arc<dyn Fn(ApplyStep) + Send + Sync>);
+
+impl StepHook {
+    /// A hook calling `f`.
+    pub fn new(f: impl Fn(ApplyStep) + Send + Sync + 'static) -> Self {
+        StepHook(Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for StepHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StepHook")
+    }
+}
+
+/// The steps applying `plan` takes when no pool comes up short: each
+/// demotion and each pool written (none on a dry run). A short pool adds
+/// a [`ApplyStep::Retry`] step for each retry, at most
+/// [`ApplyOptions::retry_waits`] of them; a refusal before the first write
+/// takes none.
+pub fn planned_steps(plan: &Plan, opts: &ApplyOptions) -> u64 {
+    if opts.dry_run {
+        return 0;
+    }
+    (plan.demote.len() + plan.pools.len()) as u64
 }
 
 impl Default for ApplyOptions {
@@ -39,6 +104,7 @@ impl Default for ApplyOptions {
                 Duration::from_secs(2),
             ],
             force: false,
+            on_step: None,
         }
     }
 }
@@ -497,10 +563,20 @@ pub fn apply_to(
         }
     };
 
+    let step = |s: ApplyStep| {
+        if let Some(h) = &opts.on_step {
+            (h.0)(s);
+        }
+    };
     // Demotions first: their pages need no new memory.
     let mut demoted = Vec::new();
     for d in &plan.demote {
         let (from, to) = (d.page_size_bytes, d.to_page_size_bytes);
+        step(ApplyStep::Demote {
+            page_size_bytes: from,
+            to_page_size_bytes: to,
+            pages: d.pages,
+        });
         let made = (|| -> Result<DemoteChange, ApplyError> {
             let before = pools.nr(from, None)?;
             let to_before = pools.nr(to, None)?;
@@ -544,6 +620,11 @@ pub fn apply_to(
     order.sort_by_key(|&i| changes[i].requested >= changes[i].before);
     let result = (|| -> Result<u32, ApplyError> {
         for &i in &order {
+            step(ApplyStep::Write {
+                page_size_bytes: changes[i].page_size_bytes,
+                node: changes[i].node,
+                pages: changes[i].requested,
+            });
             pools.set_nr(
                 changes[i].page_size_bytes,
                 changes[i].node,
@@ -562,6 +643,10 @@ pub fn apply_to(
             let Some(wait) = waits.next() else {
                 return Ok(compactions);
             };
+            step(ApplyStep::Retry {
+                attempt: opts.retry_waits.len() - waits.len(),
+                of: opts.retry_waits.len(),
+            });
             if pools.compact() {
                 compactions += 1;
             }

@@ -163,6 +163,49 @@ fn compaction_can_make_room() {
     assert_eq!(k.nr(M2, None).unwrap(), 100);
 }
 
+/// The steps a caller is told as each begins: every pool write
+/// (`planned_steps` of them), then a retry while a pool is short.
+#[test]
+fn each_step_is_told_as_it_begins_within_the_plan() {
+    use hugeshm_apply::{planned_steps, ApplyStep, StepHook};
+    use std::sync::{Arc, Mutex};
+    let run = |k: &Kernel, p: &Plan| {
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let mut o = opts();
+        let t = told.clone();
+        o.on_step = Some(StepHook::new(move |s| t.lock().unwrap().push(s)));
+        apply_to(k, p, &o, &none).unwrap();
+        let told: Vec<ApplyStep> = told.lock().unwrap().clone();
+        let writes = told
+            .iter()
+            .filter(|s| !matches!(s, ApplyStep::Retry { .. }))
+            .count();
+        assert_eq!(writes as u64, planned_steps(p, &o), "{told:?}");
+        told
+    };
+    let write = |page_size_bytes, pages| ApplyStep::Write {
+        page_size_bytes,
+        node: None,
+        pages,
+    };
+    let p = plan(&[(M2, 100), (G1, 2)]);
+    assert_eq!(planned_steps(&p, &opts()), 2);
+    let k = Kernel::with(&[(M2, 10), (G1, 0)]);
+    assert_eq!(run(&k, &p), [write(M2, 100), write(G1, 2)]);
+    // Short until memory is compacted once.
+    let mut k = Kernel::with(&[(M2, 0)]);
+    k.limit.borrow_mut().insert(M2, 40);
+    k.after_compaction.insert(M2, 100);
+    assert_eq!(
+        run(&k, &plan(&[(M2, 100)])),
+        [write(M2, 100), ApplyStep::Retry { attempt: 1, of: 3 }]
+    );
+    // A dry run takes no step.
+    let mut o = opts();
+    o.dry_run = true;
+    assert_eq!(planned_steps(&p, &o), 0);
+}
+
 #[test]
 fn allow_partial_keeps_what_was_granted() {
     let k = Kernel::with(&[(M2, 0)]);

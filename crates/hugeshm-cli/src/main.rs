@@ -11,6 +11,7 @@ mod cmd;
 mod interrupt;
 mod metrics;
 mod output;
+mod progress;
 mod terminal;
 #[cfg(test)]
 mod usage_walk;

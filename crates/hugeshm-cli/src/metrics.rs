@@ -2,13 +2,22 @@
 //! (OpenMetrics text, or the Prometheus text format 0.0.4).
 //!
 //! A printer like the tables and `--json`: it reads the report structs and
-//! nothing else. Names carry their unit (`_bytes`, `_seconds`, `_pages`);
-//! a page size is a label in bytes (`page_size_bytes="2097152"`), a node a
-//! label (`node="0"`, `"all"` for the host-wide figure).
+//! nothing else. Names carry their unit (`_bytes`, `_seconds`, `_pages`).
+//! A page size is two labels, in bytes and as people write it
+//! (`page_size_bytes="2097152",page_size="2Mi"`, Kubernetes' spelling of
+//! `hugepages-2Mi`). As node_exporter does (`node_memory_HugePages_Total`
+//! beside `node_memory_numa_HugePages_Total{node}`), a host-wide figure and
+//! its per-node figures are two metrics, so that `sum()` of either counts
+//! each page once: `hugeshm_pool_pages` and `hugeshm_pool_node_pages{node}`.
+//! `hugeshm_finding` has a sample for every code the doctor knows
+//! (`hugeshm_doctor::finding::CODES`), 0 when not found, so that an alert
+//! resolves and a graph drops when a finding clears.
 
+use hugeshm_doctor::finding::CODES;
 use hugeshm_doctor::segments::{Segment, SegmentsReport};
 use hugeshm_doctor::status::StatusReport;
 use hugeshm_doctor::Finding;
+use hugeshm_parse::size::format_exact;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -65,9 +74,28 @@ fn label_value(v: &str) -> String {
     out
 }
 
-fn page_label(p: Option<u64>) -> String {
-    p.map(|p| p.to_string())
-        .unwrap_or_else(|| "unknown".to_string())
+/// The page size labels: in bytes, and as people write it (`2Mi`: the
+/// exact binary size without its `B`); `unknown` for both when unknown.
+fn page_labels(p: Option<u64>) -> [(&'static str, String); 2] {
+    [
+        (
+            "page_size_bytes",
+            p.map(|p| p.to_string())
+                .unwrap_or_else(|| "unknown".to_string()),
+        ),
+        (
+            "page_size",
+            p.map(|p| format_exact(p).trim_end_matches('B').to_string())
+                .unwrap_or_else(|| "unknown".to_string()),
+        ),
+    ]
+}
+
+/// `page_labels` of `p` followed by `rest`.
+fn sized(p: Option<u64>, rest: &[(&str, String)]) -> Labels {
+    let mut l = labels(&page_labels(p));
+    l.extend(labels(rest));
+    l
 }
 
 /// Registers the scrape's own metrics (and `hugeshm_up`).
@@ -132,42 +160,49 @@ pub fn registry(status: &StatusReport, segs: &SegmentsReport, info: ScrapeInfo) 
     let mut reg = Registry::default();
     scrape_metrics(&mut reg, info, true);
 
-    // Pools.
+    // Pools: host-wide, and per node under a name of their own.
     let pages = Family::<Labels, Gauge>::default();
+    let node_pages = Family::<Labels, Gauge>::default();
     let unused = Bytes::default();
     for p in &status.pools {
-        let node = p
-            .node
-            .map(|n| n.to_string())
-            .unwrap_or_else(|| "all".to_string());
-        let size = p.page_size_bytes.to_string();
+        let size = Some(p.page_size_bytes);
         let mut states = vec![
             ("total", p.total),
             ("free", p.free),
             ("surplus", p.surplus),
             ("available", p.available),
         ];
-        // Reservations are host-wide only.
-        if p.node.is_none() {
+        let Some(node) = p.node else {
+            // Reservations are host-wide only.
             states.push(("reserved", p.reserved));
             unused
-                .get_or_create(&labels(&[("page_size_bytes", size.clone())]))
+                .get_or_create(&sized(size, &[]))
                 .set(gauge_value(p.available_bytes));
-        }
+            for (state, v) in states {
+                pages
+                    .get_or_create(&sized(size, &[("state", state.to_string())]))
+                    .set(gauge_value(v));
+            }
+            continue;
+        };
         for (state, v) in states {
-            pages
-                .get_or_create(&labels(&[
-                    ("page_size_bytes", size.clone()),
-                    ("node", node.clone()),
-                    ("state", state.to_string()),
-                ]))
+            node_pages
+                .get_or_create(&sized(
+                    size,
+                    &[("node", node.to_string()), ("state", state.to_string())],
+                ))
                 .set(gauge_value(v));
         }
     }
     reg.register(
         "hugeshm_pool_pages",
-        "Huge pages in the pool by page size, NUMA node (\"all\": host-wide) and state (available = free - reserved)",
+        "Huge pages in the host's pool by page size and state (available = free - reserved); per node: hugeshm_pool_node_pages",
         pages,
+    );
+    reg.register(
+        "hugeshm_pool_node_pages",
+        "Huge pages in each NUMA node's pool by page size and state (available = free - reserved)",
+        node_pages,
     );
     reg.register(
         "hugeshm_pool_unused_bytes",
@@ -184,10 +219,7 @@ pub fn registry(status: &StatusReport, segs: &SegmentsReport, info: ScrapeInfo) 
     let mut sums: BTreeMap<Labels, (u64, u64, u64)> = BTreeMap::new();
     let mut node_sums: BTreeMap<Labels, u64> = BTreeMap::new();
     for s in &segs.segments {
-        let l = labels(&[
-            ("kind", s.kind.to_string()),
-            ("page_size_bytes", page_label(s.page_size_bytes)),
-        ]);
+        let l = sized(s.page_size_bytes, &[("kind", s.kind.to_string())]);
         for (n, b) in &s.nodes {
             let mut nl = l.clone();
             nl.push(("node".to_string(), label_value(n)));
@@ -233,14 +265,13 @@ pub fn registry(status: &StatusReport, segs: &SegmentsReport, info: ScrapeInfo) 
     let run_bytes = Bytes::default();
     for s in &segs.segments {
         if let Some(p) = &s.run {
-            let l = labels(&[
-                ("kind", s.kind.to_string()),
-                (
-                    "page_size_bytes",
-                    page_label(Some(p.record.verified_page_size_bytes)),
-                ),
-                ("fell_back", p.record.fallback.is_some().to_string()),
-            ]);
+            let l = sized(
+                Some(p.record.verified_page_size_bytes),
+                &[
+                    ("kind", s.kind.to_string()),
+                    ("fell_back", p.record.fallback.is_some().to_string()),
+                ],
+            );
             run_bytes
                 .get_or_create(&l)
                 .inc_by(gauge_value(s.size_bytes));
@@ -300,10 +331,7 @@ pub fn registry(status: &StatusReport, segs: &SegmentsReport, info: ScrapeInfo) 
         let effective = Bytes::default();
         let events = Family::<Labels, Counter>::default();
         for s in &cg.sizes {
-            let l = labels(&[
-                ("cgroup", cg.path.clone()),
-                ("page_size_bytes", s.page_size_bytes.to_string()),
-            ]);
+            let l = sized(Some(s.page_size_bytes), &[("cgroup", cg.path.clone())]);
             if let Some(v) = s.limit_bytes {
                 limit.get_or_create(&l).set(gauge_value(v));
             }
@@ -345,9 +373,20 @@ pub fn registry(status: &StatusReport, segs: &SegmentsReport, info: ScrapeInfo) 
         );
     }
 
-    // Findings.
+    // Findings: every code the doctor knows, 0 where not found.
     let findings = Family::<Labels, Gauge>::default();
     let mut by: BTreeMap<Labels, i64> = BTreeMap::new();
+    for (code, severities) in CODES {
+        for s in *severities {
+            by.insert(
+                labels(&[
+                    ("code", (*code).to_string()),
+                    ("severity", s.as_str().to_string()),
+                ]),
+                0,
+            );
+        }
+    }
     for f in all_findings(status, segs) {
         *by.entry(labels(&[
             ("code", f.code.clone()),
@@ -360,7 +399,7 @@ pub fn registry(status: &StatusReport, segs: &SegmentsReport, info: ScrapeInfo) 
     }
     reg.register(
         "hugeshm_finding",
-        "Findings of status and segments by code and severity (the README's Findings)",
+        "Findings of status and segments by code and severity (the README's Findings); 0 for each code not found",
         findings,
     );
     let problems = Gauge::<i64>::default();

@@ -1,8 +1,8 @@
 //! Terminal-aware output: colour only on a tty (the decision is
 //! `anstream`'s: `NO_COLOR`, `CLICOLOR`, `CLICOLOR_FORCE`, `TERM=dumb`),
 //! simple aligned tables (hand-written: see the README), the `--json`
-//! envelope every command prints its report in, a progress bar
-//! (`indicatif`) and a broken pipe that is not an error.
+//! envelope every command prints its report in, and a broken pipe that is
+//! not an error (progress on stderr is progress.rs's).
 //!
 //! Every human line goes through [`Out::line`], which makes it safe for a
 //! terminal ([`crate::terminal`]: control characters in names a user
@@ -16,7 +16,7 @@ use anstyle::{AnsiColor, Style};
 use hugeshm_doctor::Severity;
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 
 /// The version of the shape of every `--json` document (the `"schema"` key).
 /// Raised when a key is removed or renamed or changes type or meaning in any
@@ -60,15 +60,12 @@ impl<T: Serialize + ?Sized> Serialize for Keyed<'_, T> {
 /// Where a command writes.
 pub struct Out {
     color: bool,
-    /// Whether stdout is a terminal (progress bars only then).
-    pub tty: bool,
     buf: std::io::BufWriter<Box<dyn Write + Send>>,
 }
 
 impl Out {
     /// Stdout with the colour choice resolved.
     pub fn new(choice: ColorChoice) -> Self {
-        let tty = stdout().is_terminal();
         let color = match choice {
             ColorChoice::Always => true,
             ColorChoice::Never => false,
@@ -78,7 +75,6 @@ impl Out {
         };
         Out {
             color,
-            tty,
             buf: std::io::BufWriter::new(Box::new(stdout())),
         }
     }
@@ -90,7 +86,6 @@ impl Out {
         let text = Captured::default();
         let out = Out {
             color: false,
-            tty: false,
             buf: std::io::BufWriter::new(Box::new(text.clone())),
         };
         (out, text)
@@ -354,50 +349,6 @@ pub fn findings(
         }
     }
     Ok(())
-}
-
-/// A progress bar on stderr (`indicatif`): bytes done of the total, the
-/// rate and the time left, redrawn at most ten times a second, and drawn
-/// only when stderr is a terminal.
-#[derive(Clone)]
-pub struct ProgressBar {
-    bar: indicatif::ProgressBar,
-}
-
-impl ProgressBar {
-    /// A bar with a label (`pre-faulting`); hidden unless stderr is a tty,
-    /// and drawn from the first [`update`](Self::update) on (so its clock
-    /// and rate start with the work, not with the set-up before it).
-    pub fn new(label: &str) -> Self {
-        let bar = indicatif::ProgressBar::hidden();
-        if let Ok(style) = indicatif::ProgressStyle::with_template(
-            "{msg} [{bar:20}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec}, {eta} left",
-        ) {
-            bar.set_style(style.progress_chars("=> "));
-        }
-        bar.set_message(terminal::terminal_safe(label).into_owned());
-        ProgressBar { bar }
-    }
-
-    /// Sets `done` of `total` bytes (from any thread).
-    pub fn update(&self, done: u64, total: u64) {
-        if self.bar.length() != Some(total) {
-            // The first call: the rate counts from here (what was done
-            // before it took no measured time).
-            self.bar.set_length(total);
-            self.bar.set_position(done);
-            self.bar.reset_elapsed();
-            self.bar.reset_eta();
-            self.bar
-                .set_draw_target(indicatif::ProgressDrawTarget::stderr_with_hz(10));
-        }
-        self.bar.set_position(done);
-    }
-
-    /// Clears the bar's line.
-    pub fn finish(&self) {
-        self.bar.finish_and_clear();
-    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,9 @@
 //! `std::io::stdout`/`stderr` elsewhere (clippy's `print_stdout`,
 //! `print_stderr` and `disallowed_methods`, see `clippy.toml`). The
 //! machine-readable outputs (`--json`, the Prometheus text) are written
-//! exactly, through their own typed paths.
+//! exactly, through their own typed paths; the progress lines on stderr
+//! (progress.rs, drawn by indicatif) pass what they show through
+//! [`terminal_safe`].
 //!
 //! The tool's own colours cross the filter in a typed way: [`styled`]
 //! wraps the SGR codes it emits between two copies of a per-process
@@ -148,29 +150,6 @@ pub fn eprintln(line: impl std::fmt::Display) {
     let mut err = std::io::stderr().lock();
     // Nothing to do about a closed stderr.
     let _ = writeln!(err, "{}", render(&text));
-}
-
-/// Draws a progress line on stderr: `\r`, the rendered text padded to
-/// `pad` characters, and `\r` when `clear` (a line that is rubbed out).
-pub fn eprogress(text: &str, pad: usize) {
-    #[allow(clippy::disallowed_methods)]
-    let mut err = std::io::stderr().lock();
-    let _ = write!(err, "\r{:<pad$}", render(text));
-    let _ = err.flush();
-}
-
-/// Rubs out a progress line of `pad` characters on stderr.
-pub fn eprogress_clear(pad: usize) {
-    #[allow(clippy::disallowed_methods)]
-    let mut err = std::io::stderr().lock();
-    let _ = write!(err, "\r{:<pad$}\r", "");
-    let _ = err.flush();
-}
-
-/// Whether stderr is a terminal.
-pub fn stderr_is_terminal() -> bool {
-    #[allow(clippy::disallowed_methods)]
-    std::io::IsTerminal::is_terminal(&std::io::stderr())
 }
 
 #[cfg(test)]

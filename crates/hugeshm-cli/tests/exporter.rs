@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 const NR_2M: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
 const POOL_2M_TOTAL: &str =
-    r#"hugeshm_pool_pages{page_size_bytes="2097152",node="all",state="total"}"#;
+    r#"hugeshm_pool_pages{page_size_bytes="2097152",page_size="2Mi",state="total"}"#;
 
 /// The kernel's 2 MiB pool size, or `None` (after a skip).
 fn kernel_2m_pages(test: &str) -> Option<u64> {
@@ -323,7 +323,7 @@ fn prometheus_scrapes_the_kernel_pool() {
         .spawn()
         .expect("start prometheus");
     let _prom = Killed(prom);
-    let query = "/api/v1/query?query=hugeshm_pool_pages%7Bpage_size_bytes%3D%222097152%22%2Cnode%3D%22all%22%2Cstate%3D%22total%22%7D";
+    let query = "/api/v1/query?query=hugeshm_pool_pages%7Bpage_size_bytes%3D%222097152%22%2Cstate%3D%22total%22%7D";
     let t = Instant::now();
     let mut last = String::new();
     loop {
@@ -504,7 +504,9 @@ fn http_with_a_blocked_proc_answers_within_the_timeout_and_recovers() {
     assert_eq!(m.get("hugeshm_up"), Some(&1.0), "{body}");
     assert_eq!(m.get("hugeshm_scrape_errors_total"), Some(&2.0), "{body}");
     assert!(
-        m.contains_key(r#"hugeshm_pool_pages{page_size_bytes="2097152",node="all",state="total"}"#),
+        m.contains_key(
+            r#"hugeshm_pool_pages{page_size_bytes="2097152",page_size="2Mi",state="total"}"#
+        ),
         "{body}"
     );
 }

@@ -7,13 +7,13 @@
 //! Run: `cargo test -p hugeshm --test lab -- --nocapture`
 
 mod common;
+mod lab_pictures;
 
 use common::{cmd, hugeshm as run, json};
 
 use hugeshm_testkit::{live, skip, test_name};
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
 
 fn on_path(tool: &str) -> bool {
     std::env::var_os("PATH")
@@ -51,24 +51,7 @@ fn comparison<'a>(r: &'a Value, starts: &str) -> &'a Value {
 
 /// The DOM headless Chromium built from the report.
 fn chromium_dom(file: &Path) -> String {
-    let profile = std::env::temp_dir().join(format!("hugeshm-lab-chromium-{}", std::process::id()));
-    let out = Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            &format!("--user-data-dir={}", profile.display()),
-            "--dump-dom",
-        ])
-        .arg(format!("file://{}", file.display()))
-        .output()
-        .expect("run chromium");
-    let _ = std::fs::remove_dir_all(&profile);
-    assert!(
-        out.status.success(),
-        "chromium failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = lab_pictures::chromium(&["--dump-dom"], file);
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -328,7 +311,91 @@ fn lab_quick_reproduces_every_report_and_writes_a_report_chromium_renders() {
             "plot {id} not rendered"
         );
     }
+    plots_show_every_series(&lab, &dir);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Each plot rendered to PNG by headless Chromium: every series' colour
+/// is in the picture outside the legend (none drawn over by another, none
+/// too small to see), and what each plot shows is what its reproduction
+/// measured.
+fn plots_show_every_series(lab: &Value, dir: &Path) {
+    for p in lab["reproductions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["plots"].as_array().unwrap())
+    {
+        let id = p["id"].as_str().unwrap();
+        let svg = std::fs::read_to_string(dir.join(format!("{id}.svg"))).unwrap();
+        let series = p["series"].as_array().unwrap();
+        let colours = lab_pictures::legend_colours(&svg);
+        assert_eq!(colours.len(), series.len(), "{id}: {colours:?}");
+        let bare = dir.join(format!("{id}-without-legend.svg"));
+        std::fs::write(&bare, lab_pictures::without_legend(&svg)).unwrap();
+        let whole = lab_pictures::render(
+            &dir.join(format!("{id}.svg")),
+            &dir.join(format!("{id}.png")),
+        );
+        let data = lab_pictures::render(&bare, &dir.join(format!("{id}-without-legend.png")));
+        for (s, &c) in series.iter().zip(&colours) {
+            let name = s["name"].as_str().unwrap();
+            let (shown, in_data) = (
+                lab_pictures::count(&whole, c),
+                lab_pictures::count(&data, c),
+            );
+            println!("{id}: {name}: {in_data} px of {c:?} outside the legend");
+            assert!(shown > in_data, "{id}: {name} is not in the legend");
+            // A bar series of zeros has nothing to draw; any line has.
+            let drawn = p["kind"] == "lines"
+                || s["points"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|pt| pt[1].as_f64().unwrap() > 0.0);
+            if drawn {
+                assert!(in_data >= 20, "{id}: {name} hidden: {in_data} px of {c:?}");
+            }
+        }
+    }
+    let plot = |id: &str| {
+        lab["reproductions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r["plots"].as_array().unwrap())
+            .find(|p| p["id"] == id)
+            .unwrap_or_else(|| panic!("no plot {id}"))
+    };
+    // Sessions are counted: whole numbers along x.
+    for id in ["pagetables-total", "pagetables-per-session"] {
+        assert_eq!(plot(id)["x_counts"], true, "{id}");
+    }
+    // Every layout of the OLTP table has its bars.
+    let oltp = repro(lab, "oltp");
+    let mut layouts: Vec<&str> = oltp["table"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[1].as_str().unwrap())
+        .collect();
+    layouts.sort_unstable();
+    layouts.dedup();
+    let bars = plot("oltp-tps");
+    assert_eq!(
+        bars["categories"].as_array().unwrap().len(),
+        layouts.len(),
+        "{layouts:?}: {bars:#}"
+    );
+    // dmbc: this host's and the field's ratios, the comparisons' figures
+    // (not reads per second of two systems on one axis).
+    let dmbc = repro(lab, "dmbc");
+    let ratios = plot("dmbc-ratios");
+    for (i, c) in dmbc["comparisons"].as_array().unwrap().iter().enumerate() {
+        let at = |s: usize| ratios["series"][s]["points"][i][1].as_f64().unwrap();
+        assert_eq!(at(0), c["ours"].as_f64().unwrap(), "{c}");
+        assert_eq!(at(1), c["field"].as_f64().unwrap(), "{c}");
+    }
 }
 
 #[test]

@@ -21,10 +21,11 @@ use hugeshm_sys::{self as sys, Mapping, SysError};
 use crate::error::RegionError;
 use crate::model::PrefaultMethod;
 
-/// Progress callback: `(done_bytes, total_bytes)`, called from the
+/// Progress callback: `(done_bytes, total_bytes)`, called once when the
+/// pre-fault starts (with what is done by then, often 0) and from the
 /// pre-fault threads after every sub-chunk (so it must be cheap and
-/// thread-safe). Calls are serialized: `done_bytes` only grows from call
-/// to call, and the last call of a successful pre-fault has
+/// thread-safe). Calls are serialized: `done_bytes` grows from call to
+/// call after the first, and the last call of a successful pre-fault has
 /// `done_bytes == total_bytes`.
 pub(crate) type Progress = Arc<dyn Fn(u64, u64) + Send + Sync>;
 
@@ -232,9 +233,12 @@ pub(crate) fn prefault_after(
                 reporting.store(true, Ordering::Release);
                 if *d > 0 {
                     crate::testhook::checkpoint("prefaulting");
-                    if let Some(cb) = progress {
-                        cb(*d, total);
-                    }
+                }
+                // Reported even at 0 bytes: the caller's clock (a rate, the
+                // time left) starts with the pre-fault, not with its first
+                // sub-chunk.
+                if let Some(cb) = progress {
+                    cb(*d, total);
                 }
             }
             Err(e) => fail(e),
@@ -324,6 +328,30 @@ mod tests {
     }
 
     #[test]
+    fn progress_starts_at_zero_when_the_prefault_starts() {
+        let map = sys::MapOptions::new(3 * (SUB_CHUNK_BYTES / 16))
+            .shared()
+            .map_anon()
+            .unwrap();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let c = calls.clone();
+        let cb: Progress = Arc::new(move |done, total| c.lock().unwrap().push((done, total)));
+        let total = map.len() as u64;
+        prefault(
+            &map,
+            map.page_size(),
+            1,
+            &[],
+            PrefaultMethod::Touch,
+            Some(&cb),
+        )
+        .unwrap();
+        let calls = calls.lock().unwrap();
+        assert_eq!(calls.first(), Some(&(0, total)), "{calls:?}");
+        assert_eq!(calls.last(), Some(&(total, total)), "{calls:?}");
+    }
+
+    #[test]
     fn prefault_base_pages_reports_progress() {
         let mut map = sys::MapOptions::new(10 * 4096 * 300)
             .shared()
@@ -337,7 +365,12 @@ mod tests {
             assert!(done <= total);
             c.fetch_add(1, Ordering::Relaxed);
             let prev = l.swap(done, Ordering::Relaxed);
-            assert!(done > prev || done == total, "{prev} -> {done}");
+            // The start (done 0, or what the other thread faulted by then)
+            // is reported too.
+            assert!(
+                done > prev || done == total || prev == 0,
+                "{prev} -> {done}"
+            );
         });
         for method in [PrefaultMethod::PopulateWrite, PrefaultMethod::Touch] {
             last.store(0, Ordering::Relaxed);

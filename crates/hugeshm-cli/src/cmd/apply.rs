@@ -3,8 +3,11 @@
 
 use crate::cmd::advise::{build_plan, SourceArgs};
 use crate::output::{Out, Table, Usage, JSON_SCHEMA};
+use crate::progress::Steps;
 use anyhow::{bail, Context};
-use hugeshm_apply::{persist, ApplyOptions, ApplyReport, PersistAction, PersistedFile};
+use hugeshm_apply::{
+    persist, ApplyOptions, ApplyReport, ApplyStep, PersistAction, PersistedFile, StepHook,
+};
 use hugeshm_doctor::advise::Plan;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::Roots;
@@ -65,6 +68,35 @@ fn read_plan(text: &str) -> anyhow::Result<Plan> {
     Ok(serde_json::from_value(v)?)
 }
 
+/// What a step of apply does, in words.
+fn step_text(s: ApplyStep) -> String {
+    match s {
+        ApplyStep::Write {
+            page_size_bytes,
+            node,
+            pages,
+        } => format!(
+            "the {} pool {} to {pages} pages",
+            format_bytes(page_size_bytes),
+            node.map(|n| format!("of node {n}"))
+                .unwrap_or_else(|| "(host-wide)".to_owned())
+        ),
+        ApplyStep::Demote {
+            page_size_bytes,
+            to_page_size_bytes,
+            pages,
+        } => format!(
+            "demoting {pages} {} pages to {} pages",
+            format_bytes(page_size_bytes),
+            format_bytes(to_page_size_bytes)
+        ),
+        ApplyStep::Retry { attempt, of } => {
+            format!("a pool is short: compacting memory, retry {attempt} of {of}")
+        }
+        _ => "applying".to_owned(),
+    }
+}
+
 /// Runs the command.
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let probe = crate::cmd::doctor_probe(roots);
@@ -108,6 +140,18 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
         opts.allow_partial = args.allow_partial;
         opts.dry_run = args.dry_run;
         opts.force = args.force;
+        // Writing a pool can take seconds (the kernel finds and zeroes
+        // the pages; compaction and retries wait): a line on a terminal.
+        let steps = Steps::new("apply", hugeshm_apply::planned_steps(&plan, &opts));
+        let _finish = steps.finish_on_drop();
+        let line = steps.clone();
+        opts.on_step = Some(StepHook::new(move |s| {
+            // A short pool: the retries left join the plan.
+            if let ApplyStep::Retry { attempt, of } = s {
+                line.plan(line.begun() + (of + 1).saturating_sub(attempt) as u64);
+            }
+            line.begin(&step_text(s))
+        }));
         Some(
             hugeshm_apply::apply(&probe, &plan, &opts).map_err(|e| match e {
                 // A plan file's numbers that do not fit: bad input.

@@ -2,6 +2,7 @@
 
 use crate::cmd::bench_common::{parse_count_arg, reap, slope};
 use crate::output::{Out, Table};
+use crate::progress::Steps;
 use hugeshm_doctor::segments::SegmentKind;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{MapsRead, MapsSource, Probe, Roots};
@@ -374,11 +375,15 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
     counts.sort_unstable();
     counts.dedup();
     anyhow::ensure!(!counts.is_empty(), "--procs needs at least one count");
-    let bar = out.tty && !a.json;
     let probe = crate::cmd::doctor_probe(roots);
     let mut sweep = Vec::new();
     let mut spawn_seconds = 0.0;
+    // Per count: the processes started and attached, then each scan.
+    let runs = u64::from(a.runs.max(1));
+    let steps = Steps::new("bench scan", counts.len() as u64 * (1 + runs));
+    let _finish = steps.finish_on_drop();
     for &n in &counts {
+        steps.begin(&format!("starting and attaching {n} processes"));
         let t0 = Instant::now();
         while fleet.children.len() < n as usize {
             let i = fleet.children.len();
@@ -389,19 +394,10 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
                 .spawn()
                 .map_err(|e| anyhow::anyhow!("spawning child {i} of {n}: {e}"))?;
             fleet.children.push(child);
-            if bar && i % 50 == 0 {
-                crate::terminal::eprogress(&format!("spawning {i}/{n} processes"), 0);
-            }
         }
         wait_attached(shmid, n, &mut fleet)?;
         spawn_seconds += t0.elapsed().as_secs_f64();
-        if bar {
-            crate::terminal::eprogress_clear(30);
-            crate::terminal::eprintln(format_args!(
-                "{n} processes attached in {spawn_seconds:.1} s"
-            ));
-        }
-        sweep.push(scan_once(&probe, a, n, shmid)?);
+        sweep.push(scan_once(&probe, a, n, shmid, &steps)?);
     }
     drop(reader);
     drop(fleet);
@@ -476,6 +472,10 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
             ]);
         }
         t.render(out, "")?;
+        out.line(format!(
+            "{} processes started and attached in {:.1} s",
+            res.procs, res.spawn_seconds
+        ))?;
         out.line(
             "CPU time of all the bench's threads, median ms (what the steps cost whatever share of the CPUs other processes left):",
         )?;
@@ -554,7 +554,13 @@ fn same_segment(
 
 /// One warm-up of each, then `a.runs` rounds of: the plain read of every
 /// process's maps text, the ioctl walk, the scan, the scan by text.
-fn scan_once(probe: &Probe, a: &ScanArgs, n: u32, shmid: i32) -> anyhow::Result<ScanRow> {
+fn scan_once(
+    probe: &Probe,
+    a: &ScanArgs,
+    n: u32,
+    shmid: i32,
+    steps: &Steps,
+) -> anyhow::Result<ScanRow> {
     let how = probe.maps_read();
     let text_probe = probe.clone().with_maps(MapsSource::Text);
     let (mut runs, mut text_runs, mut maps_runs, mut walk_runs) =
@@ -565,7 +571,8 @@ fn scan_once(probe: &Probe, a: &ScanArgs, n: u32, shmid: i32) -> anyhow::Result<
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
     let cpu = || sys::process_cpu_seconds().map(|s| s * 1000.0);
     let mut cpu_runs: [Vec<f64>; 4] = Default::default();
-    for _ in 0..a.runs.max(1) {
+    for r in 0..a.runs.max(1) {
+        steps.begin(&format!("{n} processes, scan {}", r + 1));
         let pids = probe.processes().map(|l| l.pids).unwrap_or_default();
         let (t, c) = (Instant::now(), cpu()?);
         (_, maps_bytes) = probe.read_every_maps(&pids);

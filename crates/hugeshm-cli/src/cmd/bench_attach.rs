@@ -13,6 +13,7 @@
 
 use crate::cmd::bench_common::{bench_region, parse_count_arg, PoolTopUp};
 use crate::output::{Out, Table};
+use crate::progress::Steps;
 use anyhow::{bail, Context};
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{Probe, Roots};
@@ -158,9 +159,12 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let name = format!("bench-attach-{}", std::process::id());
     let (region, _on_interrupt) = bench_region(&name, a.size, a.backend, page)?;
     let exe = std::env::current_exe()?;
+    let steps = Steps::new("bench attach", a.runs.max(1) as u64);
+    let _finish = steps.finish_on_drop();
     let runs = (|| -> anyhow::Result<Vec<ChildSample>> {
         let mut runs = Vec::new();
         for i in 0..a.runs.max(1) {
+            steps.begin(&format!("attacher {}", i + 1));
             let o = Command::new(&exe)
                 .args(["bench", "attach-time-child", &name, a.backend.as_str()])
                 .stdin(Stdio::null())

@@ -16,6 +16,7 @@
 use crate::cmd::bench_common::DataFile as TempFile;
 use crate::cmd::bench_oltp::workload::{Dist, Picker, Rng};
 use crate::output::{Out, Table, Usage};
+use crate::progress::Steps;
 use anyhow::Context;
 use hugeshm_cache::{create_data_file, Cache, Layout, Mode, Stats};
 use hugeshm_parse::size::format_bytes;
@@ -432,9 +433,13 @@ fn measure_mode(o: &Options, data: &Path, mode: Mode) -> anyhow::Result<(ModeRun
     Ok((run, dax))
 }
 
+/// How many steps [`measure`] takes: the data file, then each mode.
+pub const STEPS: u64 = 3;
+
 /// Runs both modes over one data file in `o.dir` and returns the report
-/// (the data file removed whatever happens).
-pub fn measure(roots: &Roots, o: &Options) -> anyhow::Result<Report> {
+/// (the data file removed whatever happens); the data file and each mode
+/// are a step of `steps` ([`STEPS`] of them).
+pub fn measure(roots: &Roots, o: &Options, steps: &Steps) -> anyhow::Result<Report> {
     crate::cmd::bench_common::check_cache_run(
         o.duration_seconds,
         o.block_size,
@@ -459,6 +464,10 @@ pub fn measure(roots: &Roots, o: &Options) -> anyhow::Result<Report> {
     let data_file = TempFile::new(&o.dir, "hugeshm-dmbc-")?;
     let path = data_file.path.clone();
     let blocks = o.data_size_bytes / o.block_size;
+    steps.begin(&format!(
+        "writing a {} data file",
+        format_bytes(blocks * o.block_size)
+    ));
     create_data_file(&path, blocks, o.block_size as usize, |b, buf| {
         buf[..8].copy_from_slice(&b.to_le_bytes())
     })
@@ -472,7 +481,9 @@ pub fn measure(roots: &Roots, o: &Options) -> anyhow::Result<Report> {
     let mounts = Probe::new(roots.clone()).mounts().unwrap_or_default();
     let canon = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
     let m = hugeshm_parse::mounts::mount_of(&mounts, &canon);
+    steps.begin("classic mode: warm-up and timed run");
     let (classic, _) = measure_mode(o, &path, Mode::Classic)?;
+    steps.begin("direct mode: warm-up and timed run");
     let (direct, file_dax) = measure_mode(o, &path, Mode::Direct)?;
     let data = DataFile {
         path: path.clone(),
@@ -525,7 +536,10 @@ fn num(v: f64) -> String {
 /// Runs the bench and prints it.
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let o = a.options();
-    let r = measure(roots, &o)?;
+    let steps = Steps::new("bench dmbc", STEPS);
+    let r = measure(roots, &o, &steps);
+    steps.finish();
+    let r = r?;
     if a.json {
         out.json_doc(&r)?;
         return Ok(ExitCode::SUCCESS);

@@ -6,6 +6,7 @@
 
 use crate::cmd::bench_common::{gbps, parse_count_arg, PoolTopUp, Skipped};
 use crate::output::{Out, Table, Usage};
+use crate::progress::Steps;
 use anyhow::Context;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{HostSnapshot, Probe, Roots};
@@ -176,13 +177,13 @@ fn measure_size(
     a: &Args,
     page: PageSize,
     placements: &[(&'static str, Placement)],
-    note: &dyn Fn(&str),
+    steps: &Steps,
 ) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     for (label, placement) in placements {
         let mut samples: Vec<NumaSample> = Vec::new();
         for r in 0..a.runs.max(1) {
-            note(&format!("{page} {label}, run {}", r + 1));
+            steps.begin(&format!("{page} {label}, run {}", r + 1));
             let s = bench_numa(a.size, page, placement.clone())
                 .map_err(|e| anyhow::anyhow!("{label} ({placement}): {e}"))?;
             if let Some(first) = samples.first() {
@@ -246,22 +247,49 @@ fn ratios(rows: &[Row], sizes: &[u64]) -> Vec<Ratio> {
 /// Runs the bench.
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let probe = Probe::new(roots.clone());
-    let tty = out.tty && !a.json;
-    let note = |s: &str| {
-        if tty {
-            crate::terminal::eprogress(s, 70);
+    let steps = Steps::new("bench numa", planned_steps(&probe.host(), a));
+    let report = measure(&probe, a, &steps);
+    steps.finish();
+    print(a, &report?, out)
+}
+
+/// The page sizes of `a` this host has pools of, and those it has not.
+fn page_sizes(host: &HostSnapshot, a: &Args) -> anyhow::Result<(Vec<PageSize>, Vec<Skipped>)> {
+    let mut pages = Vec::new();
+    let mut skipped = Vec::new();
+    for &page in &a.page_size {
+        let bytes = page
+            .bytes()
+            .context("--page-size takes explicit sizes (4k, 2m, 1g)")?;
+        if bytes > 4096 && host.pool(bytes).is_none() {
+            skipped.push(Skipped::no_such_pages(host, bytes, a.size.div_ceil(bytes)));
+            continue;
         }
-    };
-    let report = measure(&probe, a, &note)?;
-    if tty {
-        crate::terminal::eprogress_clear(70);
+        pages.push(if bytes == 4096 { PageSize::Base } else { page });
     }
-    print(a, &report, out)
+    Ok((pages, skipped))
+}
+
+/// The placements compared: local, remote, interleave.
+const PLACEMENTS: u64 = 3;
+
+/// How many steps [`measure`] takes on this host: a run per page size,
+/// placement and run (none on one memory node).
+pub(crate) fn planned_steps(host: &HostSnapshot, a: &Args) -> u64 {
+    let two_nodes = matches!(pick_nodes(host, a.cpu_node), Ok(Some(n)) if n.remote.is_some());
+    let pages = page_sizes(host, a)
+        .map(|(p, _)| p.len() as u64)
+        .unwrap_or(0);
+    if two_nodes {
+        pages * PLACEMENTS * a.runs.max(1) as u64
+    } else {
+        0
+    }
 }
 
 /// Measures every placement and page size (or says why it cannot: one
-/// node), showing progress through `note`.
-pub(crate) fn measure(probe: &Probe, a: &Args, note: &dyn Fn(&str)) -> anyhow::Result<Report> {
+/// node), each run a step of `steps` ([`planned_steps`] of them).
+pub(crate) fn measure(probe: &Probe, a: &Args, steps: &Steps) -> anyhow::Result<Report> {
     let host = probe.host();
     let mut report = Report {
         single_node: false,
@@ -295,19 +323,8 @@ pub(crate) fn measure(probe: &Probe, a: &Args, note: &dyn Fn(&str)) -> anyhow::R
         return Ok(report);
     };
 
-    let mut pages = Vec::new();
-    for &page in &a.page_size {
-        let bytes = page
-            .bytes()
-            .context("--page-size takes explicit sizes (4k, 2m, 1g)")?;
-        if bytes > 4096 && host.pool(bytes).is_none() {
-            report
-                .skipped
-                .push(Skipped::no_such_pages(&host, bytes, a.size.div_ceil(bytes)));
-            continue;
-        }
-        pages.push(if bytes == 4096 { PageSize::Base } else { page });
-    }
+    let (pages, skipped) = page_sizes(&host, a)?;
+    report.skipped = skipped;
     let placements = [
         ("local", Placement::Bind(vec![nodes.cpu])),
         ("remote", Placement::Bind(vec![remote])),
@@ -328,6 +345,7 @@ pub(crate) fn measure(probe: &Probe, a: &Args, note: &dyn Fn(&str)) -> anyhow::R
         let ps = page.bytes().unwrap_or(4096);
         let whole = a.size.div_ceil(ps);
         let share = whole.div_ceil(nodes.memory.len() as u64);
+        let _part = steps.part(PLACEMENTS * a.runs.max(1) as u64);
         let mut reservation = PoolTopUp::new(probe);
         let result = (|| {
             if ps > 4096 && !a.no_reserve {
@@ -340,7 +358,7 @@ pub(crate) fn measure(probe: &Probe, a: &Args, note: &dyn Fn(&str)) -> anyhow::R
                     reservation.ensure_on_node(&host, ps, n, need)?;
                 }
             }
-            measure_size(a, page, &placements, note)
+            measure_size(a, page, &placements, steps)
         })();
         drop(reservation);
         match result {

@@ -11,6 +11,7 @@
 
 use crate::cmd::bench_common::{bench_region, fit, parse_count_arg, reap, PoolTopUp, Skipped};
 use crate::output::{Out, Table};
+use crate::progress::Steps;
 use anyhow::Context;
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB};
 use hugeshm_probe::{Probe, Roots};
@@ -234,7 +235,12 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mut rows = Vec::new();
     let mut growth = Vec::new();
     let mut skipped = Vec::new();
+    // Per page size: starting the processes, then each count attached.
+    let page_steps = 1 + counts.len() as u64;
+    let steps = Steps::new("bench pagetables", a.page_size.len() as u64 * page_steps);
+    let _finish = steps.finish_on_drop();
     for &page in &a.page_size {
+        let _part = steps.part(page_steps);
         let ps = page
             .bytes()
             .context("--page-size takes explicit sizes (4k, 2m, 1g)")?;
@@ -261,16 +267,24 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         let result = (|| -> anyhow::Result<Vec<Row>> {
             let (region, _on_interrupt) = bench_region(&name, a.size, a.backend, page)?;
             let outcome = (|| -> anyhow::Result<Vec<Row>> {
+                steps.begin(&format!(
+                    "starting {most} processes ({} pages)",
+                    page_size_short(ps)
+                ));
                 let mut kids = Kids::spawn(&name, a.backend, most)?;
                 std::thread::sleep(Duration::from_millis(200));
                 let before = page_tables()?;
                 let mut done = 0;
-                let mut steps = Vec::new();
+                let mut rows = Vec::new();
                 for &n in &counts {
+                    steps.begin(&format!(
+                        "{n} processes attached ({} pages)",
+                        page_size_short(ps)
+                    ));
                     let times = kids.attach(done..n as usize)?;
                     done = n as usize;
                     let after = page_tables()?;
-                    steps.push(Row {
+                    rows.push(Row {
                         page_size_bytes: ps,
                         size_bytes: a.size,
                         procs: n,
@@ -284,7 +298,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
                         attach_seconds_max: times.iter().copied().fold(0.0, f64::max),
                     });
                 }
-                Ok(steps)
+                Ok(rows)
             })();
             let destroyed = region.destroy().map_err(|e| anyhow::anyhow!("{e}"));
             let steps = outcome?;

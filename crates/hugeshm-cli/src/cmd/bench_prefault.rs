@@ -13,6 +13,7 @@ use crate::cmd::bench_prefault_sample::{
     bench_peer, bench_prefault, memset_baseline, PeerMethod, PeerSample, PrefaultSample,
 };
 use crate::output::{Out, Table};
+use crate::progress::Steps;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{HostSnapshot, Probe, Roots};
 use hugeshm_region::{Backend, PageSize};
@@ -192,7 +193,7 @@ fn measure_size(
     size: u64,
     ps: u64,
     threads: &[usize],
-    note: &dyn Fn(&str),
+    steps: &Steps,
 ) -> anyhow::Result<(Vec<Row>, Vec<PeerRow>)> {
     let mut rows = Vec::new();
     let (backend, page) = if ps == 4096 {
@@ -201,15 +202,16 @@ fn measure_size(
         (o.huge_backend, PageSize::Huge(ps))
     };
     // Warm-up: the first touch of guest memory in a VM is slow; reported as cold.
-    note(&format!("{} warm-up", page_size_short(ps)));
+    steps.begin(&format!("{} warm-up", page_size_short(ps)));
     let cold = bench_prefault(size, backend, page, *threads.last().unwrap_or(&1))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     for &t in threads {
         let mut samples: Vec<PrefaultSample> = Vec::new();
         for r in 0..o.runs.max(1) {
-            note(&format!(
-                "{} pages, {t} threads, run {}",
+            steps.begin(&format!(
+                "{} pages, {}, run {}",
                 page_size_short(ps),
+                threads_text(t),
                 r + 1
             ));
             samples
@@ -245,7 +247,7 @@ fn measure_size(
         });
     }
     let peers = if o.peers {
-        measure_peers(o, size, ps, threads, note)?
+        measure_peers(o, size, ps, threads, steps)?
     } else {
         Vec::new()
     };
@@ -259,22 +261,18 @@ fn measure_peers(
     size: u64,
     ps: u64,
     threads: &[usize],
-    note: &dyn Fn(&str),
+    steps: &Steps,
 ) -> anyhow::Result<Vec<PeerRow>> {
     let mut out = Vec::new();
     for m in PeerMethod::ALL {
-        let counts: Vec<usize> = if m.threads(2) == 1 {
-            vec![1]
-        } else {
-            threads.to_vec()
-        };
-        for t in counts {
+        for t in peer_threads(m, threads) {
             let mut best: Option<PeerSample> = None;
             for r in 0..o.runs.max(1) {
-                note(&format!(
-                    "{} pages, {} on {t} threads, run {}",
+                steps.begin(&format!(
+                    "{} pages, {} on {}, run {}",
                     page_size_short(ps),
                     m.as_str(),
+                    threads_text(t),
                     r + 1
                 ));
                 let s = bench_peer(size, ps, m, t).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -320,22 +318,74 @@ fn page_sizes(
     Ok((sizes, skipped))
 }
 
-/// Measures every size, page size and thread count (pools raised for each
-/// page size while it is measured and given back, regions removed,
-/// whatever happens) and returns the report.
-pub(crate) fn measure(probe: &Probe, o: &Options, note: &dyn Fn(&str)) -> anyhow::Result<Report> {
-    let host = probe.host();
-    let mut region_sizes = o.sizes.clone();
-    region_sizes.sort_unstable();
-    region_sizes.dedup();
-    let largest = *region_sizes
-        .last()
-        .ok_or_else(|| anyhow::anyhow!("--size needs at least one size"))?;
-    let (mut sizes, mut skipped) = page_sizes(&host, &o.page_sizes, largest)?;
+/// The thread counts a peer method runs with: one, or each of `threads`.
+fn peer_threads(m: PeerMethod, threads: &[usize]) -> Vec<usize> {
+    if m.threads(2) == 1 {
+        vec![1]
+    } else {
+        threads.to_vec()
+    }
+}
+
+/// The thread counts of `o`: above 0, ascending, each once.
+fn thread_counts(o: &Options) -> Vec<usize> {
     let mut threads = o.threads.clone();
     threads.retain(|t| *t > 0);
     threads.sort_unstable();
     threads.dedup();
+    threads
+}
+
+/// The region sizes of `o`: ascending, each once.
+fn region_sizes(o: &Options) -> Vec<u64> {
+    let mut sizes = o.sizes.clone();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+}
+
+/// The steps of one region size at one page size ([`measure_size`]): the
+/// warm-up, each thread count's runs, the peers' runs.
+fn page_size_steps(o: &Options, threads: &[usize]) -> u64 {
+    let runs = o.runs.max(1) as u64;
+    let peers: u64 = if o.peers {
+        PeerMethod::ALL
+            .iter()
+            .map(|&m| peer_threads(m, threads).len() as u64 * runs)
+            .sum()
+    } else {
+        0
+    };
+    1 + threads.len() as u64 * runs + peers
+}
+
+/// How many steps [`measure`] takes on this host: per region size, the
+/// memset baselines and each page size the kernel has a pool of.
+pub(crate) fn planned_steps(host: &HostSnapshot, o: &Options) -> u64 {
+    let sizes = region_sizes(o);
+    let Some(&largest) = sizes.last() else {
+        return 0;
+    };
+    let pages = page_sizes(host, &o.page_sizes, largest)
+        .map(|(p, _)| p.len() as u64)
+        .unwrap_or(0);
+    let threads = thread_counts(o);
+    let memset = if o.memset { threads.len() as u64 } else { 0 };
+    sizes.len() as u64 * (memset + pages * page_size_steps(o, &threads))
+}
+
+/// Measures every size, page size and thread count (pools raised for each
+/// page size while it is measured and given back, regions removed,
+/// whatever happens) and returns the report; each run is a step of
+/// `steps` ([`planned_steps`] of them).
+pub(crate) fn measure(probe: &Probe, o: &Options, steps: &Steps) -> anyhow::Result<Report> {
+    let host = probe.host();
+    let region_sizes = region_sizes(o);
+    let largest = *region_sizes
+        .last()
+        .ok_or_else(|| anyhow::anyhow!("--size needs at least one size"))?;
+    let (sizes, mut skipped) = page_sizes(&host, &o.page_sizes, largest)?;
+    let threads = thread_counts(o);
     anyhow::ensure!(
         !threads.is_empty(),
         crate::output::Usage("--threads needs at least one count above 0".into())
@@ -362,14 +412,16 @@ pub(crate) fn measure(probe: &Probe, o: &Options, note: &dyn Fn(&str)) -> anyhow
     }
 
     let mut memset = Vec::new();
+    let mut failed = Vec::new();
     let mut rows: Vec<Row> = Vec::new();
     let mut peers: Vec<PeerRow> = Vec::new();
     for &size in &region_sizes {
         if o.memset {
             for &t in &threads {
-                note(&format!(
-                    "{} memset baseline, {t} threads",
-                    format_bytes(size)
+                steps.begin(&format!(
+                    "{} memset baseline, {}",
+                    format_bytes(size),
+                    threads_text(t)
                 ));
                 let b = memset_baseline(size, t).map_err(|e| anyhow::anyhow!("{e}"))?;
                 memset.push(Baseline {
@@ -380,8 +432,13 @@ pub(crate) fn measure(probe: &Probe, o: &Options, note: &dyn Fn(&str)) -> anyhow
                 });
             }
         }
-        let mut failed = Vec::new();
         for &ps in &sizes {
+            // A page size that failed at a smaller region size is not
+            // tried again; its steps are passed over.
+            let _part = steps.part(page_size_steps(o, &threads));
+            if failed.contains(&ps) {
+                continue;
+            }
             // The pool (root only) holds this page size's pages for this
             // size only while it is measured, and is given back before the
             // next: held all at once beside the memset baseline, 14 GiB of
@@ -395,7 +452,7 @@ pub(crate) fn measure(probe: &Probe, o: &Options, note: &dyn Fn(&str)) -> anyhow
                 if ps > 4096 && o.reserve {
                     reservation.ensure(&host, ps, pages)?;
                 }
-                measure_size(o, size, ps, &threads, note)
+                measure_size(o, size, ps, &threads, steps)
             })();
             drop(reservation);
             match result {
@@ -410,7 +467,6 @@ pub(crate) fn measure(probe: &Probe, o: &Options, note: &dyn Fn(&str)) -> anyhow
                 }
             }
         }
-        sizes.retain(|ps| !failed.contains(ps));
     }
     add_ratios(&mut rows, &memset, &peers, threads[0]);
     let growth = if region_sizes.len() > 1 {
@@ -513,16 +569,10 @@ fn growth(rows: &[Row]) -> Vec<Growth> {
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let o = a.options()?;
     let probe = Probe::new(roots.clone());
-    let tty = out.tty && !a.json;
-    let note = |s: &str| {
-        if tty {
-            crate::terminal::eprogress(s, 70);
-        }
-    };
-    let report = measure(&probe, &o, &note)?;
-    if tty {
-        crate::terminal::eprogress_clear(70);
-    }
+    let steps = Steps::new("bench prefault", planned_steps(&probe.host(), &o));
+    let report = measure(&probe, &o, &steps);
+    steps.finish();
+    let report = report?;
     if a.json {
         out.json_doc(&report)?;
         return Ok(ExitCode::SUCCESS);
@@ -698,6 +748,14 @@ pub(crate) fn print(report: &Report, out: &mut Out) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `1 thread`, `4 threads`.
+fn threads_text(t: usize) -> String {
+    if t == 1 {
+        "1 thread".to_owned()
+    } else {
+        format!("{t} threads")
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,6 @@
 //! `hugeshm create` and `hugeshm rm`: regions from the command line.
 
-use crate::output::{Out, ProgressBar, Table};
+use crate::output::{Out, Table};
 use anyhow::bail;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_region::{
@@ -233,7 +233,7 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
         ))
         .into());
     }
-    let bar = ProgressBar::new("pre-faulting");
+    let bar = crate::progress::Bytes::new(&format!("creating {}", a.name));
     let mut b = RegionBuilder::new(a.size)
         .probe(Probe::new(roots.clone()))
         .backend(a.backend)
@@ -254,7 +254,7 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
     if let Some(uid) = a.owner {
         b = b.owner(uid);
     }
-    if !a.json {
+    {
         let bar = bar.clone();
         b = b.progress(move |done, total| bar.update(done, total));
     }

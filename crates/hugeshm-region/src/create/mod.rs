@@ -281,8 +281,9 @@ impl RegionBuilder {
         self
     }
 
-    /// Progress of the pre-fault: `(done_bytes, total_bytes)`, called from
-    /// the pre-fault threads (serialized, growing).
+    /// Progress of the pre-fault: `(done_bytes, total_bytes)`, called once
+    /// when it starts (often with 0 bytes done) and then from the pre-fault
+    /// threads (serialized, growing).
     pub fn progress(mut self, f: impl Fn(u64, u64) + Send + Sync + 'static) -> Self {
         self.progress = Some(Arc::new(f));
         self

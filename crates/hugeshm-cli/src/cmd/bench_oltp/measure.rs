@@ -16,6 +16,7 @@ use super::worker::{run_all, start_workers, vm_pte, Workers};
 use super::workload::Histogram;
 use super::{ModeResult, Options, Report, Row, RunSummary};
 use crate::cmd::bench_common::{DataFile, PoolTopUp, Skipped};
+use crate::progress::Steps;
 
 /// One mode's timed runs, summed up as they come.
 struct ModeRuns {
@@ -248,10 +249,23 @@ fn measure_row(
     Ok(row)
 }
 
+/// The steps of one row ([`measure_row`]): create, prewarm, the
+/// warm-ups and the timed runs of the cache (and of the raw loop).
+fn row_steps(o: &Options) -> u64 {
+    let modes = if o.raw { 2 } else { 1 };
+    2 + modes * (1 + u64::from(o.runs.max(1)))
+}
+
+/// How many steps [`measure`] takes: a row per page size and backend.
+pub fn planned_steps(o: &Options) -> u64 {
+    (o.page_sizes.len() * o.backends.len()) as u64 * row_steps(o)
+}
+
 /// Runs the bench and returns its report (pools raised and given back,
 /// regions and the data file removed, whatever happens): the options
-/// checked, the data file made, the rows of each page size, the ratios.
-pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow::Result<Report> {
+/// checked, the data file made, the rows of each page size, the ratios;
+/// each run is a step of `steps` ([`planned_steps`] of them).
+pub fn measure(roots: &Roots, o: &Options, steps: &Steps) -> anyhow::Result<Report> {
     check_options(o)?;
     let probe = Probe::new(roots.clone());
     crate::cmd::bench_common::check_process_room(&probe, o.workers.into(), "--workers")?;
@@ -271,7 +285,7 @@ pub fn measure(roots: &Roots, o: &Options, note: &mut dyn FnMut(&str)) -> anyhow
             ps,
             region_bytes / ps,
             &data.path,
-            note,
+            steps,
         ));
     }
     // Ratios, all from this run.
@@ -325,8 +339,9 @@ fn measure_page_size(
     ps: u64,
     pages: u64,
     data: &Path,
-    note: &mut dyn FnMut(&str),
+    steps: &Steps,
 ) -> Vec<Row> {
+    let note = &mut |s: &str| steps.begin(s);
     let mut rows = Vec::new();
     let mut reservation = PoolTopUp::new(probe);
     let unavailable = if ps > 4096 && host.pool(ps).is_none() {
@@ -340,6 +355,7 @@ fn measure_page_size(
         None
     };
     for &backend in &o.backends {
+        let _part = steps.part(row_steps(o));
         if let Some(sk) = &unavailable {
             rows.push(empty_row(ps, backend, sk.reason.clone(), sk.fix.clone()));
             continue;

@@ -24,12 +24,13 @@ mod print;
 mod report;
 mod worker;
 
-pub use measure::measure;
+pub use measure::{measure, planned_steps};
 pub use report::{ModeResult, Report, Row, RunSummary};
 pub use worker::worker;
 
 use crate::cmd::bench_common::parse_count_arg;
 use crate::output::Out;
+use crate::progress::Steps;
 use hugeshm_probe::Roots;
 use hugeshm_region::Backend;
 use serde::{Deserialize, Serialize};
@@ -143,21 +144,14 @@ impl Args {
     }
 }
 
-/// Runs the bench and prints it (on a terminal, with a progress line on
-/// stderr while it runs).
+/// Runs the bench and prints it, with a progress line on stderr while it
+/// runs (when stderr is a terminal).
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let o = a.options()?;
-    let tty = out.tty && !a.json;
-    let mut progress = Progress::new((o.page_sizes.len() * o.backends.len()) as u64);
-    let mut note = |s: &str| {
-        if tty {
-            crate::terminal::eprogress(&progress.line(s), 0);
-        }
-    };
-    let report = measure(roots, &o, &mut note)?;
-    if tty {
-        crate::terminal::eprogress_clear(100);
-    }
+    let steps = Steps::new("bench oltp", planned_steps(&o));
+    let report = measure(roots, &o, &steps);
+    steps.finish();
+    let report = report?;
     if a.json {
         out.json_doc(&report)?;
     } else {
@@ -166,70 +160,9 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The progress line of a run of `steps` rows: a note `ROW: what` starts
-/// the next row when ROW changes.
-struct Progress {
-    steps: u64,
-    row_no: u64,
-    last: String,
-}
-
-impl Progress {
-    fn new(steps: u64) -> Progress {
-        Progress {
-            steps,
-            row_no: 0,
-            last: String::new(),
-        }
-    }
-
-    /// The line for note `s`: a bar of the rows done, the row, the note.
-    fn line(&mut self, s: &str) -> String {
-        let steps = self.steps;
-        let prefix = s.split(':').next().unwrap_or("").to_owned();
-        if prefix != self.last && s.contains(':') {
-            self.row_no += 1;
-            self.last = prefix;
-        }
-        let row_no = self.row_no;
-        let done = row_no.saturating_sub(1).min(steps);
-        let width = 20;
-        let fill = (done * width / steps.max(1)) as usize;
-        format!(
-            "[{}{}] {row_no}/{steps} {s:<60}",
-            "#".repeat(fill),
-            ".".repeat(width as usize - fill)
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_progress_line_counts_rows_by_their_label() {
-        let mut p = Progress::new(2);
-        let line = |p: &mut Progress, s: &str| p.line(s).trim_end().to_owned();
-        assert_eq!(
-            line(&mut p, "4k sysv: create + pre-fault 66 MiB"),
-            "[....................] 1/2 4k sysv: create + pre-fault 66 MiB"
-        );
-        // A note without a label stays on the row.
-        assert_eq!(
-            line(&mut p, "4k sysv cache run 1/3"),
-            "[....................] 1/2 4k sysv cache run 1/3"
-        );
-        assert_eq!(
-            line(&mut p, "4k sysv: prewarm"),
-            "[....................] 1/2 4k sysv: prewarm"
-        );
-        assert_eq!(
-            line(&mut p, "2M sysv: prewarm"),
-            "[##########..........] 2/2 2M sysv: prewarm"
-        );
-        assert_eq!(p.line("x").len(), "[##########..........] 2/2 ".len() + 60);
-    }
 
     #[test]
     fn page_sizes_must_be_explicit() {

@@ -54,8 +54,8 @@ struct Case {
 
 fn start(ctx: &Ctx<'_>, label: &'static str, size: u64, policy: Policy) -> anyhow::Result<Case> {
     let huge = 2 * MIB;
-    (ctx.progress)(&format!(
-        "fall-back: {} region, policy {}",
+    ctx.steps.begin(&format!(
+        "{} region, policy {}",
         format_bytes(size),
         policy.as_str()
     ));
@@ -122,8 +122,8 @@ fn rsvd(ctx: &Ctx<'_>, size: u64) -> anyhow::Result<Rsvd> {
     make_available(ctx, &mut top, huge, pool)
         .map_err(|e| anyhow::anyhow!("the counters part: {e}"))?;
     let (f0, r0) = counters(ctx, huge)?;
-    (ctx.progress)(&format!(
-        "fall-back: {} reserved, touched to {target} pages",
+    ctx.steps.begin(&format!(
+        "{} reserved, touched to {target} pages",
         format_bytes(size)
     ));
     let name = format!("lab-rsvd-{}", std::process::id());
@@ -163,6 +163,16 @@ fn rsvd(ctx: &Ctx<'_>, size: u64) -> anyhow::Result<Rsvd> {
     })
 }
 
+/// The region: 1 GiB on a host of 16 GiB or more, a sixteenth of memory
+/// below, 64 MiB with `--quick`.
+fn region_bytes(ctx: &Ctx<'_>) -> u64 {
+    if ctx.quick {
+        64 * MIB
+    } else {
+        ctx.scaled(16, 256 * MIB, GIB)
+    }
+}
+
 impl Lab for Fallback {
     fn name(&self) -> &'static str {
         "fallback"
@@ -174,6 +184,17 @@ impl Lab for Fallback {
         "silent fall-back to 4 KiB pages: the region's memory plus the idle reserved pool"
     }
 
+    fn steps(&self, ctx: &Ctx<'_>) -> u64 {
+        let Some(pool) = ctx.host.pool(2 * MIB) else {
+            return 0;
+        };
+        let needed = region_bytes(ctx) / (2 * MIB);
+        let short = pool.free.saturating_sub(pool.resv.unwrap_or(0)) < needed;
+        // Three starts where the shortfall can be set up, and the counters.
+        let starts = if short && ctx.reserve { 3 } else { 0 };
+        starts + 1
+    }
+
     fn run(&self, ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<()> {
         let huge = 2 * MIB;
         let Some(pool) = ctx.host.pool(huge) else {
@@ -182,12 +203,7 @@ impl Lab for Fallback {
             );
             return Ok(());
         };
-        // 1 GiB on a host of 16 GiB or more; a sixteenth of memory below.
-        let size = if ctx.quick {
-            64 * MIB
-        } else {
-            ctx.scaled(16, 256 * MIB, GIB)
-        };
+        let size = region_bytes(ctx);
         let needed = size / huge;
         let available = pool.free.saturating_sub(pool.resv.unwrap_or(0));
         if available >= needed {
@@ -246,6 +262,7 @@ impl Lab for Fallback {
                 ),
                 kind: PlotKind::Bars,
                 x_label: "start".to_owned(),
+                x_counts: false,
                 y_label: "MiB".to_owned(),
                 categories: cases.iter().map(|c| c.label.to_owned()).collect(),
                 series: vec![

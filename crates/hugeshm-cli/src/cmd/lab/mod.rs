@@ -19,6 +19,7 @@ pub mod pools;
 pub mod startup;
 
 use crate::output::{Out, Table};
+use crate::progress::Steps;
 use anyhow::Context;
 use hugeshm_parse::size::{format_bytes, MIB};
 use hugeshm_probe::{Probe, Roots};
@@ -148,14 +149,6 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         })
         .count()
         .max(1);
-    let tty = crate::terminal::stderr_is_terminal() && !a.json;
-    let progress = move |s: &str| {
-        if tty {
-            let s: String = s.chars().take(78).collect();
-            crate::terminal::eprogress(&s, 78);
-        }
-    };
-
     // The ceiling, in the same run as everything it is compared with: the
     // best of two measurements at the start (other work on the host can
     // halve one), and one more at the end to show how steady it was.
@@ -164,8 +157,24 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     if cpus > 1 {
         threads.push(cpus);
     }
+    // The plan: the ceiling's three passes per thread count and every
+    // reproduction's steps, counted before the first step.
+    let steps = Steps::new("lab", 0);
+    let _finish = steps.finish_on_drop();
+    let mut ctx = Ctx {
+        probe: &probe,
+        host: &host,
+        mem_bytes,
+        cpus,
+        quick: a.quick,
+        reserve: !a.no_reserve,
+        ceiling: &[],
+        steps: &steps,
+    };
+    let planned: Vec<u64> = chosen.iter().map(|l| l.steps(&ctx)).collect();
+    steps.plan(3 * threads.len() as u64 + planned.iter().sum::<u64>());
     let memset = |t: usize| {
-        progress(&format!("memset ceiling, {t} threads"));
+        steps.begin(&format!("memset ceiling, {t} threads"));
         crate::cmd::bench_prefault_sample::memset_baseline(ceiling_bytes, t)
             .map_err(|e| anyhow::anyhow!("memset ceiling: {e}"))
     };
@@ -184,21 +193,20 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         });
     }
 
-    let ctx = Ctx {
-        probe: &probe,
-        host: &host,
-        mem_bytes,
-        cpus,
-        quick: a.quick,
-        reserve: !a.no_reserve,
-        ceiling: &ceiling,
-        progress: &progress,
-    };
+    ctx.ceiling = &ceiling;
     let mut reproductions = Vec::new();
-    for lab in chosen {
+    for (lab, planned) in chosen.into_iter().zip(planned) {
         let mut r = Reproduction::new(lab.name(), lab.seed(), lab.title());
         let t = Instant::now();
-        if let Err(e) = lab.run(&ctx, &mut r) {
+        let lab_steps = steps.prefixed(lab.name());
+        let ctx = Ctx {
+            steps: &lab_steps,
+            ..ctx
+        };
+        let part = steps.part(planned);
+        let result = lab.run(&ctx, &mut r);
+        drop(part);
+        if let Err(e) = result {
             r.error = Some(format!("{e:#}"));
         }
         r.seconds = t.elapsed().as_secs_f64();
@@ -207,9 +215,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     for c in ceiling.iter_mut() {
         c.gbps_at_end = Some(memset(c.threads)?.gbps);
     }
-    if tty {
-        crate::terminal::eprogress_clear(78);
-    }
+    steps.finish();
     let report = LabReport {
         host: host_line(roots, mem_bytes, cpus, memory_nodes),
         mem_bytes,

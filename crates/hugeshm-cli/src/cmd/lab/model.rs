@@ -3,6 +3,7 @@
 //! and the statistics every reproduction uses. A leaf: it imports nothing
 //! of the lab.
 
+use crate::progress::Steps;
 use hugeshm_probe::{HostSnapshot, Probe};
 use serde::Serialize;
 
@@ -15,9 +16,12 @@ pub trait Lab {
     fn seed(&self) -> &'static str;
     /// One line: what it reproduces.
     fn title(&self) -> &'static str;
+    /// How many steps `run` takes on this host (begun on `ctx.steps`);
+    /// the lab counts them all before it starts, for its `step k of n`.
+    fn steps(&self, ctx: &Ctx<'_>) -> u64;
     /// Measures on this host, filling `out` (comparisons, table, plots,
-    /// notes). An error ends this reproduction only; what it filled in
-    /// before is kept.
+    /// notes), each measurement a step of `ctx.steps`. An error ends this
+    /// reproduction only; what it filled in before is kept.
     fn run(&self, ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<()>;
 }
 
@@ -58,7 +62,7 @@ impl Ceiling {
 }
 
 /// What a reproduction gets: the host, its scale, the options, the ceiling
-/// and a progress line.
+/// and the progress line.
 pub struct Ctx<'a> {
     /// The host reader.
     pub probe: &'a Probe,
@@ -74,8 +78,9 @@ pub struct Ctx<'a> {
     pub reserve: bool,
     /// memset over faulted memory, per thread count, this run.
     pub ceiling: &'a [Ceiling],
-    /// Shows a progress line (a terminal only).
-    pub progress: &'a dyn Fn(&str),
+    /// The lab's steps (drawn on a terminal only), each reproduction's
+    /// under its name.
+    pub steps: &'a Steps,
 }
 
 impl Ctx<'_> {
@@ -228,6 +233,10 @@ pub struct Plot {
     pub kind: PlotKind,
     /// X axis label.
     pub x_label: String,
+    /// Whether x counts things (sessions, processes): ticks on whole
+    /// numbers only.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub x_counts: bool,
     /// Y axis label.
     pub y_label: String,
     /// Bars: the category names along x.
@@ -393,7 +402,7 @@ mod tests {
             quick: false,
             reserve: false,
             ceiling: &[],
-            progress: &|_| {},
+            steps: &Steps::hidden(),
         };
         assert_eq!(ctx.scaled(16, 256 << 20, 1 << 30), 1 << 30);
         assert_eq!(ctx.scaled(64, 128 << 20, 512 << 20), 256 << 20);

@@ -49,9 +49,9 @@ fn page_sizes(ctx: &Ctx<'_>) -> Vec<u64> {
     v
 }
 
-/// Two or more memory nodes: `bench numa` as it is.
-fn multi_node(ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<Option<Vec<Bar>>> {
-    let a = Args {
+/// `bench numa`'s options.
+fn args(ctx: &Ctx<'_>) -> Args {
+    Args {
         size: region_bytes(ctx),
         page_size: page_sizes(ctx)
             .into_iter()
@@ -64,9 +64,12 @@ fn multi_node(ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<Option<Ve
         cpu_node: None,
         no_reserve: !ctx.reserve,
         json: false,
-    };
-    let note = |s: &str| (ctx.progress)(&format!("numa: {s}"));
-    let report = bench_numa::measure(ctx.probe, &a, &note)?;
+    }
+}
+
+/// Two or more memory nodes: `bench numa` as it is.
+fn multi_node(ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<Option<Vec<Bar>>> {
+    let report = bench_numa::measure(ctx.probe, &args(ctx), ctx.steps)?;
     if report.single_node {
         if let Some(m) = report.message {
             out.notes.push(m);
@@ -125,10 +128,8 @@ fn one_node(ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<Vec<Bar>> {
             PageSize::Huge(page)
         };
         let once = |run: &str| {
-            (ctx.progress)(&format!(
-                "numa: local {} pages, {run}",
-                page_size_short(page)
-            ));
+            ctx.steps
+                .begin(&format!("local {} pages, {run}", page_size_short(page)));
             bench_numa::bench_numa(size, ps, Placement::Bind(vec![node]))
                 .map_err(|e| anyhow::anyhow!("{e}"))
         };
@@ -167,6 +168,14 @@ impl Lab for Numa {
     }
     fn title(&self) -> &'static str {
         "local, remote and interleaved memory bandwidth"
+    }
+
+    fn steps(&self, ctx: &Ctx<'_>) -> u64 {
+        match bench_numa::planned_steps(ctx.host, &args(ctx)) {
+            // One memory node: a warm-up and the runs per page size.
+            0 => page_sizes(ctx).len() as u64 * (1 + ctx.runs() as u64),
+            n => n,
+        }
     }
 
     fn run(&self, ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<()> {
@@ -220,6 +229,7 @@ impl Lab for Numa {
             ),
             kind: PlotKind::Bars,
             x_label: "page size and placement".to_owned(),
+            x_counts: false,
             y_label: "GB/s (best run)".to_owned(),
             categories,
             series: vec![

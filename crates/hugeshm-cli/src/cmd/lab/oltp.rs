@@ -9,7 +9,7 @@
 
 use super::model::{Comparison, Ctx, DataTable, Lab, Plot, PlotKind, Reproduction, Series};
 use crate::cmd::bench_oltp::workload::Dist;
-use crate::cmd::bench_oltp::{measure, Options, Report, Row};
+use crate::cmd::bench_oltp::{measure, planned_steps, Options, Report, Row};
 use hugeshm_parse::size::{format_bytes, GIB, MIB};
 use hugeshm_region::Backend;
 
@@ -46,6 +46,46 @@ fn options(ctx: &Ctx<'_>, case: &Case, backend: Backend, pages: &[u64]) -> Optio
     }
 }
 
+/// The two workloads: a sixteenth of memory (at most 1 GiB) of buffers
+/// over a data file twice that, and over one it holds whole.
+fn cases(ctx: &Ctx<'_>) -> [Case; 2] {
+    let cache = if ctx.quick {
+        16 * MIB
+    } else {
+        ctx.scaled(16, 128 * MIB, GIB)
+    };
+    [
+        Case {
+            label: "data file twice the cache (blocks read in)",
+            cache,
+            data: 2 * cache,
+        },
+        Case {
+            label: "data file cached whole (memory only)",
+            cache,
+            data: cache,
+        },
+    ]
+}
+
+/// The layouts the plot shows, as the table has them: its name, backend
+/// and page size.
+const LAYOUTS: [(&str, Backend, u64); 3] = [
+    ("/dev/shm file, 4 KiB (AMM)", Backend::Posix, 4096),
+    ("SysV, 4 KiB", Backend::Sysv, 4096),
+    ("SysV, 2 MiB", Backend::Sysv, 2 * MIB),
+];
+
+/// The layouts of one workload, in the order measured: AMM's (4 KiB:
+/// /dev/shm files get no huge pages), then SysV on both page sizes (its
+/// 4 KiB row tells the page size from the backend).
+fn layouts(ctx: &Ctx<'_>, case: &Case) -> (Options, Options) {
+    (
+        options(ctx, case, Backend::Posix, &[4096]),
+        options(ctx, case, Backend::Sysv, &[4096, 2 * MIB]),
+    )
+}
+
 /// The row of `backend` on `page` pages, measured.
 fn row(report: &Report, backend: Backend, page: u64) -> Option<&Row> {
     report
@@ -69,25 +109,18 @@ impl Lab for Oltp {
         "OLTP over a shared buffer cache: AMM-style /dev/shm files on 4 KiB pages against SysV on 2 MiB pages"
     }
 
+    fn steps(&self, ctx: &Ctx<'_>) -> u64 {
+        cases(ctx)
+            .iter()
+            .map(|case| {
+                let (amm, sysv) = layouts(ctx, case);
+                planned_steps(&amm) + planned_steps(&sysv)
+            })
+            .sum()
+    }
+
     fn run(&self, ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<()> {
-        // A sixteenth of memory (at most 1 GiB) of buffers.
-        let cache = if ctx.quick {
-            16 * MIB
-        } else {
-            ctx.scaled(16, 128 * MIB, GIB)
-        };
-        let cases = [
-            Case {
-                label: "data file twice the cache (blocks read in)",
-                cache,
-                data: 2 * cache,
-            },
-            Case {
-                label: "data file cached whole (memory only)",
-                cache,
-                data: cache,
-            },
-        ];
+        let cases = cases(ctx);
         let mut table = DataTable::new(&[
             "workload",
             "layout",
@@ -99,20 +132,11 @@ impl Lab for Oltp {
         ]);
         let mut bars = Vec::new();
         for (i, case) in cases.iter().enumerate() {
-            let progress = ctx.progress;
-            let mut note = |s: &str| progress(&format!("oltp: {s}"));
-            // AMM's layout (4 KiB: /dev/shm files get no huge pages), then
-            // SysV on both page sizes (its 4 KiB row tells the page size
-            // from the backend).
-            let mut report = measure(
-                &ctx.probe.roots,
-                &options(ctx, case, Backend::Posix, &[4096]),
-                &mut note,
-            )?;
-            let o = options(ctx, case, Backend::Sysv, &[4096, 2 * MIB]);
+            let (amm_o, sysv_o) = layouts(ctx, case);
+            let mut report = measure(&ctx.probe.roots, &amm_o, ctx.steps)?;
             report
                 .rows
-                .extend(measure(&ctx.probe.roots, &o, &mut note)?.rows);
+                .extend(measure(&ctx.probe.roots, &sysv_o, ctx.steps)?.rows);
             for r in &report.rows {
                 let layout = format!(
                     "{} on {}",
@@ -148,15 +172,22 @@ impl Lab for Oltp {
             }
             let amm = tps(row(&report, Backend::Posix, 4096));
             let sysv = tps(row(&report, Backend::Sysv, 2 * MIB));
+            // Every layout of the table, in its order.
             bars.push(Series {
                 name: case.label.to_owned(),
-                points: vec![(0.0, amm.unwrap_or(0.0)), (1.0, sysv.unwrap_or(0.0))],
+                points: LAYOUTS
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(_, backend, page))| {
+                        (i as f64, tps(row(&report, backend, page)).unwrap_or(0.0))
+                    })
+                    .collect(),
             });
             let setting = format!(
                 "{} of buffers over a {} data file, {} workers, Zipf, 10% writes",
                 format_bytes(case.cache),
                 format_bytes(case.data),
-                o.workers
+                sysv_o.workers
             );
             let ours = amm.zip(sysv).map(|(a, s)| s / a);
             let mut c = Comparison::new(
@@ -179,11 +210,9 @@ impl Lab for Oltp {
             title: "OLTP transactions per second by shared memory layout".to_owned(),
             kind: PlotKind::Bars,
             x_label: "layout".to_owned(),
+            x_counts: false,
             y_label: "transactions per second".to_owned(),
-            categories: vec![
-                "/dev/shm file, 4 KiB (AMM)".to_owned(),
-                "SysV, 2 MiB".to_owned(),
-            ],
+            categories: LAYOUTS.iter().map(|l| l.0.to_owned()).collect(),
             series: bars,
         });
         out.notes.push(

@@ -103,8 +103,8 @@ fn measure(ctx: &Ctx<'_>, page: u64, size: u64, steps: &[u32]) -> anyhow::Result
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let outcome = (|| -> anyhow::Result<Curve> {
         let most = *steps.last().unwrap_or(&1);
-        (ctx.progress)(&format!(
-            "page tables: starting {most} processes ({} pages)",
+        ctx.steps.begin(&format!(
+            "starting {most} processes ({} pages)",
             page_size_short(page)
         ));
         let mut kids = Kids::spawn(&name, Backend::Sysv, most)?;
@@ -116,8 +116,8 @@ fn measure(ctx: &Ctx<'_>, page: u64, size: u64, steps: &[u32]) -> anyhow::Result
         let mut curve = Vec::new();
         let mut times = Vec::new();
         for &n in steps {
-            (ctx.progress)(&format!(
-                "page tables: {n} processes attached to {} on {} pages",
+            ctx.steps.begin(&format!(
+                "{n} processes attached to {} on {} pages",
                 format_bytes(size),
                 page_size_short(page)
             ));
@@ -150,6 +150,16 @@ impl Lab for PageTables {
     }
     fn title(&self) -> &'static str {
         "page tables per session and in total against the number of sessions, 4 KiB against 2 MiB pages"
+    }
+
+    fn steps(&self, ctx: &Ctx<'_>) -> u64 {
+        // Per page size: starting the processes, then each count.
+        let curves = if ctx.host.pool(2 * MIB).is_some() {
+            2
+        } else {
+            1
+        };
+        curves * (1 + steps(ctx).len() as u64)
     }
 
     fn run(&self, ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<()> {
@@ -226,6 +236,7 @@ impl Lab for PageTables {
             ),
             kind: PlotKind::Lines,
             x_label: "sessions (processes that touched the whole region)".to_owned(),
+            x_counts: true,
             y_label: "page tables in total (MiB)".to_owned(),
             categories: Vec::new(),
             series: series(false),
@@ -235,6 +246,7 @@ impl Lab for PageTables {
             title: "Page tables per session".to_owned(),
             kind: PlotKind::Lines,
             x_label: "sessions".to_owned(),
+            x_counts: true,
             y_label: "page tables per session (MiB)".to_owned(),
             categories: Vec::new(),
             series: series(true),

@@ -2,7 +2,8 @@
 //! written as `<text>` for the viewer to draw, so no font library is
 //! needed): lines over a numeric axis, grouped bars over categories.
 
-use super::model::{Plot, PlotKind};
+use super::model::{Plot, PlotKind, Series};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 const WIDTH: u32 = 760;
@@ -41,9 +42,13 @@ pub fn svg(plot: &Plot) -> anyhow::Result<String> {
     Ok(text)
 }
 
+/// Pixels of the plot area's height, about (the caption, the x labels and
+/// the margins take the rest).
+const AREA_PX: f64 = HEIGHT as f64 - 110.0;
+
 /// The y axis's top: room above the highest point for the legend box
-/// (one 16 px row per series and its padding, in a plot area of about
-/// `HEIGHT - 110` px), so that no bar or line ends behind it.
+/// (one 16 px row per series and its padding), so that no bar or line
+/// ends behind it.
 fn y_top(plot: &Plot) -> f64 {
     let top = plot
         .series
@@ -53,9 +58,81 @@ fn y_top(plot: &Plot) -> f64 {
     if top <= 0.0 {
         return 1.0;
     }
-    let area = f64::from(HEIGHT).max(220.0) - 110.0;
-    let legend = (16.0 * plot.series.len() as f64 + 24.0) / area;
+    let legend = (16.0 * plot.series.len() as f64 + 24.0) / AREA_PX.max(110.0);
     top * 1.04 / (1.0 - legend.min(0.6))
+}
+
+/// For each series, the earlier series it lies on (same x values, every y
+/// within `tol`), if any: drawn over it, it would hide it.
+fn lies_on(series: &[Series], tol: f64) -> Vec<Option<usize>> {
+    let same = |a: &Series, b: &Series| {
+        a.points.len() == b.points.len()
+            && a.points.iter().zip(&b.points).all(|(p, q)| {
+                (p.0 - q.0).abs() <= 1e-9 * p.0.abs().max(1.0) && (p.1 - q.1).abs() <= tol
+            })
+    };
+    series
+        .iter()
+        .enumerate()
+        .map(|(j, s)| (0..j).find(|&i| !series[i].points.is_empty() && same(&series[i], s)))
+        .collect()
+}
+
+/// How each series is drawn: its legend text and how much wider than
+/// the plain line (and larger its markers) it is. Series that lie on one
+/// another are drawn widest first, each later one narrower on top, so a
+/// band of every colour stays visible; the legend says which equals which.
+fn line_styles(series: &[Series], tol: f64) -> Vec<(String, u32)> {
+    let on = lies_on(series, tol);
+    // The first series of each group of equal ones.
+    let base: Vec<usize> = (0..series.len())
+        .map(|j| on[j].map_or(j, |i| on[i].unwrap_or(i)))
+        .collect();
+    (0..series.len())
+        .map(|j| {
+            let later = (j + 1..series.len())
+                .filter(|&k| base[k] == base[j])
+                .count();
+            let mut name = series[j].name.clone();
+            if base[j] != j {
+                let b = &series[base[j]];
+                let exact = b.points == series[j].points;
+                name.push_str(&format!(" ({} {})", if exact { "=" } else { "≈" }, b.name));
+            }
+            (name, later as u32)
+        })
+        .collect()
+}
+
+/// Draws the markers of one series: a circle, square, triangle or cross by
+/// its place (`i`), `grow` pixels larger than plain.
+fn markers<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    points: &[(f64, f64)],
+    i: usize,
+    c: RGBColor,
+    grow: i32,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let r = 3 + grow;
+    let pts = points.iter().copied();
+    match i % 4 {
+        0 => chart.draw_series(pts.map(|p| Circle::new(p, r, c.filled())))?,
+        1 => chart.draw_series(
+            pts.map(|p| EmptyElement::at(p) + Rectangle::new([(-r, -r), (r, r)], c.filled())),
+        )?,
+        2 => chart.draw_series(pts.map(|p| TriangleMarker::new(p, r + 1, c.filled())))?,
+        _ => chart.draw_series(pts.map(|p| Cross::new(p, r, c.stroke_width(2))))?,
+    };
+    Ok(())
+}
+
+/// Tick labels of a count axis: whole numbers only.
+fn whole(v: &f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{}", v.round() as i64)
+    } else {
+        String::new()
+    }
 }
 
 fn lines(
@@ -74,31 +151,45 @@ fn lines(
     } else {
         (0.0, 1.0)
     };
+    let top = y_top(plot);
+    // 5 px below 0, so that a line along 0 is not cut in half by the axis.
+    let bottom = -top * 5.0 / AREA_PX;
     let mut chart = ChartBuilder::on(root)
         .caption(&plot.title, ("sans-serif", 17))
         .margin(12)
         .x_label_area_size(42)
         .y_label_area_size(64)
-        .build_cartesian_2d(lo..hi, 0.0..y_top(plot))
+        .build_cartesian_2d(lo..hi, bottom..top)
         .map_err(err(plot))?;
-    chart
-        .configure_mesh()
-        .x_desc(plot.x_label.as_str())
+    let mut mesh = chart.configure_mesh();
+    if plot.x_counts {
+        // At most one label per whole number: 0, 1, 2 … or 0, 50, 100 ….
+        let labels = ((hi - lo).floor() as usize + 1).clamp(2, 10);
+        mesh.x_labels(labels).x_label_formatter(&whole);
+    }
+    mesh.x_desc(plot.x_label.as_str())
         .y_desc(plot.y_label.as_str())
         .y_label_formatter(&|v: &f64| short_number(*v))
         .label_style(("sans-serif", 12))
         .draw()
         .map_err(err(plot))?;
-    for (i, s) in plot.series.iter().enumerate() {
+    // Two series within 2.5 px of each other everywhere lie on each other.
+    let styles = line_styles(&plot.series, top * 2.5 / AREA_PX);
+    for (i, (s, (name, grow))) in plot.series.iter().zip(styles).enumerate() {
         let c = colour(i);
+        let width = 2 + 3 * grow;
         chart
-            .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                s.points.iter().copied(),
+                c.stroke_width(width),
+            ))
             .map_err(err(plot))?
-            .label(s.name.as_str())
+            .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
-        chart
-            .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, c.filled())))
-            .map_err(err(plot))?;
+        // Earlier series' markers a little larger: where two series meet
+        // at a point, the one drawn first still shows around the other.
+        let larger = (plot.series.len() - 1 - i).min(3) as i32;
+        markers(&mut chart, &s.points, i, c, larger + 2 * grow as i32).map_err(err(plot))?;
     }
     chart
         .configure_series_labels()
@@ -146,11 +237,15 @@ fn bars(
     let k = plot.series.len().max(1) as f64;
     let group = 0.8;
     let w = group / k;
+    // A value above 0 is at least 2 px high: a bar that rounds to nothing
+    // would leave its series out of the picture.
+    let least = y_top(plot) * 2.0 / AREA_PX;
     for (si, s) in plot.series.iter().enumerate() {
         let c = colour(si);
         let left = -group / 2.0 + si as f64 * w;
         chart
             .draw_series(s.points.iter().map(|&(x, y)| {
+                let y = if y > 0.0 { y.max(least) } else { y };
                 Rectangle::new([(x + left, 0.0), (x + left + w * 0.92, y)], c.filled())
             }))
             .map_err(err(plot))?
@@ -206,7 +301,6 @@ mod tests {
     }
 
     use super::*;
-    use crate::cmd::lab::model::Series;
 
     fn plot(kind: PlotKind) -> Plot {
         Plot {
@@ -214,6 +308,7 @@ mod tests {
             title: "Start-up <time> & size".into(),
             kind,
             x_label: "GiB".into(),
+            x_counts: false,
             y_label: "s".into(),
             categories: if kind == PlotKind::Bars {
                 vec!["4k local".into(), "2M local".into()]
@@ -251,6 +346,87 @@ mod tests {
             bars.matches("<rect").count() >= 5,
             "4 bars and the background"
         );
+    }
+
+    /// The stroke widths of the SVG's coloured polylines (the series,
+    /// then the legend's swatches), in order.
+    fn widths(svg: &str) -> Vec<u32> {
+        svg.lines()
+            .filter(|l| l.starts_with("<polyline") && !l.contains("#000000"))
+            .filter_map(|l| {
+                let w = &l[l.find("stroke-width=\"")? + 14..];
+                w[..w.find('"')?].parse().ok()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn series_that_lie_on_one_another_stay_visible_and_say_so() {
+        let mut p = plot(PlotKind::Lines);
+        p.series = ["4k", "4k again", "2M", "2M again", "2M once more"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| Series {
+                name: (*name).into(),
+                points: if i < 2 {
+                    vec![(1.0, 4.0), (2.0, 8.0)]
+                } else {
+                    vec![(1.0, 0.0), (2.0, 0.0)]
+                },
+            })
+            .collect();
+        let s = svg(&p).unwrap();
+        // Widest first, each later one narrower on top: a band of every
+        // colour shows.
+        assert_eq!(widths(&s)[..5], [5, 2, 8, 5, 2], "{s}");
+        assert!(s.contains("4k again (= 4k)"), "{s}");
+        assert!(s.contains("2M again (= 2M)") && s.contains("2M once more (= 2M)"));
+        // Apart: plain lines, no note.
+        p.series[1].points[1].1 = 6.0;
+        let s = svg(&p).unwrap();
+        assert_eq!(widths(&s)[..2], [2, 2]);
+        assert!(!s.contains("(= 4k)"));
+        // Within 2.5 px but not equal: said to be about equal.
+        p.series[1].points[1].1 = 8.01;
+        assert!(svg(&p).unwrap().contains("4k again (≈ 4k)"));
+    }
+
+    #[test]
+    fn a_count_axis_has_whole_numbers_only() {
+        let mut p = plot(PlotKind::Lines);
+        p.x_counts = true;
+        for s in &mut p.series {
+            s.points = vec![(1.0, 1.0), (2.0, 2.0), (4.0, 3.0)];
+        }
+        let ticks = |s: &str| -> Vec<String> {
+            // The x axis's labels sit under it, centred on their tick.
+            s.split("<text")
+                .filter(|t| t.contains("text-anchor=\"middle\"") && t.contains("y=\"35"))
+                .filter_map(|t| t.split('\n').nth(1).map(str::to_owned))
+                .collect()
+        };
+        let counted = ticks(&svg(&p).unwrap());
+        assert_eq!(counted, ["0", "1", "2", "3", "4"], "{counted:?}");
+        p.x_counts = false;
+        let plain = ticks(&svg(&p).unwrap());
+        assert!(plain.iter().any(|t| t.contains('.')), "{plain:?}");
+    }
+
+    #[test]
+    fn a_small_bar_is_still_seen() {
+        let mut p = plot(PlotKind::Bars);
+        p.series[0].points = vec![(0.0, 0.001), (1.0, 0.0)];
+        let s = svg(&p).unwrap();
+        let heights: Vec<u32> = s
+            .lines()
+            .filter(|l| l.starts_with("<rect") && l.contains("#1F77B4"))
+            .filter_map(|l| {
+                let h = &l[l.find("height=\"")? + 8..];
+                h[..h.find('"')?].parse().ok()
+            })
+            .collect();
+        // The small value 2 px high; 0 stays 0; then the legend's swatch.
+        assert_eq!(heights, [2, 0, 10], "{s}");
     }
 
     #[test]

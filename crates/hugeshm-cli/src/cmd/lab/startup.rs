@@ -48,11 +48,40 @@ struct Point {
     prefault_gbps: f64,
 }
 
-/// One point, measured by `bench prefault` (a warm-up on `threads`
-/// threads, then `ctx.runs()` runs; no memset baseline: the lab has its
-/// ceiling; no peers; the pools are the lab's).
-fn measure(ctx: &Ctx<'_>, page: u64, size: u64, threads: usize) -> anyhow::Result<Point> {
-    let o = bench_prefault::Options {
+/// The page sizes measured: 4 KiB, and 2 MiB where the kernel has them
+/// (and their pages can be had).
+fn page_sizes(ctx: &Ctx<'_>) -> Vec<u64> {
+    let mut pages = vec![4096];
+    if ctx.host.pool(2 * MIB).is_some() {
+        pages.push(2 * MIB);
+    }
+    pages
+}
+
+/// The points of `pages`, in the order they are measured: (page size,
+/// region size, threads).
+fn points(ctx: &Ctx<'_>, pages: &[u64]) -> Vec<(u64, u64, usize)> {
+    let sizes = sizes(ctx);
+    let largest = *sizes.last().expect("at least one size");
+    // 4 KiB pages fault about ten times slower: up to 1 GiB (larger
+    // sizes would add minutes, and say nothing new).
+    let small_top = if ctx.quick { largest } else { GIB.min(largest) };
+    let mut points = Vec::new();
+    for &page in pages {
+        for &size in sizes.iter().filter(|&&s| page > 4096 || s <= small_top) {
+            for t in ctx.thread_counts() {
+                points.push((page, size, t));
+            }
+        }
+    }
+    points
+}
+
+/// `bench prefault`'s options for one point: a warm-up on `threads`
+/// threads, then `ctx.runs()` runs; no memset baseline (the lab has its
+/// ceiling), no peers, the pools the lab's.
+fn options(ctx: &Ctx<'_>, page: u64, size: u64, threads: usize) -> bench_prefault::Options {
+    bench_prefault::Options {
         sizes: vec![size],
         page_sizes: vec![if page == 4096 {
             PageSize::Base
@@ -65,9 +94,16 @@ fn measure(ctx: &Ctx<'_>, page: u64, size: u64, threads: usize) -> anyhow::Resul
         reserve: false,
         peers: false,
         memset: false,
-    };
-    let note = |s: &str| (ctx.progress)(&format!("start-up: {} region, {s}", format_bytes(size)));
-    let report = bench_prefault::measure(ctx.probe, &o, &note)?;
+    }
+}
+
+/// One point, measured by `bench prefault`.
+fn measure(ctx: &Ctx<'_>, page: u64, size: u64, threads: usize) -> anyhow::Result<Point> {
+    let o = options(ctx, page, size, threads);
+    let steps = ctx
+        .steps
+        .prefixed(&format!("{} region", format_bytes(size)));
+    let report = bench_prefault::measure(ctx.probe, &o, &steps)?;
     if let Some(sk) = report.skipped.first() {
         anyhow::bail!("{}", sk.reason);
     }
@@ -102,6 +138,15 @@ impl Lab for Startup {
         "start-up of a large region: pre-fault time, concurrent huge-page faults against one thread"
     }
 
+    fn steps(&self, ctx: &Ctx<'_>) -> u64 {
+        points(ctx, &page_sizes(ctx))
+            .into_iter()
+            .map(|(page, size, t)| {
+                bench_prefault::planned_steps(ctx.host, &options(ctx, page, size, t))
+            })
+            .sum()
+    }
+
     fn run(&self, ctx: &Ctx<'_>, out: &mut Reproduction) -> anyhow::Result<()> {
         let sizes = sizes(ctx);
         let largest = *sizes.last().expect("at least one size");
@@ -113,8 +158,6 @@ impl Lab for Startup {
             Ok(()) => pages.push(huge),
             Err(e) => out.notes.push(format!("2 MiB pages not measured: {e}")),
         }
-        // 4 KiB pages fault about ten times slower: up to 1 GiB (larger
-        // sizes would add minutes, and say nothing new).
         let small_top = if ctx.quick { largest } else { GIB.min(largest) };
         if !ctx.quick && largest > small_top {
             out.notes.push(format!(
@@ -122,14 +165,11 @@ impl Lab for Startup {
                 format_bytes(small_top)
             ));
         }
-        let mut points = Vec::new();
-        for &page in &pages {
-            for &size in sizes.iter().filter(|&&s| page > 4096 || s <= small_top) {
-                for &t in &threads {
-                    points.push(measure(ctx, page, size, t)?);
-                }
-            }
+        let mut measured = Vec::new();
+        for (page, size, t) in points(ctx, &pages) {
+            measured.push(measure(ctx, page, size, t)?);
         }
+        let points = measured;
         drop(reservation);
 
         let mut table = DataTable::new(&[
@@ -186,6 +226,7 @@ impl Lab for Startup {
             title: "Start-up (create + pre-fault) time against region size".to_owned(),
             kind: PlotKind::Lines,
             x_label: "region size (GiB)".to_owned(),
+            x_counts: false,
             y_label: "seconds (best run)".to_owned(),
             categories: Vec::new(),
             series,
