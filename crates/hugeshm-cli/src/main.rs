@@ -96,7 +96,7 @@ enum Command {
     /// (sessions over the shared buffer cache: /dev/shm files on 4 KiB pages
     /// against SysV on 2 MiB) and dmbc (a buffer cache read in place from a
     /// mapped file, DAX, against one that copies). The reports are blog posts
-    /// of 2007 to 2022 on Oracle databases (README, `hugeshm lab`).
+    /// of 2007 to 2022 on Oracle databases, each named in the output (docs/lab.md).
     ///
     /// Prints a table per reproduction and a summary; --json the same as
     /// data; --out DIR writes lab.json, SVG plots and report.html. As root the

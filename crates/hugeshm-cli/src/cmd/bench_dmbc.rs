@@ -617,7 +617,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     out.line(
         "direct = blocks in no buffer read in place through a shared mapping of the data file; \
          updates copy the block into a buffer (a physical read) and write it back; \
-         field = seed 004's AWR figures (Oracle PMEM filestore vs XFS on NVDIMM)",
+         field = the AWR figures of the 2022 report on Oracle PMEM on an emulated NVDIMM (PMEM filestore vs XFS)",
     )?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)

@@ -28,7 +28,7 @@ const FIELD_POOL: f64 = 11.0;
 const FIELD_MAX: f64 = 10.0;
 const FIELD_TARGET: f64 = 8.0;
 const FIELD_RSVD_SETTING: &str =
-    "seed 003: 11 GB pool, SGA_MAX_SIZE 10 GB, SGA_TARGET 8 GB: Free 3 GB, Rsvd 2 GB";
+    "the 2016 Enmotech article: 11 GB pool, SGA_MAX_SIZE 10 GB, SGA_TARGET 8 GB: Free 3 GB, Rsvd 2 GB";
 
 /// Pool counters of one page size: (free, reserved).
 fn counters(ctx: &Ctx<'_>, page: u64) -> anyhow::Result<(u64, u64)> {

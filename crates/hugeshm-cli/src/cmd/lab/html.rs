@@ -51,8 +51,8 @@ fn table(t: &DataTable) -> String {
 
 fn section(r: &Reproduction, svgs: &[(String, String)]) -> String {
     let mut h = format!(
-        "<section id=\"lab-{name}\" class=\"reproduction\" data-name=\"{name}\">\n<h2>Seed {seed}: {title}</h2>\n",
-        seed = escape(&r.seed),
+        "<section id=\"lab-{name}\" class=\"reproduction\" data-name=\"{name}\">\n<h2>{title}</h2>\n<p class=\"note\">Field report: {report}</p>\n",
+        report = escape(&super::reports::describe(&r.seed)),
         name = escape(&r.name),
         title = escape(&r.title)
     );
@@ -135,9 +135,9 @@ pub fn report(lab: &LabReport, svgs: &[(String, String)]) -> String {
     h.push_str("<ul>\n");
     for r in &lab.reproductions {
         h.push_str(&format!(
-            "<li><a href=\"#lab-{n}\">Seed {s}: {t}</a></li>\n",
+            "<li><a href=\"#lab-{n}\">{t}</a> ({s})</li>\n",
             n = escape(&r.name),
-            s = escape(&r.seed),
+            s = escape(&super::reports::short(&r.seed)),
             t = escape(&r.title)
         ));
     }

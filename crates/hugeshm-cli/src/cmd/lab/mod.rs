@@ -16,6 +16,7 @@ pub mod oltp;
 pub mod pagetables;
 pub mod plot;
 pub mod pools;
+pub mod reports;
 pub mod startup;
 
 use crate::output::{Out, Table};
@@ -274,11 +275,11 @@ fn print(report: &LabReport, dir: Option<&Path>, out: &mut Out) -> anyhow::Resul
         "memset over faulted memory (the ceiling, this run): {}",
         ceiling.join(", ")
     ))?;
-    let mut summary = Table::new(&["seed", "what", ">field report", ">ours", ">ours/field"]);
+    let mut summary = Table::new(&["report", "what", ">field", ">ours", ">ours/field"]);
     for r in &report.reproductions {
         for c in &r.comparisons {
             summary.row(vec![
-                r.seed.clone(),
+                reports::short(&r.seed),
                 c.what.clone(),
                 figure_text(Some(c.field), &c.unit),
                 figure_text(c.ours, &c.unit),
@@ -288,10 +289,8 @@ fn print(report: &LabReport, dir: Option<&Path>, out: &mut Out) -> anyhow::Resul
     }
     for r in &report.reproductions {
         out.line("")?;
-        out.line(out.bold(&format!(
-            "seed {}: {} ({:.1} s)",
-            r.seed, r.title, r.seconds
-        )))?;
+        out.line(out.bold(&format!("{}: {} ({:.1} s)", r.name, r.title, r.seconds)))?;
+        out.line(format!("  field: {}", out.dim(&reports::describe(&r.seed))))?;
         if !r.table.rows.is_empty() {
             let cols: Vec<&str> = r.table.columns.iter().map(String::as_str).collect();
             let mut t = Table::new(&cols);
@@ -322,7 +321,9 @@ fn print(report: &LabReport, dir: Option<&Path>, out: &mut Out) -> anyhow::Resul
         }
     }
     out.line("")?;
-    out.line(out.bold("the field reports beside this host"))?;
+    out.line(out.bold(
+        "the field reports beside this host (field: the report's figure; ours: this host's)",
+    ))?;
     summary.render(out, "  ")?;
     out.line(format!("lab took {:.0} s", report.seconds))?;
     if let Some(d) = dir {
@@ -338,6 +339,17 @@ fn print(report: &LabReport, dir: Option<&Path>, out: &mut Out) -> anyhow::Resul
 mod tests {
     use super::*;
     use clap::ValueEnum;
+
+    #[test]
+    fn every_reproduction_names_a_known_report() {
+        for lab in all() {
+            let source = reports::source(lab.seed())
+                .unwrap_or_else(|| panic!("{}: report {}", lab.name(), lab.seed()));
+            assert!(reports::describe(lab.seed()).starts_with(source.title));
+        }
+        assert!(reports::describe("001").contains("37.5 s"));
+        assert_eq!(reports::short("999"), "report 999");
+    }
 
     #[test]
     fn every_reproduction_has_one_name_for_only_and_every_name_one_reproduction() {

@@ -253,6 +253,8 @@ pub struct Reproduction {
     pub name: String,
     /// The field report (`001`; the file in `shared/seeds/` starts with it).
     pub seed: String,
+    /// The report `seed` names: its title, when, what it measured.
+    pub report: Option<super::reports::Source>,
     /// One line: what is reproduced.
     pub title: String,
     /// The field report's figures beside ours.
@@ -275,6 +277,7 @@ impl Reproduction {
         Reproduction {
             name: name.to_owned(),
             seed: seed.to_owned(),
+            report: super::reports::source(seed).copied(),
             title: title.to_owned(),
             comparisons: Vec::new(),
             table: DataTable::default(),
