@@ -8,11 +8,14 @@
 //! ```no_run
 //! use hugeshm_probe::{Probe, Roots};
 //! let probe = Probe::new(Roots::from_env());
-//! let status = hugeshm_doctor::status::build(&probe);
+//! // The regions made to be kept (hugeshm-region's `list_regions_on` can
+//! // tell them): none known here, so every unattached SysV segment is an orphan.
+//! let kept = hugeshm_doctor::segments::KeptRegions::default();
+//! let status = hugeshm_doctor::status::build(&probe, &kept);
 //! for f in &status.findings {
 //!     println!("{:?} {}: {}", f.severity, f.code, f.message);
 //! }
-//! let segs = hugeshm_doctor::segments::build(&probe);
+//! let segs = hugeshm_doctor::segments::build(&probe, &kept);
 //! for s in &segs.segments {
 //!     println!("{} {:?} {:?}", s.kind, s.size_bytes, s.page_size_bytes);
 //! }

@@ -346,7 +346,8 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
     }
     let new_regions_only = !demands.is_empty() && !src.live && src.postgres.is_none();
     if src.live || demands.is_empty() {
-        let segs = hugeshm_doctor::segments::build_with(probe, host);
+        // For their sizes and processes: findings are not advise's.
+        let segs = hugeshm_doctor::segments::build_with(probe, host, &Default::default());
         // The services of the processes that map a counted segment, each
         // process looked up once: from the hugetlb cgroup the scan read,
         // else (it read none, or on cgroup v1 that path need not be
@@ -384,7 +385,8 @@ pub fn build_plan(probe: &Probe, host: &HostSnapshot, src: &SourceArgs) -> anyho
         // Name the live segments only where a pool is crowded by them.
         let crowded =
             !advise::crowded_pools(&plan, |s, n| advise::live_pages(host, s, n)).is_empty();
-        let segs = crowded.then(|| hugeshm_doctor::segments::build_with(probe, host));
+        let segs =
+            crowded.then(|| hugeshm_doctor::segments::build_with(probe, host, &Default::default()));
         advise::keep_room_for_live(&mut plan, host, segs.as_ref());
     }
     advise::add_demotion(&mut plan, host, src.demote);

@@ -566,8 +566,10 @@ fn scan_once(
     let (mut runs, mut text_runs, mut maps_runs, mut walk_runs) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut maps_bytes, mut walk_vmas) = (0, 0);
-    let mut last = hugeshm_doctor::segments::build(probe);
-    let mut last_text = hugeshm_doctor::segments::build(&text_probe);
+    // The scan timed, not its findings: no regions looked up.
+    let kept = hugeshm_doctor::segments::KeptRegions::default();
+    let mut last = hugeshm_doctor::segments::build(probe, &kept);
+    let mut last_text = hugeshm_doctor::segments::build(&text_probe, &kept);
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
     let cpu = || sys::process_cpu_seconds().map(|s| s * 1000.0);
     let mut cpu_runs: [Vec<f64>; 4] = Default::default();
@@ -585,11 +587,11 @@ fn scan_once(
             cpu_runs[1].push(cpu()? - c);
         }
         let (t, c) = (Instant::now(), cpu()?);
-        last = hugeshm_doctor::segments::build(probe);
+        last = hugeshm_doctor::segments::build(probe, &kept);
         runs.push(ms(t));
         cpu_runs[2].push(cpu()? - c);
         let (t, c) = (Instant::now(), cpu()?);
-        last_text = hugeshm_doctor::segments::build(&text_probe);
+        last_text = hugeshm_doctor::segments::build(&text_probe, &kept);
         text_runs.push(ms(t));
         cpu_runs[3].push(cpu()? - c);
     }

@@ -75,7 +75,8 @@ impl Scraper {
             .spawn(move || {
                 let t = Instant::now();
                 let probe = crate::cmd::doctor_probe(&roots);
-                let (s, g) = status::build_with_segments(&probe, pid);
+                let kept = crate::cmd::kept_regions(&probe);
+                let (s, g) = status::build_with_segments(&probe, pid, &kept);
                 let _ = tx.send((s, g, t.elapsed().as_secs_f64()));
             })?;
         Ok(rx)

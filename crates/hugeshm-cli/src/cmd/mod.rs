@@ -33,6 +33,26 @@ pub(crate) fn doctor_probe(roots: &hugeshm_probe::Roots) -> hugeshm_probe::Probe
         .with_file_dax(std::sync::Arc::new(segments::SysFileDax))
 }
 
+/// The SysV regions made to be kept that nobody holds, as `hugeshm ls`
+/// finds them over `probe` ([`RegionInfo::is_kept_unattached`]): only this
+/// user's own have their header read (another user's segment is listed
+/// `untrusted`, never kept), and only on the live host. What `segments`,
+/// `status` and the exporter report as `kept-unattached` rather than
+/// `orphan`; none where the regions cannot be listed.
+///
+/// [`RegionInfo::is_kept_unattached`]: hugeshm_region::RegionInfo::is_kept_unattached
+pub(crate) fn kept_regions(probe: &hugeshm_probe::Probe) -> hugeshm_doctor::segments::KeptRegions {
+    let mut kept = hugeshm_doctor::segments::KeptRegions::default();
+    for r in hugeshm_region::list_regions_on(probe).unwrap_or_default() {
+        if let (true, hugeshm_region::NamedObject::Sysv { key, shmid, .. }) =
+            (r.is_kept_unattached(), &r.object)
+        {
+            kept.add_sysv(*shmid, *key, r.name.as_str());
+        }
+    }
+    kept
+}
+
 /// Opens the output directory `dir` of `flag` (`--out`), made 0755 if
 /// missing, refused if it or a directory or symlink on its path belongs to
 /// another user or others can write it (`hugeshm_sys::DirHandle::open_output`):

@@ -1,6 +1,7 @@
 //! What is wrong with each segment ([`segment_findings`], phase 4 of the
 //! scan), and with the scan as a whole ([`scan_findings`], phase 6).
 
+use super::kept::{self, KeptRegions};
 use super::{ProcessProblem, Segment, SegmentKind};
 use crate::dax;
 use crate::finding::{plural, pool_fix, Finding, Severity};
@@ -79,11 +80,14 @@ fn unreadable_finding(unreadable: &[ProcessProblem], self_uid: Option<u32>) -> F
     )
 }
 
+/// What is wrong with `seg` (and, for a SysV segment nobody is attached to
+/// that holds one of the `kept` regions, that it waits for its server).
 pub(super) fn segment_findings(
     seg: &Segment,
     host: &HostSnapshot,
     default_huge: Option<u64>,
     numa_nodes: u32,
+    kept: &KeptRegions,
 ) -> Vec<Finding> {
     let label = seg.label();
     if let Some(info) = &seg.dax {
@@ -181,10 +185,13 @@ pub(super) fn segment_findings(
         }
     }
 
-    // Orphans.
+    // Orphans, but for a region made to be kept that waits for its server.
     if seg.kind == SegmentKind::Sysv && seg.nattch == Some(0) {
         let id = seg.id.unwrap_or(0);
-        out.push(Finding::new(
+        if let Some(name) = kept.region_of(seg) {
+            out.push(kept::kept_unattached(seg, name, &label, &size));
+        } else {
+            out.push(Finding::new(
             Severity::Warning,
             "orphan",
             format!(
@@ -194,6 +201,7 @@ pub(super) fn segment_findings(
             ),
             Some(format!("ipcrm -m {id}   # only if no server will attach it again")),
         ));
+        }
     }
     if seg.kind == SegmentKind::Hugetlbfs
         && seg.attached.is_empty()
@@ -389,7 +397,7 @@ mod tests {
     }
 
     fn single_node(seg: &Segment, h: &HostSnapshot) -> Option<Finding> {
-        segment_findings(seg, h, Some(2 * MIB), 2)
+        segment_findings(seg, h, Some(2 * MIB), 2, &KeptRegions::default())
             .into_iter()
             .find(|f| f.code == "single-node")
     }
@@ -442,7 +450,7 @@ mod tests {
     fn bound_segment_with_pages_elsewhere_is_misplaced() {
         let h = host("rw");
         let find = |seg: &Segment, code: &str| {
-            segment_findings(seg, &h, Some(2 * MIB), 2)
+            segment_findings(seg, &h, Some(2 * MIB), 2, &KeptRegions::default())
                 .into_iter()
                 .find(|f| f.code == code)
         };
@@ -532,7 +540,7 @@ mod tests {
             {"pid": 2, "name": "db", "uid": 0, "vm_pte_bytes": 40 << 10}
         ]))
         .unwrap();
-        let f = segment_findings(&seg, &h, Some(2 * MIB), 1);
+        let f = segment_findings(&seg, &h, Some(2 * MIB), 1, &KeptRegions::default());
         let codes: Vec<&str> = f.iter().map(|f| f.code.as_str()).collect();
         assert_eq!(codes, ["silent-fallback", "page-tables"]);
         assert_eq!(
@@ -558,7 +566,7 @@ mod tests {
         seg.resident_bytes = Some(32 * MIB);
         seg.nattch = Some(0);
         seg.attached.clear();
-        let f = segment_findings(&seg, &h, Some(2 * MIB), 1);
+        let f = segment_findings(&seg, &h, Some(2 * MIB), 1, &KeptRegions::default());
         let codes: Vec<&str> = f.iter().map(|f| f.code.as_str()).collect();
         assert_eq!(codes, ["reserved-untouched", "orphan"]);
         assert!(
@@ -570,5 +578,69 @@ mod tests {
             f[1].fix.as_deref(),
             Some("ipcrm -m 12   # only if no server will attach it again")
         );
+    }
+
+    #[test]
+    fn an_unattached_sysv_segment_is_kept_only_where_the_caller_found_its_region() {
+        let h = HostSnapshot::default();
+        let mut seg = file("", SegmentKind::Sysv, &[]);
+        seg.path = None;
+        seg.key = Some("0x0000abcd".into());
+        seg.page_size_bytes = Some(2 * MIB);
+        seg.creator_pid = Some(77);
+        seg.attached_pids.clear();
+        seg.nattch = Some(0);
+        let found = |seg: &Segment, kept: &KeptRegions| {
+            segment_findings(seg, &h, Some(2 * MIB), 1, kept)
+                .into_iter()
+                .map(|f| (f.code.clone(), f.severity, f))
+                .collect::<Vec<_>>()
+        };
+        // None known: an orphan, as before.
+        let f = found(&seg, &KeptRegions::default());
+        assert_eq!((f[0].0.as_str(), f[0].1), ("orphan", Severity::Warning));
+        assert_eq!(f.len(), 1);
+        // Its shmid and key, found kept by the caller: the info.
+        let mut kept = KeptRegions::default();
+        kept.add_sysv(12, 0xabcd, "sga");
+        let f = found(&seg, &kept);
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            (f[0].0.as_str(), f[0].1),
+            ("kept-unattached", Severity::Info)
+        );
+        assert_eq!(
+            f[0].2.message,
+            "region sga (backend sysv; sysv 12, 64 MiB, key 0x0000abcd) was made to be kept by \
+             pid 77 and has no process attached now: normal until a server attaches it; its \
+             memory stays allocated until it is removed"
+        );
+        assert_eq!(
+            f[0].2.fix.as_deref(),
+            Some("hugeshm rm sga --backend sysv   # only when no server will attach it again")
+        );
+        // The shmid given to another segment since (another key), or
+        // another shmid of that key: orphans.
+        let mut reused = seg.clone();
+        reused.key = Some("0x0000abce".into());
+        assert_eq!(found(&reused, &kept)[0].0, "orphan");
+        let mut other = seg.clone();
+        other.id = Some(13);
+        assert_eq!(found(&other, &kept)[0].0, "orphan");
+        // Attached: neither.
+        let mut attached = seg.clone();
+        attached.nattch = Some(1);
+        assert!(found(&attached, &kept).is_empty());
+        // A name a shell would split is one quoted word in the fix.
+        let mut odd = KeptRegions::default();
+        odd.add_sysv(12, 0xabcd, "a b;c");
+        assert_eq!(
+            found(&seg, &odd)[0].2.fix.as_deref(),
+            Some("hugeshm rm 'a b;c' --backend sysv   # only when no server will attach it again")
+        );
+        // A negative shmid is none the kernel gives: ignored.
+        let mut neg = KeptRegions::default();
+        neg.add_sysv(-1, 0xabcd, "x");
+        assert_eq!(neg, KeptRegions::default());
     }
 }

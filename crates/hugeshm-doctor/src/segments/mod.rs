@@ -21,18 +21,22 @@
 //! 3. the SysV segments nobody maps (`Scan::add_unmapped_sysv`);
 //! 4. each object as a [`Segment`] (`sample.rs`): what the object and SysV
 //!    say, a sample of its processes' `smaps`/`numa_maps`, the DAX pass,
-//!    then its findings (`findings.rs`: `segment_findings`);
+//!    then its findings (`findings.rs`: `segment_findings`; a SysV segment
+//!    nobody attaches that holds a region made to be kept, as the caller
+//!    found them, `kept.rs`, is no orphan);
 //! 5. the hugetlb cgroups of the processes mapping them (`cgroups.rs`);
 //! 6. the scan-wide findings (`findings::scan_findings`);
 //! 7. the order: SysV first, then by size (`sort`).
 
 mod cgroups;
 mod findings;
+mod kept;
 pub mod run_record;
 mod sample;
 mod scan;
 
 pub use cgroups::LimitedCgroup;
+pub use kept::KeptRegions;
 
 use crate::dax::DaxInfo;
 use crate::finding::Finding;
@@ -249,14 +253,16 @@ pub struct SegmentsReport {
     pub limited_cgroups: Vec<LimitedCgroup>,
 }
 
-/// Scans the host (reads the host files it needs first).
-pub fn build(probe: &Probe) -> SegmentsReport {
+/// Scans the host (reads the host files it needs first); `kept`: the
+/// regions made to be kept that the caller found (see [`KeptRegions`]).
+pub fn build(probe: &Probe, kept: &KeptRegions) -> SegmentsReport {
     let host = probe.host_without_free_lists();
-    build_with(probe, &host)
+    build_with(probe, &host, kept)
 }
 
-/// Scans the processes, given a host snapshot already read.
-pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
+/// Scans the processes, given a host snapshot already read; `kept` as in
+/// [`build`].
+pub fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions) -> SegmentsReport {
     let t0 = Instant::now();
     let mut report = SegmentsReport {
         problems: host.problems.clone(),
@@ -290,7 +296,8 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot) -> SegmentsReport {
         if o.kind == SegmentKind::Dax {
             dax_host.pass(probe, o, &mut seg);
         }
-        seg.findings = findings::segment_findings(&seg, host, default_huge, report.numa_nodes);
+        seg.findings =
+            findings::segment_findings(&seg, host, default_huge, report.numa_nodes, kept);
         report.segments.push(seg);
     }
 
@@ -380,7 +387,7 @@ mod tests {
         // The whole of build_with on two-nodes-uneven: the PostgreSQL and
         // Oracle segments from the maps, the orphan from sysvipc/shm only.
         let (probe, host) = crate::fixture::tree("two-nodes-uneven");
-        let r = build_with(&probe, &host);
+        let r = build_with(&probe, &host, &KeptRegions::default());
         let ids: Vec<Option<u64>> = r.segments.iter().map(|s| s.id).collect();
         assert_eq!(ids, [Some(3), Some(4), Some(5)]);
         assert_eq!(r.processes_scanned, 7);

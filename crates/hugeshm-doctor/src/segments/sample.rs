@@ -23,6 +23,11 @@ use hugeshm_parse::sysvipc_shm::ShmSegment;
 use hugeshm_probe::{HostSnapshot, PmemSnapshot, Probe, ReadError};
 use std::collections::{BTreeMap, HashMap};
 
+/// A SysV key as `ipcs` prints it and [`Segment::key`] holds it: `0x0000abcd`.
+pub(super) fn key_text(key: i32) -> String {
+    format!("0x{:08x}", key as u32)
+}
+
 /// A segment with what its object, its SysV entry (`sysv`, where the
 /// object is a SysV segment still listed) and the status of its processes
 /// say; page size, residency, THP and nodes are left for [`fill`].
@@ -42,7 +47,7 @@ pub(super) fn segment_of(
             Key::File(_, _, ino) => Some(*ino),
             Key::Private(_, _) => None,
         },
-        key: sysv.map(|s| format!("0x{:08x}", s.key as u32)),
+        key: sysv.map(|s| key_text(s.key)),
         // The /SYSVxxxxxxxx name of a SysV mapping says nothing the key does not.
         path: match o.kind {
             SegmentKind::Sysv => None,

@@ -214,9 +214,10 @@ pub struct StatusReport {
 
 /// Builds the report: reads the host and scans the processes (for what the
 /// live segments need, and the memlock limits of the servers that map
-/// them); the cgroup section is hugeshm's own.
-pub fn build(probe: &Probe) -> StatusReport {
-    build_for(probe, None)
+/// them); the cgroup section is hugeshm's own. `kept`: the regions made to
+/// be kept that the caller found ([`segments::KeptRegions`]), no orphans.
+pub fn build(probe: &Probe, kept: &segments::KeptRegions) -> StatusReport {
+    build_for(probe, None, kept)
 }
 
 /// Adds the persistent memory section, its findings and unreadable files.
@@ -229,15 +230,19 @@ fn add_pmem(report: &mut StatusReport, probe: &Probe, host: &HostSnapshot) {
 
 /// [`build`], with the cgroup section for process `pid` (`None`: hugeshm
 /// itself).
-pub fn build_for(probe: &Probe, pid: Option<u32>) -> StatusReport {
-    build_with_segments(probe, pid).0
+pub fn build_for(probe: &Probe, pid: Option<u32>, kept: &segments::KeptRegions) -> StatusReport {
+    build_with_segments(probe, pid, kept).0
 }
 
 /// [`build_for`], returning the segments report it scanned as well: one
 /// read of the host for both (what the exporter serves on each scrape).
-pub fn build_with_segments(probe: &Probe, pid: Option<u32>) -> (StatusReport, SegmentsReport) {
+pub fn build_with_segments(
+    probe: &Probe,
+    pid: Option<u32>,
+    kept: &segments::KeptRegions,
+) -> (StatusReport, SegmentsReport) {
     let host = probe.host();
-    let segs = segments::build_with(probe, &host);
+    let segs = segments::build_with(probe, &host, kept);
     let mut report = build_from(&host, Some(&segs));
     report.servers = servers::servers(probe, &segs, host.sysctl.hugetlb_shm_group);
     report.findings.extend(servers::server_findings(&report));

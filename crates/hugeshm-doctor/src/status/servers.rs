@@ -326,7 +326,7 @@ mod tests {
         // two-nodes-uneven: PostgreSQL (2001 creates, 2002 and 2003 attach)
         // on a 1 GiB hugetlb segment; Oracle (3001, 3002) on 4 KiB pages.
         let (probe, host) = crate::fixture::tree("two-nodes-uneven");
-        let segs = crate::segments::build_with(&probe, &host);
+        let segs = crate::segments::build_with(&probe, &host, &Default::default());
         let s = servers(&probe, &segs, Some(0));
         let pids: Vec<u32> = s.iter().map(|s| s.pid).collect();
         assert_eq!(pids, [2001, 2002, 2003]);

@@ -1,0 +1,71 @@
+//! The hugeshm regions made to be kept that nobody attaches now: a SysV
+//! segment left by `hugeshm create` (without `--hold`) is waiting for its
+//! server, not abandoned. Only a reader of region headers can tell
+//! (hugeshm-region, above this crate), so the caller finds them and hands
+//! them to the scan as [`KeptRegions`]; [`kept_unattached`] is their
+//! finding, in place of the `orphan` warning.
+
+use super::sample::key_text;
+use super::Segment;
+use crate::finding::{Finding, Severity};
+use hugeshm_fix::{Fix, Renderer};
+use std::collections::BTreeMap;
+
+/// The SysV segments that hold a hugeshm region made to be kept (its
+/// header's `kept` flag) and that nobody holds, as the caller found them
+/// among the regions it trusts: its own, as `hugeshm ls` lists them
+/// (`hugeshm_region::list_regions_on`, `RegionInfo::is_kept_unattached`).
+/// Such a segment with no process attached is the info `kept-unattached`;
+/// any other is an `orphan`. The default knows none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeptRegions {
+    /// shmid -> (key, the region's name).
+    sysv: BTreeMap<u64, (i32, String)>,
+}
+
+impl KeptRegions {
+    /// Adds SysV segment `shmid`, of key `key`, which holds the kept region
+    /// `name`. A negative shmid (none the kernel gives) is ignored.
+    pub fn add_sysv(&mut self, shmid: i32, key: i32, name: impl Into<String>) {
+        if let Ok(id) = u64::try_from(shmid) {
+            self.sysv.insert(id, (key, name.into()));
+        }
+    }
+
+    /// The region `seg` holds, where it is one of them: a SysV segment of
+    /// the same shmid and key (a shmid the kernel gave to another segment
+    /// since the caller looked is not).
+    pub(super) fn region_of(&self, seg: &Segment) -> Option<&str> {
+        if seg.kind != super::SegmentKind::Sysv {
+            return None;
+        }
+        let (key, name) = self.sysv.get(&seg.id?)?;
+        (seg.key.as_deref() == Some(key_text(*key).as_str())).then_some(name.as_str())
+    }
+}
+
+/// `kept-unattached`: `seg` (of `size`, its [`Segment::label`] `label`)
+/// holds the kept region `name`, and no process is attached to it.
+pub(super) fn kept_unattached(seg: &Segment, name: &str, label: &str, size: &str) -> Finding {
+    let backend = "sysv";
+    let rm = Fix::Remove {
+        name: name.to_owned(),
+        backend: backend.to_owned(),
+        dir: None,
+    };
+    Finding::new(
+        Severity::Info,
+        "kept-unattached",
+        format!(
+            "region {name} (backend {backend}; {label}, {size}, key {}) was made to be kept by pid {} and has no process attached now: normal until a server attaches it; its memory stays allocated until it is removed",
+            seg.key.as_deref().unwrap_or("?"),
+            seg.creator_pid
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "?".into())
+        ),
+        Some(format!(
+            "{}   # only when no server will attach it again",
+            rm.render(Renderer::Cli)
+        )),
+    )
+}
