@@ -174,15 +174,15 @@ fn once_parses_and_carries_the_kernel_pool() {
     );
 }
 
-/// A `--timeout` that is no time is refused (1e300 overflowed the timer
-/// and panicked).
+/// A `--timeout` that is no time is a usage error, exit 2 (1e300
+/// overflowed the timer and panicked).
 #[test]
 fn timeouts_that_are_no_time_are_refused() {
     for t in ["0", "-1", "nan", "inf", "1e300", "3601"] {
         let arg = format!("--timeout={t}");
         let out = common::hugeshm(&["exporter", "--once", &arg]);
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(3), "{t}: {err}");
+        assert_eq!(out.status.code(), Some(2), "{t}: {err}");
         assert!(
             err.contains("must be a number of seconds above 0 and at most 3600"),
             "{t}: {err}"

@@ -60,6 +60,7 @@ pub const CODES: &[(&str, &[Severity])] = {
         ("page-tables", &[Info]),
         ("reserved-untouched", &[Info]),
         ("orphan", &[Warning]),
+        ("kept-unattached", &[Info]),
         ("orphan-file", &[Warning]),
         ("misplaced", &[Warning]),
         ("single-node", &[Warning]),
