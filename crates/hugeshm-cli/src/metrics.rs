@@ -399,7 +399,7 @@ pub fn registry(status: &StatusReport, segs: &SegmentsReport, info: ScrapeInfo) 
     }
     reg.register(
         "hugeshm_finding",
-        "Findings of status and segments by code and severity (the README's Findings); 0 for each code not found",
+        "Findings of status and segments by code and severity (docs/findings.md); 0 for each code not found",
         findings,
     );
     let problems = Gauge::<i64>::default();

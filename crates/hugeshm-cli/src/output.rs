@@ -1,6 +1,6 @@
 //! Terminal-aware output: colour only on a tty (the decision is
 //! `anstream`'s: `NO_COLOR`, `CLICOLOR`, `CLICOLOR_FORCE`, `TERM=dumb`),
-//! simple aligned tables (hand-written: see the README), the `--json`
+//! simple aligned tables (hand-written: see docs/cli.md), the `--json`
 //! envelope every command prints its report in, and a broken pipe that is
 //! not an error (progress on stderr is progress.rs's).
 //!

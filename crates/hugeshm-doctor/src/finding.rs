@@ -26,7 +26,7 @@ impl Severity {
 }
 
 /// Every finding code the doctor reports, with the severities it reports
-/// it at, in the order of the README's Findings. The one list: the
+/// it at, in the order of docs/findings.md. The one list: the
 /// exporter serves a 0 for each (code, severity) not found in a scrape,
 /// so that an alert on a finding resolves and a graph drops when it
 /// clears (a test reads the doctor's sources and checks that every
@@ -86,7 +86,7 @@ pub const CODES: &[(&str, &[Severity])] = {
 pub struct Finding {
     /// How bad it is.
     pub severity: Severity,
-    /// A stable, kebab-case code scripts can match on (documented in the README).
+    /// A stable, kebab-case code scripts can match on (documented in docs/findings.md).
     pub code: String,
     /// What is wrong, with the numbers.
     pub message: String,

@@ -35,7 +35,7 @@ pub struct SourceArgs {
     /// can write, in directories nobody else can write.
     #[arg(long, value_name = "PATH", requires = "postgres")]
     pub postgres_bin: Option<PathBuf>,
-    /// Regions listed in a hugeshm spec file (TOML, see the README).
+    /// Regions listed in a hugeshm spec file (TOML, see docs/advise.md).
     #[arg(long, value_name = "FILE")]
     pub spec: Option<PathBuf>,
     /// Also count the shared memory live on this host (the default when no

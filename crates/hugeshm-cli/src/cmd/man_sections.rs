@@ -168,8 +168,8 @@ pub(crate) fn overview(version: &str, pages: &[String]) -> String {
         "JSON",
         &roff(
             "Every --json output is one object whose first key, schema, is the version of its shape (1); \
-             the README's \"JSON output\" section (/usr/share/doc/hugeshm/README.md in the package) \
-             describes each command's keys. apply --plan reads the plan advise --json prints.",
+             /usr/share/doc/hugeshm/docs/json.md (docs/json.md in the source) describes each \
+             command's keys, and docs/findings.md every finding. apply --plan reads the plan advise --json prints.",
         ),
     ));
     s.push_str(&section("EXIT STATUS", &tagged(&EXIT_STATUS)));

@@ -38,7 +38,7 @@ impl FileDaxReader for SysFileDax {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Print the segments and the scan's findings and problems as one JSON
-    /// object (the schema in the README).
+    /// object (the schema: docs/json.md).
     #[arg(long)]
     pub json: bool,
     /// Exit 1 when any segment has a warning or error (silent fallback, orphan, ...).

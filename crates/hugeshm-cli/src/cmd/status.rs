@@ -10,7 +10,7 @@ use std::process::ExitCode;
 /// `hugeshm status` options.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Print the report as JSON (the schema in the README).
+    /// Print the report as JSON (the schema: docs/json.md).
     #[arg(long)]
     pub json: bool,
     /// Exit 1 when any warning or error is found (for scripts and config management).

@@ -16,8 +16,8 @@ if [ -e /sys/bus/nd/devices/region0 ] && ! mount -o dax /dev/pmem0 /mnt/pmem 2>/
 fi
 block mounted grep /mnt/pmem /proc/mounts
 mark dmbc
-block dmbc.dax.json hugeshm bench dmbc --dir /mnt/pmem --data-size 32M --cache-size 4M --duration 1 --json
-block dmbc.dax hugeshm bench dmbc --dir /mnt/pmem --data-size 32M --cache-size 4M --duration 1
+block dmbc.dax.json hugeshm bench dmbc --data-dir /mnt/pmem --data-size 32M --cache-size 4M --duration 1 --json
+block dmbc.dax hugeshm bench dmbc --data-dir /mnt/pmem --data-size 32M --cache-size 4M --duration 1
 block dmbc.tmp.json hugeshm bench dmbc --dir /tmp --data-size 32M --cache-size 4M --duration 1 --json
 block dmbc.files ls -a /mnt/pmem
 umount /mnt/pmem
