@@ -8,7 +8,8 @@
 //! is a command: `hugeshm` is this build's binary, `sudo ` is dropped (the
 //! test runs as root) and README's `cargo run --release --locked -p hugeshm
 //! --` is the same binary. A command must exit 0 or 1 (1: `--check` found
-//! something); exit 2 (usage) or 3 (failure) fails the test. The lines
+//! something), or, where the docs show `hugeshm: error:`, fail (exit 2 or
+//! 3) with an error. The lines
 //! after a command are the output the docs show: its first word must start
 //! the real output (unless the docs show `...` first), and each table header line the docs show (four or more
 //! lowercase words set apart by two or more spaces) must be a line of the
@@ -179,10 +180,22 @@ fn run_shown(shown: &Shown, block: &Block, bin_dir: &Path) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let code = out.status.code();
-    assert!(
-        matches!(code, Some(0) | Some(1)),
-        "{at}: `{command}` exited {code:?}\n{stdout}\n{stderr}"
-    );
+    // An error the docs show is an error here too.
+    let shows_error = shown
+        .output
+        .iter()
+        .any(|l| l.starts_with("hugeshm: error:"));
+    if shows_error {
+        assert!(
+            matches!(code, Some(2) | Some(3)) && stderr.contains("hugeshm: error:"),
+            "{at}: `{command}` should fail as the docs show; exited {code:?}\n{stdout}\n{stderr}"
+        );
+    } else {
+        assert!(
+            matches!(code, Some(0) | Some(1)),
+            "{at}: `{command}` exited {code:?}\n{stdout}\n{stderr}"
+        );
+    }
     let real = format!("{stdout}{stderr}");
     // `...` first: the docs leave the start out.
     let shown_first = shown.output.iter().find(|l| !l.trim().is_empty());

@@ -139,6 +139,7 @@ impl RegionBuilder {
                     state
                 },
                 creator_pid: info.creator_pid,
+                kept: info.header.as_ref().is_some_and(|h| h.kept),
             }),
             (Reclaim::Reuse, RegionState::Ready) => Ok(Decision::Reuse(previous(
                 Reclaim::Reuse,

@@ -340,7 +340,7 @@ pub enum RegionError {
     #[error(
         "{backend} region {name:?} ({object}) exists but no process holds it: {}; \
          refusing to create over it",
-        orphan_text(*state, *creator_pid)
+        orphan_text(*state, *creator_pid, *kept)
     )]
     Orphaned {
         /// The name.
@@ -354,6 +354,10 @@ pub enum RegionError {
         state: RegionState,
         /// Its creator.
         creator_pid: Option<u32>,
+        /// Made to outlive its creator (`create` without `--hold`,
+        /// [`crate::RegionBuilder::keep`]): nobody holding it is normal,
+        /// not a crash.
+        kept: bool,
     },
     /// The region's creation has not finished: the creator is still at it,
     /// or died before it was done.

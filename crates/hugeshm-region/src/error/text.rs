@@ -69,11 +69,14 @@ pub(super) fn exists_text(holders: &[u32], state: Option<RegionState>) -> String
     s
 }
 
-pub(super) fn orphan_text(state: RegionState, creator_pid: Option<u32>) -> String {
+pub(super) fn orphan_text(state: RegionState, creator_pid: Option<u32>, kept: bool) -> String {
     let who = creator_pid
         .map(|p| format!("its creator (pid {p})"))
         .unwrap_or_else(|| "its creator".to_owned());
     match state {
+        RegionState::Ready if kept => format!(
+            "it was made to be kept and {who} has exited (not a crash); the contents are intact"
+        ),
         RegionState::Ready => format!(
             "{who} finished creating it and is gone (crashed or exited without removing it); \
              the contents are intact"
@@ -113,5 +116,24 @@ pub(super) fn incomplete_text(
             "is incomplete: {who} died while creating it ({header}), so its contents were never \
              finished and it cannot be used or reused"
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_region_nobody_holds_is_not_called_a_crash() {
+        let kept = orphan_text(RegionState::Ready, Some(7), true);
+        assert!(kept.contains("made to be kept"), "{kept}");
+        assert!(!kept.contains("crashed"), "{kept}");
+        let abandoned = orphan_text(RegionState::Ready, Some(7), false);
+        assert!(abandoned.contains("crashed or exited"), "{abandoned}");
+        // A kept region that is not ready is what it is, kept or not.
+        assert_eq!(
+            orphan_text(RegionState::Crashed, Some(7), true),
+            orphan_text(RegionState::Crashed, Some(7), false)
+        );
     }
 }
