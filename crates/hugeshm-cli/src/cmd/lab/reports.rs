@@ -37,7 +37,7 @@ pub const SOURCES: [Source; 5] = [
         id: "001",
         short: "UEK4 concurrent huge page faults",
         title: "Improved start-up times for ORACLE database in UEK4 (Concurrent Huge Page faults)",
-        when: "2015 or later (UEK4)",
+        when: "2015 or later",
         measured: "a 10 GB instance's start-up, 37.5 s before and 25.7 s after the kernel served \
                    huge page faults concurrently",
     },
