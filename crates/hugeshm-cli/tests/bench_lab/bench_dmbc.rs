@@ -5,9 +5,7 @@
 //! add up, and the data file is gone afterwards; once in this process,
 //! once in three forked ones sharing the cache.
 
-mod common;
-
-use common::{hugeshm, json};
+use crate::common::{hugeshm, json};
 use serde_json::Value;
 
 fn f(v: &Value) -> f64 {

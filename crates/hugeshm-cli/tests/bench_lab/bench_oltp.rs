@@ -3,9 +3,7 @@
 //! pages, several backends; the JSON is read back and its numbers checked
 //! for sense; nothing is left behind (regions, the data file, pool pages).
 
-mod common;
-
-use common::{hugeshm, json};
+use crate::common::{hugeshm, json};
 use hugeshm_testkit::{is_root, observe};
 use serde_json::Value;
 

@@ -6,9 +6,7 @@
 //! Whichever way it ends, it takes off only the pages it added: pages an
 //! admin added meanwhile stay.
 
-mod common;
-
-use common::{cmd, nr_2m};
+use crate::common::{cmd, nr_2m};
 use hugeshm_testkit::{live, HostState};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

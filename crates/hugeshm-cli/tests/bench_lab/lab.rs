@@ -6,10 +6,8 @@
 //!
 //! Run: `cargo test -p hugeshm --test lab -- --nocapture`
 
-mod common;
-mod lab_pictures;
-
-use common::{cmd, hugeshm as run, json};
+use crate::common::{cmd, hugeshm as run, json};
+use crate::lab_pictures;
 
 use hugeshm_testkit::{live, skip, test_name};
 use serde_json::Value;

@@ -5,7 +5,7 @@
 //! numbers and what the host offers. On the `clean` fixture (2 MiB and
 //! 1 GiB pools).
 
-mod common;
+use crate::common;
 
 use hugeshm_testkit::TempDir;
 use std::process::Output;

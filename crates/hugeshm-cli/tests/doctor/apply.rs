@@ -3,9 +3,7 @@
 //! that would shrink a pool in use, changes nothing; persisting twice into a
 //! staging root changes nothing the second time.
 
-mod common;
-
-use common::{hugeshm, json, nr_2m};
+use crate::common::{hugeshm, json, nr_2m};
 use hugeshm_probe::FS_ROOT_ENV;
 
 use hugeshm_testkit::{live, skip_unless_root, test_name, Lack, TestProc};

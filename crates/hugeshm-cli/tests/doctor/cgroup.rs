@@ -9,7 +9,7 @@
 //!   time is still an error with the numbers and the file: never SIGBUS,
 //!   never a bare errno, nothing left behind.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

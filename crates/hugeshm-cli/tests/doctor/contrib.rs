@@ -12,7 +12,7 @@
 //! failure in CI, which installs prometheus; systemd and util-linux are on
 //! every host here).
 
-mod common;
+use crate::common;
 
 use hugeshm_testkit::{live, skip, skip_unless_root, test_name, TempDir};
 use std::collections::BTreeSet;

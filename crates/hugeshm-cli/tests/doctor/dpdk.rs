@@ -10,7 +10,7 @@
 //!   lowered below what it locked, it gets one, sized from its locked
 //!   mappings that can be accessed, not from `VmLck`.
 
-mod common;
+use crate::common;
 
 use hugeshm_testkit::dpdk::{skip_unless_testpmd, Testpmd, TestpmdOptions};
 use hugeshm_testkit::live;

@@ -4,7 +4,7 @@
 //! scraping it. No pool is changed; the pool lock is held while a value is
 //! compared with the kernel's so no other test resizes a pool meanwhile.
 
-mod common;
+use crate::common;
 
 use hugeshm_testkit::{observe, skip, test_name, TempDir};
 use std::collections::BTreeMap;

@@ -31,7 +31,7 @@
 //!
 //! Assertions marked `// Regression:` pin bugs these fixtures once found.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

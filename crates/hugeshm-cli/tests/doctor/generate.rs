@@ -4,7 +4,7 @@
 //! subcommand the generator skipped fails here. The bash completion is
 //! sourced into a real bash and asked to complete.
 
-mod common;
+use crate::common;
 
 use hugeshm_testkit::TempDir;
 use std::collections::BTreeSet;

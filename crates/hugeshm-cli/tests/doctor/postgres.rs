@@ -3,9 +3,7 @@
 //! reserves it, the server starts with `huge_pages=on`, and `segments` reports
 //! its shared memory on 2 MiB pages with the postmaster and a backend attached.
 
-mod common;
-
-use common::{hugeshm, json};
+use crate::common::{hugeshm, json};
 
 use hugeshm_doctor::segments::{Segment, SegmentKind};
 use hugeshm_testkit::live;

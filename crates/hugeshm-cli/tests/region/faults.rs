@@ -8,13 +8,11 @@
 //! *ready* one), and `rm` must leave no segment, file, record or reserved
 //! page behind.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cmd, hugeshm as run, json};
+use crate::common::{cmd, hugeshm as run, json};
 use hugeshm_region::testhook::STOP_AT_ENV;
 use hugeshm_testkit::{assert_no_leaks, live, HostState};
 use serde_json::Value;

@@ -4,7 +4,7 @@
 //! commands of a fix name them as one quoted shell word, and `--json` keeps
 //! their exact bytes.
 
-mod common;
+use crate::common;
 
 use hugeshm_testkit::{live, skip, skip_unless_root, TempDir};
 use serde_json::Value;

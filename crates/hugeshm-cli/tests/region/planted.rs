@@ -4,9 +4,9 @@
 //! lab's and `generate`'s output directories). Each command refuses or
 //! writes elsewhere; the root-only file is never changed.
 
-mod common;
+use crate::common;
 
-use common::hugeshm;
+use crate::common::hugeshm;
 use hugeshm_testkit::{live, skip, skip_unless_root, test_name, TempDir};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -6,9 +6,7 @@
 //! by the last). Nothing on stderr when it is a pipe, nothing in the file.
 //! A terminal is had from `script` (util-linux); without it the tests skip.
 
-mod common;
-
-use common::{cmd, hugeshm, json, nr_2m};
+use crate::common::{cmd, hugeshm, json, nr_2m};
 use hugeshm_testkit::{live, observe, Live};
 use std::process::Command;
 

@@ -1,9 +1,7 @@
 //! `hugeshm create`, `rm`, `bench prefault` and `bench numa` on the live
 //! host, as root.
 
-mod common;
-
-use common::{cmd, hugeshm as run, json};
+use crate::common::{self, cmd, hugeshm as run, json};
 
 use hugeshm_testkit::{live, observe, Lack};
 use serde_json::Value;

@@ -18,7 +18,7 @@
 //!   user 65534 plants (lies, links, FIFOs, escape sequences) are refused
 //!   and said, and none is listed as a posix segment.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;

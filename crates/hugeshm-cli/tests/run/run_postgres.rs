@@ -12,11 +12,9 @@
 //!   4 KiB pages with one line naming the limit file; `--policy only` fails
 //!   at once with the numbers, the file and the fix; `status` explains both.
 
-mod common;
-
 use std::ffi::OsString;
 
-use common::{hugeshm, json};
+use crate::common::{hugeshm, json};
 use hugeshm_testkit::postgres::{
     main_shm_vma, read_smaps, skip_unless_postgres, PgCluster, SmapsVma,
 };

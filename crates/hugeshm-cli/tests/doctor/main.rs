@@ -1,0 +1,22 @@
+//! The doctor's commands (`status`, `segments`, `advise`, `apply`,
+//! `exporter`, `generate`) and what `contrib/` ships, run as the `hugeshm`
+//! binary: on fixture trees, on the live host, against real PostgreSQL,
+//! DPDK, Prometheus and systemd, and inside a hugetlb cgroup.
+//!
+//! One test binary with a module per former test file (each module's docs
+//! say what it covers). One module alone:
+//! `cargo test -p hugeshm --test doctor exporter::`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod advise_limits;
+mod apply;
+mod cgroup;
+mod contrib;
+mod dpdk;
+mod exporter;
+mod fixtures;
+mod generate;
+mod live;
+mod postgres;
