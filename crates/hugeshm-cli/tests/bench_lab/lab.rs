@@ -4,7 +4,7 @@
 //! HTML report, and headless Chromium renders that report with every
 //! section and plot in it.
 //!
-//! Run: `cargo test -p hugeshm --test lab -- --nocapture`
+//! Run: `cargo test -p hugeshm --test bench_lab lab:: -- --nocapture`
 
 use crate::common::{cmd, hugeshm as run, json};
 use crate::lab_pictures;

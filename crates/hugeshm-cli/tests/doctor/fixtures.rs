@@ -2,7 +2,7 @@
 //! (`tests/fixtures/<name>/{proc,sys,fs}`), their JSON checked fact by fact
 //! and against golden files (`tests/fixtures/<name>/{status,segments}.json`).
 //!
-//! `UPDATE_GOLDEN=1 cargo test -p hugeshm --test fixtures` rewrites the golden
+//! `UPDATE_GOLDEN=1 cargo test -p hugeshm --test doctor fixtures::` rewrites the golden
 //! files from the current output (review the diff before committing it).
 //!
 //! Fixtures (see `tests/fixtures/README.md`):
@@ -376,7 +376,7 @@ fn check_golden(name: &str, cmd: &str) {
     }
     let text = std::fs::read_to_string(&file).unwrap_or_else(|e| {
         panic!(
-            "{}: {e} (create it with UPDATE_GOLDEN=1 cargo test -p hugeshm --test fixtures)",
+            "{}: {e} (create it with UPDATE_GOLDEN=1 cargo test -p hugeshm --test doctor fixtures::)",
             file.display()
         )
     });

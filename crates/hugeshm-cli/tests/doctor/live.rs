@@ -9,7 +9,7 @@
 //! run, and its end restores the pool and checks that it left nothing
 //! behind.
 //!
-//! Run: `cargo test -p hugeshm --test live -- --test-threads=1`
+//! Run: `cargo test -p hugeshm --test doctor live:: -- --test-threads=1`
 
 #![forbid(unsafe_code)]
 

@@ -6,7 +6,7 @@
 //! it, the others wait). Skips (passes with a `SKIP` line) only where
 //! `qemu-system-x86_64` or a guest kernel is missing; root is not needed.
 //!
-//! Alone: `cargo test -p hugeshm --test guest -- --nocapture` (prints the
+//! Alone: `cargo test -p hugeshm --test guest guest:: -- --nocapture` (prints the
 //! timings; `HUGESHM_GUEST_KEEP=1` keeps the console log and initramfs).
 
 use hugeshm_testkit::guest::{Boot, Guest, GuestRun};

@@ -18,7 +18,7 @@
 //!   node; beside a live region on node 0 it is refused, changing nothing,
 //!   until `--live` counts the region, and then ends as planned again.
 //!
-//! Alone: `cargo test -p hugeshm --test guest_numa_doctor -- --nocapture`
+//! Alone: `cargo test -p hugeshm --test guest guest_numa_doctor:: -- --nocapture`
 //! (prints the timings; `HUGESHM_GUEST_KEEP=1` keeps the console log).
 
 use hugeshm_testkit::guest::{Boot, Guest, GuestRun};

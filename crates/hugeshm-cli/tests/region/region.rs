@@ -185,7 +185,7 @@ fn bench_numa_on_one_node_says_so_and_exits_0() {
     if memory_nodes.trim().contains([',', '-']) {
         return pool.skip_lacking(
             Lack::OneMemoryNode,
-            "this host has several memory nodes (tests/guest_bench_numa.rs measures them)",
+            "this host has several memory nodes (tests/guest/guest_bench_numa.rs measures them)",
         );
     }
     let r = json(run(&["bench", "numa", "--size", "8M", "--json"]));
