@@ -1,7 +1,8 @@
 //! The doctor's commands (`status`, `segments`, `advise`, `apply`,
 //! `exporter`, `generate`) and what `contrib/` ships, run as the `hugeshm`
 //! binary: on fixture trees, on the live host, against real PostgreSQL,
-//! DPDK, Prometheus and systemd, and inside a hugetlb cgroup.
+//! DPDK, Prometheus and systemd, and inside a hugetlb cgroup; and the
+//! commands the docs show (`docs`).
 //!
 //! One test binary with a module per former test file (each module's docs
 //! say what it covers). One module alone:
@@ -14,6 +15,7 @@ mod advise_limits;
 mod apply;
 mod cgroup;
 mod contrib;
+mod docs;
 mod dpdk;
 mod exporter;
 mod fixtures;
