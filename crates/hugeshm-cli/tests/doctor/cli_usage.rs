@@ -2,7 +2,7 @@
 //! values a parser refuses with exit 2 and a sentence that says why, sizes
 //! read one way. These run the binary and change nothing on the host.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

@@ -1,9 +1,7 @@
 //! Owner names come from the system's user database (NSS), as `getent
 //! passwd` resolves them, not from reading `/etc/passwd`: a user of LDAP,
 //! SSSD or systemd-userdb is a user too. Fixture trees keep their own
-//! `etc/passwd` (tests/fixtures.rs, `advise_names_the_memlock_users`).
-
-mod common;
+//! `etc/passwd` (`fixtures::advise_names_the_memlock_users`).
 
 use hugeshm_testkit::{skip, skip_unless_root, test_name};
 use std::process::Command;

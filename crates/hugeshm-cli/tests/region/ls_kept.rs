@@ -8,9 +8,9 @@
 //! kept one is the info `kept-unattached`, the killed holder's and another
 //! user's (whose header root does not trust) the warning `orphan`.
 
-mod common;
+use crate::common;
 
-use common::{cmd, hugeshm as run, json};
+use crate::common::{cmd, hugeshm as run, json};
 use hugeshm_testkit::live;
 use serde_json::Value;
 use std::process::{Command, Stdio};
