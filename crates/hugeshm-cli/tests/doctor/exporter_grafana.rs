@@ -7,7 +7,7 @@
 //! a graph drops when a finding clears. The manual's table of metrics
 //! (docs/fleet.md) gives each metric the labels a scrape gives it.
 
-mod common;
+use crate::common;
 
 use hugeshm_doctor::finding::CODES;
 use std::collections::{BTreeMap, BTreeSet};
