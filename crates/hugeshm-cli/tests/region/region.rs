@@ -389,7 +389,7 @@ fn attach_and_ls_show_orphans() {
     assert_eq!(a["verified_page_size_bytes"].as_u64(), Some(M2));
     assert_eq!(a["creator"], "dead");
     // ls: listed, held by nobody: kept (made without --hold), which --check
-    // does not count (tests/ls_kept.rs has the orphan a holder leaves).
+    // does not count (tests/region/ls_kept.rs has the orphan a holder leaves).
     let l = json(run(&["ls", "--json"]));
     let me = l["regions"]
         .as_array()
