@@ -22,7 +22,7 @@
 //!   folios and PTE mappings may carry `PM_FILE` as well; the frame rule
 //!   still holds there.
 //!
-//! Measured in the test guest (Linux 6.1, `tests/guest_pmem.rs`): a
+//! Measured in the test guest (Linux 6.1, `crates/hugeshm-cli/tests/guest/guest_pmem.rs`): a
 //! 64 MiB file mapped from file offset 0 at a 2 MiB-aligned address had
 //! every window `Pmd` and `PM_FILE` on all 16384 pages, its process 40–56 kB
 //! of page tables (`VmPTE`); the same from file offset 4096, every window

@@ -1,6 +1,6 @@
 //! A test hook that stops `create` at a named step, so a test can SIGKILL
 //! the creator there and check what is left (the fault-injection suite,
-//! `crates/hugeshm-cli/tests/faults.rs`).
+//! `crates/hugeshm-cli/tests/region/faults.rs`).
 //!
 //! Only with the `test-hooks` feature, which only tests enable (the
 //! `hugeshm` CLI's dev-dependency on this crate): a release build, the

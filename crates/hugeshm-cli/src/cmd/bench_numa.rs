@@ -317,7 +317,8 @@ pub(crate) fn measure(probe: &Probe, a: &Args, steps: &Steps) -> anyhow::Result<
         report.message = Some(
             "this host has one NUMA node with memory, so local and remote memory cannot be \
              compared; run the bench in the 2-node QEMU guest (scripts/guest/, cargo test -p \
-             hugeshm --test guest_bench_numa -- --nocapture) or on a multi-socket or CXL host"
+             hugeshm --test guest guest_bench_numa:: -- --nocapture) or on a multi-socket or \
+             CXL host"
                 .to_owned(),
         );
         return Ok(report);

@@ -1,4 +1,4 @@
-# The first guest scenarios (crates/hugeshm-cli/tests/guest.rs checks what
+# The first guest scenarios (crates/hugeshm-cli/tests/guest/guest.rs checks what
 # they print). Sourced by the guest's /init (scripts/guest/init), which gives
 # `mark`, `block` and `wait_for`; the guest has 2 NUMA nodes of 1 GiB and an
 # NVDIMM of 256 MiB on node 1.

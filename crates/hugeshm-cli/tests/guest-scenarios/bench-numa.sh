@@ -1,5 +1,5 @@
 # `hugeshm bench numa` on a real 2-node kernel
-# (crates/hugeshm-cli/tests/guest_bench_numa.rs checks what this prints).
+# (crates/hugeshm-cli/tests/guest/guest_bench_numa.rs checks what this prints).
 # Sourced by the guest's /init, which gives `mark`, `block` and `wait_for`.
 # The per-node 2 MiB pools start empty: the bench raises them node by node
 # and gives them back, which the pools block after it shows.

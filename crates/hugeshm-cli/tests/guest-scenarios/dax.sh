@@ -1,4 +1,4 @@
-# dax regions on an emulated NVDIMM (crates/hugeshm-cli/tests/guest_dax.rs
+# dax regions on an emulated NVDIMM (crates/hugeshm-cli/tests/guest/guest_dax.rs
 # checks what this prints). Sourced by the guest's /init, which gives
 # `mark`, `block` and `wait_for`. The first boot sets up two namespaces, an
 # fsdax one with a file system and a devdax one (/dev/daxX.Y), and writes

@@ -1,4 +1,4 @@
-# `bench dmbc` on an emulated NVDIMM (crates/hugeshm-cli/tests/guest_dmbc.rs
+# `bench dmbc` on an emulated NVDIMM (crates/hugeshm-cli/tests/guest/guest_dmbc.rs
 # checks what this prints): an fsdax namespace, ext4 mounted -o dax, the
 # bench's data file there; then the same on the guest's tmpfs (not DAX).
 # Sourced by the guest's /init, which gives `mark`, `block` and `wait_for`.

@@ -1,5 +1,5 @@
 # A CXL-like memory-only node (node 2: 512 MiB, no CPU) beside the two
-# nodes with CPUs (crates/hugeshm-cli/tests/guest_memory_only_node.rs checks
+# nodes with CPUs (crates/hugeshm-cli/tests/guest/guest_memory_only_node.rs checks
 # what this prints). Sourced by the guest's /init.
 # shellcheck shell=sh
 

@@ -1,5 +1,5 @@
 # NUMA placement of regions on a real 2-node kernel
-# (crates/hugeshm-cli/tests/guest_numa_region.rs checks what this prints).
+# (crates/hugeshm-cli/tests/guest/guest_numa_region.rs checks what this prints).
 # Sourced by the guest's /init, which gives `mark`, `block` and `wait_for`.
 # shellcheck shell=sh
 

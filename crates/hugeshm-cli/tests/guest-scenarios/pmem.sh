@@ -1,4 +1,4 @@
-# Persistent memory in status and segments (crates/hugeshm-cli/tests/guest_pmem.rs
+# Persistent memory in status and segments (crates/hugeshm-cli/tests/guest/guest_pmem.rs
 # checks what it prints). Sourced by the guest's /init; the guest has an NVDIMM
 # of 256 MiB on node 1 and a memory-only node 2.
 # shellcheck shell=sh

@@ -1,4 +1,4 @@
-# hugeshm run on a real 2-node kernel (crates/hugeshm-cli/tests/guest_run.rs
+# hugeshm run on a real 2-node kernel (crates/hugeshm-cli/tests/guest/guest_run.rs
 # checks what this prints). The C probe of tests/run/probe.c stands in for
 # the server: PostgreSQL (its binaries, libraries, share files and a user to
 # run as) does not fit in the test initramfs. It makes the mappings a

@@ -1,4 +1,4 @@
-/* The server `hugeshm run` is tested against (tests/run.rs, the guest's
+/* The server `hugeshm run` is tested against (tests/run/run.rs, the guest's
  * run.sh): it makes the mappings its arguments name, reports each as one
  * JSON line (address, and what its own smaps and numa_maps say), holds them
  * while asked, then releases them the way a server does (munmap with the

@@ -160,7 +160,7 @@ impl Lab for Dmbc {
         if dax_dir.is_none() {
             out.notes.push(
                 "this host has no DAX mount; the guest test (`cargo test -p hugeshm --test \
-                 guest_dmbc`) runs the same on an emulated NVDIMM"
+                 guest guest_dmbc::`) runs the same on an emulated NVDIMM"
                     .to_owned(),
             );
         }

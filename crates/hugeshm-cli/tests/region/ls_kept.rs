@@ -1,0 +1,285 @@
+//! `ls` and `ls --check` tell a region made to be kept (`hugeshm create`
+//! without `--hold`, its creator exited as planned: listed `kept`, an info
+//! line, exit 0) from one its holder left behind (created with `--hold`,
+//! the holder killed: `orphaned`, a warning, exit 1). Real SysV segments on
+//! 2 MiB pages, under the pool guard.
+//!
+//! `segments` and `status` (the doctor) tell them apart the same way: the
+//! kept one is the info `kept-unattached`, the killed holder's and another
+//! user's (whose header root does not trust) the warning `orphan`.
+
+use crate::common;
+
+use crate::common::{cmd, hugeshm as run, json};
+use hugeshm_testkit::live;
+use serde_json::Value;
+use std::process::{Command, Stdio};
+
+const M2: u64 = 2 << 20;
+
+/// The `ls --json` entry of region `n`.
+fn listed(n: &str) -> Value {
+    let l = json(run(&["ls", "--json"]));
+    l["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == n)
+        .unwrap_or_else(|| panic!("{n} not listed: {l:#}"))
+        .clone()
+}
+
+/// `ls`'s lines that name region `n`.
+fn lines_of(n: &str) -> Vec<String> {
+    let out = run(&["ls"]);
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.split_whitespace().any(|w| w == n))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `hugeshm create NAME ARGS --hold`, once it holds the region.
+fn hold(name: &str, args: &[&str]) -> std::process::Child {
+    let mut holder = cmd(&["create", name])
+        .args(args)
+        .arg("--hold")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::wait_for_stderr(&mut holder, "holding region");
+    holder
+}
+
+/// Removes the regions it names when dropped (before the pool guard's
+/// leak check, declared after it), whether the test passed or not.
+struct Remove(Vec<String>);
+
+impl Drop for Remove {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            let _ = run(&["rm", n]);
+        }
+    }
+}
+
+#[test]
+fn a_kept_region_is_not_an_orphan_and_a_killed_holders_is() {
+    let Some(pool) = live!() else { return };
+    pool.ensure_free(M2, 64).expect("64 free 2 MiB pages");
+    assert_eq!(
+        run(&["ls", "--check"]).status.code(),
+        Some(0),
+        "this host already has orphaned regions: {}",
+        String::from_utf8_lossy(&run(&["ls"]).stdout)
+    );
+    let kept = format!("clitest-kept-{}", std::process::id());
+    let left = format!("clitest-left-{}", std::process::id());
+    let _remove = Remove(vec![kept.clone(), left.clone()]);
+    let create = ["--size", "64M", "--page-size", "2m", "--policy", "only"];
+
+    // The plain create: the creator exits, nobody attaches.
+    let out = cmd(&["create", &kept]).args(create).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let r = listed(&kept);
+    assert_eq!(
+        (&r["backend"], &r["held"], &r["header"]["kept"]),
+        (&"sysv".into(), &false.into(), &true.into()),
+        "{r:#}"
+    );
+    let lines = lines_of(&kept);
+    assert!(lines[0].contains(" kept "), "{lines:?}");
+    assert!(lines[1].starts_with("  info "), "{lines:?}");
+    assert!(lines[1].contains("kept, not attached"), "{lines:?}");
+    assert!(
+        lines[1].contains(&format!("hugeshm rm {kept}")),
+        "{lines:?}"
+    );
+    assert!(!lines.iter().any(|l| l.contains("WARN")), "{lines:?}");
+    assert_eq!(run(&["ls", "--check"]).status.code(), Some(0));
+
+    // A holder (create --hold) killed: its region is abandoned.
+    let mut holder = hold(&left, &create);
+    assert_eq!(listed(&left)["held"], true);
+    assert_eq!(run(&["ls", "--check"]).status.code(), Some(0), "held");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let r = listed(&left);
+    assert_eq!(
+        (&r["held"], &r["header"]["kept"]),
+        (&false.into(), &false.into())
+    );
+    let lines = lines_of(&left);
+    assert!(lines[0].contains(" orphaned "), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("WARN") && l.contains("nobody holds it")),
+        "{lines:?}"
+    );
+    assert_eq!(run(&["ls", "--check"]).status.code(), Some(1));
+
+    for n in [&kept, &left] {
+        assert!(run(&["rm", n]).status.success(), "rm {n}");
+    }
+    assert_eq!(run(&["ls", "--check"]).status.code(), Some(0));
+    pool.finish();
+}
+
+/// The findings of the SysV segment `shmid` in `segments --json`.
+fn segment_findings(shmid: u64) -> Vec<Value> {
+    let s = json(run(&["segments", "--json"]));
+    let seg = s["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["kind"] == "sysv" && g["id"] == shmid)
+        .unwrap_or_else(|| panic!("sysv {shmid} not in segments: {s:#}"));
+    seg["findings"].as_array().unwrap().clone()
+}
+
+/// The `(code, severity)` of each finding.
+fn codes(findings: &[Value]) -> Vec<(String, String)> {
+    findings
+        .iter()
+        .map(|f| {
+            let s = |k: &str| f[k].as_str().unwrap_or_default().to_owned();
+            (s("code"), s("severity"))
+        })
+        .collect()
+}
+
+/// `status --json`'s warnings and errors (codes), and how many orphans its
+/// `segment-findings` summary counts.
+fn status_actionable() -> (Vec<String>, u64) {
+    let s = json(run(&["status", "--json"]));
+    let findings = s["findings"].as_array().unwrap();
+    let mut orphans = 0;
+    for f in findings.iter().filter(|f| f["code"] == "segment-findings") {
+        let m = f["message"].as_str().unwrap();
+        // "... need attention: orphan x2, silent-fallback x1"
+        for part in m.rsplit(": ").next().unwrap().split(", ") {
+            if let Some(n) = part.strip_prefix("orphan x") {
+                orphans += n.parse::<u64>().unwrap();
+            }
+        }
+    }
+    let mut codes: Vec<String> = findings
+        .iter()
+        .filter(|f| f["severity"] != "info")
+        .map(|f| f["code"].as_str().unwrap().to_owned())
+        .collect();
+    codes.sort();
+    codes.dedup();
+    (codes, orphans)
+}
+
+/// The shmid of SysV region `n`, from `ls --json`.
+fn shmid_of(n: &str) -> u64 {
+    let r = listed(n);
+    assert_eq!(r["object"]["kind"], "sysv", "{r:#}");
+    r["object"]["shmid"].as_u64().unwrap()
+}
+
+#[test]
+fn the_doctor_tells_a_kept_region_from_an_orphan() {
+    let Some(pool) = live!() else { return };
+    pool.ensure_free(M2, 64).expect("64 free 2 MiB pages");
+    let kept = format!("clitest-dkept-{}", std::process::id());
+    let left = format!("clitest-dleft-{}", std::process::id());
+    let theirs = format!("clitest-dtheirs-{}", std::process::id());
+    let _remove = Remove(vec![kept.clone(), left.clone()]);
+    let create = ["--size", "64M", "--page-size", "2m", "--policy", "only"];
+    // What the host says before: its own warnings are not this test's.
+    let (before, orphans_before) = status_actionable();
+
+    // The plain create, and a holder (create --hold) killed.
+    let out = cmd(&["create", &kept]).args(create).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut holder = hold(&left, &create);
+    holder.kill().unwrap(); // SIGKILL
+    holder.wait().unwrap();
+    let (kept_id, left_id) = (shmid_of(&kept), shmid_of(&left));
+
+    let f = segment_findings(kept_id);
+    assert_eq!(
+        codes(&f),
+        [("kept-unattached".to_owned(), "info".to_owned())],
+        "{f:#?}"
+    );
+    let message = f[0]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "region {kept} (backend sysv; sysv {kept_id}, 64 MiB"
+        )),
+        "{message}"
+    );
+    assert_eq!(
+        f[0]["fix"],
+        format!("hugeshm rm {kept} --backend sysv   # only when no server will attach it again")
+    );
+    let f = segment_findings(left_id);
+    assert_eq!(
+        codes(&f),
+        [("orphan".to_owned(), "warning".to_owned())],
+        "{f:#?}"
+    );
+    // status counts the killed holder's only.
+    let (_, orphans) = status_actionable();
+    assert_eq!(orphans, orphans_before + 1);
+
+    // Another user's region made to be kept: root does not read its header
+    // (ls lists it untrusted), so to root it is an orphan.
+    let nobody = |args: &[&str]| {
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_hugeshm"))
+            .args(args)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?} as 65534: {out:?}");
+    };
+    nobody(&["create", &theirs, "--size", "4M", "--page-size", "4k"]);
+    let key = hugeshm_region::sysv_key(&theirs);
+    // Looked at, then removed (as its owner) before anything is asserted.
+    let ls = json(run(&["ls", "--json"]));
+    let segs = json(run(&["segments", "--json"]));
+    nobody(&["rm", &theirs]);
+    let listed_as = ls["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["object"]["key"] == key)
+        .unwrap_or_else(|| panic!("key {key} not listed: {ls:#}"));
+    assert_eq!(listed_as["state"], "untrusted", "{listed_as:#}");
+    let seg = segs["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["id"] == listed_as["object"]["shmid"])
+        .unwrap_or_else(|| panic!("{listed_as:#} not in segments: {segs:#}"));
+    let f = seg["findings"].as_array().unwrap();
+    assert_eq!(
+        codes(f),
+        [("orphan".to_owned(), "warning".to_owned())],
+        "{f:#?}"
+    );
+
+    // With only the kept one left, status --check is as the host was: the
+    // kept region adds no warning.
+    assert!(run(&["rm", &left]).status.success(), "rm {left}");
+    let (after, orphans) = status_actionable();
+    assert_eq!(orphans, orphans_before);
+    let new: Vec<&String> = after.iter().filter(|c| !before.contains(c)).collect();
+    assert!(new.is_empty(), "new warnings {new:?}: before {before:?}");
+    let code = run(&["status", "--check"]).status.code();
+    assert_eq!(code, Some(i32::from(!after.is_empty())), "{after:?}");
+    if before.is_empty() {
+        assert_eq!(code, Some(0));
+    }
+    assert!(run(&["rm", &kept]).status.success(), "rm {kept}");
+    pool.finish();
+}

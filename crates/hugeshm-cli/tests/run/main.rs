@@ -1,0 +1,12 @@
+//! `hugeshm run` against real programs: the C probe of `probe.c` (compiled
+//! by the tests) and an unmodified PostgreSQL.
+//!
+//! One test binary with a module per former test file (each module's docs
+//! say what it covers). One module alone:
+//! `cargo test -p hugeshm --test run run_postgres::`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod run;
+mod run_postgres;
