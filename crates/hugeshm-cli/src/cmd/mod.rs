@@ -47,7 +47,8 @@ pub(crate) fn kept_regions(probe: &hugeshm_probe::Probe) -> hugeshm_doctor::segm
         if let (true, hugeshm_region::NamedObject::Sysv { key, shmid, .. }) =
             (r.is_kept_unattached(), &r.object)
         {
-            kept.add_sysv(*shmid, *key, r.name.as_str());
+            let page = r.header.as_ref().map(|h| h.page_size_bytes);
+            kept.add_sysv(*shmid, *key, r.name.as_str(), page);
         }
     }
     kept

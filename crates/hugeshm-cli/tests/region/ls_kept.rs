@@ -130,14 +130,19 @@ fn a_kept_region_is_not_an_orphan_and_a_killed_holders_is() {
 
 /// The findings of the SysV segment `shmid` in `segments --json`.
 fn segment_findings(shmid: u64) -> Vec<Value> {
+    sysv_segment(shmid)["findings"].as_array().unwrap().clone()
+}
+
+/// `segments --json`'s SysV segment `shmid`.
+fn sysv_segment(shmid: u64) -> Value {
     let s = json(run(&["segments", "--json"]));
-    let seg = s["segments"]
+    s["segments"]
         .as_array()
         .unwrap()
         .iter()
         .find(|g| g["kind"] == "sysv" && g["id"] == shmid)
-        .unwrap_or_else(|| panic!("sysv {shmid} not in segments: {s:#}"));
-    seg["findings"].as_array().unwrap().clone()
+        .unwrap_or_else(|| panic!("sysv {shmid} not in segments: {s:#}"))
+        .clone()
 }
 
 /// The `(code, severity)` of each finding.
@@ -220,12 +225,24 @@ fn the_doctor_tells_a_kept_region_from_an_orphan() {
         f[0]["fix"],
         format!("hugeshm rm {kept} --backend sysv   # only when no server will attach it again")
     );
+    // Nobody is attached to read its page size from: the header says it.
+    let seg = sysv_segment(kept_id);
+    assert_eq!(seg["page_size_bytes"], 2 << 20, "{seg:#}");
+    assert!(
+        seg["page_size_source"]
+            .as_str()
+            .unwrap()
+            .starts_with("the hugeshm region's header"),
+        "{seg:#}"
+    );
     let f = segment_findings(left_id);
     assert_eq!(
         codes(&f),
         [("orphan".to_owned(), "warning".to_owned())],
         "{f:#?}"
     );
+    // An orphan's header is nobody's word now: unknown, as any segment.
+    assert_eq!(sysv_segment(left_id)["page_size_bytes"], Value::Null);
     // status counts the killed holder's only.
     let (_, orphans) = status_actionable();
     assert_eq!(orphans, orphans_before + 1);

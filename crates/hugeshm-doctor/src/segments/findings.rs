@@ -602,7 +602,7 @@ mod tests {
         assert_eq!(f.len(), 1);
         // Its shmid and key, found kept by the caller: the info.
         let mut kept = KeptRegions::default();
-        kept.add_sysv(12, 0xabcd, "sga");
+        kept.add_sysv(12, 0xabcd, "sga", Some(2 << 20));
         let f = found(&seg, &kept);
         assert_eq!(f.len(), 1);
         assert_eq!(
@@ -633,14 +633,14 @@ mod tests {
         assert!(found(&attached, &kept).is_empty());
         // A name a shell would split is one quoted word in the fix.
         let mut odd = KeptRegions::default();
-        odd.add_sysv(12, 0xabcd, "a b;c");
+        odd.add_sysv(12, 0xabcd, "a b;c", None);
         assert_eq!(
             found(&seg, &odd)[0].2.fix.as_deref(),
             Some("hugeshm rm 'a b;c' --backend sysv   # only when no server will attach it again")
         );
         // A negative shmid is none the kernel gives: ignored.
         let mut neg = KeptRegions::default();
-        neg.add_sysv(-1, 0xabcd, "x");
+        neg.add_sysv(-1, 0xabcd, "x", None);
         assert_eq!(neg, KeptRegions::default());
     }
 }

@@ -19,16 +19,24 @@ use std::collections::BTreeMap;
 /// any other is an `orphan`. The default knows none.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeptRegions {
-    /// shmid -> (key, the region's name).
-    sysv: BTreeMap<u64, (i32, String)>,
+    /// shmid -> (key, the region's name, its page size from its header).
+    sysv: BTreeMap<u64, (i32, String, Option<u64>)>,
 }
 
 impl KeptRegions {
     /// Adds SysV segment `shmid`, of key `key`, which holds the kept region
-    /// `name`. A negative shmid (none the kernel gives) is ignored.
-    pub fn add_sysv(&mut self, shmid: i32, key: i32, name: impl Into<String>) {
+    /// `name`, made on pages of `page_size_bytes` (its header's, verified
+    /// when it was made; `None` unknown). A negative shmid (none the kernel
+    /// gives) is ignored.
+    pub fn add_sysv(
+        &mut self,
+        shmid: i32,
+        key: i32,
+        name: impl Into<String>,
+        page_size_bytes: Option<u64>,
+    ) {
         if let Ok(id) = u64::try_from(shmid) {
-            self.sysv.insert(id, (key, name.into()));
+            self.sysv.insert(id, (key, name.into(), page_size_bytes));
         }
     }
 
@@ -36,11 +44,22 @@ impl KeptRegions {
     /// the same shmid and key (a shmid the kernel gave to another segment
     /// since the caller looked is not).
     pub(super) fn region_of(&self, seg: &Segment) -> Option<&str> {
+        self.entry_of(seg).map(|(name, _)| name)
+    }
+
+    /// The page size the header of the region `seg` holds gives, where it
+    /// is one of them: what `segments` shows while no process is attached
+    /// to read it from.
+    pub(super) fn page_size_of(&self, seg: &Segment) -> Option<u64> {
+        self.entry_of(seg).and_then(|(_, page)| page)
+    }
+
+    fn entry_of(&self, seg: &Segment) -> Option<(&str, Option<u64>)> {
         if seg.kind != super::SegmentKind::Sysv {
             return None;
         }
-        let (key, name) = self.sysv.get(&seg.id?)?;
-        (seg.key.as_deref() == Some(key_text(*key).as_str())).then_some(name.as_str())
+        let (key, name, page) = self.sysv.get(&seg.id?)?;
+        (seg.key.as_deref() == Some(key_text(*key).as_str())).then_some((name.as_str(), *page))
     }
 }
 

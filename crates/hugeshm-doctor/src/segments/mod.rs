@@ -293,6 +293,14 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions) -> Seg
             Sample::read(probe, pid, &mut |pid, e| scan.unread.record(pid, e))
         });
         sample::fill(&mut seg, o, sysv, seen);
+        if seg.page_size_bytes.is_none() {
+            if let Some(page) = kept.page_size_of(&seg) {
+                seg.page_size_bytes = Some(page);
+                seg.page_size_source = "the hugeshm region's header (verified when it was made; \
+                                        no process attached now)"
+                    .to_string();
+            }
+        }
         if o.kind == SegmentKind::Dax {
             dax_host.pass(probe, o, &mut seg);
         }
