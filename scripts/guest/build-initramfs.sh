@@ -3,7 +3,8 @@
 # test guest.
 #
 #   scripts/guest/build-initramfs.sh -o OUT.cpio.gz [-s SCENARIO.sh]
-#       [-b BINARY]... [-f SRC:DEST]... [-k VMLINUZ] [-g]
+#       [-b BINARY]... [-f SRC:DEST]... [-e SRC:DEST]... [-d SRC:DEST]...
+#       [-k VMLINUZ] [-g]
 #
 #   -o OUT       the initramfs to write
 #   -s FILE      the scenario, installed as /scenario.sh; /init sources it
@@ -11,6 +12,11 @@
 #   -b BINARY    a test binary, installed as /usr/local/bin/NAME (its debug
 #                info stripped when `strip` exists, unless -g)
 #   -f SRC:DEST  any other file, installed at DEST
+#   -e SRC:DEST  a program installed at DEST (not stripped), with the
+#                libraries ldd lists: for one that must sit at its own path
+#                (PostgreSQL's find their share directory from theirs)
+#   -d SRC:DEST  a directory tree, copied whole at DEST (modes kept; every
+#                file of the image is owned by root)
 #   -k VMLINUZ   the guest kernel (default: scripts/guest/kernel.sh); its
 #                modules come from /lib/modules/VER
 #   -g           keep the debug info of the -b binaries
@@ -28,19 +34,21 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 out="" scenario="" kernel="" keep_debug=0
-bins=() files=()
+bins=() files=() execs=() dirs=()
 
 usage() {
     sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
     exit 2
 }
 
-while getopts "o:s:b:f:k:gh" opt; do
+while getopts "o:s:b:f:e:d:k:gh" opt; do
     case "$opt" in
     o) out=$OPTARG ;;
     s) scenario=$OPTARG ;;
     b) bins+=("$OPTARG") ;;
     f) files+=("$OPTARG") ;;
+    e) execs+=("$OPTARG") ;;
+    d) dirs+=("$OPTARG") ;;
     k) kernel=$OPTARG ;;
     g) keep_debug=1 ;;
     *) usage ;;
@@ -73,6 +81,8 @@ command -v gzip >/dev/null || die "gzip not found"
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/hugeshm-initramfs.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
+# mktemp made it 0700: the image's / must let every user through.
+chmod 755 "$stage"
 
 # put SRC DEST: copy SRC (links followed) to DEST inside the image.
 put() {
@@ -118,13 +128,29 @@ for b in "${bins[@]}"; do
     libs "$b"
 done
 
-for f in "${files[@]}"; do
-    src=${f%%:*}
-    dest=${f#*:}
-    if [ "$src" = "$f" ] || [ "${dest#/}" = "$dest" ]; then
-        die "-f $f: want SRC:/DEST"
+# split OPT SRC:DEST: sets src and dest, or dies.
+split() {
+    src=${2%%:*}
+    dest=${2#*:}
+    if [ "$src" = "$2" ] || [ "${dest#/}" = "$dest" ]; then
+        die "-$1 $2: want SRC:/DEST"
     fi
+}
+for f in "${files[@]}"; do
+    split f "$f"
     put "$src" "$dest"
+done
+for e in "${execs[@]}"; do
+    split e "$e"
+    [ -f "$src" ] || die "no program $src"
+    put "$src" "$dest"
+    libs "$src"
+done
+for d in "${dirs[@]}"; do
+    split d "$d"
+    [ -d "$src" ] || die "no directory $src"
+    mkdir -p "$stage$dest"
+    cp -a "$src/." "$stage$dest/"
 done
 
 # One symlink per busybox applet where nothing sits yet.

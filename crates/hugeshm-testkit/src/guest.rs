@@ -1,7 +1,9 @@
 //! The QEMU test guest: a 2-node NUMA machine (TCG, 1 GiB and one CPU per
 //! node) with an optional NVDIMM on node 1, booted from an initramfs that
 //! holds busybox, the test binaries, numactl, ndctl, mkfs.ext4 and the
-//! NVDIMM and ext4 modules of the Debian guest kernel. The scripts that
+//! NVDIMM and ext4 modules of the Debian guest kernel, and what a test adds
+//! ([`Extra`]: files, programs with their libraries, directory trees, as
+//! `guest_run.rs` packs PostgreSQL). The scripts that
 //! build and boot it are in `scripts/guest/` (usable alone); this module
 //! drives them from a test and parses what the guest prints on its serial
 //! console (the `@@HUGESHM-GUEST` lines of `scripts/guest/init`).
@@ -72,6 +74,18 @@ impl Default for Boot {
             timeout: Duration::from_secs(240),
         }
     }
+}
+
+/// Something else the initramfs holds, installed at an absolute path in
+/// the guest (`build-initramfs.sh`'s `-f`, `-e` and `-d`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Extra {
+    /// A file.
+    File(PathBuf, String),
+    /// A program at its own path, with the libraries `ldd` lists.
+    Program(PathBuf, String),
+    /// A directory tree (modes kept, owned by root in the guest).
+    Dir(PathBuf, String),
 }
 
 /// What one boot did.
@@ -145,6 +159,16 @@ impl Guest {
     /// `/scenario.sh` and `binaries` in `/usr/local/bin`; returns the host
     /// seconds it took.
     pub fn build(&self, scenario: &Path, binaries: &[&Path]) -> Result<f64, String> {
+        self.build_with(scenario, binaries, &[])
+    }
+
+    /// [`Guest::build`] with `extras` in the image too.
+    pub fn build_with(
+        &self,
+        scenario: &Path,
+        binaries: &[&Path],
+        extras: &[Extra],
+    ) -> Result<f64, String> {
         let t0 = Instant::now();
         let mut c = Command::new("bash");
         c.arg(scripts_dir().join("build-initramfs.sh"))
@@ -157,6 +181,17 @@ impl Guest {
             .env("TMPDIR", &self.dir);
         for b in binaries {
             c.arg("-b").arg(b);
+        }
+        for e in extras {
+            let (opt, src, dest) = match e {
+                Extra::File(src, dest) => ("-f", src, dest),
+                Extra::Program(src, dest) => ("-e", src, dest),
+                Extra::Dir(src, dest) => ("-d", src, dest),
+            };
+            let mut arg = src.clone().into_os_string();
+            arg.push(":");
+            arg.push(dest);
+            c.arg(opt).arg(arg);
         }
         let out = c
             .output()
@@ -530,12 +565,27 @@ impl Scenario {
     /// once per entry of `boots`, in one guest (so an NVDIMM image is kept
     /// from one boot to the next); prints the timings.
     pub fn run(scenario: &Path, binaries: &[&Path], boots: &[Boot]) -> Scenario {
+        Scenario::run_with(scenario, binaries, &[], boots)
+    }
+
+    /// [`Scenario::run`] with `extras` in the image too.
+    pub fn run_with(
+        scenario: &Path,
+        binaries: &[&Path],
+        extras: &[Extra],
+        boots: &[Boot],
+    ) -> Scenario {
         let guest = match Guest::find() {
             Ok(g) => g,
             Err(why) => return Scenario::Skip(why),
         };
-        if let Err(e) = guest.build(scenario, binaries) {
-            return Scenario::Failed(e);
+        match guest.build_with(scenario, binaries, extras) {
+            Ok(seconds) => println!(
+                "guest {}: initramfs {} KiB, built in {seconds:.1} s",
+                scenario.display(),
+                fs::metadata(guest.dir().join("initramfs.gz")).map_or(0, |m| m.len() >> 10)
+            ),
+            Err(e) => return Scenario::Failed(e),
         }
         let mut runs = Vec::new();
         for b in boots {
