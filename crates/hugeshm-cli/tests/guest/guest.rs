@@ -9,81 +9,37 @@
 //! Alone: `cargo test -p hugeshm --test guest guest:: -- --nocapture` (prints the
 //! timings; `HUGESHM_GUEST_KEEP=1` keeps the console log and initramfs).
 
-use hugeshm_testkit::guest::{Boot, Guest, GuestRun};
+use crate::shared;
+use hugeshm_testkit::guest::{Boot, GuestRun, Scenario};
 use serde_json::Value;
-use std::path::Path;
 use std::sync::OnceLock;
 
 const M2: u64 = 2 << 20;
 
-enum Outcome {
-    Skip(String),
-    Ran(Box<GuestRun>),
-    Failed(String),
-}
-
 /// The guest run of basic.sh, booted once for all the tests of this file;
-/// None (after a `SKIP` line) when this host cannot run it.
+/// None (after a skip) when this host cannot run it.
 fn guest_run(test: &str) -> Option<&'static GuestRun> {
-    static RUN: OnceLock<Outcome> = OnceLock::new();
-    match RUN.get_or_init(boot_basic) {
-        Outcome::Skip(why) => {
-            println!("SKIP {test}: {why}");
-            None
-        }
-        Outcome::Ran(run) => Some(run),
-        Outcome::Failed(why) => panic!("the guest did not run: {why}"),
-    }
+    static RUN: OnceLock<Scenario> = OnceLock::new();
+    RUN.get_or_init(|| {
+        let boot = Boot {
+            nvdimm: true,
+            ..Boot::default()
+        };
+        let scenario = shared::boot("basic.sh", &[], boot);
+        shared::print_marks(&scenario, &["pools", "sysv", "nvdimm"]);
+        scenario
+    })
+    .runs(test)
+    .map(|r| &r[0])
 }
 
-fn boot_basic() -> Outcome {
-    let guest = match Guest::find() {
-        Ok(g) => g,
-        Err(why) => return Outcome::Skip(why),
-    };
-    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scenarios/basic.sh");
-    let hugeshm = Path::new(env!("CARGO_BIN_EXE_hugeshm"));
-    let build = match guest.build(&scenario, &[hugeshm]) {
-        Ok(s) => s,
-        Err(e) => return Outcome::Failed(e),
-    };
-    let boot = Boot {
-        nvdimm: true,
-        ..Boot::default()
-    };
-    match guest.boot(&boot) {
-        Ok(run) => {
-            let c = &run.console;
-            let mark = |m: &str| {
-                c.mark_seconds(m)
-                    .map(|s| format!("{s:.1} s"))
-                    .unwrap_or_else(|| "-".into())
-            };
-            println!(
-                "guest ({}): initramfs built in {build:.1} s; QEMU start to /init {:.1} s \
-                 (guest uptime {:.1} s); /init to power-off {:.1} s; scenarios: pools {}, \
-                 sysv {}, nvdimm {}; total {:.1} s",
-                guest.kernel().display(),
-                run.boot_seconds,
-                c.init.unwrap_or(0.0),
-                run.run_seconds,
-                mark("pools"),
-                mark("sysv"),
-                mark("nvdimm"),
-                build + run.boot_seconds + run.run_seconds,
-            );
-            Outcome::Ran(Box::new(run))
-        }
-        Err(e) => Outcome::Failed(e),
-    }
-}
-
+/// A block's JSON; the command documents (status, segments, rm) of schema 1.
 fn json(run: &GuestRun, block: &str) -> Value {
-    let v = run.console.json(block).unwrap_or_else(|e| panic!("{e}"));
     if block.ends_with("status") || block.ends_with("segments") || block.ends_with(".rm") {
-        assert_eq!(v["schema"].as_u64(), Some(1), "{block}: {v:#}");
+        shared::json_v1(run, block)
+    } else {
+        shared::json(run, block)
     }
-    v
 }
 
 /// The pool row of 2 MiB pages for `node` (None: the host-wide row).

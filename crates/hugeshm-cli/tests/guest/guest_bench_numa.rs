@@ -5,9 +5,9 @@
 //! asserted: the emulated guest has no real NUMA latency. Skips only where
 //! QEMU or a guest kernel is missing.
 
+use crate::shared;
 use hugeshm_testkit::guest::{Boot, GuestRun, Scenario};
 use serde_json::Value;
-use std::path::Path;
 use std::sync::OnceLock;
 
 const M16: u64 = 16 << 20;
@@ -15,17 +15,9 @@ const M16: u64 = 16 << 20;
 /// The guest run of bench-numa.sh, booted once for every test of this file.
 fn guest_run(test: &str) -> Option<&'static GuestRun> {
     static RUN: OnceLock<Scenario> = OnceLock::new();
-    RUN.get_or_init(|| {
-        let scenario =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scenarios/bench-numa.sh");
-        Scenario::run(
-            &scenario,
-            &[Path::new(env!("CARGO_BIN_EXE_hugeshm"))],
-            &[Boot::default()],
-        )
-    })
-    .runs(test)
-    .map(|r| &r[0])
+    RUN.get_or_init(|| shared::boot("bench-numa.sh", &[], Boot::default()))
+        .runs(test)
+        .map(|r| &r[0])
 }
 
 fn node_bytes(row: &Value) -> Vec<(String, u64)> {

@@ -13,9 +13,9 @@
 //! persisted bytes across the power-off, and `rm` frees the device for the
 //! next region. Skips only where QEMU or a guest kernel is missing.
 
+use crate::shared::{self, json};
 use hugeshm_testkit::guest::{Boot, GuestRun, Scenario};
 use serde_json::Value;
-use std::path::Path;
 use std::sync::OnceLock;
 
 /// The two boots of dax.sh (before and after the power-off), once for
@@ -23,23 +23,18 @@ use std::sync::OnceLock;
 fn guest_runs(test: &str) -> Option<(&'static GuestRun, &'static GuestRun)> {
     static RUN: OnceLock<Scenario> = OnceLock::new();
     RUN.get_or_init(|| {
-        let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scenarios/dax.sh");
         let boot = Boot {
             nvdimm: true,
             ..Boot::default()
         };
         Scenario::run(
-            &scenario,
-            &[Path::new(env!("CARGO_BIN_EXE_hugeshm"))],
+            &shared::scenario("dax.sh"),
+            &[shared::hugeshm()],
             &[boot.clone(), boot],
         )
     })
     .runs(test)
     .map(|r| (&r[0], &r[1]))
-}
-
-fn json(run: &GuestRun, block: &str) -> Value {
-    run.console.json(block).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn stderr(run: &GuestRun, block: &str) -> String {

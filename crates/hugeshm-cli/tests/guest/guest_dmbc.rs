@@ -6,31 +6,25 @@
 //! on the guest's tmpfs the report says the mapping is the page cache.
 //! Skips only where QEMU or a guest kernel is missing.
 
+use crate::shared::{self, json};
 use hugeshm_testkit::guest::{Boot, GuestRun, Scenario};
 use serde_json::Value;
-use std::path::Path;
 use std::sync::OnceLock;
 
 fn guest_run(test: &str) -> Option<&'static GuestRun> {
     static RUN: OnceLock<Scenario> = OnceLock::new();
     RUN.get_or_init(|| {
-        let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scenarios/dmbc.sh");
-        let boot = Boot {
-            nvdimm: true,
-            ..Boot::default()
-        };
-        Scenario::run(
-            &scenario,
-            &[Path::new(env!("CARGO_BIN_EXE_hugeshm"))],
-            &[boot],
+        shared::boot(
+            "dmbc.sh",
+            &[],
+            Boot {
+                nvdimm: true,
+                ..Boot::default()
+            },
         )
     })
     .runs(test)
     .map(|r| &r[0])
-}
-
-fn json(run: &GuestRun, block: &str) -> Value {
-    run.console.json(block).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn f(v: &Value) -> f64 {

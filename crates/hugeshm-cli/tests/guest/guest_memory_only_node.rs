@@ -4,9 +4,8 @@
 //! `--numa per-node` gives it a part of its own. Skips only where QEMU or a
 //! guest kernel is missing.
 
+use crate::shared::{self, json};
 use hugeshm_testkit::guest::{Boot, GuestRun, Scenario};
-use serde_json::Value;
-use std::path::Path;
 use std::sync::OnceLock;
 
 const M2: u64 = 2 << 20;
@@ -15,23 +14,17 @@ const M2: u64 = 2 << 20;
 fn guest_run(test: &str) -> Option<&'static GuestRun> {
     static RUN: OnceLock<Scenario> = OnceLock::new();
     RUN.get_or_init(|| {
-        let scenario =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scenarios/memory-only-node.sh");
-        Scenario::run(
-            &scenario,
-            &[Path::new(env!("CARGO_BIN_EXE_hugeshm"))],
-            &[Boot {
+        shared::boot(
+            "memory-only-node.sh",
+            &[],
+            Boot {
                 memory_only_node: true,
                 ..Boot::default()
-            }],
+            },
         )
     })
     .runs(test)
     .map(|r| &r[0])
-}
-
-fn json(run: &GuestRun, block: &str) -> Value {
-    run.console.json(block).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]

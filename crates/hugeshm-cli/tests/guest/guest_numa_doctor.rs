@@ -21,77 +21,25 @@
 //! Alone: `cargo test -p hugeshm --test guest guest_numa_doctor:: -- --nocapture`
 //! (prints the timings; `HUGESHM_GUEST_KEEP=1` keeps the console log).
 
-use hugeshm_testkit::guest::{Boot, Guest, GuestRun};
+use crate::shared::{self, json_v1 as json};
+use hugeshm_testkit::guest::{Boot, GuestRun, Scenario};
 use serde_json::Value;
-use std::path::Path;
 use std::sync::OnceLock;
 
 const M2: u64 = 2 << 20;
 const MIB: u64 = 1 << 20;
 
-enum Outcome {
-    Skip(String),
-    Ran(Box<GuestRun>),
-    Failed(String),
-}
-
 /// The guest run of numa-doctor.sh, booted once for all the tests of this
-/// file; None (after a `SKIP` line) when this host cannot run it.
+/// file; None (after a skip) when this host cannot run it.
 fn guest_run(test: &str) -> Option<&'static GuestRun> {
-    static RUN: OnceLock<Outcome> = OnceLock::new();
-    match RUN.get_or_init(boot) {
-        Outcome::Skip(why) => {
-            println!("SKIP {test}: {why}");
-            None
-        }
-        Outcome::Ran(run) => Some(run),
-        Outcome::Failed(why) => panic!("the guest did not run: {why}"),
-    }
-}
-
-fn boot() -> Outcome {
-    let guest = match Guest::find() {
-        Ok(g) => g,
-        Err(why) => return Outcome::Skip(why),
-    };
-    let scenario =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scenarios/numa-doctor.sh");
-    let hugeshm = Path::new(env!("CARGO_BIN_EXE_hugeshm"));
-    let build = match guest.build(&scenario, &[hugeshm]) {
-        Ok(s) => s,
-        Err(e) => return Outcome::Failed(e),
-    };
-    match guest.boot(&Boot::default()) {
-        Ok(run) => {
-            let c = &run.console;
-            let mark = |m: &str| {
-                c.mark_seconds(m)
-                    .map(|s| format!("{s:.1} s"))
-                    .unwrap_or_else(|| "-".into())
-            };
-            println!(
-                "guest ({}): initramfs built in {build:.1} s; QEMU start to /init {:.1} s \
-                 (guest uptime {:.1} s); /init to power-off {:.1} s; scenarios: uneven {}, \
-                 cyclops {}, apply {}; total {:.1} s",
-                guest.kernel().display(),
-                run.boot_seconds,
-                c.init.unwrap_or(0.0),
-                run.run_seconds,
-                mark("uneven"),
-                mark("cyclops"),
-                mark("apply"),
-                build + run.boot_seconds + run.run_seconds,
-            );
-            Outcome::Ran(Box::new(run))
-        }
-        Err(e) => Outcome::Failed(e),
-    }
-}
-
-fn json(run: &GuestRun, block: &str) -> Value {
-    let v = run.console.json(block).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(v["schema"].as_u64(), Some(1), "{block}: {v:#}");
-    v
+    static RUN: OnceLock<Scenario> = OnceLock::new();
+    RUN.get_or_init(|| {
+        let scenario = shared::boot("numa-doctor.sh", &[], Boot::default());
+        shared::print_marks(&scenario, &["uneven", "cyclops", "apply"]);
+        scenario
+    })
+    .runs(test)
+    .map(|r| &r[0])
 }
 
 /// The numbers a block printed, one per line (the per-node pools).

@@ -6,9 +6,9 @@
 //! `--numa` and for the caller's own `numactl --membind`; `try` falls back
 //! whole. Skips only where QEMU or a guest kernel is missing.
 
+use crate::shared::{self, json};
 use hugeshm_testkit::guest::{Boot, GuestRun, Scenario};
 use serde_json::Value;
-use std::path::Path;
 use std::sync::OnceLock;
 
 const M2: u64 = 2 << 20;
@@ -16,21 +16,9 @@ const M2: u64 = 2 << 20;
 /// The guest run of numa-region.sh, booted once for every test of this file.
 fn guest_run(test: &str) -> Option<&'static GuestRun> {
     static RUN: OnceLock<Scenario> = OnceLock::new();
-    RUN.get_or_init(|| {
-        let scenario =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scenarios/numa-region.sh");
-        Scenario::run(
-            &scenario,
-            &[Path::new(env!("CARGO_BIN_EXE_hugeshm"))],
-            &[Boot::default()],
-        )
-    })
-    .runs(test)
-    .map(|r| &r[0])
-}
-
-fn json(run: &GuestRun, block: &str) -> Value {
-    run.console.json(block).unwrap_or_else(|e| panic!("{e}"))
+    RUN.get_or_init(|| shared::boot("numa-region.sh", &[], Boot::default()))
+        .runs(test)
+        .map(|r| &r[0])
 }
 
 fn node_bytes(report: &Value) -> Vec<(String, u64)> {

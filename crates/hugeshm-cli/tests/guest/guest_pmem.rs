@@ -5,51 +5,25 @@
 //! there, one served by 2 MiB (PMD) faults and one by 4 KiB faults.
 //! Skips only where QEMU or a guest kernel is missing.
 
-use hugeshm_testkit::guest::{Boot, Guest, GuestRun};
+use crate::shared::{self, json};
+use hugeshm_testkit::guest::{Boot, GuestRun, Scenario};
 use serde_json::Value;
-use std::path::Path;
 use std::sync::OnceLock;
 
-enum Outcome {
-    Skip(String),
-    Ran(Box<GuestRun>),
-    Failed(String),
-}
-
 fn guest_run(test: &str) -> Option<&'static GuestRun> {
-    static RUN: OnceLock<Outcome> = OnceLock::new();
-    let outcome = RUN.get_or_init(|| {
-        let guest = match Guest::find() {
-            Ok(g) => g,
-            Err(why) => return Outcome::Skip(why),
-        };
-        let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scenarios/pmem.sh");
-        let testproc = match hugeshm_testkit::testproc_built() {
-            Ok(p) => p,
-            Err(e) => return Outcome::Failed(e),
-        };
-        let bins = [Path::new(env!("CARGO_BIN_EXE_hugeshm")), testproc.as_path()];
-        if let Err(e) = guest.build(&scenario, &bins) {
-            return Outcome::Failed(e);
-        }
+    static RUN: OnceLock<Scenario> = OnceLock::new();
+    RUN.get_or_init(|| {
+        let testproc = hugeshm_testkit::testproc_built()
+            .unwrap_or_else(|e| panic!("the guest did not run: {e}"));
         let boot = Boot {
             nvdimm: true,
             memory_only_node: true,
             ..Boot::default()
         };
-        match guest.boot(&boot) {
-            Ok(run) => Outcome::Ran(Box::new(run)),
-            Err(e) => Outcome::Failed(e),
-        }
-    });
-    match outcome {
-        Outcome::Skip(why) => {
-            println!("SKIP {test}: {why}");
-            None
-        }
-        Outcome::Ran(run) => Some(run),
-        Outcome::Failed(why) => panic!("the guest did not run: {why}"),
-    }
+        shared::boot("pmem.sh", &[testproc.as_path()], boot)
+    })
+    .runs(test)
+    .map(|r| &r[0])
 }
 
 #[test]
@@ -109,11 +83,6 @@ fn guest_status_shows_namespace_dax_mount_and_memory_only_node() {
     // Nothing left: the scenario unmounted it.
     let after = run.console.ok("pmem.after").unwrap();
     assert!(!after.contains("/mnt/pmem"), "{after}");
-}
-
-/// A block's JSON (the test fails, saying why, where it is not).
-fn json(run: &GuestRun, block: &str) -> Value {
-    run.console.json(block).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The `dax` segment of `path` in a `segments --json` document.

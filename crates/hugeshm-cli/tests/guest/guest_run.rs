@@ -20,6 +20,7 @@
 //!
 //! Skips only where QEMU, a guest kernel or PostgreSQL is missing.
 
+use crate::shared;
 use hugeshm_testkit::guest::{Boot, Extra, GuestRun, Scenario};
 use hugeshm_testkit::postgres::{pg_bin_dir, pg_unavailable_reason, PgCluster};
 use hugeshm_testkit::TempDir;
@@ -153,11 +154,10 @@ fn booted() -> &'static Booted {
                 Err(e) => (None, Vec::new(), Pg::Failed(e)),
             },
         };
-        let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scenarios/run.sh");
         // All in /usr/local/bin: hugeshm finds the library beside itself.
         let scenario = Scenario::run_with(
-            &scenario,
-            &[Path::new(env!("CARGO_BIN_EXE_hugeshm")), &lib, &probe],
+            &shared::scenario("run.sh"),
+            &[shared::hugeshm(), &lib, &probe],
             &extras,
             &[Boot::default()],
         );

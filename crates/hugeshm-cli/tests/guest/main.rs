@@ -17,3 +17,4 @@ mod guest_numa_doctor;
 mod guest_numa_region;
 mod guest_pmem;
 mod guest_run;
+mod shared;
