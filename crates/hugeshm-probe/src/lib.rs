@@ -28,6 +28,7 @@ pub mod postgres;
 mod process;
 mod read;
 mod run_records;
+mod sysv_maps;
 mod users;
 
 pub use cgroup::{HugetlbCgroup, HugetlbCgroupLevel, HugetlbCgroupSize};
@@ -42,6 +43,7 @@ pub use process::{
 };
 pub use read::{Problem, ProblemKind, ReadError};
 pub use run_records::{RunRecordFile, MAX_RUN_RECORDS};
+pub use sysv_maps::{SysvAttachments, SysvMapping};
 pub use users::Users;
 
 use std::path::{Path, PathBuf};

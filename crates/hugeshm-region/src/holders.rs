@@ -5,7 +5,7 @@
 use std::cell::OnceCell;
 use std::collections::HashMap;
 
-use hugeshm_probe::Probe;
+use hugeshm_probe::{Probe, SysvMapping};
 
 /// Pids by SysV shmid and by file (device, inode), scanned when first
 /// asked (processes whose maps cannot be read are skipped).
@@ -30,6 +30,10 @@ impl Scanned {
         // Only the mappings that can be shared memory, by PROCMAP_QUERY
         // where the kernel has it (no maps text formatted for the rest).
         let how = probe.maps_read();
+        // A mapping named like a SysV attachment counts only where the
+        // kernel vouches for it (its device, IPC namespace, key and count of
+        // attachments): a user's look-alike file holds nothing of ours.
+        let sysv = probe.sysv_attachments(probe.sysv_segments().ok().as_deref());
         for pid in list.pids {
             let Ok(maps) = probe.pid(pid).maps_candidates(how) else {
                 continue;
@@ -38,16 +42,13 @@ impl Scanned {
                 if e.inode == 0 {
                     continue;
                 }
-                let list = if e
-                    .pathname
-                    .as_deref()
-                    .is_some_and(|p| p.starts_with("/SYSV"))
-                {
-                    h.shm.entry(e.inode).or_default()
-                } else {
-                    h.files
+                let list = match sysv.of(probe, pid, &e) {
+                    Some(SysvMapping::Here(shmid)) => h.shm.entry(shmid).or_default(),
+                    Some(SysvMapping::Elsewhere { .. } | SysvMapping::LookAlike) => continue,
+                    None => h
+                        .files
                         .entry((e.dev_major, e.dev_minor, e.inode))
-                        .or_default()
+                        .or_default(),
                 };
                 if list.last() != Some(&pid) {
                     list.push(pid);

@@ -94,7 +94,8 @@ pub use process::{
 pub use procmap::{is_procfs, procmap_query, procmap_query_supported, Vma, VmaQuery};
 pub use shm::{
     posix_shm_create, posix_shm_open, posix_shm_unlink, shm_attach, shm_attach_placed, shm_get,
-    shm_peek, shm_remove, shm_stat, ShmFlags, ShmStat, IPC_PRIVATE, SHM_DEST, SHM_LOCKED,
+    shm_peek, shm_remove, shm_stat, sysv_devices, ShmFlags, ShmStat, IPC_PRIVATE, SHM_DEST,
+    SHM_LOCKED,
 };
 pub use users::{user_by_name, user_by_uid, User};
 

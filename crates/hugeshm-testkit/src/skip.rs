@@ -41,11 +41,13 @@ pub enum Lack {
     Demote,
     /// A host without a hugetlbfs mount of its own.
     NoHugetlbfsMount,
+    /// User namespaces an unprivileged user may create.
+    UnprivilegedUserns,
 }
 
 impl Lack {
     /// Every entry of the allow-list.
-    pub const ALL: [Lack; 7] = [
+    pub const ALL: [Lack; 8] = [
         Lack::GiganticPage,
         Lack::OneMemoryNode,
         Lack::ProcmapQuery,
@@ -53,6 +55,7 @@ impl Lack {
         Lack::HugetlbRsvdCgroup,
         Lack::Demote,
         Lack::NoHugetlbfsMount,
+        Lack::UnprivilegedUserns,
     ];
 
     /// Why CI cannot be made to have it.
@@ -83,6 +86,11 @@ impl Lack {
             Lack::NoHugetlbfsMount => {
                 "a host's own hugetlbfs mount (systemd mounts /dev/hugepages) is the host's; \
                  a test does not unmount it to see what hugeshm says without one"
+            }
+            Lack::UnprivilegedUserns => {
+                "a host that forbids unprivileged user namespaces (kernel.unprivileged_userns_clone \
+                 = 0, an AppArmor restriction, user.max_user_namespaces = 0) closes the attack \
+                 itself; CI runs on the host's settings and does not loosen them"
             }
         }
     }

@@ -78,3 +78,15 @@ pub fn wait_for_stderr(child: &mut std::process::Child, needle: &str) {
     }
     std::thread::spawn(move || for _ in err.lines() {});
 }
+
+/// `ls --json`'s entry of region `name` (panics where it is not listed).
+pub fn listed(name: &str) -> Value {
+    let l = json(hugeshm(&["ls", "--json"]));
+    l["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not listed: {l:#}"))
+        .clone()
+}

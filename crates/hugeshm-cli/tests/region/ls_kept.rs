@@ -10,24 +10,12 @@
 
 use crate::common;
 
-use crate::common::{cmd, hugeshm as run, json};
+use crate::common::{cmd, hugeshm as run, json, listed};
 use hugeshm_testkit::live;
 use serde_json::Value;
 use std::process::{Command, Stdio};
 
 const M2: u64 = 2 << 20;
-
-/// The `ls --json` entry of region `n`.
-fn listed(n: &str) -> Value {
-    let l = json(run(&["ls", "--json"]));
-    l["regions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == n)
-        .unwrap_or_else(|| panic!("{n} not listed: {l:#}"))
-        .clone()
-}
 
 /// `ls`'s lines that name region `n`.
 fn lines_of(n: &str) -> Vec<String> {

@@ -12,6 +12,7 @@ mod common;
 
 mod faults;
 mod hostile_names;
+mod lookalike;
 mod ls_kept;
 mod planted;
 mod progress;

@@ -42,7 +42,7 @@ use crate::dax::DaxInfo;
 use crate::finding::Finding;
 use hugeshm_probe::{HostSnapshot, MapsRead, Probe, Problem};
 use sample::{DaxHost, Sample, Sampler};
-use scan::{Key, Mounts};
+use scan::{Judge, Key};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -198,6 +198,9 @@ impl Segment {
     /// A short human label: `sysv 32769`, `memfd:pool`, `/dev/shm/x`.
     pub fn label(&self) -> String {
         match (self.kind, &self.id, &self.path) {
+            (SegmentKind::Sysv, Some(id), Some(ns)) if ns.starts_with("ipc:[") => {
+                format!("sysv {id} of {ns}")
+            }
             (SegmentKind::Sysv, Some(id), _) => format!("sysv {id}"),
             (SegmentKind::PrivateHugetlb, _, _) => {
                 format!("private-hugetlb of pid {}", self.creator_pid.unwrap_or(0))
@@ -274,7 +277,7 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions) -> Seg
     report.maps_read = Some(how);
 
     // 1-3. The objects: mapped, on a mount, or SysV.
-    let mut scan = scan::read_processes(probe, how, &Mounts::of(host), &mut report.problems);
+    let mut scan = scan::read_processes(&Judge::of(probe, host), how, &mut report.problems);
     report.processes_scanned = scan.processes_scanned;
     scan.add_mount_files(probe, host, &mut report.problems);
     scan.add_unmapped_sysv(host);

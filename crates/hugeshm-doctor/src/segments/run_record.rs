@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use hugeshm_parse::maps::MapsEntry;
 use hugeshm_parse::run_record::{self, RunObject, RunRecord};
 use hugeshm_parse::size::{format_bytes, BASE_PAGE};
-use hugeshm_probe::{HostSnapshot, Probe, RunRecordFile};
+use hugeshm_probe::{HostSnapshot, Probe, RunRecordFile, SysvAttachments, SysvMapping};
 use serde::{Deserialize, Serialize};
 
 use super::{Segment, SegmentKind, SegmentsReport};
@@ -66,8 +66,9 @@ fn is_record_file(s: &Segment) -> bool {
 /// the segments scan once it has its segments.
 pub fn attach(probe: &Probe, host: &HostSnapshot, report: &mut SegmentsReport) {
     report.segments.retain(|s| !is_record_file(s));
+    let sysv = probe.sysv_attachments(Some(&host.shm));
     for f in probe.run_records() {
-        match check(probe, &f, &report.segments) {
+        match check(probe, &sysv, &f, &report.segments) {
             Check::Gone => {}
             Check::Ignored(reason) => {
                 report.findings.push(Finding::new(
@@ -95,7 +96,7 @@ enum Check {
     Holds(Box<RunRecord>, Option<usize>),
 }
 
-fn check(probe: &Probe, f: &RunRecordFile, segments: &[Segment]) -> Check {
+fn check(probe: &Probe, sysv: &SysvAttachments, f: &RunRecordFile, segments: &[Segment]) -> Check {
     let (text, owner) = match &f.read {
         Ok(r) => r,
         Err(why) => return Check::Ignored(why.clone()),
@@ -145,6 +146,16 @@ fn check(probe: &Probe, f: &RunRecordFile, segments: &[Segment]) -> Check {
             "does not match pid {}'s mapping at {:#x}: {why}",
             rec.pid, rec.address
         ));
+    }
+    if let RunObject::Sysv { shmid } = rec.object {
+        if sysv.of(probe, rec.pid, m) != Some(SysvMapping::Here(shmid)) {
+            return Check::Ignored(format!(
+                "pid {}'s mapping at {:#x} is named like SysV segment {shmid} but is not an \
+                 attachment of it (its device, namespace, key or the kernel's count of \
+                 attachments disagree)",
+                rec.pid, rec.address
+            ));
+        }
     }
     let at = segments.iter().position(|s| match rec.object {
         RunObject::Sysv { shmid } => s.kind == SegmentKind::Sysv && s.id == Some(shmid),

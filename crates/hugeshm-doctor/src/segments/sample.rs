@@ -43,15 +43,17 @@ pub(super) fn segment_of(
     let mut seg = Segment {
         kind: o.kind,
         id: match key {
-            Key::Sysv(id) => Some(*id),
+            Key::Sysv(id) | Key::SysvElsewhere(_, id) => Some(*id),
             Key::File(_, _, ino) => Some(*ino),
             Key::Private(_, _) => None,
         },
         key: sysv.map(|s| key_text(s.key)),
-        // The /SYSVxxxxxxxx name of a SysV mapping says nothing the key does not.
-        path: match o.kind {
-            SegmentKind::Sysv => None,
-            SegmentKind::Memfd => o
+        // The /SYSVxxxxxxxx name of a SysV mapping says nothing the key does
+        // not; one of another IPC namespace is named by that namespace.
+        path: match (o.kind, key) {
+            (_, Key::SysvElsewhere(ns, _)) => Some(format!("ipc:[{ns}]")),
+            (SegmentKind::Sysv, _) => None,
+            (SegmentKind::Memfd, _) => o
                 .path
                 .as_deref()
                 .map(|p| p.trim_start_matches('/').to_string()),
@@ -393,7 +395,7 @@ impl<'a> DaxHost<'a> {
 mod tests {
     use super::*;
     use crate::fixture::tree as fixture;
-    use crate::segments::scan::{read_processes, Mounts};
+    use crate::segments::scan::{read_processes, Judge};
     use crate::segments::tests::bare;
     use hugeshm_parse::size::MIB;
     use hugeshm_probe::MapsRead;
@@ -616,7 +618,7 @@ mod tests {
     #[test]
     fn a_segment_takes_its_identity_from_sysv_and_its_processes_status() {
         let (probe, host) = fixture("two-nodes-uneven");
-        let scan = read_processes(&probe, MapsRead::Text, &Mounts::of(&host), &mut Vec::new());
+        let scan = read_processes(&Judge::of(&probe, &host), MapsRead::Text, &mut Vec::new());
         let sysv = |id: u64| host.shm.iter().find(|s| s.shmid as u64 == id);
         let pg = segment_of(
             &probe,
@@ -673,7 +675,7 @@ mod tests {
     #[test]
     fn the_dax_pass_reads_page_size_residency_and_node_from_pagemap_and_device() {
         let (probe, host) = fixture("pmem-dax");
-        let scan = read_processes(&probe, MapsRead::Text, &Mounts::of(&host), &mut Vec::new());
+        let scan = read_processes(&Judge::of(&probe, &host), MapsRead::Text, &mut Vec::new());
         let dax_host = DaxHost::read(&probe, &host, scan.objs.values());
         assert!(!dax_host.pmem.namespaces.is_empty());
         let (key, o) = scan

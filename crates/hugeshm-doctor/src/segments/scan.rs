@@ -14,14 +14,18 @@ use crate::dax;
 use hugeshm_parse::maps::MapsEntry;
 use hugeshm_parse::pid_status::PidStatus;
 use hugeshm_parse::size::BASE_PAGE;
-use hugeshm_probe::{HostSnapshot, MapsRead, MountFile, Probe, Problem, ReadError};
+use hugeshm_probe::{
+    HostSnapshot, MapsRead, MountFile, Probe, Problem, ReadError, SysvAttachments, SysvMapping,
+};
 use std::collections::{BTreeMap, HashMap};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-/// What identifies an object: a SysV shmid, a file (device and inode), or
-/// a private mapping (pid and start address).
+/// What identifies an object: a SysV shmid (of the reader's IPC namespace,
+/// or of another one: its inode and the shmid there), a file (device and
+/// inode), or a private mapping (pid and start address).
 pub(super) enum Key {
     Sysv(u64),
+    SysvElsewhere(u64, u64),
     File(u32, u32, u64),
     Private(u32, u64),
 }
@@ -66,7 +70,7 @@ impl Obj {
     pub(super) fn add_mapping(&mut self, key: &Key, pid: u32, m: &MapsEntry) {
         let extent = match key {
             Key::File(..) => m.offset.saturating_add(m.size_bytes()),
-            Key::Sysv(_) | Key::Private(..) => m.size_bytes(),
+            Key::Sysv(_) | Key::SysvElsewhere(..) | Key::Private(..) => m.size_bytes(),
         };
         self.size = self.size.max(extent);
         self.maps.entry(pid).or_default().push(m.start);
@@ -168,14 +172,41 @@ impl Mounts {
     }
 }
 
-/// Which object a mapping belongs to, if it is one hugeshm reports.
-fn classify(pid: u32, m: &MapsEntry, mounts: &Mounts) -> Option<(Key, SegmentKind)> {
+/// What the scan needs to judge a mapping: the mounts, and what tells a
+/// SysV attachment from a look-alike.
+pub(super) struct Judge<'a> {
+    pub(super) probe: &'a Probe,
+    pub(super) mounts: Mounts,
+    pub(super) sysv: SysvAttachments,
+}
+
+impl<'a> Judge<'a> {
+    /// The judge of `probe`'s host, as `host` was read.
+    pub(super) fn of(probe: &'a Probe, host: &HostSnapshot) -> Judge<'a> {
+        Judge {
+            probe,
+            mounts: Mounts::of(host),
+            sysv: probe.sysv_attachments(Some(&host.shm)),
+        }
+    }
+}
+
+/// Which object a mapping belongs to, if it is one hugeshm reports. A
+/// mapping named like a SysV attachment that the kernel does not vouch for
+/// (another device, a shmid or key `/proc/sysvipc/shm` does not have, no
+/// attachment counted: a user's look-alike file) is none: it is judged as
+/// the file it is, which is on no mount the scan lists.
+fn classify(pid: u32, m: &MapsEntry, judge: &Judge) -> Option<(Key, SegmentKind)> {
+    let mounts = &judge.mounts;
     let path = m.pathname.as_deref()?;
     let file_key = Key::File(m.dev_major, m.dev_minor, m.inode);
-    if let Some(hex) = path.strip_prefix("/SYSV") {
-        if hex.len() == 8 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Some((Key::Sysv(m.inode), SegmentKind::Sysv));
+    match judge.sysv.of(judge.probe, pid, m) {
+        Some(SysvMapping::Here(shmid)) => return Some((Key::Sysv(shmid), SegmentKind::Sysv)),
+        Some(SysvMapping::Elsewhere { ipc_ns, shmid }) => {
+            return Some((Key::SysvElsewhere(ipc_ns, shmid), SegmentKind::Sysv))
         }
+        Some(SysvMapping::LookAlike) => return None,
+        None => {}
     }
     if path == "/anon_hugepage" {
         return Some(if m.perms.shared {
@@ -251,17 +282,13 @@ pub(super) struct Scan {
 /// visit per process, on every CPU (the kernel's work of formatting /proc
 /// files is most of the cost). A process list that cannot be read goes to
 /// `problems`; `how` is how the maps are read ([`Probe::maps_read`]).
-pub(super) fn read_processes(
-    probe: &Probe,
-    how: MapsRead,
-    mounts: &Mounts,
-    problems: &mut Vec<Problem>,
-) -> Scan {
+pub(super) fn read_processes(judge: &Judge, how: MapsRead, problems: &mut Vec<Problem>) -> Scan {
+    let probe = judge.probe;
     let mut scan = Scan::default();
     let visits = probe.read_each(&pids(probe, problems), 0, |p| {
         let maps = p.maps_candidates(how).map(|maps| {
             maps.into_iter()
-                .filter_map(|m| classify(p.pid, &m, mounts).map(|(k, kind)| (k, kind, m)))
+                .filter_map(|m| classify(p.pid, &m, judge).map(|(k, kind)| (k, kind, m)))
                 .collect::<Vec<_>>()
         });
         let status = match &maps {
@@ -402,16 +429,34 @@ mod tests {
              /dev/pmem0 /mnt/pmem ext4 rw,dax=always 0 0\n\
              /dev/pmem1 /mnt/cache ext4 rw,dax=never 0 0\n",
         );
-        let mounts = Mounts::of(&h);
+        let mut h = h;
+        h.shm = hugeshm_parse::sysvipc_shm::parse(
+            "       key      shmid perms                  size  cpid  lpid nattch   uid   gid  cuid  cgid      atime      dtime      ctime                   rss                  swap\n\
+                   5432001      32769   600               2097152  2001  2003      1    26    26    26    26          0          0          0                     0                     0\n",
+        )
+        .unwrap();
+        let probe = Probe::new(hugeshm_probe::Roots::fixture(std::path::Path::new(
+            "/nonexistent-hugeshm-root",
+        )));
+        let judge = Judge::of(&probe, &h);
         let kind = |line: &str| {
             let m = hugeshm_parse::maps::parse(line).unwrap().remove(0);
-            classify(42, &m, &mounts)
+            classify(42, &m, &judge)
         };
         let at = "7f0000000000-7f0000200000";
         let sysv = kind(&format!(
             "{at} rw-s 00000000 00:01 32769 /SYSV0052e2c1 (deleted)"
         ));
         assert_eq!(sysv, Some((Key::Sysv(32769), SegmentKind::Sysv)));
+        // Look-alikes: another key, a shmid /proc/sysvipc/shm lacks, a file
+        // not deleted. None is a segment, nor a file on a listed mount.
+        for line in [
+            "rw-s 00000000 00:01 32769 /SYSV0052e2c2 (deleted)",
+            "rw-s 00000000 00:01 32770 /SYSV0052e2c1 (deleted)",
+            "rw-s 00000000 00:01 32769 /SYSV0052e2c1",
+        ] {
+            assert_eq!(kind(&format!("{at} {line}")), None, "{line}");
+        }
         let file = |dev_minor: u32, ino: u64| Key::File(0, dev_minor, ino);
         for (line, want) in [
             (
@@ -477,7 +522,7 @@ mod tests {
     fn every_process_is_read_and_status_only_where_it_maps_an_object() {
         let (probe, host) = fixture("two-nodes-uneven");
         let mut problems = Vec::new();
-        let scan = read_processes(&probe, MapsRead::Text, &Mounts::of(&host), &mut problems);
+        let scan = read_processes(&Judge::of(&probe, &host), MapsRead::Text, &mut problems);
         assert!(problems.is_empty(), "{problems:?}");
         // Pids 1, 2, 2001-2003, 3001-3002; 1 and 2 map nothing reported.
         assert_eq!(scan.processes_scanned, 7);
@@ -499,7 +544,7 @@ mod tests {
         let none = Probe::new(hugeshm_probe::Roots::fixture(std::path::Path::new(
             "/nonexistent-hugeshm-root",
         )));
-        let scan = read_processes(&none, MapsRead::Text, &Mounts::of(&host), &mut problems);
+        let scan = read_processes(&Judge::of(&none, &host), MapsRead::Text, &mut problems);
         assert_eq!((scan.processes_scanned, scan.objs.len()), (0, 0));
         assert_eq!(problems.len(), 1);
     }

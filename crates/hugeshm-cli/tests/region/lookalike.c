@@ -1,0 +1,94 @@
+/* The attacker of tests/region/lookalike.rs, run as an unprivileged user:
+ * a file that looks like root's SysV attachment in /proc/PID/maps.
+ *
+ *   lookalike SHMID KEYHEX SIZE
+ *
+ * In a user and mount namespace of its own it mounts a tmpfs, makes files
+ * until one gets inode SHMID, names it /SYSV<KEYHEX>, maps SIZE bytes of it
+ * shared, unlinks it and detaches the tmpfs: its maps line is then
+ * "/SYSV<KEYHEX> (deleted)" with inode SHMID, as a real attachment's. It
+ * prints "ready" and waits until killed. Exit 2: bad arguments; 3: no user
+ * namespace; 4: the inode was passed. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int write_file(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY);
+    if (fd < 0)
+        return -1;
+    ssize_t n = write(fd, text, strlen(text));
+    close(fd);
+    return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4)
+        return 2;
+    unsigned long long shmid = strtoull(argv[1], NULL, 10);
+    const char *key = argv[2];
+    size_t size = strtoull(argv[3], NULL, 10);
+    if (strlen(key) != 8 || size == 0)
+        return 2;
+    uid_t uid = getuid();
+    gid_t gid = getgid();
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
+        perror("unshare");
+        return 3;
+    }
+    char map[64];
+    snprintf(map, sizeof map, "0 %u 1", (unsigned)uid);
+    if (write_file("/proc/self/setgroups", "deny") || write_file("/proc/self/uid_map", map))
+        return 3;
+    snprintf(map, sizeof map, "0 %u 1", (unsigned)gid);
+    if (write_file("/proc/self/gid_map", map))
+        return 3;
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("lookalike", "/tmp", "tmpfs", 0, "size=64m,nr_inodes=100000") != 0) {
+        perror("mount");
+        return 3;
+    }
+    int fd = -1;
+    for (;;) {
+        fd = open("/tmp/f", O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd < 0) {
+            perror("open");
+            return 3;
+        }
+        struct stat st;
+        if (fstat(fd, &st) != 0)
+            return 3;
+        if ((unsigned long long)st.st_ino == shmid)
+            break;
+        close(fd);
+        unlink("/tmp/f");
+        if ((unsigned long long)st.st_ino > shmid)
+            return 4;
+    }
+    char name[32];
+    snprintf(name, sizeof name, "/tmp/SYSV%s", key);
+    if (rename("/tmp/f", name) != 0 || ftruncate(fd, size) != 0) {
+        perror("rename");
+        return 3;
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return 3;
+    memset(p, 1, size);
+    close(fd);
+    unlink(name);
+    if (umount2("/tmp", MNT_DETACH) != 0)
+        return 3;
+    printf("ready\n");
+    fflush(stdout);
+    for (;;)
+        pause();
+}

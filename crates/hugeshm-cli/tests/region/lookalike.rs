@@ -1,0 +1,162 @@
+//! A look-alike of root's SysV attachment: user 65534, in a user and mount
+//! namespace of its own, maps a tmpfs file named `/SYSV<key>` with inode
+//! equal to the shmid of root's kept region (`lookalike.c`), so that its
+//! maps line reads as an attachment. Root's `ls`, `segments` and `rm`
+//! trust the kernel instead: the device is not the kernel's SysV mount
+//! and `/proc/sysvipc/shm` counts no attachment, so the region stays
+//! kept with no holder, `segments` lists nobody on it and `rm` removes it.
+//! Real SysV segments on 2 MiB pages, under the pool guard.
+
+use crate::common::{hugeshm as run, json, listed};
+use hugeshm_testkit::{live, Lack, TempDir};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+const AS_NOBODY: [&str; 3] = ["--reuid=65534", "--regid=65534", "--clear-groups"];
+
+/// `lookalike.c` compiled into a directory 65534 may read.
+fn compile(dir: &Path) -> PathBuf {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = dir.join("lookalike");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/region/lookalike.c");
+    let st = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("cc");
+    assert!(st.success(), "cc {} failed", src.display());
+    out
+}
+
+/// The attacker, killed when dropped.
+struct Attacker(Child);
+
+impl Drop for Attacker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the attacker against `shmid`/`key`; `None` where this host
+/// gives an unprivileged user no user namespace (exit 3).
+fn attack(bin: &Path, shmid: u64, key: u32, size: u64) -> Option<Attacker> {
+    let mut child = Command::new("setpriv")
+        .args(AS_NOBODY)
+        .arg(bin)
+        .arg(shmid.to_string())
+        .arg(format!("{key:08x}"))
+        .arg(size.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("setpriv");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    if line.trim() == "ready" {
+        return Some(Attacker(child));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "the attacker failed: {out:?}");
+    None
+}
+
+/// Removes region `.0` when dropped (before the pool guard's leak check,
+/// declared after it), whether the test passed or not.
+struct Remove(String);
+
+impl Drop for Remove {
+    fn drop(&mut self) {
+        let _ = run(&["rm", &self.0]);
+    }
+}
+
+#[test]
+fn a_look_alike_sysv_mapping_is_not_an_attachment() {
+    let Some(pool) = live!() else { return };
+    pool.ensure_free(2 << 20, 2).expect("2 free 2 MiB pages");
+    let dir = TempDir::new("lookalike");
+    let bin = compile(dir.path());
+    let name = format!("clitest-lookalike-{}", std::process::id());
+    let _remove = Remove(name.clone());
+    let out = run(&[
+        "create",
+        &name,
+        "--size",
+        "2M",
+        "--page-size",
+        "2m",
+        "--policy",
+        "only",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let r = listed(&name);
+    assert_eq!(r["header"]["kept"], true, "{r:#}");
+    let shmid = r["object"]["shmid"].as_u64().unwrap();
+    let key = r["object"]["key"].as_i64().unwrap() as u32;
+
+    let Some(attacker) = attack(&bin, shmid, key, 2 << 20) else {
+        return pool.skip_lacking(
+            Lack::UnprivilegedUserns,
+            "uid 65534 cannot create a user namespace here",
+        );
+    };
+    let pid = attacker.0.id();
+    // The attack is in place: its maps line reads as an attachment.
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let wanted = format!("{shmid} ");
+    assert!(
+        maps.lines()
+            .any(|l| l.contains(&format!("/SYSV{key:08x} (deleted)"))
+                && l.split_whitespace().nth(4) == Some(wanted.trim())),
+        "{maps}"
+    );
+
+    // ls: still kept, nobody holding it.
+    let r = listed(&name);
+    assert_eq!(
+        (&r["holders"], &r["held"]),
+        (&Value::Array(vec![]), &false.into()),
+        "{r:#}"
+    );
+    let out = run(&["ls"]);
+    let line = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with(&name))
+        .map(str::to_owned)
+        .unwrap_or_default();
+    assert!(
+        line.contains(" kept ") && !line.contains(&pid.to_string()),
+        "{line}"
+    );
+    // segments: nobody on root's segment, none of the look-alike's bytes.
+    let s = json(run(&["segments", "--json"]));
+    let seg = s["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["kind"] == "sysv" && g["id"] == shmid)
+        .unwrap_or_else(|| panic!("sysv {shmid} not listed: {s:#}"))
+        .clone();
+    assert_eq!(seg["attached_pids"], Value::Array(vec![]), "{seg:#}");
+    assert_ne!(seg["resident_bytes"], 2u64 << 20, "{seg:#}");
+    let listed_pids = s["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["attached_pids"].as_array().cloned().unwrap_or_default())
+        .collect::<Vec<_>>();
+    assert!(!listed_pids.contains(&pid.into()), "{s:#}");
+    // rm: not "in use".
+    let out = run(&["rm", &name]);
+    assert!(out.status.success(), "{out:?}");
+    drop(attacker);
+    drop(dir);
+    pool.finish();
+}
