@@ -260,6 +260,8 @@ pub fn print(r: &SegmentsReport, out: &mut Out) -> anyhow::Result<()> {
         for s in &r.segments {
             let id = match (s.kind, s.id, &s.key, &s.path) {
                 (SegmentKind::Sysv, Some(id), Some(k), _) => format!("{id} key {k}"),
+                // A segment of another IPC namespace (a container's).
+                (SegmentKind::Sysv, Some(id), None, Some(ns)) => format!("{id} of {ns}"),
                 (SegmentKind::PrivateHugetlb, _, _, _) => {
                     format!("pid {}", s.creator_pid.unwrap_or(0))
                 }

@@ -1,13 +1,16 @@
 /* The attacker of tests/region/lookalike.rs, run as an unprivileged user:
  * a file that looks like root's SysV attachment in /proc/PID/maps.
  *
- *   lookalike SHMID KEYHEX SIZE
+ *   lookalike SHMID KEYHEX SIZE [ipc]
  *
  * In a user and mount namespace of its own it mounts a tmpfs, makes files
  * until one gets inode SHMID, names it /SYSV<KEYHEX>, maps SIZE bytes of it
  * shared, unlinks it and detaches the tmpfs: its maps line is then
- * "/SYSV<KEYHEX> (deleted)" with inode SHMID, as a real attachment's. It
- * prints "ready" and waits until killed. Exit 2: bad arguments; 3: no user
+ * "/SYSV<KEYHEX> (deleted)" with inode SHMID, as a real attachment's.
+ * With "ipc" it attaches a real segment instead, of KEYHEX and SHMID, in an
+ * IPC namespace of its own (made in a user namespace): the kernel's own
+ * device and name, in another namespace. It prints "ready" and waits
+ * until killed. Exit 2: bad arguments; 3: no user
  * namespace; 4: the inode was passed. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -18,6 +21,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/shm.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,14 +34,45 @@ static int write_file(const char *path, const char *text) {
     return n == (ssize_t)strlen(text) ? 0 : -1;
 }
 
+/* A segment of KEY and id SHMID in a new IPC namespace, attached. */
+static int real_elsewhere(unsigned long long shmid, const char *key, size_t size) {
+    if (unshare(CLONE_NEWUSER | CLONE_NEWIPC) != 0) {
+        perror("unshare");
+        return 3;
+    }
+    /* Ids in a new namespace count up from 0: spend them up to SHMID - 1. */
+    for (unsigned long long i = 0; i < shmid; i++) {
+        int id = shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
+        if (id < 0)
+            return 3;
+        shmctl(id, IPC_RMID, NULL);
+    }
+    int id = shmget((key_t)strtoul(key, NULL, 16), size, IPC_CREAT | IPC_EXCL | 0600);
+    if (id < 0 || (unsigned long long)id != shmid) {
+        fprintf(stderr, "got shmid %d, wanted %llu\n", id, shmid);
+        return 4;
+    }
+    void *p = shmat(id, NULL, 0);
+    shmctl(id, IPC_RMID, NULL);
+    if (p == (void *)-1)
+        return 3;
+    memset(p, 1, size);
+    printf("ready\n");
+    fflush(stdout);
+    for (;;)
+        pause();
+}
+
 int main(int argc, char **argv) {
-    if (argc != 4)
+    if (argc != 4 && argc != 5)
         return 2;
     unsigned long long shmid = strtoull(argv[1], NULL, 10);
     const char *key = argv[2];
     size_t size = strtoull(argv[3], NULL, 10);
     if (strlen(key) != 8 || size == 0)
         return 2;
+    if (argc == 5)
+        return strcmp(argv[4], "ipc") ? 2 : real_elsewhere(shmid, key, size);
     uid_t uid = getuid();
     gid_t gid = getgid();
     if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {

@@ -5,6 +5,9 @@
 //! trust the kernel instead: the device is not the kernel's SysV mount
 //! and `/proc/sysvipc/shm` counts no attachment, so the region stays
 //! kept with no holder, `segments` lists nobody on it and `rm` removes it.
+//! A second attacker attaches a real segment of the same shmid and key in
+//! an IPC namespace of its own: `segments` lists it apart, as that
+//! namespace's, and it holds nothing of root's either.
 //! Real SysV segments on 2 MiB pages, under the pool guard.
 
 use crate::common::{hugeshm as run, json, listed};
@@ -42,15 +45,17 @@ impl Drop for Attacker {
     }
 }
 
-/// Starts the attacker against `shmid`/`key`; `None` where this host
-/// gives an unprivileged user no user namespace (exit 3).
-fn attack(bin: &Path, shmid: u64, key: u32, size: u64) -> Option<Attacker> {
+/// Starts the attacker against `shmid`/`key` (with `ipc`, a real segment
+/// in its own IPC namespace); `None` where this host gives an unprivileged
+/// user no user namespace (exit 3).
+fn attack(bin: &Path, shmid: u64, key: u32, size: u64, ipc: bool) -> Option<Attacker> {
     let mut child = Command::new("setpriv")
         .args(AS_NOBODY)
         .arg(bin)
         .arg(shmid.to_string())
         .arg(format!("{key:08x}"))
         .arg(size.to_string())
+        .args(ipc.then_some("ipc"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -101,13 +106,17 @@ fn a_look_alike_sysv_mapping_is_not_an_attachment() {
     let shmid = r["object"]["shmid"].as_u64().unwrap();
     let key = r["object"]["key"].as_i64().unwrap() as u32;
 
-    let Some(attacker) = attack(&bin, shmid, key, 2 << 20) else {
+    let (Some(attacker), Some(elsewhere)) = (
+        attack(&bin, shmid, key, 2 << 20, false),
+        attack(&bin, shmid, key, 4 << 20, true),
+    ) else {
         return pool.skip_lacking(
             Lack::UnprivilegedUserns,
             "uid 65534 cannot create a user namespace here",
         );
     };
     let pid = attacker.0.id();
+    let other = elsewhere.0.id();
     // The attack is in place: its maps line reads as an attachment.
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
     let wanted = format!("{shmid} ");
@@ -132,7 +141,9 @@ fn a_look_alike_sysv_mapping_is_not_an_attachment() {
         .map(str::to_owned)
         .unwrap_or_default();
     assert!(
-        line.contains(" kept ") && !line.contains(&pid.to_string()),
+        line.contains(" kept ")
+            && !line.contains(&pid.to_string())
+            && !line.contains(&other.to_string()),
         "{line}"
     );
     // segments: nobody on root's segment, none of the look-alike's bytes.
@@ -141,7 +152,7 @@ fn a_look_alike_sysv_mapping_is_not_an_attachment() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|g| g["kind"] == "sysv" && g["id"] == shmid)
+        .find(|g| g["kind"] == "sysv" && g["id"] == shmid && g["path"].is_null())
         .unwrap_or_else(|| panic!("sysv {shmid} not listed: {s:#}"))
         .clone();
     assert_eq!(seg["attached_pids"], Value::Array(vec![]), "{seg:#}");
@@ -153,10 +164,25 @@ fn a_look_alike_sysv_mapping_is_not_an_attachment() {
         .flat_map(|g| g["attached_pids"].as_array().cloned().unwrap_or_default())
         .collect::<Vec<_>>();
     assert!(!listed_pids.contains(&pid.into()), "{s:#}");
+    // The other namespace's segment of the same shmid: listed apart.
+    let ns = std::fs::read_link(format!("/proc/{other}/ns/ipc")).unwrap();
+    let theirs = s["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["path"] == ns.to_str().unwrap())
+        .unwrap_or_else(|| panic!("{ns:?} not listed: {s:#}"));
+    assert_eq!(
+        (&theirs["kind"], &theirs["id"], &theirs["size_bytes"]),
+        (&"sysv".into(), &shmid.into(), &(4u64 << 20).into()),
+        "{theirs:#}"
+    );
+    assert_eq!(theirs["attached_pids"], serde_json::json!([other]));
     // rm: not "in use".
     let out = run(&["rm", &name]);
     assert!(out.status.success(), "{out:?}");
     drop(attacker);
+    drop(elsewhere);
     drop(dir);
     pool.finish();
 }
