@@ -141,17 +141,14 @@ fn a_file_the_real_uid_cannot_read_is_not_quoted() {
     if cannot_act_as_nobody(test_name!()) {
         return;
     }
-    // uid 65534 with CAP_DAC_READ_SEARCH (as a binary given that
+    // uid 65534 with CAP_DAC_OVERRIDE (as a binary given that
     // capability would run): it reads root's 0600 file, but may not show it.
     let victim_dir = TempDir::new("planted-input-cap");
     let victim = root_only(&victim_dir);
     let on_fixture = common::on_fixture("clean");
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .args([
-            "--inh-caps=+dac_read_search",
-            "--ambient-caps=+dac_read_search",
-        ])
+        .args(["--inh-caps=+dac_override", "--ambient-caps=+dac_override"])
         .arg(on_fixture.get_program())
         .args(on_fixture.get_args())
         .args(["advise", "--spec"])
@@ -159,7 +156,7 @@ fn a_file_the_real_uid_cannot_read_is_not_quoted() {
         .env("NO_COLOR", "1")
         .output()
         .unwrap();
-    let err = usage_error("advise --spec as 65534 with CAP_DAC_READ_SEARCH", out);
+    let err = usage_error("advise --spec as 65534 with CAP_DAC_OVERRIDE", out);
     assert!(!err.contains("only-root"), "the secret shown: {err}");
     assert!(
         err.contains("line 1, column") && err.contains("uid 65534 cannot read it (mode 0600"),
