@@ -30,7 +30,7 @@
 mod persist;
 mod reserve;
 
-pub use persist::{persist, PersistAction, PersistedFile};
+pub use persist::{persist, PersistAction, PersistError, PersistedFile};
 pub use reserve::{
     apply, apply_to, planned_steps, ApplyError, ApplyOptions, ApplyReport, ApplyStep, DemoteChange,
     PoolChange, PoolFiles, StepHook, SysfsPools,

@@ -23,7 +23,7 @@ fn host() -> HostSnapshot {
 fn twice_changes_nothing_and_updates_keep_a_backup() {
     let r = root("twice");
     let p = plan(&host(), &[Demand::new("sga", 1 << 30, 2 << 20)], vec![], 2).unwrap();
-    let first = persist(&p, &r).unwrap();
+    let first = persist(&p, &r, None).unwrap();
     assert!(
         first.iter().all(|f| f.action == PersistAction::Created),
         "{first:?}"
@@ -33,7 +33,7 @@ fn twice_changes_nothing_and_updates_keep_a_backup() {
     assert!(text.contains("vm.nr_hugepages = 514\n"), "{text}");
     assert!(r.join("etc/security/limits.d/60-hugeshm.conf").exists());
 
-    let second = persist(&p, &r).unwrap();
+    let second = persist(&p, &r, None).unwrap();
     assert!(
         second.iter().all(|f| f.action == PersistAction::Unchanged),
         "{second:?}"
@@ -42,7 +42,7 @@ fn twice_changes_nothing_and_updates_keep_a_backup() {
 
     // A new plan replaces the file and keeps the old one beside it.
     let p2 = plan(&host(), &[Demand::new("sga", 2 << 30, 2 << 20)], vec![], 2).unwrap();
-    let third = persist(&p2, &r).unwrap();
+    let third = persist(&p2, &r, None).unwrap();
     let f = third
         .iter()
         .find(|f| f.path.ends_with("sysctl.d/60-hugeshm.conf"))
@@ -70,7 +70,7 @@ fn an_unwritable_root_is_an_error_naming_the_file() {
     std::fs::create_dir_all(&r).unwrap();
     std::fs::write(r.join("etc"), "not a directory").unwrap();
     let p = plan(&host(), &[Demand::new("sga", 1 << 30, 2 << 20)], vec![], 2).unwrap();
-    let e = persist(&p, &r).unwrap_err();
+    let e = persist(&p, &r, None).unwrap_err();
     assert!(e.to_string().contains("etc/sysctl.d"), "{e}");
     std::fs::remove_dir_all(&r).unwrap();
 }
@@ -98,7 +98,7 @@ fn victim(r: &std::path::Path) -> PathBuf {
 fn under_umask_000_files_are_0644_and_directories_0755() {
     let r = root("umask");
     let old = rustix::process::umask(rustix::fs::Mode::empty());
-    let done = persist(&one_plan(), &r);
+    let done = persist(&one_plan(), &r, None);
     rustix::process::umask(old);
     done.unwrap();
     for d in [
@@ -129,7 +129,7 @@ fn a_symlink_at_the_old_temporary_name_is_not_followed() {
         std::process::id()
     ));
     std::os::unix::fs::symlink(&v, &planted).unwrap();
-    persist(&one_plan(), &r).unwrap();
+    persist(&one_plan(), &r, None).unwrap();
     assert_eq!(std::fs::read_to_string(&v).unwrap(), "SECRET=1\n");
     let conf = d.join("60-hugeshm.conf");
     assert!(std::fs::symlink_metadata(&conf).unwrap().is_file());
@@ -147,7 +147,7 @@ fn a_symlink_at_the_target_or_its_backup_is_refused() {
     std::fs::create_dir_all(&d).unwrap();
     let conf = d.join("60-hugeshm.conf");
     std::os::unix::fs::symlink(&v, &conf).unwrap();
-    let e = persist(&one_plan(), &r).unwrap_err();
+    let e = persist(&one_plan(), &r, None).unwrap_err();
     assert!(e.to_string().contains("symbolic link"), "{e}");
     assert!(e.to_string().contains("60-hugeshm.conf"), "{e}");
     // The secret was neither overwritten nor copied into a backup.
@@ -165,7 +165,7 @@ fn a_symlink_at_the_target_or_its_backup_is_refused() {
         0,
     )
     .unwrap();
-    let e = persist(&one_plan(), &r).unwrap_err();
+    let e = persist(&one_plan(), &r, None).unwrap_err();
     assert!(e.to_string().contains("FIFO"), "{e}");
 
     // An old file to back up, and a symlink where the backup goes.
@@ -173,7 +173,7 @@ fn a_symlink_at_the_target_or_its_backup_is_refused() {
     std::fs::write(&conf, "vm.nr_hugepages = 1\n").unwrap();
     let backup = d.join("60-hugeshm.conf.hugeshm-backup");
     std::os::unix::fs::symlink(&v, &backup).unwrap();
-    let e = persist(&one_plan(), &r).unwrap_err();
+    let e = persist(&one_plan(), &r, None).unwrap_err();
     assert!(e.to_string().contains("symbolic link"), "{e}");
     assert_eq!(std::fs::read_to_string(&v).unwrap(), "SECRET=1\n");
     assert_eq!(
@@ -192,7 +192,7 @@ fn a_0600_file_replaced_keeps_a_0600_backup() {
     let conf = d.join("60-hugeshm.conf");
     std::fs::write(&conf, "# root only\n").unwrap();
     std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let done = persist(&one_plan(), &r).unwrap();
+    let done = persist(&one_plan(), &r, None).unwrap();
     let f = done
         .iter()
         .find(|f| f.path.ends_with("sysctl.d/60-hugeshm.conf"))

@@ -1,5 +1,6 @@
 //! `hugeshm advise`: pages per size per node, and the configuration.
 
+use crate::cmd::input_file::InputFile;
 use crate::output::{Out, Table, Usage};
 use anyhow::{bail, Context};
 use hugeshm_doctor::advise::{self, Demand, Placement, Plan, Skipped, DEFAULT_SPARE_PAGES};
@@ -7,7 +8,7 @@ use hugeshm_doctor::checked;
 use hugeshm_parse::size::{format_bytes, page_size_short, MIB};
 use hugeshm_parse::size_arg::parse_size_arg;
 use hugeshm_probe::{HostSnapshot, Probe, Roots};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Where the demand comes from (shared by `advise` and `apply`).
@@ -222,38 +223,34 @@ fn offered_page_size(host: &HostSnapshot, page: u64, what: &str) -> anyhow::Resu
     .into())
 }
 
-fn spec_demands(host: &HostSnapshot, path: &PathBuf, default: u64) -> anyhow::Result<Spec> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let spec: SpecFile = toml::from_str(&text)
-        .with_context(|| format!("{} is not a valid hugeshm spec", path.display()))?;
+fn spec_demands(host: &HostSnapshot, path: &Path, default: u64) -> anyhow::Result<Spec> {
+    let file = InputFile::read("--spec", path, "a spec")?;
+    let spec: SpecFile = file.toml("a valid hugeshm spec")?;
+    let bad = |what: String| Usage(format!("{}: {what}", path.display()));
     if spec.region.is_empty() {
-        bail!("{}: no [[region]] entries", path.display());
+        return Err(bad("no [[region]] entries".into()).into());
     }
     if let Some(u) = &spec.memlock_user {
-        parse_memlock_user(u)
-            .map_err(|e| anyhow::anyhow!("{}: memlock_user: {e}", path.display()))?;
+        parse_memlock_user(u).map_err(|e| bad(format!("memlock_user: {}", file.said(e))))?;
     }
     if let Some(u) = &spec.systemd_unit {
-        parse_systemd_unit(u)
-            .map_err(|e| anyhow::anyhow!("{}: systemd_unit: {e}", path.display()))?;
+        parse_systemd_unit(u).map_err(|e| bad(format!("systemd_unit: {}", file.said(e))))?;
     }
     let mut out = Vec::new();
     for r in spec.region {
+        let region = file.quoted(&r.name);
         let size = parse_size_arg(&r.size)
-            .map_err(|e| anyhow::anyhow!("{}: region {:?}: size {e}", path.display(), r.name))?;
+            .map_err(|e| bad(format!("region {region}: size {}", file.said(e))))?;
         let page = match &r.page_size {
-            Some(p) => parse_size_arg(p).map_err(|e| {
-                anyhow::anyhow!("{}: region {:?}: page_size {e}", path.display(), r.name)
-            })?,
+            Some(p) => parse_size_arg(p)
+                .map_err(|e| bad(format!("region {region}: page_size {}", file.said(e))))?,
             None => default,
         };
         if r.node.is_some() && r.spread {
-            bail!(
-                "{}: region {:?}: node and spread exclude each other",
-                path.display(),
-                r.name
-            );
+            return Err(bad(format!(
+                "region {region}: node and spread exclude each other"
+            ))
+            .into());
         }
         let placement = match (r.node, r.spread) {
             (Some(n), _) => Placement::Node(n),
@@ -263,7 +260,7 @@ fn spec_demands(host: &HostSnapshot, path: &PathBuf, default: u64) -> anyhow::Re
         offered_page_size(
             host,
             page,
-            &format!("{}: region {:?}: page_size", path.display(), r.name),
+            &format!("{}: region {region}: page_size", path.display()),
         )?;
         let mut d = Demand::new(format!("spec {}", r.name), size, page).placed(placement);
         if let Some(g) = r.sysv_group {

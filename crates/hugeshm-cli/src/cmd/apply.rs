@@ -2,11 +2,13 @@
 //! optionally persist it.
 
 use crate::cmd::advise::{build_plan, SourceArgs};
+use crate::cmd::input_file::InputFile;
 use crate::output::{Out, Table, Usage, JSON_SCHEMA};
 use crate::progress::Steps;
-use anyhow::{bail, Context};
+use anyhow::bail;
 use hugeshm_apply::{
-    persist, ApplyOptions, ApplyReport, ApplyStep, PersistAction, PersistedFile, StepHook,
+    persist, ApplyOptions, ApplyReport, ApplyStep, PersistAction, PersistError, PersistedFile,
+    StepHook,
 };
 use hugeshm_doctor::advise::Plan;
 use hugeshm_parse::size::{format_bytes, page_size_short};
@@ -57,15 +59,28 @@ struct ApplyOutput<'a> {
 }
 
 /// A plan written by `advise --json`: the document of this schema, or a bare
-/// plan (before the envelope).
-fn read_plan(text: &str) -> anyhow::Result<Plan> {
-    let v: serde_json::Value = serde_json::from_str(text)?;
+/// plan (before the envelope). Every error is a usage error.
+fn read_plan(file: &InputFile) -> Result<Plan, Usage> {
+    const WHAT: &str = "a plan from hugeshm advise --json";
+    let v = file.json(WHAT)?;
     match v.get("schema") {
         None => {}
         Some(n) if n.as_u64() == Some(u64::from(JSON_SCHEMA)) => {}
-        Some(n) => bail!("it has JSON schema {n}; this hugeshm reads schema {JSON_SCHEMA}"),
+        Some(n) => {
+            return Err(Usage(format!(
+                "{} is not {WHAT}: it has JSON schema {}; this hugeshm reads schema {JSON_SCHEMA}",
+                file.path().display(),
+                file.said(n)
+            )))
+        }
     }
-    Ok(serde_json::from_value(v)?)
+    serde_json::from_value(v).map_err(|e| {
+        Usage(format!(
+            "{} is not {WHAT}: {}",
+            file.path().display(),
+            file.said(e)
+        ))
+    })
 }
 
 /// What a step of apply does, in words.
@@ -101,13 +116,11 @@ fn step_text(s: ApplyStep) -> String {
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let probe = crate::cmd::doctor_probe(roots);
     let host = probe.host();
+    let mut plan_file = None;
     let plan: Plan = match &args.plan {
         Some(f) => {
-            let text =
-                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-            read_plan(&text).with_context(|| {
-                format!("{} is not a plan from hugeshm advise --json", f.display())
-            })?
+            plan_file = Some(InputFile::read("--plan", f, "a plan")?);
+            read_plan(plan_file.as_ref().expect("just read"))?
         }
         None => build_plan(&probe, &host, &args.source)?,
     };
@@ -115,14 +128,15 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
         bail!("the plan has no pools to reserve (nothing counted)");
     }
     let writes = args.persist || args.persist_only;
-    if let (Some(f), true) = (&args.plan, writes) {
+    if let (Some(f), true) = (&plan_file, writes) {
         // The files are written as root: only what advise writes for these
         // pools, never a path or a line a plan file brought.
         hugeshm_doctor::advise::check_plan_files(&plan, &host).map_err(|e| {
             anyhow::anyhow!(
-                "{}: {e}; nothing was written. Make the plan again with hugeshm advise --json, \
+                "{}: {}; nothing was written. Make the plan again with hugeshm advise --json, \
                      or persist from the sources (apply --persist --size/--spec/--live)",
-                f.display()
+                f.path().display(),
+                f.said(e)
             )
         })?;
     }
@@ -163,7 +177,15 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
         )
     };
     let persisted = if writes && !args.dry_run {
-        persist(&plan, &args.root).context("persisting the configuration")?
+        persist(&plan, &args.root, crate::cmd::sudo_uid()).map_err(|e| match e {
+            PersistError::Refused(why) => anyhow::Error::new(Usage(format!(
+                "--root {}: {why}; nothing was written. Make each directory on the way root's \
+                 (chown root:) and not writable by group or others (chmod go-w), or name \
+                 another --root",
+                args.root.display()
+            ))),
+            e => anyhow::Error::new(e).context("persisting the configuration"),
+        })?
     } else {
         Vec::new()
     };

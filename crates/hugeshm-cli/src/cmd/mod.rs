@@ -14,6 +14,7 @@ pub mod bench_prefault_sample;
 pub mod exporter;
 pub mod exporter_http;
 pub mod generate;
+mod input_file;
 pub mod lab;
 mod man_sections;
 pub mod region;

@@ -224,9 +224,12 @@ fn prepare(roots: &Roots, a: &Args) -> Result<Env, Refused> {
                 .to_owned(),
         ));
     }
-    let command = match a.command.first() {
-        Some(c) => Some(resolve_command(c)?),
-        None => None,
+    let (given, command) = match a.command.first() {
+        Some(c) => {
+            let (found, canonical) = resolve_command(c)?;
+            (Some(found), Some(canonical))
+        }
+        None => (None, None),
     };
     let target = match (&a.target, &command) {
         (Some(t), _) => target_of(t)?,
@@ -239,6 +242,15 @@ fn prepare(roots: &Roots, a: &Args) -> Result<Env, Refused> {
     if let Target::Path(t) = &target {
         if command.as_ref() != Some(t) {
             check_loadable(t, "--target")?;
+        }
+    }
+    // Who could replace what runs: COMMAND, and the --target path.
+    if let (Some(g), Some(c)) = (&given, &command) {
+        warnings.extend(replaceable_program("COMMAND", g, c));
+    }
+    if let (Some(t), Target::Path(canonical)) = (&a.target, &target) {
+        if command.as_ref() != Some(canonical) {
+            warnings.extend(replaceable_program("--target", Path::new(t), canonical));
         }
     }
     let host = Probe::new(roots.clone()).host_for_regions();
@@ -321,9 +333,9 @@ pub fn environment(settings: &Settings) -> Result<(String, String), String> {
     Ok((preload_list(&lib, None), settings.encode()))
 }
 
-/// COMMAND as a canonical path: as given when it has a `/`, else found in
-/// `PATH` the way `exec` will find it.
-fn resolve_command(c: &OsStr) -> Result<PathBuf, Refused> {
+/// COMMAND as found (as given when it has a `/`, else found in `PATH` the
+/// way `exec` will find it) and as a canonical path.
+fn resolve_command(c: &OsStr) -> Result<(PathBuf, PathBuf), Refused> {
     let p = Path::new(c);
     let found = if c.as_encoded_bytes().contains(&b'/') {
         Some(p.to_path_buf())
@@ -336,9 +348,10 @@ fn resolve_command(c: &OsStr) -> Result<PathBuf, Refused> {
         })
     };
     let found = found.ok_or_else(|| Refused(format!("{}: not found in PATH", p.display())))?;
-    found
+    let canonical = found
         .canonicalize()
-        .map_err(|e| Refused(format!("{}: {e}", found.display())))
+        .map_err(|e| Refused(format!("{}: {e}", found.display())))?;
+    Ok((found, canonical))
 }
 
 /// `--target NAME|PATH`.
@@ -361,12 +374,17 @@ fn target_of(t: &OsStr) -> Result<Target, Refused> {
     }
 }
 
-/// The file's ELF headers (its first 64 KiB).
+/// The file's ELF headers (its first 64 KiB), read from a regular file
+/// (`hugeshm_sys::OpenCheck`: a FIFO is refused, not waited on).
 fn executable(p: &Path) -> Result<Executable, Refused> {
     use std::io::Read;
     let mut buf = Vec::new();
-    std::fs::File::open(p)
-        .and_then(|f| f.take(64 << 10).read_to_end(&mut buf))
+    let f = hugeshm_sys::OpenCheck::read()
+        .open(p)
+        .map_err(|e| Refused(e.to_string()))?;
+    std::fs::File::from(f.into_fd())
+        .take(64 << 10)
+        .read_to_end(&mut buf)
         .map_err(|e| Refused(format!("{}: {e}", p.display())))?;
     elf::parse(&buf).map_err(|e| Refused(format!("{}: {}", p.display(), e.message)))
 }
@@ -485,32 +503,76 @@ fn find_library(explicit: Option<&Path>) -> Result<PathBuf, Refused> {
     // and none that others can write to (a sticky directory such as /tmp
     // only lets them replace their own entries, which the level below
     // would not accept).
-    for (i, p) in lib.ancestors().enumerate() {
-        let what = if i == 0 {
-            "the library"
-        } else {
-            "a directory above it"
-        };
+    match replaceable(&lib, "the library", |uid| uid == 0 || uid == euid)? {
+        Some(why) => Err(Refused(format!(
+            "{why}: it could be replaced by another user"
+        ))),
+        None => Ok(lib),
+    }
+}
+
+/// Why another user could replace the file at `p` (`what`: `the
+/// library`), `None` when nobody but `trusted` users can: the file, then
+/// every directory above it, each owned by a trusted uid and not writable
+/// by group or others (a sticky directory may be: its entries are their
+/// owners' alone); a symbolic link on the way (of a path not made
+/// canonical) counts by its owner. The first that fails, as `PATH (WHAT)
+/// belongs to uid N, neither root nor you` or `... is writable by group or
+/// others (mode 0777)`.
+fn replaceable(
+    p: &Path,
+    what: &str,
+    trusted: impl Fn(u32) -> bool,
+) -> Result<Option<String>, Refused> {
+    for (i, p) in p.ancestors().enumerate() {
+        if p.as_os_str().is_empty() {
+            break;
+        }
         let md =
             std::fs::symlink_metadata(p).map_err(|e| Refused(format!("{}: {e}", p.display())))?;
-        if md.uid() != 0 && md.uid() != euid {
-            return Err(Refused(format!(
-                "{} ({what}) belongs to uid {}, neither root nor you: it could be replaced by another user",
+        let what = match i {
+            0 => what,
+            _ if md.is_symlink() => "a symbolic link on the way",
+            _ => "a directory above it",
+        };
+        if !trusted(md.uid()) {
+            return Ok(Some(format!(
+                "{} ({what}) belongs to uid {}, neither root nor you",
                 p.display(),
                 md.uid()
             )));
         }
         let sticky_dir = md.is_dir() && md.mode() & 0o1000 != 0;
-        if md.mode() & 0o022 != 0 && !sticky_dir {
-            return Err(Refused(format!(
-                "{} ({what}) is writable by group or others (mode {:04o}): it could be replaced; \
-                 chmod go-w it",
+        if md.mode() & 0o022 != 0 && !sticky_dir && !md.is_symlink() {
+            return Ok(Some(format!(
+                "{} ({what}) is writable by group or others (mode {:04o}); chmod go-w it",
                 p.display(),
                 md.mode() & 0o7777
             )));
         }
     }
-    Ok(lib)
+    Ok(None)
+}
+
+/// A warning when another user could replace the program root runs
+/// (COMMAND, or the `--target` path): `given` as found (its symlinks
+/// count) and `canonical`, each file and every directory above it. The
+/// server's own binary is the admin's choice: a warning, never a refusal.
+fn replaceable_program(what: &str, given: &Path, canonical: &Path) -> Option<String> {
+    let me = rustix::process::geteuid().as_raw();
+    let sudo = crate::cmd::sudo_uid();
+    let trusted = |uid: u32| uid == 0 || uid == me || Some(uid) == sudo;
+    let given = std::env::current_dir()
+        .map(|d| d.join(given))
+        .unwrap_or_else(|_| given.to_path_buf());
+    let why = [given.as_path(), canonical]
+        .into_iter()
+        .find_map(|p| replaceable(p, what, trusted).ok().flatten())?;
+    Some(format!(
+        "{why}: another user can replace the program run as uid {me}; it is run as asked (the \
+         server's binary is your choice), but install it owned by root, not writable by group \
+         or others, in directories that are too"
+    ))
 }
 
 /// `LD_PRELOAD`: the library first, then what was there (an earlier

@@ -90,3 +90,69 @@ pub fn listed(name: &str) -> Value {
         .unwrap_or_else(|| panic!("{name} not listed: {l:#}"))
         .clone()
 }
+
+/// The uid the attacker of the planted-file tests acts as.
+pub const NOBODY: u32 = 65534;
+
+/// Whether `test` cannot act as uid 65534 (after a skip): it needs root,
+/// and `setpriv` to drop to 65534.
+pub fn cannot_act_as_nobody(test: &str) -> bool {
+    if hugeshm_testkit::skip_unless_root(test) {
+        return true;
+    }
+    let setpriv = Command::new("setpriv").arg("--version").output().is_ok();
+    if !setpriv {
+        hugeshm_testkit::skip(test, format_args!("no setpriv to act as uid {NOBODY}"));
+    }
+    !setpriv
+}
+
+/// Runs `script` in `sh` as uid 65534 (no groups); panics if it fails.
+pub fn as_nobody(script: &str) {
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+        ])
+        .arg(script)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A fresh directory owned by uid 65534 (mode 0755), removed on drop.
+pub fn nobodys_dir(what: &str) -> hugeshm_testkit::TempDir {
+    let d = hugeshm_testkit::TempDir::new(what);
+    std::os::unix::fs::chown(d.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+    d
+}
+
+/// `cmd`'s output (stdin empty), or a panic when it runs longer than
+/// 20 s (waiting on a FIFO, say): the test fails rather than hangs.
+pub fn output_within_20s(mut cmd: Command) -> Output {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} still running after 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}

@@ -58,7 +58,7 @@ fn a_spec_file_reads_sizes_the_same_way() {
     let dir = hugeshm_testkit::TempDir::new("cli-usage-spec");
     let spec = dir.path().join("plan.toml");
     std::fs::write(&spec, "[[region]]\nname = \"sga\"\nsize = \"18GB\"\n").unwrap();
-    let err = exits(&["advise", "--spec", spec.to_str().unwrap(), "--json"], 3);
+    let err = exits(&["advise", "--spec", spec.to_str().unwrap(), "--json"], 2);
     assert!(err.contains("region \"sga\": size \"18GB\""), "{err}");
     assert!(err.contains("18G or 18GiB"), "{err}");
 }

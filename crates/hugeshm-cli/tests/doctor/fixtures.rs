@@ -2232,7 +2232,7 @@ fn advise_names_the_memlock_users() {
     )
     .unwrap();
     let r = run(name, &["advise", "--spec", s]);
-    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("memlock_user"), "{}", r.stderr);
     assert!(r.stdout.is_empty(), "{}", r.stdout);
 }
@@ -2327,7 +2327,7 @@ fn advise_gives_services_a_memlock_drop_in() {
     );
     write_spec("session-3.scope");
     let r = run(name, &["advise", "--spec", s]);
-    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("systemd_unit"), "{}", r.stderr);
     // apply --persist writes it, and says what to run.
     let root = tmp.path().join("root");
@@ -2410,7 +2410,7 @@ fn apply_reads_plans_of_this_schema() {
     // A later schema is refused.
     plan["schema"] = Value::from(SCHEMA + 1);
     let r = apply(&plan);
-    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stdout.is_empty(), "{}", r.stdout);
     assert!(
         r.stderr.contains("schema 2") && r.stderr.contains("reads schema 1"),

@@ -25,5 +25,6 @@ mod exporter_grafana;
 mod fixtures;
 mod generate;
 mod live;
+mod planted_inputs;
 mod postgres;
 mod users;

@@ -9,4 +9,5 @@
 mod common;
 
 mod run;
+mod run_owner;
 mod run_postgres;

@@ -131,30 +131,6 @@ impl DirHandle {
         })
     }
 
-    /// Opens the directory at `path`, creating it and the missing
-    /// directories above it with exactly `mode` (0755, say: `fchmod`
-    /// after `mkdir`, so the umask does not change it). A directory made
-    /// here is opened without following a symlink.
-    pub fn create_all(path: &Path, mode: u32) -> io::Result<DirHandle> {
-        if path.as_os_str().is_empty() {
-            return DirHandle::open(Path::new("."));
-        }
-        match DirHandle::open(path) {
-            Ok(d) => return Ok(d),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-            return DirHandle::open(path);
-        };
-        let up = DirHandle::create_all(parent, mode)?;
-        up.make_dir(name, mode).map_err(|e| at(path, "create", e))?;
-        Ok(DirHandle {
-            fd: up.open_dir_nofollow(name)?,
-            path: path.to_owned(),
-        })
-    }
-
     /// `mkdirat` then `fchmod` to exactly `mode`; an existing name is left
     /// as it is (its opener checks it).
     fn make_dir(&self, name: &OsStr, mode: u32) -> io::Result<()> {
@@ -294,8 +270,8 @@ impl DirHandle {
                 return Err(refuse(
                     walked,
                     format!(
-                        "is owned by uid {} ({whom}): refusing to write under it",
-                        o.uid
+                        "is owned by uid {} ({whom}), mode {:04o}: refusing to write under it",
+                        o.uid, o.mode
                     ),
                 ));
             }
@@ -303,8 +279,8 @@ impl DirHandle {
                 return Err(refuse(
                     walked,
                     format!(
-                        "is writable by others (mode {:04o}, not sticky): refusing to write under it",
-                        o.mode
+                        "is writable by others (mode {:04o}, not sticky; owner uid {}): refusing to write under it",
+                        o.mode, o.uid
                     ),
                 ));
             }
