@@ -275,9 +275,8 @@ fn unreadable_info(
     let mut info = untrusted_info(name, object, owner, String::new(), cpid, holders);
     info.state = RegionState::Unreadable;
     info.detail = Some(format!(
-        "root's segment of mode {:04o}: uid {} may not read its header, so whether it is a \
-         region made to be kept or one left behind only root can tell (hugeshm ls as root)",
-        owner.mode,
+        "uid {} may not read root's segment, so whether it holds a region made to be kept or \
+         one left behind only root can tell (hugeshm ls as root)",
         rustix::process::geteuid().as_raw()
     ));
     info
