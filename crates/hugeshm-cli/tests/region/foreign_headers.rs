@@ -218,3 +218,92 @@ fn another_users_region_files_are_untrusted_with_the_kernels_page_size() {
     drop(mount);
     pool.finish();
 }
+
+/// A SysV region uid 65534 made (a valid header: kept, ready) and then gave
+/// to root (`IPC_SET` of `shm_perm.uid`; its creator keeps an owner's
+/// rights through `cuid`, so it can still write it): root's `ls` lists it
+/// `untrusted` under its key with uid 65534 as its owner, and `attach`
+/// refuses it without attaching it (it used to list it `kept` from its
+/// header and attach it as root's own).
+#[test]
+fn a_segment_another_user_gave_to_root_is_still_theirs() {
+    let Some(pool) = live!() else { return };
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        skip(test_name!(), "no setpriv to plant a segment as uid 65534");
+        return;
+    }
+    let dir = TempDir::new("give-segment");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let give = dir.join("give_segment");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/region/give_segment.c");
+    let st = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&give)
+        .arg(&src)
+        .status()
+        .expect("cc");
+    assert!(st.success(), "cc {} failed", src.display());
+    let name = format!("clitest-gift-{}", std::process::id());
+    let nobody = |prog: &std::path::Path, args: &[&str]| {
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(prog)
+            .args(args)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?} as 65534: {out:?}");
+    };
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_hugeshm"));
+    nobody(
+        bin,
+        &[
+            "create",
+            &name,
+            "--backend",
+            "sysv",
+            "--size",
+            "4M",
+            "--page-size",
+            "4k",
+        ],
+    );
+    let key = hugeshm_region::sysv_key(&name);
+    let shmid = hugeshm_probe::Probe::default()
+        .sysv_segments()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.key == key)
+        .expect("uid 65534's segment")
+        .shmid;
+    struct Remove(i32);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = hugeshm_sys::shm_remove(self.0);
+        }
+    }
+    let _remove = Remove(shmid);
+    nobody(&give, &[&shmid.to_string(), "0"]);
+    let st = hugeshm_sys::shm_stat(shmid).unwrap();
+    assert_eq!((st.uid, st.cuid), (0, 65534));
+
+    let l = json(run(&["ls", "--json"]));
+    let r = l["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["object"]["shmid"] == shmid)
+        .unwrap_or_else(|| panic!("shmid {shmid} not listed: {l:#}"));
+    assert_eq!(r["state"], "untrusted", "{r:#}");
+    assert_eq!(r["name"], format!("key-{:08x}", key as u32), "{r:#}");
+    assert_eq!(r["owner"]["uid"], 65534, "{r:#}");
+    assert_eq!(r["header"], Value::Null, "{r:#}");
+    let out = run(&["attach", &name, "--backend", "sysv"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("--owner 65534"), "{err}");
+    let now = hugeshm_sys::shm_stat(shmid).unwrap();
+    assert_eq!((now.nattch, now.atime), (st.nattch, st.atime), "attached");
+    drop(_remove);
+    pool.finish();
+}

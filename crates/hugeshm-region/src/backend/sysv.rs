@@ -105,6 +105,17 @@ fn sysv_owner(uid: u32, cuid: u32, mode: u32) -> Owner {
     }
 }
 
+/// Why `trust` refuses the segment of owner `uid`, creator `cuid` and
+/// `mode` (see [`sysv_owner`]); `None` when it is trusted.
+fn refusal(trust: &Trust, uid: u32, cuid: u32, mode: u32) -> Option<String> {
+    let reason = trust.refuses(sysv_owner(uid, cuid, mode))?;
+    Some(if sysv_owner(uid, cuid, mode).uid == uid {
+        reason
+    } else {
+        format!("{reason} (uid {cuid} created it and keeps an owner's rights; its shm_perm.uid says uid {uid})")
+    })
+}
+
 fn describe(key: i32, shmid: i32) -> String {
     format!("SysV key {:#010x}, shmid {shmid}", key as u32)
 }
@@ -181,7 +192,7 @@ fn inspect_shmid(
     };
     let owner = owner_of(&stat);
     let cpid = u32::try_from(stat.cpid).ok().filter(|p| *p != 0);
-    if let Some(reason) = trust.refuses(owner) {
+    if let Some(reason) = refusal(trust, stat.uid, stat.cuid, stat.mode) {
         let name = expect_name
             .map(str::to_owned)
             .unwrap_or_else(|| key_name(key));
@@ -433,7 +444,7 @@ impl BackendOps for Sysv {
                 nattch: seg.nattch,
             };
             let cpid = Some(seg.cpid).filter(|p| *p != 0);
-            if let Some(reason) = trust.refuses(owner) {
+            if let Some(reason) = refusal(trust, seg.uid, seg.cuid, seg.perms) {
                 out.push(untrusted_info(
                     &key_name(seg.key),
                     object,
