@@ -426,10 +426,12 @@ impl BackendOps for Sysv {
         let Ok(segments) = holders.probe().sysv_segments() else {
             return out;
         };
-        // Trusted segments, whatever their mode: attaching a trusted
-        // segment read-only for a moment changes nothing another user
-        // relies on. Only on the live host: a captured /proc's shmids and
-        // uids say nothing about this kernel's segments.
+        // Trusted segments, whatever their mode, are attached read-only
+        // for a moment: their own user's `ls` does the same, and another
+        // user's is attached only where `--owner` named it. Root's moves
+        // its `shm_nattch` for that moment, no longer than root's own `ls`
+        // does. Only on the live host: a captured /proc's shmids and uids
+        // say nothing about this kernel's segments.
         let live = holders.probe().roots.is_live();
         for seg in segments {
             // Named regions only.
