@@ -367,7 +367,8 @@ pub unsafe extern "C" fn hugeshm_options_set_pmd_sharing(
 }
 
 /// With `hugeshm_options_set_reclaim`: accept an existing region owned by
-/// `uid` (default: the effective uid). A region another user owns, or one
+/// `uid` (default: the effective uid; root's is accepted too: root may write
+/// anything anyway). A region another user owns, or one
 /// that group or others may write beyond the mode set with
 /// `hugeshm_options_set_mode`, is refused (`HUGESHM_ERROR_UNTRUSTED`).
 ///

@@ -61,6 +61,7 @@ pub const CODES: &[(&str, &[Severity])] = {
         ("reserved-untouched", &[Info]),
         ("orphan", &[Warning]),
         ("kept-unattached", &[Info]),
+        ("unattached-unreadable", &[Info]),
         ("orphan-file", &[Warning]),
         ("misplaced", &[Warning]),
         ("single-node", &[Warning]),

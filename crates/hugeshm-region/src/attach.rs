@@ -73,8 +73,12 @@ impl Locator {
     }
 
     /// Accept a region owned by `uid` (default: this process's effective
-    /// uid). Attach, inspect and remove refuse an object another user
-    /// owns ([`RegionError::Untrusted`]): its header proves nothing.
+    /// uid; root's is accepted too, as root may write anything anyway).
+    /// Attach, inspect and remove refuse an object another user owns
+    /// ([`RegionError::Untrusted`]): its header proves nothing. A SysV
+    /// segment is its creator's (`cuid`) where a user other than root
+    /// created it. [`list_regions_on`](crate::list_regions_on) takes the
+    /// same uid to read that user's headers.
     pub fn owner(mut self, uid: u32) -> Self {
         self.owner = Some(uid);
         self

@@ -45,6 +45,13 @@ pub struct RegionInfo {
     /// Who owns the object (a memfd region: its record), and its mode.
     #[serde(default)]
     pub owner: Option<Owner>,
+    /// The page size the kernel backs the object with, as its file system
+    /// says (hugetlbfs: its page size; tmpfs without `huge=`: the base
+    /// page), where the header is not read (`untrusted`); `None` where the
+    /// kernel does not tell without attaching it (SysV, memfd, DAX, tmpfs
+    /// with huge pages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_page_size_bytes: Option<u64>,
     /// What to do about an orphan: reuse, recreate or remove it by name
     /// (and directory), or `ipcrm` a SysV segment whose creator died
     /// before writing its header. `None` for a region in use.
@@ -119,8 +126,39 @@ impl RegionInfo {
             creator: None,
             layout_version: None,
             owner,
+            kernel_page_size_bytes: None,
             fix: None,
         }
+    }
+
+    /// An object whose owner (`owner`) the caller does not trust, as the
+    /// kernel describes it, its header unread: state `untrusted`, why in
+    /// `detail`, no fix. `holders`: the pids that map it; `nattch`: SysV's.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn untrusted(
+        name: &str,
+        backend: Backend,
+        object: NamedObject,
+        owner: Owner,
+        detail: String,
+        holders: Vec<u32>,
+        nattch: Option<u64>,
+        creator_pid: Option<u32>,
+        kernel_page_size_bytes: Option<u64>,
+    ) -> RegionInfo {
+        let c = Classified {
+            version: None,
+            state: RegionState::Untrusted,
+            header: None,
+            detail: Some(detail),
+            creator_pid,
+            creator: None,
+        };
+        let attached = nattch.is_some_and(|n| n > 0);
+        let mut info = info_from(name, backend, object, c, holders, attached, nattch);
+        info.owner = Some(owner);
+        info.kernel_page_size_bytes = kernel_page_size_bytes;
+        info
     }
 
     /// The [`fix`](RegionInfo::fix) of this region as found.
@@ -272,6 +310,7 @@ pub(crate) fn info_from(
         creator: c.creator,
         layout_version: c.version,
         owner: None,
+        kernel_page_size_bytes: None,
         fix: None,
     };
     if let Some((object_bytes, header_bytes)) = info.truncated() {

@@ -45,23 +45,31 @@ use hugeshm_probe::Probe;
 use crate::backend;
 use crate::error::RegionError;
 use crate::holders::Holders;
+use crate::model::Trust;
 
 pub use crate::inspect::RegionInfo;
 pub use crate::model::RegionState;
 
-/// Every hugeshm region on the host `probe` reads: this user's SysV
-/// segments with a hugeshm header (each one with resident memory is
-/// attached read-only for a moment to read its first bytes; on the live
-/// host only), every other user's named SysV segment as `/proc/sysvipc/shm`
-/// shows it (state `untrusted`, name `key-XXXXXXXX`: never attached, its
-/// header unread), `hugeshm.*` files in `/dev/shm` and on every hugetlbfs
-/// mount, and memfd records. Includes orphans (state `crashed`, `stale`,
-/// or `ready` with `held == false`). Sorted by name, then backend.
-pub fn list_regions_on(probe: &Probe) -> Result<Vec<RegionInfo>, RegionError> {
+/// Every hugeshm region on the host `probe` reads. The header of an
+/// object is read only when it is this user's (or `owner`'s, when named:
+/// as [`Locator::owner`](crate::Locator::owner)) or root's: SysV segments
+/// with a hugeshm header (each one with resident memory is attached
+/// read-only for a moment to read its first bytes; on the live host only),
+/// `hugeshm.*` files in `/dev/shm`, on every hugetlbfs and DAX mount,
+/// device-dax regions, and memfd records. Every other user's object is
+/// listed as the kernel shows it, its header unread (state `untrusted`):
+/// a named SysV segment from `/proc/sysvipc/shm` (name `key-XXXXXXXX`,
+/// never attached), a file or record from its directory entry and
+/// `fstat` (with the page size of its file system). Root's SysV segment
+/// that this user may not read is `unreadable`. Includes orphans (state
+/// `crashed`, `stale`, or `ready` with `held == false`). Sorted by name,
+/// then backend.
+pub fn list_regions_on(probe: &Probe, owner: Option<u32>) -> Result<Vec<RegionInfo>, RegionError> {
     let holders = Holders::lazy(probe);
+    let trust = Trust::listing(owner);
     let mut out: Vec<RegionInfo> = backend::listable()
         .iter()
-        .flat_map(|ops| ops.list(&holders))
+        .flat_map(|ops| ops.list(&holders, &trust))
         .collect();
     out.sort_by(|a, b| (&a.name, a.backend.as_str()).cmp(&(&b.name, b.backend.as_str())));
     Ok(out)
@@ -69,5 +77,5 @@ pub fn list_regions_on(probe: &Probe) -> Result<Vec<RegionInfo>, RegionError> {
 
 /// [`list_regions_on`] the live host.
 pub fn list_regions() -> Result<Vec<RegionInfo>, RegionError> {
-    list_regions_on(&Probe::default())
+    list_regions_on(&Probe::default(), None)
 }

@@ -49,7 +49,7 @@
 //!           verify (Verification), verify_page_size (PageSizeCheck, PageSizeSource);
 //!           header (RegionHeader); len, page_size, data_ptr, ... (accessors); close, destroy
 //! remove    remove(name, backend), Locator::remove, Locator::remove_per_node
-//! list      list_regions, list_regions_on(&Probe) -> [RegionInfo]
+//! list      list_regions, list_regions_on(&Probe, owner: Option<u32>) -> [RegionInfo]
 //!           (RegionState, HeaderState, Liveness, NamedObject)
 //! names     validate_name, sysv_key, MAX_NAME_LEN
 //! errors    RegionError (Shortfall, NodeNeed): facts and numbers;

@@ -331,16 +331,25 @@ pub enum RegionState {
     Newer,
     /// hugeshm's magic, but a header that does not add up.
     Damaged,
-    /// Another user's SysV segment: its header is not read (that would
-    /// attach it, and anyone can write a header), so whether it is a
-    /// hugeshm region is not known. Listed from `/proc/sysvipc/shm` alone,
-    /// under its key; never attached, reused or removed.
+    /// Another user's object (neither the caller's, or the owner it
+    /// named, nor root's): its header is not read (a SysV segment would
+    /// have to be attached, and anyone who may write an object can write a
+    /// header), so whether it is a hugeshm region is not known. A SysV
+    /// segment is listed from `/proc/sysvipc/shm` alone, under its key; a
+    /// file or memfd record from its directory entry and `fstat`, with the
+    /// page size of its file system; never attached, reused or removed.
     Untrusted,
+    /// Root's SysV segment that this user may not read (mode 0600 to
+    /// others: `IPC_STAT` and `shmat` refused): trusted, but its header
+    /// is unknown to this user, so whether it is a hugeshm region made to
+    /// be kept or one left behind only root can tell. Listed from
+    /// `/proc/sysvipc/shm` alone, under its key.
+    Unreadable,
 }
 
 impl RegionState {
     /// `ready`, `initializing`, `crashed`, `stale`, `foreign`, `collision`,
-    /// `newer`, `damaged`, `untrusted`.
+    /// `newer`, `damaged`, `untrusted`, `unreadable`.
     pub fn as_str(self) -> &'static str {
         match self {
             RegionState::Ready => "ready",
@@ -352,6 +361,7 @@ impl RegionState {
             RegionState::Newer => "newer",
             RegionState::Damaged => "damaged",
             RegionState::Untrusted => "untrusted",
+            RegionState::Unreadable => "unreadable",
         }
     }
 
@@ -481,11 +491,13 @@ pub struct Owner {
 }
 
 /// Whose objects a caller trusts: the owner it accepts (its effective uid
-/// unless it names another) and the permission bits it accepts beyond the
-/// owner's own (write access for group or others only where asked for).
+/// unless it names another), root (who may write anything anyway, so its
+/// objects are as good as the caller's own to every reader), and the
+/// permission bits it accepts beyond the owner's own (write access for
+/// group or others only where asked for).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Trust {
-    /// The uid that must own the object.
+    /// The uid that must own the object (or root).
     pub uid: u32,
     /// The mode the caller asked for: group/other write bits outside it
     /// are refused.
@@ -501,11 +513,21 @@ impl Trust {
         }
     }
 
+    /// What a listing reads the headers of: the objects of `owner` (this
+    /// process's effective uid by default) and root's, whatever their
+    /// mode.
+    pub fn listing(owner: Option<u32>) -> Trust {
+        Trust {
+            uid: owner.unwrap_or_else(|| rustix::process::geteuid().as_raw()),
+            mode: 0o777,
+        }
+    }
+
     /// Why `owner` is not trusted, `None` when it is.
     pub fn refuses(&self, owner: Owner) -> Option<String> {
-        if owner.uid != self.uid {
+        if owner.uid != self.uid && owner.uid != 0 {
             return Some(format!(
-                "it is owned by uid {}, not uid {} (this process's, or the one named)",
+                "it is owned by uid {}, not uid {} (this process's, or the one named) nor root",
                 owner.uid, self.uid
             ));
         }

@@ -673,8 +673,15 @@ fn planted_fifos_and_links_are_refused_never_opened() {
         }
     });
     kid.finish();
+    // Listed without reading another user's record at all (untrusted);
+    // inspect and remove by name read it and refuse the FIFO.
     let info = listed.iter().find(|i| i.name == name).expect("listed");
-    assert_eq!(info.state, hugeshm_region::RegionState::Foreign, "{info:?}");
+    assert_eq!(
+        info.state,
+        hugeshm_region::RegionState::Untrusted,
+        "{info:?}"
+    );
+    assert_eq!(info.owner.map(|o| o.uid), Some(65534), "{info:?}");
     for r in [inspected, removed] {
         let e = r.unwrap_err().to_string();
         assert!(e.contains("a FIFO (named pipe) owned by uid 65534"), "{e}");

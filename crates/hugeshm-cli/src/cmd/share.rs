@@ -45,9 +45,17 @@ pub struct LsArgs {
     /// Exit 1 when a region is orphaned (its creator, one of its users, is
     /// gone), crashed or damaged. A region made to be kept (`create`
     /// without `--hold`) that nobody attaches is listed `kept` and not
-    /// counted, nor is another user's SysV segment (`untrusted`).
+    /// counted, nor is another user's segment, file or record
+    /// (`untrusted`), nor root's segment this user may not read
+    /// (`unreadable`).
     #[arg(long)]
     pub check: bool,
+    /// Read the headers of this user's regions too (uid or login name;
+    /// default: only the effective user's and root's). Another user's are
+    /// listed `untrusted`, their headers unread: whoever may write an
+    /// object may write its header.
+    #[arg(long, value_parser = crate::cmd::region::parse_owner)]
+    pub owner: Option<u32>,
 }
 
 /// Runs `attach`.
@@ -285,13 +293,25 @@ fn print_attach(r: &AttachReport, out: &mut Out) -> anyhow::Result<()> {
     t.render(out, "  ")
 }
 
+/// The size of the object itself, as the kernel gives it.
+fn object_bytes(object: &hugeshm_region::NamedObject) -> u64 {
+    match object {
+        hugeshm_region::NamedObject::Sysv { size_bytes, .. }
+        | hugeshm_region::NamedObject::File { size_bytes, .. }
+        | hugeshm_region::NamedObject::Memfd { size_bytes, .. } => *size_bytes,
+        _ => 0,
+    }
+}
+
 /// Runs `ls`.
 pub fn ls(roots: &Roots, a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
-    let regions = list_regions_on(&Probe::new(roots.clone())).map_err(region_error)?;
-    // Another user's segment (`untrusted`: its header is not read) is no
-    // fault of this host's regions.
+    let regions = list_regions_on(&Probe::new(roots.clone()), a.owner).map_err(region_error)?;
+    // Another user's object (`untrusted`: its header is not read), root's
+    // segment this user may not read (`unreadable`): no fault of the
+    // regions this user answers for.
+    let unread = |r: &RegionInfo| matches!(r.state.as_str(), "untrusted" | "unreadable");
     let bad = |r: &RegionInfo| {
-        r.is_abandoned() || !matches!(r.state.as_str(), "ready" | "initializing" | "untrusted")
+        r.is_abandoned() || !(matches!(r.state.as_str(), "ready" | "initializing") || unread(r))
     };
     if a.json {
         out.json_doc(&crate::output::Keyed("regions", &regions))?;
@@ -315,13 +335,18 @@ pub fn ls(roots: &Roots, a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
                 r.name.clone(),
                 r.backend.to_string(),
                 state,
+                // An unread header's object: the kernel's size and page.
                 r.header
                     .as_ref()
-                    .map(|h| format_bytes(h.size_bytes))
+                    .map(|h| h.size_bytes)
+                    .or_else(|| unread(r).then(|| object_bytes(&r.object)))
+                    .map(format_bytes)
                     .unwrap_or_else(|| "?".into()),
                 r.header
                     .as_ref()
-                    .map(|h| page_size_short(h.page_size_bytes))
+                    .map(|h| h.page_size_bytes)
+                    .or(r.kernel_page_size_bytes)
+                    .map(page_size_short)
                     .unwrap_or_else(|| "?".into()),
                 if r.holders.is_empty() {
                     "none".into()
@@ -344,9 +369,29 @@ pub fn ls(roots: &Roots, a: &LsArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
             ]);
         }
         t.render(out, "")?;
-        for r in regions.iter().filter(|r| r.state.as_str() == "untrusted") {
+        let users = hugeshm_probe::Users::of(roots);
+        for r in regions.iter().filter(|r| unread(r)) {
+            // Whose it is, and (another user's) how to read it anyway.
+            let (whose, fix) = match r.owner {
+                Some(o) => {
+                    let login = users
+                        .name_of(o.uid)
+                        .map(|n| format!(" ({n})"))
+                        .unwrap_or_default();
+                    let fix = if r.state.as_str() == "untrusted" {
+                        format!("; to read its header: hugeshm ls --owner {}", o.uid)
+                    } else {
+                        String::new()
+                    };
+                    (
+                        format!("owner uid {}{login}, mode {:04o}: ", o.uid, o.mode),
+                        fix,
+                    )
+                }
+                None => (String::new(), String::new()),
+            };
             out.line(format!(
-                "  {} {} ({}): {}",
+                "  {} {} ({}): {whose}{}{fix}",
                 out.severity(hugeshm_doctor::Severity::Info),
                 r.name,
                 r.backend,

@@ -354,10 +354,10 @@ fn exhausted_resources_are_clear_errors_and_leave_nothing() {
 
 /// A file system mounted on a fresh directory, unmounted and removed on
 /// drop.
-struct TempMount(PathBuf);
+pub(crate) struct TempMount(pub(crate) PathBuf);
 
 impl TempMount {
-    fn new(fstype: &str, options: &str) -> TempMount {
+    pub(crate) fn new(fstype: &str, options: &str) -> TempMount {
         let dir = std::env::temp_dir().join(format!(
             "hugeshm-{fstype}-{}-{}",
             std::process::id(),

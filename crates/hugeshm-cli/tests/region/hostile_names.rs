@@ -152,10 +152,16 @@ fn ls_shows_a_planted_name_escaped_and_quotes_it_in_the_fix() {
     let st = nobody(&"mv").arg(&made.0).arg(&planted.0).status().unwrap();
     assert!(st.success());
 
+    // Listed untrusted (another user's header is not read), escaped.
     let out = common::hugeshm(&["ls"]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert_no_raw_controls("ls", &text);
     let shown = format!("{plain}{TITLE_SHOWN}'; touch pwned; echo '");
+    assert!(text.contains(&shown), "{text}");
+    // Its header read (`--owner 65534`): kept, with a fix naming it.
+    let out = common::hugeshm(&["ls", "--owner", "65534"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_no_raw_controls("ls --owner", &text);
     assert!(text.contains(&shown), "{text}");
     // The fix's remove command, pasted into a shell, is `hugeshm rm` with
     // the whole name as one argument, and runs nothing else.

@@ -288,3 +288,139 @@ fn the_doctor_tells_a_kept_region_from_an_orphan() {
     assert!(run(&["rm", &kept]).status.success(), "rm {kept}");
     pool.finish();
 }
+
+/// `hugeshm ARGS` as uid 65534 (the exporter's dynamic user is another
+/// uid than root, as this one).
+fn as_nobody(args: &[&str]) -> std::process::Output {
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_hugeshm"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?} as 65534: {out:?}");
+    out
+}
+
+/// `hugeshm_finding{code="CODE",severity="SEV"}` of `exporter --once` as
+/// uid 65534 (0 where the exporter knows no such code).
+fn exported_as_nobody(code: &str, severity: &str) -> u64 {
+    let out = as_nobody(&["exporter", "--once"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let want = format!("hugeshm_finding{{code=\"{code}\",severity=\"{severity}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&want))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Root's regions seen by another uid (the packaged exporter runs as a
+/// dynamic user): root's objects are trusted by every reader, so a kept
+/// region of mode 0644 is `kept-unattached` to uid 65534 as to root. One
+/// of mode 0600 (the default) this uid may not read at all: `ls` lists it
+/// `unreadable` and `segments` and the exporter give the info
+/// `unattached-unreadable`, never the warning `orphan` (it was `orphan`:
+/// false alarms wherever a fleet alerts on it), for a kept region and for
+/// one a killed holder left alike, which only root tells apart (to root
+/// the second stays an `orphan`).
+#[test]
+fn roots_regions_are_no_orphans_to_another_reader() {
+    let Some(pool) = live!() else { return };
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        hugeshm_testkit::skip(
+            hugeshm_testkit::test_name!(),
+            "no setpriv to read as uid 65534",
+        );
+        return;
+    }
+    pool.ensure_free(M2, 6).expect("6 free 2 MiB pages");
+    let pid = std::process::id();
+    let [kept, open, left] = ["kept", "open", "left"].map(|s| format!("clitest-rk-{s}-{pid}"));
+    let _remove = Remove(vec![kept.clone(), open.clone(), left.clone()]);
+    let create = [
+        "--backend",
+        "sysv",
+        "--size",
+        "4M",
+        "--page-size",
+        "2m",
+        "--policy",
+        "only",
+    ];
+    let orphans_before = exported_as_nobody("orphan", "warning");
+    let unread_before = exported_as_nobody("unattached-unreadable", "info");
+
+    let out = cmd(&["create", &kept]).args(create).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let out = cmd(&["create", &open])
+        .args(create)
+        .args(["--mode", "0644"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut holder = hold(&left, &create);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let ids = [&kept, &open, &left].map(|n| shmid_of(n));
+
+    // As 65534.
+    let segs = json(as_nobody(&["segments", "--json"]));
+    let findings_of = |segs: &Value, id: u64| {
+        let seg = segs["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["kind"] == "sysv" && g["id"] == id)
+            .unwrap_or_else(|| panic!("sysv {id} not in segments: {segs:#}"))
+            .clone();
+        codes(seg["findings"].as_array().unwrap())
+    };
+    let info = |code: &str| vec![(code.to_owned(), "info".to_owned())];
+    assert_eq!(findings_of(&segs, ids[0]), info("unattached-unreadable"));
+    assert_eq!(findings_of(&segs, ids[1]), info("kept-unattached"));
+    assert_eq!(findings_of(&segs, ids[2]), info("unattached-unreadable"));
+    assert_eq!(exported_as_nobody("orphan", "warning"), orphans_before);
+    assert_eq!(
+        exported_as_nobody("unattached-unreadable", "info"),
+        unread_before + 2
+    );
+    let ls = json(as_nobody(&["ls", "--json"]));
+    let state_of = |id: u64| {
+        ls["regions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["object"]["shmid"] == id)
+            .map(|r| (r["state"].clone(), r["header"]["kept"].clone()))
+    };
+    assert_eq!(state_of(ids[0]), Some(("unreadable".into(), Value::Null)));
+    assert_eq!(state_of(ids[1]), Some(("ready".into(), true.into())));
+    assert_eq!(state_of(ids[2]), Some(("unreadable".into(), Value::Null)));
+    let check = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_hugeshm"))
+        .args(["ls", "--check"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&check.stdout);
+    for n in [&kept, &open, &left] {
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.contains("WARN") && l.contains(n.as_str())),
+            "{text}"
+        );
+    }
+
+    // To root, the killed holder's is an orphan, the others kept.
+    assert_eq!(segment_findings(ids[0])[0]["code"], "kept-unattached");
+    assert_eq!(segment_findings(ids[1])[0]["code"], "kept-unattached");
+    assert_eq!(
+        codes(&segment_findings(ids[2])),
+        [("orphan".to_owned(), "warning".to_owned())]
+    );
+    for n in [&kept, &open, &left] {
+        assert!(run(&["rm", n]).status.success(), "rm {n}");
+    }
+    pool.finish();
+}

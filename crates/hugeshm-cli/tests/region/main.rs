@@ -11,6 +11,7 @@
 mod common;
 
 mod faults;
+mod foreign_headers;
 mod hostile_names;
 mod lookalike;
 mod ls_kept;

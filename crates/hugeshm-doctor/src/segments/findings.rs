@@ -190,6 +190,8 @@ pub(super) fn segment_findings(
         let id = seg.id.unwrap_or(0);
         if let Some(name) = kept.region_of(seg) {
             out.push(kept::kept_unattached(seg, name, &label, &size));
+        } else if kept.is_unreadable(seg) {
+            out.push(kept::unattached_unreadable(seg, &label, &size));
         } else {
             out.push(Finding::new(
             Severity::Warning,
@@ -641,6 +643,56 @@ mod tests {
         // A negative shmid is none the kernel gives: ignored.
         let mut neg = KeptRegions::default();
         neg.add_sysv(-1, 0xabcd, "x", None);
+        assert_eq!(neg, KeptRegions::default());
+    }
+
+    #[test]
+    fn roots_segment_the_caller_may_not_read_is_no_orphan() {
+        let h = HostSnapshot::default();
+        let mut seg = file("", SegmentKind::Sysv, &[]);
+        seg.path = None;
+        seg.key = Some("0x0000abcd".into());
+        seg.creator_pid = Some(77);
+        seg.mode = Some(0o600);
+        seg.attached_pids.clear();
+        seg.nattch = Some(0);
+        let found = |seg: &Segment, kept: &KeptRegions| {
+            segment_findings(seg, &h, Some(2 * MIB), 1, kept)
+                .into_iter()
+                .map(|f| (f.code.clone(), f.severity, f.message, f.fix))
+                .collect::<Vec<_>>()
+        };
+        let mut unread = KeptRegions::default();
+        unread.add_unreadable_sysv(12, 0xabcd);
+        let f = found(&seg, &unread);
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            (f[0].0.as_str(), f[0].1),
+            ("unattached-unreadable", Severity::Info)
+        );
+        assert_eq!(
+            f[0].2,
+            "sysv 12 (64 MiB, key 0x0000abcd, created by pid 77) is root's and has no process \
+             attached; its header is root's to read (mode 0600), so whether it is a hugeshm \
+             region made to be kept or one left behind only root can tell"
+        );
+        assert_eq!(
+            f[0].3.as_deref(),
+            Some("hugeshm ls   # as root: kept is normal, orphaned was left behind")
+        );
+        // Another key under that shmid (the id given again since), or
+        // another shmid: orphans; attached: neither.
+        let mut other = seg.clone();
+        other.key = Some("0x0000abce".into());
+        assert_eq!(found(&other, &unread)[0].0, "orphan");
+        other = seg.clone();
+        other.id = Some(13);
+        assert_eq!(found(&other, &unread)[0].0, "orphan");
+        other = seg.clone();
+        other.nattch = Some(1);
+        assert!(found(&other, &unread).is_empty());
+        let mut neg = KeptRegions::default();
+        neg.add_unreadable_sysv(-1, 0xabcd);
         assert_eq!(neg, KeptRegions::default());
     }
 }

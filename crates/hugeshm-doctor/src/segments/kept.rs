@@ -3,7 +3,11 @@
 //! server, not abandoned. Only a reader of region headers can tell
 //! (hugeshm-region, above this crate), so the caller finds them and hands
 //! them to the scan as [`KeptRegions`]; [`kept_unattached`] is their
-//! finding, in place of the `orphan` warning.
+//! finding, in place of the `orphan` warning. Root's segments that the
+//! caller (another user: the exporter's dynamic user) may not read are
+//! handed over too: [`unattached_unreadable`] is theirs, an info, not the
+//! `orphan` warning, since only root can tell a kept one from one left
+//! behind and root's objects are no other user's doing.
 
 use super::sample::key_text;
 use super::Segment;
@@ -21,6 +25,8 @@ use std::collections::BTreeMap;
 pub struct KeptRegions {
     /// shmid -> (key, the region's name, its page size from its header).
     sysv: BTreeMap<u64, (i32, String, Option<u64>)>,
+    /// Root's segments the caller may not read: shmid -> key.
+    unreadable: BTreeMap<u64, i32>,
 }
 
 impl KeptRegions {
@@ -38,6 +44,27 @@ impl KeptRegions {
         if let Ok(id) = u64::try_from(shmid) {
             self.sysv.insert(id, (key, name.into(), page_size_bytes));
         }
+    }
+
+    /// Adds SysV segment `shmid`, of key `key`, root's (owner and creator
+    /// uid 0), whose header the caller may not read (mode 0600: `IPC_STAT`
+    /// and `shmat` refused): with no process attached it is the info
+    /// `unattached-unreadable`, not the warning `orphan`. A negative shmid
+    /// is ignored.
+    pub fn add_unreadable_sysv(&mut self, shmid: i32, key: i32) {
+        if let Ok(id) = u64::try_from(shmid) {
+            self.unreadable.insert(id, key);
+        }
+    }
+
+    /// Whether `seg` is root's segment the caller may not read (the same
+    /// shmid and key).
+    pub(super) fn is_unreadable(&self, seg: &Segment) -> bool {
+        seg.kind == super::SegmentKind::Sysv
+            && seg
+                .id
+                .and_then(|id| self.unreadable.get(&id))
+                .is_some_and(|key| seg.key.as_deref() == Some(key_text(*key).as_str()))
     }
 
     /// The region `seg` holds, where it is one of them: a SysV segment of
@@ -86,5 +113,25 @@ pub(super) fn kept_unattached(seg: &Segment, name: &str, label: &str, size: &str
             "{}   # only when no server will attach it again",
             rm.render(Renderer::Cli)
         )),
+    )
+}
+
+/// `unattached-unreadable`: `seg` (of `size`, its label `label`) is root's,
+/// no process is attached to it, and the caller may not read its header.
+pub(super) fn unattached_unreadable(seg: &Segment, label: &str, size: &str) -> Finding {
+    Finding::new(
+        Severity::Info,
+        "unattached-unreadable",
+        format!(
+            "{label} ({size}, key {}, created by pid {}) is root's and has no process attached; its header is root's to read (mode {}), so whether it is a hugeshm region made to be kept or one left behind only root can tell",
+            seg.key.as_deref().unwrap_or("?"),
+            seg.creator_pid
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "?".into()),
+            seg.mode
+                .map(|m| format!("{:04o}", m & 0o777))
+                .unwrap_or_else(|| "?".into())
+        ),
+        Some("hugeshm ls   # as root: kept is normal, orphaned was left behind".to_owned()),
     )
 }

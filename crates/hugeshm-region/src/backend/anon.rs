@@ -9,7 +9,7 @@ use super::{BackendOps, Inspected, Made, Object, Opened, Place, Spec};
 use crate::error::RegionError;
 use crate::holders::Holders;
 use crate::inspect::RegionInfo;
-use crate::model::Expect;
+use crate::model::{Expect, Trust};
 use crate::pool::{self, Backing};
 
 /// The `anon` backend's operations ([`BackendOps`]).
@@ -57,7 +57,7 @@ impl BackendOps for Anon {
         Err(unnamed())
     }
 
-    fn list(&self, _: &Holders<'_>) -> Vec<RegionInfo> {
+    fn list(&self, _: &Holders<'_>, _: &Trust) -> Vec<RegionInfo> {
         Vec::new()
     }
 

@@ -32,7 +32,7 @@ use crate::inspect::{classify, info_from, read_head, Classified, RegionInfo};
 use crate::memfd_record::{
     self, memfd_record_path, MemfdRecord, MEMFD_RECORD_DIR, MEMFD_RECORD_PREFIX,
 };
-use crate::model::{Backend, Expect, NamedObject, Owner, RegionState};
+use crate::model::{Backend, Expect, NamedObject, Owner, RegionState, Trust};
 use crate::naming::object_file_name;
 use crate::pool::{self, Backing};
 
@@ -232,6 +232,45 @@ fn open_memfd(
         }
     }
     Ok(None)
+}
+
+/// An owner no trust accepts, for an info without one.
+const UNKNOWN: Owner = Owner {
+    uid: u32::MAX,
+    mode: 0o777,
+};
+
+/// The record of memfd region `name` at `path` as its directory entry
+/// shows it, when it is a regular file whose owner `trust` refuses: state
+/// `untrusted`, never opened or read. (Another kind of file is `foreign`,
+/// from the checked open, which does not read it either.)
+fn untrusted_record(name: &str, path: &Path, trust: &Trust) -> Option<RegionInfo> {
+    let md = std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.file_type().is_file())?;
+    let owner = Owner {
+        uid: md.uid(),
+        mode: md.mode() & 0o777,
+    };
+    let reason = trust.refuses(owner)?;
+    let object = NamedObject::File {
+        path: path.display().to_string(),
+        size_bytes: md.len(),
+    };
+    let detail = format!(
+        "{reason}; hugeshm does not read another user's memfd record, nor the memfd it names"
+    );
+    Some(RegionInfo::untrusted(
+        name,
+        Backend::Memfd,
+        object,
+        owner,
+        detail,
+        Vec::new(),
+        None,
+        None,
+        None,
+    ))
 }
 
 /// The memfd region `name` from its record; `None` if there is no record.
@@ -472,7 +511,7 @@ impl BackendOps for Memfd {
         Ok(())
     }
 
-    fn list(&self, holders: &Holders<'_>) -> Vec<RegionInfo> {
+    fn list(&self, holders: &Holders<'_>, trust: &Trust) -> Vec<RegionInfo> {
         let Ok(rd) = std::fs::read_dir(MEMFD_RECORD_DIR) else {
             return Vec::new();
         };
@@ -490,7 +529,17 @@ impl BackendOps for Memfd {
         records.sort();
         let mut out = Vec::new();
         for (name, path) in records {
+            // Another user's record is neither opened nor read: its owner
+            // from the directory entry (a record in the sticky /dev/shm is
+            // replaced only by its owner), checked again after the open.
+            if let Some(info) = untrusted_record(&name, &path, trust) {
+                out.push(info);
+                continue;
+            }
             match inspect_record(&name, &path, holders) {
+                Ok(Some(ins)) if trust.refuses(ins.info.owner.unwrap_or(UNKNOWN)).is_some() => {
+                    out.extend(untrusted_record(&name, &path, trust));
+                }
                 Ok(Some(ins)) => out.push(ins.info),
                 Ok(None) => {}
                 Err(RegionError::NotOurs { object, reason }) => out.push(RegionInfo::foreign(

@@ -257,8 +257,9 @@ pub(crate) trait BackendOps: Sync {
     ) -> Result<Vec<Inspected>, RegionError>;
     /// Removes an inspected object nobody holds, re-checking first.
     fn remove(&self, found: Inspected) -> Result<(), RegionError>;
-    /// Every region of this kind on the host.
-    fn list(&self, holders: &Holders<'_>) -> Vec<RegionInfo>;
+    /// Every region of this kind on the host; the header of one whose
+    /// owner `trust` refuses is not read (state `untrusted`).
+    fn list(&self, holders: &Holders<'_>, trust: &Trust) -> Vec<RegionInfo>;
     /// Where objects of `place` are looked for (for "not found").
     fn looked(&self, place: &Place<'_>, probe: &Probe) -> String;
 }

@@ -12,7 +12,7 @@ use super::{
 use crate::error::RegionError;
 use crate::header::{self, liveness, Decoded, Liveness, STATE_OFFSET, USED_BYTES};
 use crate::holders::Holders;
-use crate::inspect::{classify, info_from, Classified, RegionInfo};
+use crate::inspect::{classify, info_from, RegionInfo};
 use crate::model::{Backend, Expect, NamedObject, Owner, RegionState, Trust};
 use crate::naming::sysv_key;
 use crate::pool::{self, Backing};
@@ -88,12 +88,32 @@ fn kernel_limit(spec: &Spec<'_>, size: u64, e: SysError) -> RegionError {
     }
 }
 
-/// The segment's owner (`shm_perm.uid`) and permission bits.
+/// The segment's owner and permission bits, from `IPC_STAT`.
 fn owner_of(stat: &sys::ShmStat) -> Owner {
+    sysv_owner(stat.uid, stat.cuid, stat.mode)
+}
+
+/// Whose a segment is, for trust: its owner (`shm_perm.uid`), unless a
+/// user other than root created it (`cuid`). The creator keeps the owner's
+/// rights (write it, `IPC_SET`, `IPC_RMID`) whoever it gives the segment
+/// to, so a segment uid 65534 made and gave to root (`IPC_SET`) is still
+/// uid 65534's.
+fn sysv_owner(uid: u32, cuid: u32, mode: u32) -> Owner {
     Owner {
-        uid: stat.uid,
-        mode: stat.mode & 0o777,
+        uid: if cuid == uid || cuid == 0 { uid } else { cuid },
+        mode: mode & 0o777,
     }
+}
+
+/// Why `trust` refuses the segment of owner `uid`, creator `cuid` and
+/// `mode` (see [`sysv_owner`]); `None` when it is trusted.
+fn refusal(trust: &Trust, uid: u32, cuid: u32, mode: u32) -> Option<String> {
+    let reason = trust.refuses(sysv_owner(uid, cuid, mode))?;
+    Some(if sysv_owner(uid, cuid, mode).uid == uid {
+        reason
+    } else {
+        format!("{reason} (uid {cuid} created it and keeps an owner's rights; its shm_perm.uid says uid {uid})")
+    })
 }
 
 fn describe(key: i32, shmid: i32) -> String {
@@ -172,7 +192,7 @@ fn inspect_shmid(
     };
     let owner = owner_of(&stat);
     let cpid = u32::try_from(stat.cpid).ok().filter(|p| *p != 0);
-    if let Some(reason) = trust.refuses(owner) {
+    if let Some(reason) = refusal(trust, stat.uid, stat.cuid, stat.mode) {
         let name = expect_name
             .map(str::to_owned)
             .unwrap_or_else(|| key_name(key));
@@ -240,26 +260,36 @@ fn untrusted_info(
         NamedObject::Sysv { shmid, nattch, .. } => (shmid, nattch),
         _ => (0, 0),
     };
-    let c = Classified {
-        version: None,
-        state: RegionState::Untrusted,
-        header: None,
-        detail: Some(format!(
-            "{reason}; hugeshm does not attach another user's segment to read its header"
-        )),
-        creator_pid: cpid,
-        creator: None,
-    };
-    let mut info = info_from(
+    RegionInfo::untrusted(
         name,
         Backend::Sysv,
         object,
-        c,
+        owner,
+        format!("{reason}; hugeshm does not attach another user's segment to read its header"),
         holders.shm(shmid),
-        nattch > 0,
         Some(nattch),
-    );
-    info.owner = Some(owner);
+        cpid,
+        None,
+    )
+}
+
+/// Root's segment that this user may not read (`IPC_STAT` and `shmat`
+/// refused: mode 0600), as `/proc/sysvipc/shm` describes it: trusted, but
+/// whether it is a hugeshm region, and which, only root can tell.
+fn unreadable_info(
+    name: &str,
+    object: NamedObject,
+    owner: Owner,
+    cpid: Option<u32>,
+    holders: &Holders<'_>,
+) -> RegionInfo {
+    let mut info = untrusted_info(name, object, owner, String::new(), cpid, holders);
+    info.state = RegionState::Unreadable;
+    info.detail = Some(format!(
+        "uid {} may not read root's segment, so whether it holds a region made to be kept or \
+         one left behind only root can tell (hugeshm ls as root)",
+        rustix::process::geteuid().as_raw()
+    ));
     info
 }
 
@@ -385,37 +415,38 @@ impl BackendOps for Sysv {
         }
     }
 
-    /// Segments of this user with a hugeshm header (read through a
-    /// read-only attachment), and every other user's named segment from
-    /// `/proc/sysvipc/shm` alone, as [`RegionState::Untrusted`].
-    fn list(&self, holders: &Holders<'_>) -> Vec<RegionInfo> {
+    /// Segments that `trust` accepts (this user's or the one it names, and
+    /// root's) with a hugeshm header (read through a read-only
+    /// attachment), and every other user's named segment from
+    /// `/proc/sysvipc/shm` alone, as [`RegionState::Untrusted`]; root's
+    /// that this user may not read, from there too, as
+    /// [`RegionState::Unreadable`].
+    fn list(&self, holders: &Holders<'_>, trust: &Trust) -> Vec<RegionInfo> {
         let mut out = Vec::new();
         let Ok(segments) = holders.probe().sysv_segments() else {
             return out;
         };
-        // This user's own segments, whatever their mode: attaching one's
-        // own segment read-only for a moment changes nothing another user
-        // relies on. Only on the live host: a captured /proc's shmids and
-        // uids say nothing about this kernel's segments.
-        let mine = Trust::own(0o777);
+        // Trusted segments, whatever their mode, are attached read-only
+        // for a moment: their own user's `ls` does the same, and another
+        // user's is attached only where `--owner` named it. Root's moves
+        // its `shm_nattch` for that moment, no longer than root's own `ls`
+        // does. Only on the live host: a captured /proc's shmids and uids
+        // say nothing about this kernel's segments.
         let live = holders.probe().roots.is_live();
         for seg in segments {
             // Named regions only.
             if seg.key == 0 || seg.size_bytes < USED_BYTES as u64 {
                 continue;
             }
-            let owner = Owner {
-                uid: seg.uid,
-                mode: seg.perms & 0o777,
+            let owner = sysv_owner(seg.uid, seg.cuid, seg.perms);
+            let object = NamedObject::Sysv {
+                key: seg.key,
+                shmid: seg.shmid,
+                size_bytes: seg.size_bytes,
+                nattch: seg.nattch,
             };
-            if let Some(reason) = mine.refuses(owner) {
-                let object = NamedObject::Sysv {
-                    key: seg.key,
-                    shmid: seg.shmid,
-                    size_bytes: seg.size_bytes,
-                    nattch: seg.nattch,
-                };
-                let cpid = Some(seg.cpid).filter(|p| *p != 0);
+            let cpid = Some(seg.cpid).filter(|p| *p != 0);
+            if let Some(reason) = refusal(trust, seg.uid, seg.cuid, seg.perms) {
                 out.push(untrusted_info(
                     &key_name(seg.key),
                     object,
@@ -427,17 +458,44 @@ impl BackendOps for Sysv {
                 continue;
             }
             // The owner again, from the kernel, just before attaching.
-            let still_mine = live
-                && sys::shm_stat(seg.shmid).is_ok_and(|st| mine.refuses(owner_of(&st)).is_none());
-            if !still_mine {
+            let stat = if live {
+                sys::shm_stat(seg.shmid)
+            } else {
                 continue;
+            };
+            match stat {
+                Ok(st) if trust.refuses(owner_of(&st)).is_none() => {}
+                Err(e) if errno_is(&e, &[libc::EACCES]) && owner.uid == 0 => {
+                    out.push(unreadable_info(
+                        &key_name(seg.key),
+                        object,
+                        owner,
+                        cpid,
+                        holders,
+                    ));
+                    continue;
+                }
+                _ => continue,
             }
             let mut buf = [0u8; USED_BYTES];
             if seg.rss_bytes == Some(0) {
                 // Never touched: no header yet (whose creator may have
                 // died right after shmget). Nothing to read.
-            } else if !matches!(sys::shm_peek(seg.shmid, &mut buf, true), Ok(true)) {
-                continue;
+            } else {
+                match sys::shm_peek(seg.shmid, &mut buf, true) {
+                    Ok(true) => {}
+                    Err(e) if errno_is(&e, &[libc::EACCES]) && owner.uid == 0 => {
+                        out.push(unreadable_info(
+                            &key_name(seg.key),
+                            object,
+                            owner,
+                            cpid,
+                            holders,
+                        ));
+                        continue;
+                    }
+                    _ => continue,
+                }
             }
             let name = match header::decode(&buf) {
                 Decoded::Valid(h) => match h.name {
@@ -453,7 +511,7 @@ impl BackendOps for Sysv {
                 Decoded::Unwritten | Decoded::Foreign { .. } => continue,
             };
             let expect = (sysv_key(&name) == seg.key).then_some(name.as_str());
-            if let Ok(mut ins) = inspect_shmid(seg.shmid, seg.key, expect, holders, &mine) {
+            if let Ok(mut ins) = inspect_shmid(seg.shmid, seg.key, expect, holders, trust) {
                 if expect.is_none() && ins.info.state == RegionState::Ready {
                     ins.info.state = RegionState::Collision;
                     ins.info.detail = Some(format!(

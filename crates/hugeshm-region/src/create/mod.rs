@@ -194,7 +194,8 @@ impl RegionBuilder {
     }
 
     /// When a region of this name exists: accept (reuse, recreate) one
-    /// owned by `uid` (default: this process's effective uid). One that
+    /// owned by `uid` (default: this process's effective uid; root's is
+    /// accepted too, as root may write anything anyway). One that
     /// another user owns, or that group or others may write beyond
     /// [`mode`](RegionBuilder::mode), is refused
     /// ([`RegionError::Untrusted`]): its header proves nothing.

@@ -130,6 +130,9 @@ pub struct ShmStat {
     pub uid: u32,
     /// Owner gid.
     pub gid: u32,
+    /// Creator uid (`shm_perm.cuid`): keeps the owner's rights whoever
+    /// the segment is given to (`IPC_SET`).
+    pub cuid: u32,
     /// Permission bits plus [`SHM_DEST`] / [`SHM_LOCKED`].
     pub mode: u32,
     /// Time of the last `shmat` (seconds since the epoch, 0: never).
@@ -172,6 +175,7 @@ pub fn shm_stat(shmid: i32) -> Result<ShmStat, SysError> {
         lpid: ds.shm_lpid as i32,
         uid: ds.shm_perm.uid as u32,
         gid: ds.shm_perm.gid as u32,
+        cuid: ds.shm_perm.cuid as u32,
         mode: u32::from(ds.shm_perm.mode),
         atime: ds.shm_atime as i64,
         dtime: ds.shm_dtime as i64,

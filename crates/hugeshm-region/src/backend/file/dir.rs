@@ -115,3 +115,27 @@ pub(super) fn no_space(
         }),
     }
 }
+
+/// The page size the kernel backs the open file `fd` (at `path`) with,
+/// from its file system alone, never from its header: a hugetlbfs mount's
+/// page size; the base page on a tmpfs mounted without `huge=` (or
+/// `huge=never`); `None` where each fault decides (a tmpfs that may use
+/// transparent huge pages, a DAX file system) or it cannot be read.
+pub(super) fn kernel_page_size(
+    fd: std::os::fd::BorrowedFd<'_>,
+    path: &Path,
+    mounts: &[Mount],
+) -> Option<u64> {
+    let st = rustix::fs::fstatfs(fd).ok()?;
+    #[allow(clippy::unnecessary_cast)]
+    let (f_type, bsize) = (st.f_type as u64 & 0xffff_ffff, st.f_bsize as u64);
+    match f_type {
+        HUGETLBFS_MAGIC => Some(bsize),
+        TMPFS_MAGIC => matches!(
+            mount_of(mounts, path).map(|m| m.option("huge")),
+            Some(None | Some("never"))
+        )
+        .then(|| hugeshm_sys::base_page_size() as u64),
+        _ => None,
+    }
+}

@@ -11,6 +11,7 @@ use hugeshm_sys::{self as sys, FileKind, OpenCheck};
 use rustix::fs::FlockOperation;
 
 use super::dax::DAX_STAGING_PREFIX;
+use super::dir::kernel_page_size;
 use super::Found;
 use crate::backend::devdax::{self, DevDax};
 use crate::backend::fd::owner_of;
@@ -20,7 +21,7 @@ use crate::error::RegionError;
 use crate::header::{self, Decoded, Liveness};
 use crate::holders::Holders;
 use crate::inspect::{classify, info_from, read_head, Classified, RegionInfo};
-use crate::model::{Backend, NamedObject, Owner};
+use crate::model::{Backend, NamedObject, Owner, Trust};
 use crate::naming::{object_file_name, DEFAULT_POSIX_DIR, OBJECT_PREFIX};
 
 /// The paths a region of this name may have.
@@ -87,11 +88,13 @@ pub(super) fn device_at(path: &Path, probe: &Probe) -> Result<DevDax, RegionErro
 
 /// Inspects the region a device-dax holds; `None` when it holds none (or,
 /// with `name`, another name's). Listing (`name = None`) skips devices
-/// this process cannot open.
+/// this process cannot open. A device node whose owner `trust` refuses is
+/// `untrusted`, its header unread, under the device's name.
 fn inspect_device(
     name: Option<&str>,
     path: &Path,
     holders: &Holders<'_>,
+    trust: &Trust,
 ) -> Result<Option<Inspected>, RegionError> {
     let dev = device_at(path, holders.probe())?;
     let fd = match devdax::open(path) {
@@ -101,8 +104,29 @@ fn inspect_device(
     };
     let st = rustix::fs::fstat(&fd)
         .map_err(|e| RegionError::io(path.display().to_string(), e.into()))?;
-    let exclusive = sys::flock(fd.as_fd(), FlockOperation::NonBlockingLockExclusive)?;
-    let head = devdax::read_head(fd.as_fd(), dev.align_bytes)?;
+    let node_owner = owner_of(&st);
+    let mut open = OpenObject {
+        path: path.to_owned(),
+        fd,
+        st,
+        exclusive: false,
+        device_align: Some(dev.align_bytes),
+    };
+    if let Some(reason) = trust.refuses(node_owner) {
+        let name = name.unwrap_or(&dev.name);
+        let page = Some(dev.align_bytes);
+        return Ok(Some(open.untrusted(
+            name,
+            Backend::Dax,
+            dev.size_bytes,
+            node_owner,
+            reason,
+            page,
+            holders,
+        )));
+    }
+    open.exclusive = sys::flock(open.fd.as_fd(), FlockOperation::NonBlockingLockExclusive)?;
+    let head = devdax::read_head(open.fd.as_fd(), dev.align_bytes)?;
     let decoded = header::decode(&head);
     let region_name = match &decoded {
         Decoded::Unwritten => return Ok(None),
@@ -113,15 +137,8 @@ fn inspect_device(
         return Ok(None);
     }
     let c = classify(decoded, name, (None, Liveness::Unknown));
-    let owner = devdax::owner(&head, &st);
+    let owner = devdax::owner(&head, &open.st);
     let size_bytes = devdax::object_size(&head, dev.size_bytes);
-    let open = OpenObject {
-        path: path.to_owned(),
-        fd,
-        st,
-        exclusive,
-        device_align: Some(dev.align_bytes),
-    };
     Ok(Some(open.inspected(
         &region_name,
         Backend::Dax,
@@ -133,29 +150,46 @@ fn inspect_device(
 }
 
 /// Inspects the region file at `path`; `None` if there is none. `name =
-/// None` takes the name from the header (or the file name).
+/// None` takes the name from the header (or the file name). A file whose
+/// owner `trust` refuses is `untrusted`: neither locked nor read, with
+/// the page size of its file system.
 pub(super) fn inspect_path(
     name: Option<&str>,
     backend: Backend,
     path: &Path,
     holders: &Holders<'_>,
+    trust: &Trust,
 ) -> Result<Option<Inspected>, RegionError> {
     if backend == Backend::Dax && devdax::is_device_node(path) {
-        return inspect_device(name, path, holders);
+        return inspect_device(name, path, holders, trust);
     }
     let Some(file) = checked_open::open_checked(path, OpenCheck::read())? else {
         return Ok(None);
     };
     let (fd, st) = file.into_parts();
+    let owner = owner_of(&st);
+    #[allow(clippy::unnecessary_cast)]
+    let size_bytes = st.st_size as u64;
+    if let Some(reason) = trust.refuses(owner) {
+        let name = name
+            .map(str::to_owned)
+            .unwrap_or_else(|| file_name_of(path));
+        let mounts = holders.probe().mounts().unwrap_or_default();
+        let page = kernel_page_size(fd.as_fd(), path, &mounts);
+        let open = OpenObject {
+            path: path.to_owned(),
+            fd,
+            st,
+            exclusive: false,
+            device_align: None,
+        };
+        return Ok(Some(open.untrusted(
+            &name, backend, size_bytes, owner, reason, page, holders,
+        )));
+    }
     let exclusive = sys::flock(fd.as_fd(), FlockOperation::NonBlockingLockExclusive)?;
     let head = read_head(fd.as_fd(), path)?;
     let decoded = header::decode(&head);
-    let file_name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.strip_prefix(OBJECT_PREFIX))
-        .unwrap_or("")
-        .to_owned();
     // No header yet: being created if someone holds the lock.
     let unwritten = (
         None,
@@ -166,10 +200,9 @@ pub(super) fn inspect_path(
         },
     );
     let c = classify(decoded, name, unwritten);
-    let name = name.map(str::to_owned).unwrap_or(file_name);
-    let owner = owner_of(&st);
-    #[allow(clippy::unnecessary_cast)]
-    let size_bytes = st.st_size as u64;
+    let name = name
+        .map(str::to_owned)
+        .unwrap_or_else(|| file_name_of(path));
     let open = OpenObject {
         path: path.to_owned(),
         fd,
@@ -180,6 +213,15 @@ pub(super) fn inspect_path(
     Ok(Some(
         open.inspected(&name, backend, size_bytes, c, owner, holders),
     ))
+}
+
+/// The region name in a region file's name (`hugeshm.NAME`).
+fn file_name_of(path: &Path) -> String {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix(OBJECT_PREFIX))
+        .unwrap_or("")
+        .to_owned()
 }
 
 /// A region file or device-dax an inspection opened (locked exclusive
@@ -204,22 +246,52 @@ impl OpenObject {
         owner: Owner,
         holders: &Holders<'_>,
     ) -> Inspected {
+        let exclusive = self.exclusive;
+        self.with_info(size_bytes, holders, |object, pids| {
+            let mut info = info_from(name, backend, object, c, pids, !exclusive, None);
+            info.owner = Some(owner);
+            info
+        })
+    }
+
+    /// What was found of an object whose owner the caller does not trust
+    /// (`reason`): state `untrusted`, the page size `page` of its file
+    /// system, its header unread.
+    #[allow(clippy::too_many_arguments)]
+    fn untrusted(
+        self,
+        name: &str,
+        backend: Backend,
+        size_bytes: u64,
+        owner: Owner,
+        reason: String,
+        page: Option<u64>,
+        holders: &Holders<'_>,
+    ) -> Inspected {
+        self.with_info(size_bytes, holders, |object, pids| {
+            let detail = format!(
+                "{reason}; hugeshm does not read the header of another user's file (whoever may \
+                 write a file may write its header)"
+            );
+            RegionInfo::untrusted(name, backend, object, owner, detail, pids, None, None, page)
+        })
+    }
+
+    /// The info `make` builds from the object and the pids that map it
+    /// (by device and inode), with the handle that keeps the object open.
+    fn with_info(
+        self,
+        size_bytes: u64,
+        holders: &Holders<'_>,
+        make: impl FnOnce(NamedObject, Vec<u32>) -> RegionInfo,
+    ) -> Inspected {
         #[allow(clippy::unnecessary_cast)]
         let (dev, ino) = (self.st.st_dev as u64, self.st.st_ino as u64);
         let object = NamedObject::File {
             path: self.path.display().to_string(),
             size_bytes,
         };
-        let mut info = info_from(
-            name,
-            backend,
-            object,
-            c,
-            holders.file((dev_major(dev), dev_minor(dev)), ino),
-            !self.exclusive,
-            None,
-        );
-        info.owner = Some(owner);
+        let info = make(object, holders.file((dev_major(dev), dev_minor(dev)), ino));
         Inspected {
             info,
             handle: Handle::File(Found {
@@ -297,8 +369,9 @@ fn hugeshm_files(dir: &Path) -> Vec<Entry> {
 }
 
 /// Every region file (and device-dax region) on the host: the file
-/// backend's [`BackendOps::list`](crate::backend::BackendOps::list).
-pub(super) fn list(holders: &Holders<'_>) -> Vec<RegionInfo> {
+/// backend's [`BackendOps::list`](crate::backend::BackendOps::list); the
+/// header of one whose owner `trust` refuses is not read.
+pub(super) fn list(holders: &Holders<'_>, trust: &Trust) -> Vec<RegionInfo> {
     let mut dirs: Vec<(PathBuf, Backend)> =
         vec![(PathBuf::from(DEFAULT_POSIX_DIR), Backend::Posix)];
     for m in holders.probe().mounts().unwrap_or_default() {
@@ -322,7 +395,7 @@ pub(super) fn list(holders: &Holders<'_>) -> Vec<RegionInfo> {
             // Listed as found, never opened: a FIFO would hang the
             // open, a link would be followed to someone else's file.
             let found = if e.kind == FileKind::Regular || device {
-                inspect_path(None, backend, &e.path, holders)
+                inspect_path(None, backend, &e.path, holders, trust)
             } else {
                 Err(checked_open::not_a_region_file(
                     e.path.display().to_string(),
@@ -343,7 +416,7 @@ pub(super) fn list(holders: &Holders<'_>) -> Vec<RegionInfo> {
         }
     }
     for d in devdax::all(holders.probe()) {
-        if let Ok(Some(ins)) = inspect_device(None, &d.path, holders) {
+        if let Ok(Some(ins)) = inspect_device(None, &d.path, holders, trust) {
             out.push(ins.info);
         }
     }

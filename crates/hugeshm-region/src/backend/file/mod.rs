@@ -28,7 +28,7 @@ use super::{foreign_handle, BackendOps, Handle, Inspected, Made, Opened, Place, 
 use crate::error::RegionError;
 use crate::holders::Holders;
 use crate::inspect::RegionInfo;
-use crate::model::Expect;
+use crate::model::{Expect, Trust};
 
 mod create;
 mod dax;
@@ -126,7 +126,9 @@ impl BackendOps for File {
     ) -> Result<Vec<Inspected>, RegionError> {
         let mut out = Vec::new();
         for p in candidate_paths(place, holders.probe()) {
-            if let Some(i) = inspect_path(Some(place.name), place.backend, &p, holders)? {
+            if let Some(i) =
+                inspect_path(Some(place.name), place.backend, &p, holders, &place.trust)?
+            {
                 out.push(i);
             }
         }
@@ -178,8 +180,8 @@ impl BackendOps for File {
         }
     }
 
-    fn list(&self, holders: &Holders<'_>) -> Vec<RegionInfo> {
-        find::list(holders)
+    fn list(&self, holders: &Holders<'_>, trust: &Trust) -> Vec<RegionInfo> {
+        find::list(holders, trust)
     }
 
     fn looked(&self, place: &Place<'_>, probe: &Probe) -> String {
