@@ -8,5 +8,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod records;
 mod run;
 mod run_postgres;
