@@ -71,7 +71,6 @@ pub const CODES: &[(&str, &[Severity])] = {
         ("cgroup-faults-refused", &[Warning]),
         ("cgroup-fallback", &[Warning]),
         ("segment-cgroup-short", &[Warning]),
-        ("run-placed", &[Info]),
         ("run-record-ignored", &[Warning]),
         ("run-pages-moved", &[Warning]),
         ("run-pool-shrunk", &[Warning]),

@@ -53,7 +53,8 @@ const MAX_TEXT: usize = 4096;
 /// The most `warning` lines.
 const MAX_WARNINGS: usize = 8;
 
-/// The most `node` lines.
+/// The most `node` lines, and the bound of a node id: Linux has at most
+/// 1024 nodes (`MAX_NUMNODES`, `CONFIG_NODES_SHIFT` 10).
 const MAX_NODES: usize = 1024;
 
 /// What the changed mapping is.
@@ -419,7 +420,11 @@ pub fn parse(text: &str) -> Result<RunRecord, ParseError> {
                 if r.nodes.len() >= MAX_NODES {
                     return Err(bad("too many"));
                 }
-                if r.nodes.insert(small(node)?, num(bytes)?).is_some() {
+                let node = small(node)?;
+                if node as usize >= MAX_NODES {
+                    return Err(bad("not a node id (Linux has fewer than 1024)"));
+                }
+                if r.nodes.insert(node, num(bytes)?).is_some() {
                     return Err(bad("a node given twice"));
                 }
             }
@@ -468,6 +473,17 @@ pub fn parse(text: &str) -> Result<RunRecord, ParseError> {
     }
     if r.address % 4096 != 0 || r.address.checked_add(r.size_bytes).is_none() {
         return Err(ParseError::file(PATH, "address is not a mapping's"));
+    }
+    // Counts of the mapping's bytes are bounded by its size.
+    if r.resident_bytes > r.size_bytes {
+        return Err(ParseError::file(PATH, "resident is more than size"));
+    }
+    let placed = r
+        .nodes
+        .values()
+        .try_fold(0u64, |sum, &b| sum.checked_add(b));
+    if placed.is_none_or(|sum| sum > r.size_bytes) {
+        return Err(ParseError::file(PATH, "the nodes hold more than size"));
     }
     Ok(r)
 }
@@ -581,6 +597,28 @@ mod tests {
             ),
             (good.replace("resident 8388608\n", ""), "no resident"),
             (format!("{good}{}", "warning w\n".repeat(8)), "too many"),
+            // Counts bounded by the size and by what Linux can have.
+            (
+                good.replace("resident 8388608", "resident 8388609"),
+                "resident is more than size",
+            ),
+            (
+                good.replace("node 1 4194304", "node 1 4194305"),
+                "the nodes hold more than size",
+            ),
+            (
+                format!(
+                    "{good}{}",
+                    (2..1024)
+                        .map(|n| format!("node {n} 18446744073709551615\n"))
+                        .collect::<String>()
+                ),
+                "the nodes hold more than size",
+            ),
+            (
+                good.replace("node 1 4194304", "node 1024 0"),
+                "not a node id",
+            ),
             (
                 format!("{good}fallback {}\n", "x".repeat(MAX_TEXT + 1)),
                 "given twice",

@@ -38,11 +38,11 @@ pub use maps::{MapsRead, MapsSource, MAPS_ENV};
 pub use persisted::{Persisted, PersistedValue};
 pub use pmem::{DaxDevice, MemoryTier, Namespace, PmemSnapshot};
 pub use process::{
-    dev_major, dev_minor, MountFile, PidFiles, ProcessList, PAGEMAP_FULL_READ_BYTES,
+    dev_major, dev_minor, ListedFile, MountFile, PidFiles, ProcessList, PAGEMAP_FULL_READ_BYTES,
     PAGEMAP_SAMPLE_WINDOWS,
 };
 pub use read::{Problem, ProblemKind, ReadError};
-pub use run_records::{RunRecordFile, MAX_RUN_RECORDS};
+pub use run_records::RunRecordFile;
 pub use sysv_maps::{SysvAttachments, SysvMapping};
 pub use users::Users;
 

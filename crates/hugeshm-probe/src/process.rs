@@ -9,8 +9,8 @@ use hugeshm_parse::pid_status::PidStatus;
 use hugeshm_parse::smaps::SmapsEntry;
 use hugeshm_parse::{maps, numa_maps, pagemap, pid_limits, pid_status, smaps};
 use serde::{Deserialize, Serialize};
-use std::os::unix::fs::FileExt;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirEntryExt, FileExt};
 use std::path::PathBuf;
 
 /// Mappings up to this size have all of their pagemap read by
@@ -233,11 +233,21 @@ impl Probe {
         }
     }
 
-    /// Regular files below a mount point (recursively, not crossing into other
-    /// mounts), read under the file-system root.
-    pub fn mount_files(&self, target: &str) -> Result<Vec<MountFile>, ReadError> {
+    /// The files under mount point `target` (its own device only, not
+    /// following links), sorted by path, streamed from the directories
+    /// without holding what is not kept: `listed` sees each file as its
+    /// directory lists it (name, inode, no `stat` yet) and says whether to
+    /// look at it; `keep` sees each looked-at file whole and says whether
+    /// to keep it. What anyone can create there costs a `stat` at most.
+    pub fn mount_files(
+        &self,
+        target: &str,
+        listed: &mut dyn FnMut(&ListedFile<'_>) -> bool,
+        keep: &mut dyn FnMut(&MountFile) -> bool,
+    ) -> Result<Vec<MountFile>, ReadError> {
         let base = self.roots.fs.join(target.trim_start_matches('/'));
         let top = std::fs::metadata(&base).map_err(|e| io_error(base.display().to_string(), e))?;
+        let top_dev = (dev_major(top.dev()), dev_minor(top.dev()));
         let mut out = Vec::new();
         let mut stack = vec![base.clone()];
         while let Some(dir) = stack.pop() {
@@ -246,7 +256,18 @@ impl Probe {
                 Err(e) => return Err(io_error(dir.display().to_string(), e)),
             };
             for entry in rd.filter_map(|e| e.ok()) {
-                let Ok(md) = entry.path().symlink_metadata() else {
+                let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+                if !is_dir
+                    && !listed(&ListedFile {
+                        name: &entry.file_name(),
+                        dev: top_dev,
+                        inode: entry.ino(),
+                    })
+                {
+                    continue;
+                }
+                // fstatat on the directory, not following a link.
+                let Ok(md) = entry.metadata() else {
                     continue;
                 };
                 if md.dev() != top.dev() {
@@ -260,22 +281,36 @@ impl Probe {
                         .strip_prefix(&self.roots.fs)
                         .map(|p| p.to_path_buf())
                         .unwrap_or(entry.path());
-                    let dev = md.dev();
-                    out.push(MountFile {
+                    let f = MountFile {
                         path: format!("/{}", rel.display()).replace("//", "/"),
                         size_bytes: md.size(),
                         allocated_bytes: md.blocks().saturating_mul(512),
                         uid: md.uid(),
                         mode: md.mode(),
-                        dev: (dev_major(dev), dev_minor(dev)),
+                        dev: top_dev,
                         inode: md.ino(),
-                    });
+                    };
+                    if keep(&f) {
+                        out.push(f);
+                    }
                 }
             }
         }
         out.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(out)
     }
+}
+
+/// A file on a mount as its directory lists it, before any `stat`.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct ListedFile<'a> {
+    /// Its name in its directory.
+    pub name: &'a std::ffi::OsStr,
+    /// The mount's device (as `major:minor`).
+    pub dev: (u32, u32),
+    /// Its inode (`d_ino`).
+    pub inode: u64,
 }
 
 /// Linux's `major()` of a `dev_t`.

@@ -1,20 +1,21 @@
 //! The files `hugeshm run` leaves in `/dev/shm` (`hugeshm-run.<pid>.<addr>`,
-//! format in `hugeshm_parse::run_record`), read the way a root reader must
-//! read a file anyone could have planted: opened without following a link
-//! and without blocking (`O_NOFOLLOW|O_NONBLOCK`: a FIFO does not hang the
-//! scan), checked after opening (`fstat`: a regular file of at most
-//! [`MAX_RUN_RECORD_BYTES`]), read up to that bound, text only. Whose it
-//! is and whether it matches a live process is the doctor's to judge.
+//! format in `hugeshm_parse::run_record`), looked up one name at a time
+//! from what is live (the pid and start address of a mapping the scan
+//! found; `/dev/shm` is never listed for them, so what other users create
+//! there neither hides a record nor costs a reader anything) and read the
+//! way a root reader must read a file anyone could have planted: opened
+//! without following a link and without blocking (`O_NOFOLLOW|O_NONBLOCK`:
+//! a FIFO does not hang the scan), checked after opening (`fstat`: a
+//! regular file of at most [`MAX_RUN_RECORD_BYTES`]), read up to that
+//! bound, text only. Whose it is and whether it matches the process is the
+//! doctor's to judge.
 
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
-use hugeshm_parse::run_record::{parse_file_name, MAX_RUN_RECORD_BYTES};
+use hugeshm_parse::run_record::{file_name, MAX_RUN_RECORD_BYTES};
 
 use crate::Probe;
-
-/// The most record files one scan reads.
-pub const MAX_RUN_RECORDS: usize = 1024;
 
 /// One record file, as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,43 +30,47 @@ pub struct RunRecordFile {
 }
 
 impl Probe {
-    /// The record files in `/dev/shm` (under the fs root), by name, at most
-    /// [`MAX_RUN_RECORDS`]; none when the directory cannot be listed.
-    pub fn run_records(&self) -> Vec<RunRecordFile> {
-        let dir = self.roots.fs.join("dev/shm");
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            return Vec::new();
+    /// The record of process `pid`'s mapping at `address`: the one name
+    /// `/dev/shm/hugeshm-run.<pid>.<address in hex>` (under the fs root),
+    /// as the writer names it; `None` when there is no such file.
+    pub fn run_record(&self, pid: u32, address: u64) -> Option<RunRecordFile> {
+        let name = file_name(pid, address);
+        let read = match read_record(&self.roots.fs.join("dev/shm").join(&name)) {
+            Err(Missing) => return None,
+            Ok(r) => Ok(r),
+            Err(Refused(why)) => Err(why),
         };
-        let mut names: Vec<(String, (u32, u64))> = rd
-            .flatten()
-            .filter_map(|e| {
-                let name = e.file_name().into_string().ok()?;
-                let named = parse_file_name(&name)?;
-                Some((name, named))
-            })
-            .collect();
-        names.sort();
-        names.truncate(MAX_RUN_RECORDS);
-        names
-            .into_iter()
-            .map(|(name, named)| RunRecordFile {
-                path: format!("/dev/shm/{name}"),
-                named,
-                read: read_record(&dir.join(&name)),
-            })
-            .collect()
+        Some(RunRecordFile {
+            path: format!("/dev/shm/{name}"),
+            named: (pid, address),
+            read,
+        })
     }
 }
 
-fn read_record(path: &std::path::Path) -> Result<(String, u32), String> {
+/// Why a record was not read.
+enum NotRead {
+    /// No file of that name.
+    Missing,
+    /// Something there that is not a record to read (said).
+    Refused(String),
+}
+use NotRead::{Missing, Refused};
+
+fn read_record(path: &std::path::Path) -> Result<(String, u32), NotRead> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => "a symbolic link".to_owned(),
-            _ => format!("cannot open: {e}"),
+            Some(libc::ENOENT) => Missing,
+            Some(libc::ELOOP) => Refused("a symbolic link".to_owned()),
+            _ => Refused(format!("cannot open: {e}")),
         })?;
+    read_open(f).map_err(Refused)
+}
+
+fn read_open(f: std::fs::File) -> Result<(String, u32), String> {
     let md = f.metadata().map_err(|e| format!("cannot stat: {e}"))?;
     if !md.file_type().is_file() {
         return Err("not a regular file".to_owned());
@@ -93,7 +98,7 @@ mod tests {
     use crate::Roots;
 
     #[test]
-    fn links_fifos_and_big_files_are_not_read() {
+    fn one_name_is_looked_up_and_links_fifos_and_big_files_are_not_read() {
         let root = std::env::temp_dir().join(format!("hugeshm-probe-rr-{}", std::process::id()));
         let shm = root.join("dev/shm");
         std::fs::create_dir_all(&shm).unwrap();
@@ -106,26 +111,29 @@ mod tests {
         assert!(fifo.success());
         std::fs::write(shm.join("hugeshm-run.4.4000"), vec![b'x'; 70000]).unwrap();
         std::fs::write(shm.join("hugeshm-run.5.5000"), [0xff, 0xfe]).unwrap();
-        std::fs::write(shm.join("hugeshm-run.x"), "not a record name").unwrap();
+        // Another name of pid 1 is not its record at 0x1000.
+        std::fs::write(shm.join("hugeshm-run.1.01000"), "x").unwrap();
         let probe = Probe::new(Roots {
             fs: root.clone(),
             ..Roots::default()
         });
-        let got = probe.run_records();
-        let _ = std::fs::remove_dir_all(&root);
-        let reads: Vec<(u32, Result<String, String>)> = got
+        let got: Vec<Option<RunRecordFile>> = [(1, 0x1000), (2, 0x2000), (3, 0x3000)]
             .into_iter()
-            .map(|r| (r.named.0, r.read.map(|(t, _)| t)))
+            .chain([(4, 0x4000), (5, 0x5000), (6, 0x6000), (1, 0x2000)])
+            .map(|(p, a)| probe.run_record(p, a))
             .collect();
-        assert_eq!(reads.len(), 5, "{reads:?}");
-        assert_eq!(reads[0], (1, Ok("hugeshm-run-record 1\n".to_owned())));
-        assert_eq!(reads[1], (2, Err("a symbolic link".to_owned())));
-        assert_eq!(reads[2], (3, Err("not a regular file".to_owned())));
-        assert!(reads[3]
-            .1
-            .as_ref()
-            .unwrap_err()
-            .contains("more than a record"));
-        assert_eq!(reads[4], (5, Err("not text".to_owned())));
+        let _ = std::fs::remove_dir_all(&root);
+        let reads: Vec<Option<(u32, Result<String, String>)>> = got
+            .into_iter()
+            .map(|r| r.map(|r| (r.named.0, r.read.map(|(t, _)| t))))
+            .collect();
+        assert_eq!(reads[0], Some((1, Ok("hugeshm-run-record 1\n".to_owned()))));
+        assert_eq!(reads[1], Some((2, Err("a symbolic link".to_owned()))));
+        assert_eq!(reads[2], Some((3, Err("not a regular file".to_owned()))));
+        let big = reads[3].clone().unwrap().1.unwrap_err();
+        assert!(big.contains("more than a record"), "{big}");
+        assert_eq!(reads[4], Some((5, Err("not text".to_owned()))));
+        assert_eq!(reads[5], None, "no file: no record");
+        assert_eq!(reads[6], None, "no file: no record");
     }
 }

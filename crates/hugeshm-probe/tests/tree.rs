@@ -145,11 +145,36 @@ fn processes_and_mount_files() {
     assert_eq!(st.vm_pte_bytes, Some(100 * 1024));
     assert_eq!(p.pid(42).maps().unwrap()[0].inode, 7);
     assert!(p.pid(43).maps().unwrap_err().is_not_found());
-    let files = p.mount_files("/dev/hugepages").unwrap();
+    let files = p
+        .mount_files("/dev/hugepages", &mut |_| true, &mut |_| true)
+        .unwrap();
     assert_eq!(files.len(), 1);
     assert_eq!(files[0].path, "/dev/hugepages/pool");
     assert_eq!(files[0].size_bytes, 3);
-    assert!(p.mount_files("/nowhere").unwrap_err().is_not_found());
+    // What the caller does not want is not kept, before or after its stat.
+    let mut seen = Vec::new();
+    let none = p
+        .mount_files(
+            "/dev/hugepages",
+            &mut |f| {
+                seen.push(f.name.to_owned());
+                true
+            },
+            &mut |f| f.size_bytes > 3,
+        )
+        .unwrap();
+    assert_eq!(
+        (none.len(), seen),
+        (0, vec![std::ffi::OsString::from("pool")])
+    );
+    let none = p
+        .mount_files("/dev/hugepages", &mut |_| false, &mut |_| true)
+        .unwrap();
+    assert!(none.is_empty());
+    assert!(p
+        .mount_files("/nowhere", &mut |_| true, &mut |_| true)
+        .unwrap_err()
+        .is_not_found());
 }
 
 // ------------------------------------------------------------ hugetlb cgroups

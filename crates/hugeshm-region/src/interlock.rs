@@ -75,6 +75,16 @@ pub fn list_regions_on(probe: &Probe, owner: Option<u32>) -> Result<Vec<RegionIn
     Ok(out)
 }
 
+/// The SysV regions of [`list_regions_on`] only (what the doctor needs of
+/// the regions made to be kept): no directory is listed, so what other
+/// users create in `/dev/shm` or on a hugetlbfs mount costs nothing here.
+pub fn list_sysv_regions_on(probe: &Probe) -> Result<Vec<RegionInfo>, RegionError> {
+    let holders = Holders::lazy(probe);
+    let mut out = backend::sysv_ops().list(&holders, &Trust::listing(None));
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
 /// [`list_regions_on`] the live host.
 pub fn list_regions() -> Result<Vec<RegionInfo>, RegionError> {
     list_regions_on(&Probe::default(), None)

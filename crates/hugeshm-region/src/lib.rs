@@ -50,6 +50,7 @@
 //!           header (RegionHeader); len, page_size, data_ptr, ... (accessors); close, destroy
 //! remove    remove(name, backend), Locator::remove, Locator::remove_per_node
 //! list      list_regions, list_regions_on(&Probe, owner: Option<u32>) -> [RegionInfo]
+//!           list_sysv_regions_on(&Probe): SysV only, no directory listed
 //!           (RegionState, HeaderState, Liveness, NamedObject)
 //! names     validate_name, sysv_key, MAX_NAME_LEN
 //! errors    RegionError (Shortfall, NodeNeed): facts and numbers;
@@ -260,7 +261,7 @@ pub use hugeshm_fix::{Fix, Renderer};
 pub use hugeshm_probe::{Probe, Roots};
 pub use hugeshm_sys::{PersistMethod, SysError};
 pub use inspect::RegionInfo;
-pub use interlock::{list_regions, list_regions_on};
+pub use interlock::{list_regions, list_regions_on, list_sysv_regions_on};
 pub use model::{
     Backend, Fallback, NamedObject, NodeNeed, PageSize, Placement, Policy, PrefaultMethod, Reclaim,
     RegionState, Shortfall,

@@ -47,7 +47,8 @@ pub(crate) fn doctor_probe(roots: &hugeshm_probe::Roots) -> hugeshm_probe::Probe
 /// [`RegionInfo::is_kept_unattached`]: hugeshm_region::RegionInfo::is_kept_unattached
 pub(crate) fn kept_regions(probe: &hugeshm_probe::Probe) -> hugeshm_doctor::segments::KeptRegions {
     let mut kept = hugeshm_doctor::segments::KeptRegions::default();
-    for r in hugeshm_region::list_regions_on(probe, None).unwrap_or_default() {
+    // SysV only: no listing of /dev/shm (what other users create there).
+    for r in hugeshm_region::list_sysv_regions_on(probe).unwrap_or_default() {
         let hugeshm_region::NamedObject::Sysv { key, shmid, .. } = &r.object else {
             continue;
         };

@@ -237,10 +237,18 @@ fn run_line(s: &Segment, p: &hugeshm_doctor::segments::run_record::RunPlacement)
         t.push_str(&format!(", at start {}", nodes.join(" ")));
     }
     if let Some(f) = &r.fallback {
-        t.push_str(&format!("; fell back: {f}"));
+        // The record's text, bounded on the screen (the JSON has it whole).
+        t.push_str("; fell back: ");
+        t.extend(f.chars().take(FALLBACK_SHOWN));
+        if f.chars().nth(FALLBACK_SHOWN).is_some() {
+            t.push_str("...");
+        }
     }
     t
 }
+
+/// The most characters of a record's fall-back reason `segments` prints.
+const FALLBACK_SHOWN: usize = 240;
 
 /// Prints the human form.
 pub fn print(r: &SegmentsReport, out: &mut Out) -> anyhow::Result<()> {
@@ -347,4 +355,43 @@ pub fn print(r: &SegmentsReport, out: &mut Out) -> anyhow::Result<()> {
         },
     )))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_records_line_is_bounded_whatever_its_texts() {
+        let long = "x".repeat(4096);
+        let seg: Segment = serde_json::from_value(serde_json::json!({
+            "kind": "anon", "id": 7, "key": null, "path": "/anon_hugepage",
+            "size_bytes": 16u64 << 20, "page_size_bytes": 2u64 << 20,
+            "page_size_source": "", "resident_bytes": null, "thp_bytes": null,
+            "owner_uid": 105, "mode": null, "creator_pid": null, "creator_name": null,
+            "attached_pids": [9], "attached": [], "nattch": null, "nodes": {},
+            "numa_policy": null, "findings": [],
+        }))
+        .unwrap();
+        let run: hugeshm_doctor::segments::run_record::RunPlacement =
+            serde_json::from_value(serde_json::json!({
+                "file": "/dev/shm/hugeshm-run.9.7f0000000000",
+                "prefault_gbps": 1.0,
+                "record": {
+                    "pid": 9, "start_ticks": 1, "uid": 105,
+                    "exe": format!("/{long}/{}", "p".repeat(255)),
+                    "object": {"kind": "anon"}, "address": 0x7f00_0000_0000u64,
+                    "size_bytes": 16u64 << 20, "requested_bytes": 16u64 << 20,
+                    "page_size_asked_bytes": 2u64 << 20, "page_size_bytes": 2u64 << 20,
+                    "policy": "try", "numa": "interleave", "prefault": null,
+                    "resident_bytes": 0, "verified_page_size_bytes": 2u64 << 20,
+                    "nodes": {"0": 8u64 << 20, "1": 8u64 << 20},
+                    "fallback": long, "warnings": [long.clone(), long.clone()],
+                },
+            }))
+            .unwrap();
+        let line = run_line(&seg, &run);
+        assert!(line.len() < 800, "{} bytes: {line}", line.len());
+        assert!(line.ends_with(&format!("fell back: {}...", "x".repeat(240))));
+    }
 }

@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod records;
 mod run;
 mod run_owner;
 mod run_postgres;

@@ -14,9 +14,8 @@
 //! * Refusals before the exec, with exit code 2: static, setuid, script,
 //!   foreign ELF, a page size the kernel lacks, NUMA on one node, a library
 //!   others can write.
-//! * The records: `segments` shows them on their segments; records that
-//!   user 65534 plants (lies, links, FIFOs, escape sequences) are refused
-//!   and said, and none is listed as a posix segment.
+//! * The records: the next writer sweeps its user's records of dead
+//!   processes (`segments` and what user 65534 plants: `records.rs`).
 
 use crate::common;
 
@@ -34,7 +33,7 @@ const M2: u64 = 2 << 20;
 /// A directory every user can read (the server's user and 65534 run the
 /// probe), holding what these tests build: in the cargo target directory,
 /// so that nothing is left in /tmp (a static is never dropped).
-fn bin_dir() -> &'static Path {
+pub(crate) fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("run-probe");
@@ -65,7 +64,7 @@ fn compile(name: &str, extra: &[&str]) -> PathBuf {
 
 /// Removes a file or directory when dropped (a setuid copy, a 0777
 /// directory: nothing of the kind may outlive the test, failed or not).
-struct RemoveOnDrop(PathBuf);
+pub(crate) struct RemoveOnDrop(pub(crate) PathBuf);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
@@ -74,7 +73,7 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-fn probe() -> PathBuf {
+pub(crate) fn probe() -> PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| compile("probe", &[])).clone()
 }
@@ -492,15 +491,28 @@ fn only_fails_with_the_shortfall_and_try_falls_back_whole() {
     pool.finish();
 }
 
-/// A probe running under `hugeshm run` holding its mappings until dropped.
-struct Held {
+/// A probe holding its mappings until dropped.
+pub(crate) struct Held {
     child: std::process::Child,
     lines: Vec<Value>,
 }
 
 impl Held {
-    fn start(options: &[&str], args: &[&str]) -> Held {
-        let mut c = run_cmd(options, &probe(), args);
+    /// Under `hugeshm run OPTIONS`.
+    pub(crate) fn start(options: &[&str], args: &[&str]) -> Held {
+        Held::spawn(run_cmd(options, &probe(), args))
+    }
+
+    /// As user 65534, without `hugeshm run`.
+    pub(crate) fn as_nobody(args: &[&str]) -> Held {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(probe())
+            .args(args);
+        Held::spawn(c)
+    }
+
+    fn spawn(mut c: Command) -> Held {
         let mut child = c
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -524,15 +536,25 @@ impl Held {
         Held { child, lines }
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.lines.last().unwrap()["pid"].as_u64().unwrap() as u32
     }
 
-    fn addr(&self, op: &str) -> u64 {
-        let a = self.lines.iter().find(|l| l["op"] == op).unwrap()["addr"]
-            .as_str()
-            .unwrap();
-        u64::from_str_radix(a.trim_start_matches("0x"), 16).unwrap()
+    /// The address of the first mapping of `op`.
+    pub(crate) fn addr(&self, op: &str) -> u64 {
+        self.addrs(op)[0]
+    }
+
+    /// The addresses of the mappings of `op`, in the order made.
+    pub(crate) fn addrs(&self, op: &str) -> Vec<u64> {
+        self.lines
+            .iter()
+            .filter(|l| l["op"] == op)
+            .map(|l| {
+                let a = l["addr"].as_str().unwrap();
+                u64::from_str_radix(a.trim_start_matches("0x"), 16).unwrap()
+            })
+            .collect()
     }
 }
 
@@ -545,174 +567,13 @@ impl Drop for Held {
     }
 }
 
-fn as_nobody(args: &[&str]) {
+pub(crate) fn as_nobody(args: &[&str]) {
     let st = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .args(args)
         .status()
         .unwrap();
     assert!(st.success(), "{args:?}");
-}
-
-#[test]
-fn segments_shows_the_records_and_refuses_planted_ones() {
-    // What it plants in /dev/shm is host state other tests compare under
-    // the pool lock.
-    let Some(_pool) = live!() else { return };
-    let held = Held::start(
-        &["--min-size", "8M", "--prefault"],
-        &["shared:16m", "shm:12m", "hold"],
-    );
-    let pid = held.pid();
-    let (anon_at, shm_at) = (held.addr("shared"), held.addr("shm"));
-    // What user 65534 plants in /dev/shm (sticky: only it can remove them).
-    let shm = Path::new("/dev/shm");
-    let name = |a: u64| format!("hugeshm-run.{pid}.{a:x}");
-    let lie = std::fs::read_to_string(shm.join(name(anon_at)))
-        .unwrap()
-        .replace(
-            &format!("address {anon_at:#x}"),
-            &format!("address {:#x}", anon_at + 0x1000),
-        );
-    let lie_path = shm.join(name(anon_at + 0x1000));
-    let planted = [
-        lie_path.clone(),
-        shm.join(name(0x1000)),
-        shm.join(name(0x2000)),
-        shm.join(name(0x3000)),
-        shm.join(format!("hugeshm-run.999999.{:x}", 0x4000)),
-    ];
-    let lie_file = bin_dir().join("lie");
-    std::fs::write(&lie_file, &lie).unwrap();
-    std::fs::set_permissions(&lie_file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    as_nobody(&[
-        "cp",
-        lie_file.to_str().unwrap(),
-        planted[0].to_str().unwrap(),
-    ]);
-    as_nobody(&["ln", "-s", "/etc/shadow", planted[1].to_str().unwrap()]);
-    as_nobody(&["mkfifo", planted[2].to_str().unwrap()]);
-    as_nobody(&[
-        "sh",
-        "-c",
-        &format!(
-            "printf 'hugeshm-run-record 1\\npid 1\\e[2J\\n' > {}",
-            planted[3].display()
-        ),
-    ]);
-    // A record of a process that is gone.
-    let dead = lie
-        .replace(&format!("pid {pid}\n"), "pid 999999\n")
-        .replace(
-            &format!("address {:#x}", anon_at + 0x1000),
-            "address 0x4000",
-        );
-    let dead_file = bin_dir().join("dead");
-    std::fs::write(&dead_file, &dead).unwrap();
-    std::fs::set_permissions(&dead_file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    as_nobody(&[
-        "cp",
-        dead_file.to_str().unwrap(),
-        planted[4].to_str().unwrap(),
-    ]);
-    let out = common::hugeshm(&["segments", "--json"]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let metrics = common::hugeshm(&["exporter", "--once"]);
-    let metrics = String::from_utf8_lossy(&metrics.stdout).into_owned();
-    let human = common::hugeshm(&["segments"]);
-    let human_text = String::from_utf8_lossy(&human.stdout).into_owned();
-    for p in &planted {
-        let _ = std::fs::remove_file(p);
-    }
-    let v = common::json(out);
-    assert!(
-        !text.contains('\u{1b}') && !human_text.contains('\u{1b}'),
-        "escape sequences printed"
-    );
-    let segs = v["segments"].as_array().unwrap();
-    // Ours: on their segments, with what the records say.
-    let placed: Vec<&Value> = segs.iter().filter(|s| !s["run"].is_null()).collect();
-    let by_kind = |k: &str| {
-        placed
-            .iter()
-            .find(|s| s["kind"] == k && s["run"]["record"]["pid"] == pid)
-            .unwrap_or_else(|| panic!("no {k} placed by run for {pid}: {v:#}"))
-    };
-    let anon = by_kind("anon");
-    assert_eq!(anon["run"]["record"]["address"], anon_at);
-    assert_eq!(anon["run"]["record"]["resident_bytes"], 16 << 20);
-    assert_eq!(
-        anon["run"]["record"]["prefault"]["method"],
-        "populate_write"
-    );
-    let sysv = by_kind("sysv");
-    assert_eq!(sysv["run"]["record"]["address"], shm_at);
-    assert!(
-        human_text.contains("placed by hugeshm run in probe"),
-        "{human_text}"
-    );
-    // The exporter: at least our two segments' bytes, and the four refused.
-    let placed: u64 = metrics
-        .lines()
-        .filter(|l| l.starts_with("hugeshm_run_placed_bytes{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum();
-    assert!(placed >= (16 + 12) << 20, "{metrics}");
-    let ignored = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("hugeshm_run_records_ignored "))
-        .and_then(|v| v.parse::<u64>().ok());
-    assert!(ignored >= Some(4), "{metrics}");
-    // The planted ones: refused, each for its reason, none a segment; the
-    // dead pid's silently.
-    let ignored: Vec<(String, String)> = v["run_records_ignored"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| {
-            (
-                i["file"].as_str().unwrap().to_owned(),
-                i["reason"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
-    let reason = |p: &Path| {
-        let f = format!("/dev/shm/{}", p.file_name().unwrap().to_string_lossy());
-        ignored
-            .iter()
-            .find(|(file, _)| *file == f)
-            .map(|(_, r)| r.clone())
-            .unwrap_or_else(|| panic!("{f} not refused: {ignored:?}"))
-    };
-    assert!(
-        reason(&planted[0]).contains("the file belongs to uid 65534"),
-        "{ignored:?}"
-    );
-    assert_eq!(reason(&planted[1]), "a symbolic link");
-    assert_eq!(reason(&planted[2]), "not a regular file");
-    assert!(reason(&planted[3]).contains("not a record"), "{ignored:?}");
-    assert!(
-        ignored.iter().all(|(f, _)| !f.contains("999999")),
-        "dead pid: {ignored:?}"
-    );
-    for s in segs {
-        let path = s["path"].as_str().unwrap_or("");
-        assert!(
-            !path.starts_with("/dev/shm/hugeshm-run."),
-            "a record listed as a segment: {s}"
-        );
-    }
-    drop(held);
-    let left = std::fs::read_dir(shm)
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with(&format!("hugeshm-run.{pid}."))
-        })
-        .count();
-    assert_eq!(left, 0, "records left after the probe unmapped");
 }
 
 #[test]

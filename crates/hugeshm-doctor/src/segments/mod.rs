@@ -24,7 +24,8 @@
 //!    then its findings (`findings.rs`: `segment_findings`; a SysV segment
 //!    nobody attaches that holds a region made to be kept, as the caller
 //!    found them, `kept.rs`, is no orphan);
-//! 5. the hugetlb cgroups of the processes mapping them (`cgroups.rs`);
+//! 5. the hugetlb cgroups of the processes mapping them (`cgroups.rs`),
+//!    and the `hugeshm run` records of their mappings (`run_record.rs`);
 //! 6. the scan-wide findings (`findings::scan_findings`);
 //! 7. the order: SysV first, then by size (`sort`).
 
@@ -286,7 +287,17 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions) -> Seg
     let shm_by_id: HashMap<u64, _> = host.shm.iter().map(|s| (s.shmid as u64, s)).collect();
     let mut sampler = Sampler::new(host);
     let dax_host = DaxHost::read(probe, host, scan.objs.values());
+    let mut run_candidates = Vec::new();
     for (key, o) in &scan.objs {
+        if run_record::may_have_record(o.kind) {
+            for (&pid, starts) in &o.maps {
+                run_candidates.extend(starts.iter().map(|&start| run_record::Candidate {
+                    segment: report.segments.len(),
+                    pid,
+                    start,
+                }));
+            }
+        }
         let sysv = match key {
             Key::Sysv(id) => shm_by_id.get(id).copied(),
             _ => None,
@@ -314,7 +325,8 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions) -> Seg
 
     // 5. The hugetlb cgroups of their processes.
     report.limited_cgroups = cgroups::pass(probe, &mut report.segments, default_huge);
-    run_record::attach(probe, host, &mut report);
+    // Their `hugeshm run` records, looked up from the live mappings.
+    run_record::attach(probe, host, &mut report, &run_candidates);
     // 6. What the scan could not read.
     report.processes_vanished = scan.unread.vanished;
     report.unreadable = scan.unread.problems;

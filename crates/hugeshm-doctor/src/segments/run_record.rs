@@ -5,22 +5,27 @@
 //! server that will need it again at its next start).
 //!
 //! The records are files in `/dev/shm` that the server's user wrote and
-//! anyone could have planted; the doctor, often root, trusts none of them:
-//! each is read bounded and without following links (the probe), parsed
-//! strictly, and shown only when it is owned by the uid of the live
-//! process it names (its start time checked, so a reused pid is not taken
-//! for it) and that process really has the mapping it describes: address,
-//! size, kind and page size. A record of a process that is gone is
-//! ignored silently (the next `hugeshm run` of that user removes it); any
-//! other mismatch is said, as a report finding. The record files
-//! themselves are not segments: unmapped ones are dropped from the list.
+//! anyone could have planted. They are looked up from what is live: for
+//! each mapping of a segment the scan found (pid and start address), the
+//! one name the writer gives its record; `/dev/shm` is not listed, so what
+//! other users create there neither hides a record nor slows the scan, and
+//! a record whose process is gone is not seen at all (the next `hugeshm
+//! run` of that user removes it). The doctor, often root, trusts none of
+//! them: each is read bounded and without following links (the probe),
+//! parsed strictly (its counts bounded by the size it claims), and shown
+//! only when it is owned by the uid of the process it names, that process
+//! runs the executable it names (`/proc/PID/exe`) and started when it says
+//! (a reused pid is not taken for it), and it maps what the record
+//! describes: address, size, kind, page size, nodes that are online. Any
+//! record read that does not hold is said, as a report finding.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use hugeshm_parse::maps::MapsEntry;
+use hugeshm_parse::pid_status::PidStatus;
 use hugeshm_parse::run_record::{self, RunObject, RunRecord};
 use hugeshm_parse::size::{format_bytes, BASE_PAGE};
-use hugeshm_probe::{HostSnapshot, Probe, RunRecordFile, SysvAttachments, SysvMapping};
+use hugeshm_probe::{HostSnapshot, Probe, ReadError};
 use serde::{Deserialize, Serialize};
 
 use super::{Segment, SegmentKind, SegmentsReport};
@@ -52,23 +57,40 @@ pub struct IgnoredRunRecord {
     pub reason: String,
 }
 
-/// Whether a posix segment is one of the record files, which nobody maps.
-fn is_record_file(s: &Segment) -> bool {
-    s.kind == SegmentKind::Posix
-        && s.attached_pids.is_empty()
-        && s.path
-            .as_deref()
-            .and_then(|p| p.strip_prefix("/dev/shm/"))
-            .is_some_and(|n| run_record::parse_file_name(n).is_some())
+/// A live mapping a record may describe: process `pid` maps the segment
+/// at index `segment` of the report at `start`.
+pub(super) struct Candidate {
+    pub(super) segment: usize,
+    pub(super) pid: u32,
+    pub(super) start: u64,
 }
 
-/// Reads the records and puts each that holds on its segment; called by
-/// the segments scan once it has its segments.
-pub fn attach(probe: &Probe, host: &HostSnapshot, report: &mut SegmentsReport) {
-    report.segments.retain(|s| !is_record_file(s));
-    let sysv = probe.sysv_attachments(Some(&host.shm));
-    for f in probe.run_records() {
-        match check(probe, &sysv, &f, &report.segments) {
+/// Whether mappings of segments of `kind` can have a record: `hugeshm run`
+/// changes shared anonymous memory, SysV segments and private mappings.
+pub(super) fn may_have_record(kind: SegmentKind) -> bool {
+    matches!(
+        kind,
+        SegmentKind::Anon | SegmentKind::Sysv | SegmentKind::PrivateHugetlb
+    )
+}
+
+/// Looks up the record of each candidate mapping and puts each that holds
+/// on its segment; called by the segments scan once it has its segments.
+pub(super) fn attach(
+    probe: &Probe,
+    host: &HostSnapshot,
+    report: &mut SegmentsReport,
+    candidates: &[Candidate],
+) {
+    let mut procs: HashMap<u32, Proc> = HashMap::new();
+    for c in candidates {
+        let Some(f) = probe.run_record(c.pid, c.start) else {
+            continue;
+        };
+        let p = procs
+            .entry(c.pid)
+            .or_insert_with(|| Proc::read(probe, c.pid));
+        match check(f.named, &f.read, p, &report.segments[c.segment], host) {
             Check::Gone => {}
             Check::Ignored(reason) => {
                 report.findings.push(Finding::new(
@@ -82,22 +104,70 @@ pub fn attach(probe: &Probe, host: &HostSnapshot, report: &mut SegmentsReport) {
                     reason,
                 });
             }
-            Check::Holds(rec, at) => place(host, f.path.clone(), *rec, at, report),
+            Check::Holds(rec) => place(host, f.path.clone(), *rec, c.segment, report),
         }
     }
 }
 
-enum Check {
-    /// Its process is gone (or the pid is another process now).
-    Gone,
-    Ignored(String),
-    /// It holds: the record and the index of its segment (none for a
-    /// private mapping on base pages, which segments does not list).
-    Holds(Box<RunRecord>, Option<usize>),
+/// What a record is checked against, read once per process.
+struct Proc {
+    status: Result<PidStatus, ReadError>,
+    /// `/proc/PID/stat` field 22.
+    start_ticks: Option<u64>,
+    /// `/proc/PID/exe`, as the writer records it, or why it cannot be read.
+    exe: Result<String, String>,
+    maps: Result<Vec<MapsEntry>, ReadError>,
 }
 
-fn check(probe: &Probe, sysv: &SysvAttachments, f: &RunRecordFile, segments: &[Segment]) -> Check {
-    let (text, owner) = match &f.read {
+impl Proc {
+    fn read(probe: &Probe, pid: u32) -> Proc {
+        let files = probe.pid(pid);
+        Proc {
+            status: files.status(),
+            start_ticks: std::fs::read_to_string(probe.proc_path(&format!("{pid}/stat")))
+                .ok()
+                .and_then(|t| start_ticks(&t)),
+            exe: std::fs::read_link(probe.proc_path(&format!("{pid}/exe")))
+                .map(|l| printable(&l.to_string_lossy()))
+                .map_err(|e| e.to_string()),
+            maps: files.maps(),
+        }
+    }
+}
+
+/// What the writer makes of a path (`hugeshm_region::run`): a control
+/// character as `?`.
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+/// Whether the record's `exe` is what the kernel says the process runs:
+/// the same path, or that path replaced since (`PATH (deleted)`, a
+/// package upgraded under a running server).
+fn same_exe(recorded: &str, kernel: &str) -> bool {
+    kernel == recorded || kernel.strip_suffix(" (deleted)") == Some(recorded)
+}
+
+enum Check {
+    /// Its process is gone.
+    Gone,
+    Ignored(String),
+    /// It holds.
+    Holds(Box<RunRecord>),
+}
+
+/// Checks the record file named for `named` (pid, address), as `read`,
+/// against its process `p` and the segment `seg` the scan found it maps.
+fn check(
+    named: (u32, u64),
+    read: &Result<(String, u32), String>,
+    p: &Proc,
+    seg: &Segment,
+    host: &HostSnapshot,
+) -> Check {
+    let (text, owner) = match read {
         Ok(r) => r,
         Err(why) => return Check::Ignored(why.clone()),
     };
@@ -105,23 +175,23 @@ fn check(probe: &Probe, sysv: &SysvAttachments, f: &RunRecordFile, segments: &[S
         Ok(r) => r,
         Err(e) => return Check::Ignored(format!("not a record ({e})")),
     };
-    if (rec.pid, rec.address) != f.named {
+    if (rec.pid, rec.address) != named {
         return Check::Ignored(format!(
             "it names pid {} at {:#x}, its file name pid {} at {:#x}",
-            rec.pid, rec.address, f.named.0, f.named.1
+            rec.pid, rec.address, named.0, named.1
         ));
     }
-    let files = probe.pid(rec.pid);
-    let status = match files.status() {
+    let status = match &p.status {
         Ok(s) => s,
         Err(e) if e.is_not_found() => return Check::Gone,
         Err(e) => return Check::Ignored(format!("pid {} cannot be read: {e}", rec.pid)),
     };
-    let started = std::fs::read_to_string(probe.proc_path(&format!("{}/stat", rec.pid)))
-        .ok()
-        .and_then(|t| start_ticks(&t));
-    if started.is_some_and(|s| s != rec.start_ticks) {
-        return Check::Gone;
+    if let Some(now) = p.start_ticks.filter(|&s| s != rec.start_ticks) {
+        return Check::Ignored(format!(
+            "it names pid {} started at tick {}, pid {} now started at tick {now} \
+             (a record of an earlier process)",
+            rec.pid, rec.start_ticks, rec.pid
+        ));
     }
     if status.uid != Some(*owner) || rec.uid != *owner {
         return Check::Ignored(format!(
@@ -131,8 +201,24 @@ fn check(probe: &Probe, sysv: &SysvAttachments, f: &RunRecordFile, segments: &[S
             status.uid.map_or("?".to_owned(), |u| u.to_string())
         ));
     }
-    let maps = match files.maps() {
+    match &p.exe {
+        Ok(exe) if same_exe(&rec.exe, exe) => {}
+        Ok(exe) => {
+            return Check::Ignored(format!(
+                "it names the program {:?}, pid {} runs {exe:?}",
+                rec.exe, rec.pid
+            ))
+        }
+        Err(e) => {
+            return Check::Ignored(format!(
+                "pid {}'s program cannot be read (/proc/{}/exe: {e})",
+                rec.pid, rec.pid
+            ))
+        }
+    }
+    let maps = match &p.maps {
         Ok(m) => m,
+        Err(e) if e.is_not_found() => return Check::Gone,
         Err(e) => return Check::Ignored(format!("pid {} cannot be read: {e}", rec.pid)),
     };
     let Some(m) = maps.iter().find(|m| m.start == rec.address) else {
@@ -147,43 +233,48 @@ fn check(probe: &Probe, sysv: &SysvAttachments, f: &RunRecordFile, segments: &[S
             rec.pid, rec.address
         ));
     }
-    if let RunObject::Sysv { shmid } = rec.object {
-        if sysv.of(probe, rec.pid, m) != Some(SysvMapping::Here(shmid)) {
-            return Check::Ignored(format!(
-                "pid {}'s mapping at {:#x} is named like SysV segment {shmid} but is not an \
-                 attachment of it (its device, namespace, key or the kernel's count of \
-                 attachments disagree)",
-                rec.pid, rec.address
-            ));
-        }
-    }
-    let at = segments.iter().position(|s| match rec.object {
-        RunObject::Sysv { shmid } => s.kind == SegmentKind::Sysv && s.id == Some(shmid),
-        RunObject::Anon => s.kind == SegmentKind::Anon && s.id == Some(m.inode),
-        RunObject::Private => {
-            s.kind == SegmentKind::PrivateHugetlb
-                && s.creator_pid == Some(rec.pid)
-                && s.size_bytes == rec.size_bytes
-        }
-    });
-    let page_now = match at {
-        Some(i) => segments[i].page_size_bytes,
-        None => files.smaps().ok().and_then(|sm| {
-            sm.iter()
-                .find(|e| e.map.start == rec.address)
-                .and_then(|e| e.kernel_page_size_bytes)
-        }),
+    let kind_ok = match rec.object {
+        RunObject::Sysv { shmid } => seg.kind == SegmentKind::Sysv && seg.id == Some(shmid),
+        RunObject::Anon => seg.kind == SegmentKind::Anon,
+        RunObject::Private => seg.kind == SegmentKind::PrivateHugetlb,
     };
-    if page_now.is_some_and(|p| p != rec.verified_page_size_bytes) {
+    if !kind_ok {
+        return Check::Ignored(format!(
+            "it says {}, pid {}'s mapping at {:#x} is {}",
+            rec.object.as_str(),
+            rec.pid,
+            rec.address,
+            seg.label()
+        ));
+    }
+    if let Some(now) = seg
+        .page_size_bytes
+        .filter(|&p| p != rec.verified_page_size_bytes)
+    {
         return Check::Ignored(format!(
             "pid {}'s mapping at {:#x} is on {} pages, the record says {}",
             rec.pid,
             rec.address,
-            format_bytes(page_now.unwrap_or(0)),
+            format_bytes(now),
             format_bytes(rec.verified_page_size_bytes)
         ));
     }
-    Check::Holds(Box::new(rec), at)
+    // One line per node at most, and only nodes the host has (the parser
+    // bounds their sum by the size, which is the mapping's).
+    if !host.nodes.is_empty() {
+        if let Some(n) = rec
+            .nodes
+            .keys()
+            .find(|n| !host.nodes.iter().any(|h| h.node == **n))
+        {
+            return Check::Ignored(format!(
+                "it names node {n}, which this host does not have ({} node{})",
+                host.nodes.len(),
+                if host.nodes.len() == 1 { "" } else { "s" }
+            ));
+        }
+    }
+    Check::Holds(Box::new(rec))
 }
 
 /// Size and kind of the mapping against the record.
@@ -228,38 +319,12 @@ fn nodes_text(nodes: &BTreeMap<u32, u64>) -> String {
         .join(", ")
 }
 
-/// Puts a record that holds on its segment, with its findings.
-fn place(
-    host: &HostSnapshot,
-    file: String,
-    rec: RunRecord,
-    at: Option<usize>,
-    report: &mut SegmentsReport,
-) {
+/// Puts a record that holds on segment `i`, with its findings.
+fn place(host: &HostSnapshot, file: String, rec: RunRecord, i: usize, report: &mut SegmentsReport) {
     let placement = RunPlacement {
         file,
         prefault_gbps: rec.prefault_gbps(),
         record: rec,
-    };
-    let Some(i) = at else {
-        let r = &placement.record;
-        report.findings.push(Finding::new(
-            Severity::Info,
-            "run-placed",
-            format!(
-                "pid {}'s private mapping at {:#x} ({}) placed by hugeshm run on {} pages{}",
-                r.pid,
-                r.address,
-                format_bytes(r.size_bytes),
-                format_bytes(r.page_size_bytes),
-                r.fallback
-                    .as_ref()
-                    .map(|f| format!(": {f}"))
-                    .unwrap_or_default()
-            ),
-            None,
-        ));
-        return;
     };
     let seg = &mut report.segments[i];
     let r = &placement.record;
@@ -275,7 +340,8 @@ fn place(
             .nodes
             .iter()
             .map(|(n, then)| then.saturating_sub(now.get(n).copied().unwrap_or(0)))
-            .sum();
+            .fold(0u64, u64::saturating_add)
+            .min(r.size_bytes);
         if moved >= r.page_size_bytes && moved.saturating_mul(100) >= r.size_bytes {
             seg.findings.push(Finding::new(
                 Severity::Warning,
@@ -401,7 +467,7 @@ mod tests {
             &host,
             "/dev/shm/hugeshm-run.9.7f0000000000".into(),
             record(),
-            Some(0),
+            0,
             &mut report,
         );
         report.segments.remove(0)
@@ -452,6 +518,90 @@ mod tests {
         assert_eq!(
             f.fix.as_deref(),
             Some("echo 11 > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages")
+        );
+    }
+
+    /// `record()` checked against a process that is what it says, but for
+    /// `exe` (what `/proc/PID/exe` says) and `nodes` (the host's).
+    fn checked(rec: &RunRecord, exe: &str, nodes: &[u32]) -> Result<(), String> {
+        let mut status = PidStatus::default();
+        status.uid = Some(105);
+        let maps = hugeshm_parse::maps::parse(
+            "7f0000000000-7f0001000000 rw-s 00000000 00:0f 77 /anon_hugepage (deleted)\n",
+        )
+        .unwrap();
+        let p = Proc {
+            status: Ok(status),
+            start_ticks: Some(1),
+            exe: Ok(exe.to_owned()),
+            maps: Ok(maps),
+        };
+        let mut host = HostSnapshot::default();
+        host.nodes = nodes
+            .iter()
+            .map(|&n| {
+                let mut i = hugeshm_probe::NodeInfo::default();
+                i.node = n;
+                i
+            })
+            .collect();
+        let read = Ok((rec.format(), 105));
+        match check((9, rec.address), &read, &p, &segment(&[]), &host) {
+            Check::Holds(r) => {
+                assert_eq!(*r, *rec);
+                Ok(())
+            }
+            Check::Ignored(why) => Err(why),
+            Check::Gone => Err("gone".to_owned()),
+        }
+    }
+
+    #[test]
+    fn a_record_holds_only_for_the_program_the_kernel_says_the_process_runs() {
+        let pg = "/usr/lib/postgresql/15/bin/postgres";
+        assert_eq!(checked(&record(), pg, &[0, 1]), Ok(()));
+        // Upgraded under the running server: the kernel says so.
+        assert_eq!(
+            checked(&record(), &format!("{pg} (deleted)"), &[0, 1]),
+            Ok(())
+        );
+        assert_eq!(
+            checked(&record(), "/usr/bin/python3.11", &[0, 1]),
+            Err(format!(
+                "it names the program \"{pg}\", pid 9 runs \"/usr/bin/python3.11\""
+            ))
+        );
+    }
+
+    #[test]
+    fn a_record_naming_nodes_the_host_lacks_is_ignored() {
+        assert_eq!(
+            checked(&record(), &record().exe, &[0]),
+            Err("it names node 1, which this host does not have (1 node)".to_owned())
+        );
+        // A host without NUMA sysfs cannot say.
+        assert_eq!(checked(&record(), &record().exe, &[]), Ok(()));
+    }
+
+    #[test]
+    fn counts_beyond_what_a_record_can_hold_do_not_overflow() {
+        // Past the parser's bounds (a record made in memory): no panic,
+        // and the moved bytes are bounded.
+        let mut host = HostSnapshot::default();
+        host.pools = vec![PoolCounters::new(2 * MIB, 8, 0, Some(0), 0, Some(0))];
+        let mut rec = record();
+        rec.nodes = (0..4).map(|n| (n, u64::MAX)).collect();
+        let mut report = SegmentsReport {
+            segments: vec![segment(&[("0", 16 * MIB)])],
+            ..Default::default()
+        };
+        place(&host, "f".into(), rec, 0, &mut report);
+        let f = &report.segments[0].findings[0];
+        assert!(
+            f.message
+                .ends_with("now node 0 16 MiB: 16 MiB left their nodes"),
+            "{}",
+            f.message
         );
     }
 

@@ -5,7 +5,8 @@
 //!    by [`Key`]), and the status of each process that maps one is read in
 //!    the same visit;
 //! 2. [`Scan::add_mount_files`]: the files on hugetlbfs mounts and
-//!    `/dev/shm`, found even when nobody maps them;
+//!    `/dev/shm`, found even when nobody maps them (but for empty files and
+//!    `hugeshm run` records, which hold no memory);
 //! 3. [`Scan::add_unmapped_sysv`]: the SysV segments nobody maps (or whose
 //!    users the scan cannot see).
 
@@ -13,6 +14,7 @@ use super::{ProcessProblem, SegmentKind};
 use crate::dax;
 use hugeshm_parse::maps::MapsEntry;
 use hugeshm_parse::pid_status::PidStatus;
+use hugeshm_parse::run_record::parse_file_name;
 use hugeshm_parse::size::BASE_PAGE;
 use hugeshm_probe::{
     HostSnapshot, MapsRead, MountFile, Probe, Problem, ReadError, SysvAttachments, SysvMapping,
@@ -344,8 +346,9 @@ fn pids(probe: &Probe, problems: &mut Vec<Problem>) -> Vec<u32> {
 impl Scan {
     /// Phase 2: the files on hugetlbfs mounts and on `/dev/shm`, with their
     /// owner, mode, size and allocated bytes, and the page size their mount
-    /// gives them; a mount absent under the fs root is skipped, one that
-    /// cannot be read is a problem.
+    /// gives them; empty files and `hugeshm run` records that no process
+    /// maps are not objects. A mount absent under the fs root is skipped,
+    /// one that cannot be read is a problem.
     pub(super) fn add_mount_files(
         &mut self,
         probe: &Probe,
@@ -358,7 +361,24 @@ impl Scan {
             .iter()
             .filter(|m| m.is_hugetlbfs() || (m.is_tmpfs() && m.target == "/dev/shm"))
         {
-            let files = match probe.mount_files(&mnt.target) {
+            // What anyone can create there must not grow the scan: a
+            // `hugeshm run` record (found from its process instead) and an
+            // empty file hold no memory, so neither is an object unless a
+            // process maps it; they are skipped as they are listed.
+            let objs = &self.objs;
+            let mapped =
+                |dev: (u32, u32), inode: u64| objs.contains_key(&Key::File(dev.0, dev.1, inode));
+            let files = match probe.mount_files(
+                &mnt.target,
+                &mut |f| {
+                    let record = f
+                        .name
+                        .to_str()
+                        .is_some_and(|n| parse_file_name(n).is_some());
+                    !record || mapped(f.dev, f.inode)
+                },
+                &mut |f| f.size_bytes > 0 || mapped(f.dev, f.inode),
+            ) {
                 Ok(f) => f,
                 Err(e) if e.is_not_found() => continue,
                 Err(e) => {
@@ -580,7 +600,10 @@ mod tests {
             std::fs::create_dir_all(fs.join(dir)).unwrap();
         }
         std::fs::write(fs.join("dev/shm/a"), vec![1u8; 5000]).unwrap();
-        std::fs::write(fs.join("dev/hugepages/sub/b"), b"").unwrap();
+        std::fs::write(fs.join("dev/hugepages/sub/b"), b"b").unwrap();
+        // Neither an empty file nor a run record is an object unmapped.
+        std::fs::write(fs.join("dev/shm/empty"), b"").unwrap();
+        std::fs::write(fs.join("dev/shm/hugeshm-run.1.1000"), b"x").unwrap();
         std::fs::write(fs.join("run/c"), b"not /dev/shm").unwrap();
         let probe = Probe::new(hugeshm_probe::Roots::fixture(&root.0));
         let mut h = host_with_mounts(

@@ -277,7 +277,12 @@ pub(crate) fn ops(backend: Backend) -> &'static dyn BackendOps {
 
 /// The backends whose regions can be listed, in listing order.
 pub(crate) fn listable() -> [&'static dyn BackendOps; 3] {
-    [&sysv::SYSV, &file::FILE, &memfd::MEMFD]
+    [sysv_ops(), &file::FILE, &memfd::MEMFD]
+}
+
+/// The SysV backend's operations.
+pub(crate) fn sysv_ops() -> &'static dyn BackendOps {
+    &sysv::SYSV
 }
 
 /// Removes an inspected region nobody holds, re-checking first (by its
