@@ -34,22 +34,35 @@ static int write_file(const char *path, const char *text) {
     return n == (ssize_t)strlen(text) ? 0 : -1;
 }
 
-/* A segment of KEY and id SHMID in a new IPC namespace, attached. */
+/* A segment of KEY and id SHMID in a new IPC namespace, attached.
+ *
+ * An id is seq * 32768 + idx. While few segments are in use the kernel
+ * hands out idx cyclically below max(in_use * 3 / 2, 64) and counts seq up
+ * at each wrap (ipc/util.c ipc_idr_alloc), so making and removing the
+ * segment of KEY again and again reaches every id whose idx is below that
+ * bound; for a larger idx, fillers held first raise the bound. */
 static int real_elsewhere(unsigned long long shmid, const char *key, size_t size) {
     if (unshare(CLONE_NEWUSER | CLONE_NEWIPC) != 0) {
         perror("unshare");
         return 3;
     }
-    /* Ids in a new namespace count up from 0: spend them up to SHMID - 1. */
-    for (unsigned long long i = 0; i < shmid; i++) {
-        int id = shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
+    unsigned long long idx = shmid % 32768;
+    for (unsigned long long i = 0; idx >= 64 && i < idx * 2 / 3 + 2; i++)
+        if (shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600) < 0)
+            return 3;
+    key_t k = (key_t)strtoul(key, NULL, 16);
+    int id = -1;
+    for (long tries = 0; tries < 20000000; tries++) {
+        id = shmget(k, size, IPC_CREAT | IPC_EXCL | 0600);
         if (id < 0)
             return 3;
+        if ((unsigned long long)id == shmid)
+            break;
         shmctl(id, IPC_RMID, NULL);
+        id = -1;
     }
-    int id = shmget((key_t)strtoul(key, NULL, 16), size, IPC_CREAT | IPC_EXCL | 0600);
-    if (id < 0 || (unsigned long long)id != shmid) {
-        fprintf(stderr, "got shmid %d, wanted %llu\n", id, shmid);
+    if (id < 0) {
+        fprintf(stderr, "shmid %llu not reached\n", shmid);
         return 4;
     }
     void *p = shmat(id, NULL, 0);
@@ -91,22 +104,29 @@ int main(int argc, char **argv) {
         perror("mount");
         return 3;
     }
-    int fd = -1;
+    /* Inodes on a new tmpfs are numbered in order: spend them on unnamed
+     * files (O_TMPFILE: no name to make and remove) up to SHMID - 1, then
+     * the named one gets SHMID. */
     for (;;) {
-        fd = open("/tmp/f", O_CREAT | O_EXCL | O_RDWR, 0600);
-        if (fd < 0) {
+        int t = open("/tmp", O_TMPFILE | O_RDWR, 0600);
+        if (t < 0) {
             perror("open");
             return 3;
         }
         struct stat st;
-        if (fstat(fd, &st) != 0)
+        if (fstat(t, &st) != 0)
             return 3;
-        if ((unsigned long long)st.st_ino == shmid)
+        close(t);
+        if ((unsigned long long)st.st_ino + 1 >= shmid)
             break;
-        close(fd);
-        unlink("/tmp/f");
-        if ((unsigned long long)st.st_ino > shmid)
-            return 4;
+    }
+    int fd = open("/tmp/f", O_CREAT | O_EXCL | O_RDWR, 0600);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0)
+        return 3;
+    if ((unsigned long long)st.st_ino != shmid) {
+        fprintf(stderr, "got inode %llu, wanted %llu\n", (unsigned long long)st.st_ino, shmid);
+        return 4;
     }
     char name[32];
     snprintf(name, sizeof name, "/tmp/SYSV%s", key);

@@ -8,9 +8,12 @@
 //! A second attacker attaches a real segment of the same shmid and key in
 //! an IPC namespace of its own: `segments` lists it apart, as that
 //! namespace's, and it holds nothing of root's either.
-//! Real SysV segments on 2 MiB pages, under the pool guard.
+//! Real SysV segments on 2 MiB pages, under the pool guard, in an IPC
+//! namespace the test makes (root's hugeshm, the region and the attackers
+//! all in it), so that the shmid is small whatever the host's count: the
+//! attacker spends one tmpfs inode per shmid below it.
 
-use crate::common::{hugeshm as run, json, listed};
+use crate::common::{cmd, json};
 use hugeshm_testkit::{live, Lack, TempDir};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -48,8 +51,10 @@ impl Drop for Attacker {
 /// Starts the attacker against `shmid`/`key` (with `ipc`, a real segment
 /// in its own IPC namespace); `None` where this host gives an unprivileged
 /// user no user namespace (exit 3).
-fn attack(bin: &Path, shmid: u64, key: u32, size: u64, ipc: bool) -> Option<Attacker> {
-    let mut child = Command::new("setpriv")
+fn attack(ns: &Ns, bin: &Path, shmid: u64, key: u32, size: u64, ipc: bool) -> Option<Attacker> {
+    let mut child = Command::new("nsenter")
+        .arg(&ns.arg)
+        .arg("setpriv")
         .args(AS_NOBODY)
         .arg(bin)
         .arg(shmid.to_string())
@@ -72,13 +77,71 @@ fn attack(bin: &Path, shmid: u64, key: u32, size: u64, ipc: bool) -> Option<Atta
     None
 }
 
-/// Removes region `.0` when dropped (before the pool guard's leak check,
-/// declared after it), whether the test passed or not.
-struct Remove(String);
+/// An IPC namespace of the test's, held by a `sleep` killed on drop (the
+/// namespace and its segments go with it).
+struct Ns {
+    holder: Child,
+    /// `--ipc=/proc/PID/ns/ipc` for `nsenter`.
+    arg: String,
+}
 
-impl Drop for Remove {
+impl Ns {
+    fn new() -> Ns {
+        let holder = Command::new("unshare")
+            .args(["--ipc", "sleep", "600"])
+            .spawn()
+            .expect("unshare");
+        let arg = format!("--ipc=/proc/{}/ns/ipc", holder.id());
+        // Until the holder is in its namespace.
+        let own = std::fs::read_link("/proc/self/ns/ipc").unwrap();
+        while std::fs::read_link(format!("/proc/{}/ns/ipc", holder.id())).ok() == Some(own.clone())
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Ns { holder, arg }
+    }
+
+    /// `hugeshm ARGS` in the namespace.
+    fn hugeshm(&self, args: &[&str]) -> std::process::Output {
+        let inner = cmd(args);
+        let mut c = Command::new("nsenter");
+        c.arg(&self.arg).arg(inner.get_program()).args(args);
+        for (k, v) in inner.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        c.output().expect("nsenter hugeshm")
+    }
+
+    /// `ls --json`'s entry of region `name`.
+    fn listed(&self, name: &str) -> Value {
+        let l = json(self.hugeshm(&["ls", "--json"]));
+        l["regions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not listed: {l:#}"))
+            .clone()
+    }
+}
+
+impl Drop for Ns {
     fn drop(&mut self) {
-        let _ = run(&["rm", &self.0]);
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+    }
+}
+
+/// Removes region `.1` in namespace `.0` when dropped (before the pool
+/// guard's leak check, declared after it), whether the test passed or not.
+struct Remove<'a>(&'a Ns, String);
+
+impl Drop for Remove<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.hugeshm(&["rm", &self.1]);
     }
 }
 
@@ -88,9 +151,19 @@ fn a_look_alike_sysv_mapping_is_not_an_attachment() {
     pool.ensure_free(2 << 20, 2).expect("2 free 2 MiB pages");
     let dir = TempDir::new("lookalike");
     let bin = compile(dir.path());
+    let ns = Ns::new();
+    // Ids below the region's, so that it is not 0 (no tmpfs inode is).
+    for _ in 0..8 {
+        let st = Command::new("nsenter")
+            .args([ns.arg.as_str(), "ipcmk", "-M", "4096"])
+            .stdout(Stdio::null())
+            .status()
+            .expect("ipcmk");
+        assert!(st.success());
+    }
     let name = format!("clitest-lookalike-{}", std::process::id());
-    let _remove = Remove(name.clone());
-    let out = run(&[
+    let _remove = Remove(&ns, name.clone());
+    let out = ns.hugeshm(&[
         "create",
         &name,
         "--size",
@@ -101,14 +174,14 @@ fn a_look_alike_sysv_mapping_is_not_an_attachment() {
         "only",
     ]);
     assert!(out.status.success(), "{out:?}");
-    let r = listed(&name);
+    let r = ns.listed(&name);
     assert_eq!(r["header"]["kept"], true, "{r:#}");
     let shmid = r["object"]["shmid"].as_u64().unwrap();
     let key = r["object"]["key"].as_i64().unwrap() as u32;
 
     let (Some(attacker), Some(elsewhere)) = (
-        attack(&bin, shmid, key, 2 << 20, false),
-        attack(&bin, shmid, key, 4 << 20, true),
+        attack(&ns, &bin, shmid, key, 2 << 20, false),
+        attack(&ns, &bin, shmid, key, 4 << 20, true),
     ) else {
         return pool.skip_lacking(
             Lack::UnprivilegedUserns,
@@ -128,13 +201,13 @@ fn a_look_alike_sysv_mapping_is_not_an_attachment() {
     );
 
     // ls: still kept, nobody holding it.
-    let r = listed(&name);
+    let r = ns.listed(&name);
     assert_eq!(
         (&r["holders"], &r["held"]),
         (&Value::Array(vec![]), &false.into()),
         "{r:#}"
     );
-    let out = run(&["ls"]);
+    let out = ns.hugeshm(&["ls"]);
     let line = String::from_utf8_lossy(&out.stdout)
         .lines()
         .find(|l| l.starts_with(&name))
@@ -147,7 +220,7 @@ fn a_look_alike_sysv_mapping_is_not_an_attachment() {
         "{line}"
     );
     // segments: nobody on root's segment, none of the look-alike's bytes.
-    let s = json(run(&["segments", "--json"]));
+    let s = json(ns.hugeshm(&["segments", "--json"]));
     let seg = s["segments"]
         .as_array()
         .unwrap()
@@ -165,13 +238,13 @@ fn a_look_alike_sysv_mapping_is_not_an_attachment() {
         .collect::<Vec<_>>();
     assert!(!listed_pids.contains(&pid.into()), "{s:#}");
     // The other namespace's segment of the same shmid: listed apart.
-    let ns = std::fs::read_link(format!("/proc/{other}/ns/ipc")).unwrap();
+    let their_ns = std::fs::read_link(format!("/proc/{other}/ns/ipc")).unwrap();
     let theirs = s["segments"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|g| g["path"] == ns.to_str().unwrap())
-        .unwrap_or_else(|| panic!("{ns:?} not listed: {s:#}"));
+        .find(|g| g["path"] == their_ns.to_str().unwrap())
+        .unwrap_or_else(|| panic!("{their_ns:?} not listed: {s:#}"));
     assert_eq!(
         (&theirs["kind"], &theirs["id"], &theirs["size_bytes"]),
         (&"sysv".into(), &shmid.into(), &(4u64 << 20).into()),
@@ -179,7 +252,7 @@ fn a_look_alike_sysv_mapping_is_not_an_attachment() {
     );
     assert_eq!(theirs["attached_pids"], serde_json::json!([other]));
     // rm: not "in use".
-    let out = run(&["rm", &name]);
+    let out = ns.hugeshm(&["rm", &name]);
     assert!(out.status.success(), "{out:?}");
     drop(attacker);
     drop(elsewhere);
