@@ -238,24 +238,31 @@ impl Probe {
     /// without holding what is not kept: `listed` sees each file as its
     /// directory lists it (name, inode, no `stat` yet) and says whether to
     /// look at it; `keep` sees each looked-at file whole and says whether
-    /// to keep it. What anyone can create there costs a `stat` at most.
+    /// to keep it. What anyone can create there costs a `stat` at most, and
+    /// the listing stops after [`MAX_MOUNT_ENTRIES`] entries
+    /// ([`MountListing::cut_short`], with the file system's own counts).
     pub fn mount_files(
         &self,
         target: &str,
         listed: &mut dyn FnMut(&ListedFile<'_>) -> bool,
         keep: &mut dyn FnMut(&MountFile) -> bool,
-    ) -> Result<Vec<MountFile>, ReadError> {
+    ) -> Result<MountListing, ReadError> {
         let base = self.roots.fs.join(target.trim_start_matches('/'));
         let top = std::fs::metadata(&base).map_err(|e| io_error(base.display().to_string(), e))?;
         let top_dev = (dev_major(top.dev()), dev_minor(top.dev()));
         let mut out = Vec::new();
+        let mut entries = 0u64;
         let mut stack = vec![base.clone()];
-        while let Some(dir) = stack.pop() {
+        'walk: while let Some(dir) = stack.pop() {
             let rd = match std::fs::read_dir(&dir) {
                 Ok(rd) => rd,
                 Err(e) => return Err(io_error(dir.display().to_string(), e)),
             };
             for entry in rd.filter_map(|e| e.ok()) {
+                entries += 1;
+                if entries > MAX_MOUNT_ENTRIES {
+                    break 'walk;
+                }
                 let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
                 if !is_dir
                     && !listed(&ListedFile {
@@ -297,8 +304,54 @@ impl Probe {
             }
         }
         out.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(out)
+        let cut_short = entries > MAX_MOUNT_ENTRIES;
+        Ok(MountListing {
+            files: out,
+            entries: entries.min(MAX_MOUNT_ENTRIES),
+            usage: if cut_short {
+                rustix::fs::statvfs(&base).ok().map(|st| FsUsage {
+                    used_bytes: st
+                        .f_blocks
+                        .saturating_sub(st.f_bfree)
+                        .saturating_mul(st.f_frsize),
+                    used_inodes: st.f_files.saturating_sub(st.f_ffree),
+                })
+            } else {
+                None
+            },
+            cut_short,
+        })
     }
+}
+
+/// The most directory entries [`Probe::mount_files`] reads under one
+/// mount: what anyone can create in `/dev/shm` bounds the scan's time by
+/// this, not by their number (65,536 entries: about 50 ms).
+pub const MAX_MOUNT_ENTRIES: u64 = 65_536;
+
+/// What [`Probe::mount_files`] found under a mount.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MountListing {
+    /// The files kept, sorted by path.
+    pub files: Vec<MountFile>,
+    /// Directory entries read (files, directories and what else is there).
+    pub entries: u64,
+    /// Whether the listing stopped at [`MAX_MOUNT_ENTRIES`]: entries past
+    /// them were not seen.
+    pub cut_short: bool,
+    /// Where it was cut short, what the file system says it holds in all.
+    pub usage: Option<FsUsage>,
+}
+
+/// A file system's use, from `statvfs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FsUsage {
+    /// Bytes in use (blocks less free blocks).
+    pub used_bytes: u64,
+    /// Inodes in use.
+    pub used_inodes: u64,
 }
 
 /// A file on a mount as its directory lists it, before any `stat`.

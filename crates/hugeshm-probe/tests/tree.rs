@@ -148,6 +148,8 @@ fn processes_and_mount_files() {
     let files = p
         .mount_files("/dev/hugepages", &mut |_| true, &mut |_| true)
         .unwrap();
+    assert_eq!((files.entries, files.cut_short), (1, false));
+    let files = files.files;
     assert_eq!(files.len(), 1);
     assert_eq!(files[0].path, "/dev/hugepages/pool");
     assert_eq!(files[0].size_bytes, 3);
@@ -162,14 +164,16 @@ fn processes_and_mount_files() {
             },
             &mut |f| f.size_bytes > 3,
         )
-        .unwrap();
+        .unwrap()
+        .files;
     assert_eq!(
         (none.len(), seen),
         (0, vec![std::ffi::OsString::from("pool")])
     );
     let none = p
         .mount_files("/dev/hugepages", &mut |_| false, &mut |_| true)
-        .unwrap();
+        .unwrap()
+        .files;
     assert!(none.is_empty());
     assert!(p
         .mount_files("/nowhere", &mut |_| true, &mut |_| true)

@@ -367,4 +367,21 @@ fn planted_empty_files_do_not_grow_the_scan() {
         assert!(ok, "{args:?} failed");
         assert!(rss < 64 << 10, "{args:?}: {rss} KiB resident at most");
     }
+    // The listing stopped at its bound (the time is bounded too) and says
+    // so, with what the tmpfs holds in all: nothing is hidden silently.
+    let report = common::json(common::hugeshm(&["segments", "--json"]));
+    let cut = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["path"] == "/dev/shm")
+        .unwrap_or_else(|| panic!("no problem for /dev/shm: {:#}", report["problems"]));
+    let reason = cut["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!(
+            "more than {} entries",
+            hugeshm_probe::MAX_MOUNT_ENTRIES
+        )) && reason.contains("inodes, by statvfs"),
+        "{reason}"
+    );
 }

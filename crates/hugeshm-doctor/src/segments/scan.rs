@@ -17,7 +17,8 @@ use hugeshm_parse::pid_status::PidStatus;
 use hugeshm_parse::run_record::parse_file_name;
 use hugeshm_parse::size::BASE_PAGE;
 use hugeshm_probe::{
-    HostSnapshot, MapsRead, MountFile, Probe, Problem, ReadError, SysvAttachments, SysvMapping,
+    HostSnapshot, MapsRead, MountFile, MountListing, Probe, Problem, ProblemKind, ReadError,
+    SysvAttachments, SysvMapping,
 };
 use std::collections::{BTreeMap, HashMap};
 
@@ -241,6 +242,30 @@ fn classify(pid: u32, m: &MapsEntry, judge: &Judge) -> Option<(Key, SegmentKind)
     None
 }
 
+/// The problem of a mount whose listing stopped at its bound: the files
+/// past it were not examined (an unmapped one among them is not reported),
+/// with what the file system holds in all, so that memory there is not
+/// hidden by how many entries someone made.
+fn cut_short(target: &str, listing: &MountListing) -> Problem {
+    let usage = listing.usage.map_or_else(String::new, |u| {
+        format!(
+            " (the file system holds {} in {} inodes, by statvfs)",
+            hugeshm_parse::size::format_bytes(u.used_bytes),
+            u.used_inodes
+        )
+    });
+    Problem::new(
+        target,
+        ProblemKind::Io,
+        format!(
+            "more than {} entries{usage}: the listing stopped there, so files nobody maps past \
+             them were not examined; see who made them: find {target} -xdev -printf '%u\\n' | \
+             sort | uniq -c | sort -rn | head",
+            listing.entries
+        ),
+    )
+}
+
 /// The processes the scan could not read: those that exited meanwhile are
 /// only counted.
 #[derive(Default)]
@@ -368,7 +393,7 @@ impl Scan {
             let objs = &self.objs;
             let mapped =
                 |dev: (u32, u32), inode: u64| objs.contains_key(&Key::File(dev.0, dev.1, inode));
-            let files = match probe.mount_files(
+            let listing = match probe.mount_files(
                 &mnt.target,
                 &mut |f| {
                     let record = f
@@ -386,6 +411,10 @@ impl Scan {
                     continue;
                 }
             };
+            if listing.cut_short {
+                problems.push(cut_short(&mnt.target, &listing));
+            }
+            let files = listing.files;
             let page = if mnt.is_hugetlbfs() {
                 mnt.hugetlbfs_page_size()
                     .or(default_huge)
