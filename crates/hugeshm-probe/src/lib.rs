@@ -39,7 +39,7 @@ pub use persisted::{Persisted, PersistedValue};
 pub use pmem::{DaxDevice, MemoryTier, Namespace, PmemSnapshot};
 pub use process::{
     dev_major, dev_minor, FsUsage, ListedFile, MountFile, MountListing, PidFiles, ProcessList,
-    MAX_MOUNT_ENTRIES, PAGEMAP_FULL_READ_BYTES, PAGEMAP_SAMPLE_WINDOWS,
+    MAX_MOUNT_ENTRIES, MAX_PASSED_OVER, PAGEMAP_FULL_READ_BYTES, PAGEMAP_SAMPLE_WINDOWS,
 };
 pub use read::{Problem, ProblemKind, ReadError};
 pub use run_records::RunRecordFile;

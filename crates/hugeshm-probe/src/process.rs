@@ -239,8 +239,9 @@ impl Probe {
     /// directory lists it (name, inode, no `stat` yet) and says whether to
     /// look at it; `keep` sees each looked-at file whole and says whether
     /// to keep it. What anyone can create there costs a `stat` at most, and
-    /// the listing stops after [`MAX_MOUNT_ENTRIES`] entries
-    /// ([`MountListing::cut_short`], with the file system's own counts).
+    /// the listing stops after [`MAX_PASSED_OVER`] entries not kept or
+    /// [`MAX_MOUNT_ENTRIES`] in all ([`MountListing::cut_short`], with the
+    /// file system's own counts).
     pub fn mount_files(
         &self,
         target: &str,
@@ -251,7 +252,9 @@ impl Probe {
         let top = std::fs::metadata(&base).map_err(|e| io_error(base.display().to_string(), e))?;
         let top_dev = (dev_major(top.dev()), dev_minor(top.dev()));
         let mut out = Vec::new();
+        let mut cut_short = false;
         let mut entries = 0u64;
+        let mut passed_over = 0u64;
         let mut stack = vec![base.clone()];
         'walk: while let Some(dir) = stack.pop() {
             let rd = match std::fs::read_dir(&dir) {
@@ -259,10 +262,13 @@ impl Probe {
                 Err(e) => return Err(io_error(dir.display().to_string(), e)),
             };
             for entry in rd.filter_map(|e| e.ok()) {
-                entries += 1;
-                if entries > MAX_MOUNT_ENTRIES {
+                if entries >= MAX_MOUNT_ENTRIES || passed_over >= MAX_PASSED_OVER {
+                    cut_short = true;
                     break 'walk;
                 }
+                entries += 1;
+                // Counted back where the entry is kept or walked into.
+                passed_over += 1;
                 let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
                 if !is_dir
                     && !listed(&ListedFile {
@@ -281,6 +287,7 @@ impl Probe {
                     continue;
                 }
                 if md.is_dir() {
+                    passed_over -= 1;
                     stack.push(entry.path());
                 } else if md.is_file() {
                     let rel = entry
@@ -298,16 +305,17 @@ impl Probe {
                         inode: md.ino(),
                     };
                     if keep(&f) {
+                        passed_over -= 1;
                         out.push(f);
                     }
                 }
             }
         }
         out.sort_by(|a, b| a.path.cmp(&b.path));
-        let cut_short = entries > MAX_MOUNT_ENTRIES;
         Ok(MountListing {
             files: out,
-            entries: entries.min(MAX_MOUNT_ENTRIES),
+            entries,
+            passed_over,
             usage: if cut_short {
                 rustix::fs::statvfs(&base).ok().map(|st| FsUsage {
                     used_bytes: st
@@ -325,9 +333,14 @@ impl Probe {
 }
 
 /// The most directory entries [`Probe::mount_files`] reads under one
-/// mount: what anyone can create in `/dev/shm` bounds the scan's time by
-/// this, not by their number (65,536 entries: about 50 ms).
+/// mount, kept or not.
 pub const MAX_MOUNT_ENTRIES: u64 = 65_536;
+
+/// The most entries [`Probe::mount_files`] passes over under one mount
+/// (neither kept nor a directory: in `/dev/shm`, empty files and records
+/// nobody maps): what anyone can create there bounds the scan's time by
+/// this, not by their number (8,192 entries: a few milliseconds).
+pub const MAX_PASSED_OVER: u64 = 8_192;
 
 /// What [`Probe::mount_files`] found under a mount.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -337,8 +350,10 @@ pub struct MountListing {
     pub files: Vec<MountFile>,
     /// Directory entries read (files, directories and what else is there).
     pub entries: u64,
-    /// Whether the listing stopped at [`MAX_MOUNT_ENTRIES`]: entries past
-    /// them were not seen.
+    /// Of those, the ones neither kept nor walked into.
+    pub passed_over: u64,
+    /// Whether the listing stopped at [`MAX_MOUNT_ENTRIES`] or
+    /// [`MAX_PASSED_OVER`]: entries past them were not seen.
     pub cut_short: bool,
     /// Where it was cut short, what the file system says it holds in all.
     pub usage: Option<FsUsage>,

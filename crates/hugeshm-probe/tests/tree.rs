@@ -186,6 +186,36 @@ fn processes_and_mount_files() {
 const M2: u64 = 2 << 20;
 const G1: u64 = 1 << 30;
 
+#[test]
+fn a_listing_stops_after_the_entries_it_passes_over() {
+    use hugeshm_probe::MAX_PASSED_OVER;
+    let t = Tree::new("passed-over");
+    t.dir("fs/dev/shm");
+    // Two files worth keeping, then more empty ones than the bound.
+    t.file("fs/dev/shm/a-kept", "x")
+        .file("fs/dev/shm/b-kept", "y");
+    for i in 0..MAX_PASSED_OVER + 10 {
+        fs::write(t.0.join(format!("fs/dev/shm/empty.{i}")), b"").unwrap();
+    }
+    let p = t.probe();
+    let l = p
+        .mount_files("/dev/shm", &mut |_| true, &mut |f| f.size_bytes > 0)
+        .unwrap();
+    assert!(l.cut_short);
+    assert_eq!(l.passed_over, MAX_PASSED_OVER);
+    assert!(l.entries <= MAX_PASSED_OVER + 2, "{}", l.entries);
+    assert!(l.usage.is_some(), "statvfs of the mount where cut short");
+    // Kept files do not count: with every file kept, nothing is cut.
+    let all = p
+        .mount_files("/dev/shm", &mut |_| true, &mut |_| true)
+        .unwrap();
+    assert!(!all.cut_short && all.usage.is_none());
+    assert_eq!(
+        (all.files.len() as u64, all.passed_over),
+        (MAX_PASSED_OVER + 12, 0)
+    );
+}
+
 /// The 2 MiB and 1 GiB pools of the kernel (only their directories matter
 /// to the cgroup reader).
 fn kernel_sizes(t: &Tree) {

@@ -23,13 +23,19 @@ pub fn hugeshm(args: &[&str]) -> Output {
 }
 
 /// The `--json` document on stdout of a successful run: one object with
-/// `"schema": 1` (panics with stderr otherwise).
+/// `"schema": 1` (panics with stderr and the end of stdout otherwise: a
+/// command that says what failed in its JSON, as the lab does).
 pub fn json(out: Output) -> Value {
     assert!(
         out.status.success(),
-        "hugeshm failed ({}): {}",
+        "hugeshm failed ({}): {}\nstdout ends: {}",
         out.status,
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&out.stderr),
+        {
+            let s = String::from_utf8_lossy(&out.stdout);
+            let from = s.len().saturating_sub(4000);
+            s.get(from..).unwrap_or(&s).to_owned()
+        }
     );
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     assert!(v.is_object(), "not one JSON object: {v:#}");

@@ -258,10 +258,10 @@ fn cut_short(target: &str, listing: &MountListing) -> Problem {
         target,
         ProblemKind::Io,
         format!(
-            "more than {} entries{usage}: the listing stopped there, so files nobody maps past \
-             them were not examined; see who made them: find {target} -xdev -printf '%u\\n' | \
-             sort | uniq -c | sort -rn | head",
-            listing.entries
+            "the listing stopped after {} entries, {} of them empty files or hugeshm run \
+             records nobody maps{usage}: files nobody maps past them were not examined; see who \
+             made them: find {target} -xdev -printf '%u\\n' | sort | uniq -c | sort -rn | head",
+            listing.entries, listing.passed_over
         ),
     )
 }
