@@ -66,6 +66,7 @@ pub const CODES: &[(&str, &[Severity])] = {
         ("misplaced", &[Warning]),
         ("single-node", &[Warning]),
         ("processes-unreadable", &[Info, Warning]),
+        ("mount-listing-cut", &[Warning]),
         ("cgroup-limit-short", &[Warning]),
         ("cgroup-rsvd-unset", &[Warning]),
         ("cgroup-faults-refused", &[Warning]),

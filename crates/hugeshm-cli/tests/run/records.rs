@@ -370,18 +370,21 @@ fn planted_empty_files_do_not_grow_the_scan() {
     // The listing stopped at its bound (the time is bounded too) and says
     // so, with what the tmpfs holds in all: nothing is hidden silently.
     let report = common::json(common::hugeshm(&["segments", "--json"]));
-    let cut = report["problems"]
+    let cut = report["findings"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|p| p["path"] == "/dev/shm")
-        .unwrap_or_else(|| panic!("no problem for /dev/shm: {:#}", report["problems"]));
-    let reason = cut["reason"].as_str().unwrap();
+        .find(|f| f["code"] == "mount-listing-cut")
+        .unwrap_or_else(|| panic!("no mount-listing-cut: {:#}", report["findings"]));
+    let reason = cut["message"].as_str().unwrap();
     assert!(
-        reason.contains(&format!(
-            "{} of them empty files or hugeshm run records nobody maps",
-            hugeshm_probe::MAX_PASSED_OVER
-        )) && reason.contains("inodes, by statvfs"),
+        reason.starts_with("/dev/shm: ")
+            && reason.contains(&format!(
+                "{} of them empty files or hugeshm run records nobody maps",
+                hugeshm_probe::MAX_PASSED_OVER
+            ))
+            && reason.contains("inodes, by statvfs"),
         "{reason}"
     );
+    assert_eq!(cut["severity"], "warning");
 }

@@ -280,7 +280,7 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions) -> Seg
     // 1-3. The objects: mapped, on a mount, or SysV.
     let mut scan = scan::read_processes(&Judge::of(probe, host), how, &mut report.problems);
     report.processes_scanned = scan.processes_scanned;
-    scan.add_mount_files(probe, host, &mut report.problems);
+    scan.add_mount_files(probe, host, &mut report.problems, &mut report.findings);
     scan.add_unmapped_sysv(host);
 
     // 4. Each object as a segment, its processes sampled, with its findings.
@@ -330,7 +330,11 @@ pub fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions) -> Seg
     // 6. What the scan could not read.
     report.processes_vanished = scan.unread.vanished;
     report.unreadable = scan.unread.problems;
-    report.findings = findings::scan_findings(&report.unreadable, host);
+    // Those first, then what the phases found of the scan itself (mounts
+    // whose listing was cut short, records not shown).
+    let mut scan_wide = findings::scan_findings(&report.unreadable, host);
+    scan_wide.append(&mut report.findings);
+    report.findings = scan_wide;
     // 7. SysV first, then by size.
     sort(&mut report.segments);
     report.scan_seconds = t0.elapsed().as_secs_f64();

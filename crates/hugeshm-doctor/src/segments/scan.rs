@@ -12,13 +12,14 @@
 
 use super::{ProcessProblem, SegmentKind};
 use crate::dax;
+use crate::finding::{Finding, Severity};
 use hugeshm_parse::maps::MapsEntry;
 use hugeshm_parse::pid_status::PidStatus;
 use hugeshm_parse::run_record::parse_file_name;
 use hugeshm_parse::size::BASE_PAGE;
 use hugeshm_probe::{
-    HostSnapshot, MapsRead, MountFile, MountListing, Probe, Problem, ProblemKind, ReadError,
-    SysvAttachments, SysvMapping,
+    HostSnapshot, MapsRead, MountFile, MountListing, Probe, Problem, ReadError, SysvAttachments,
+    SysvMapping,
 };
 use std::collections::{BTreeMap, HashMap};
 
@@ -242,11 +243,11 @@ fn classify(pid: u32, m: &MapsEntry, judge: &Judge) -> Option<(Key, SegmentKind)
     None
 }
 
-/// The problem of a mount whose listing stopped at its bound: the files
+/// The finding of a mount whose listing stopped at its bound: the files
 /// past it were not examined (an unmapped one among them is not reported),
 /// with what the file system holds in all, so that memory there is not
 /// hidden by how many entries someone made.
-fn cut_short(target: &str, listing: &MountListing) -> Problem {
+fn cut_short(target: &str, listing: &MountListing) -> Finding {
     let usage = listing.usage.map_or_else(String::new, |u| {
         format!(
             " (the file system holds {} in {} inodes, by statvfs)",
@@ -254,15 +255,18 @@ fn cut_short(target: &str, listing: &MountListing) -> Problem {
             u.used_inodes
         )
     });
-    Problem::new(
-        target,
-        ProblemKind::Io,
+    Finding::new(
+        Severity::Warning,
+        "mount-listing-cut",
         format!(
-            "the listing stopped after {} entries, {} of them empty files or hugeshm run \
-             records nobody maps{usage}: files nobody maps past them were not examined; see who \
-             made them: find {target} -xdev -printf '%u\\n' | sort | uniq -c | sort -rn | head",
+            "{target}: the listing stopped after {} entries, {} of them empty files or hugeshm \
+             run records nobody maps{usage}: files nobody maps past them were not examined",
             listing.entries, listing.passed_over
         ),
+        Some(format!(
+            "see who made them: find {} -xdev -printf '%u\\n' | sort | uniq -c | sort -rn | head",
+            hugeshm_fix::shell_quote(target)
+        )),
     )
 }
 
@@ -379,6 +383,7 @@ impl Scan {
         probe: &Probe,
         host: &HostSnapshot,
         problems: &mut Vec<Problem>,
+        findings: &mut Vec<Finding>,
     ) {
         let default_huge = host.default_page_size();
         for mnt in host
@@ -412,7 +417,7 @@ impl Scan {
                 }
             };
             if listing.cut_short {
-                problems.push(cut_short(&mnt.target, &listing));
+                findings.push(cut_short(&mnt.target, &listing));
             }
             let files = listing.files;
             let page = if mnt.is_hugetlbfs() {
@@ -657,7 +662,7 @@ mod tests {
         mapped.maps.insert(9, vec![0x1000]);
         scan.objs.insert(key, mapped);
         let mut problems = Vec::new();
-        scan.add_mount_files(&probe, &h, &mut problems);
+        scan.add_mount_files(&probe, &h, &mut problems, &mut Vec::new());
         assert!(problems.is_empty(), "{problems:?}");
         let mut found: Vec<String> = scan
             .objs
@@ -679,7 +684,7 @@ mod tests {
         h.mounts =
             hugeshm_parse::mounts::parse("tmpfs /dev/shm tmpfs rw,huge=always 0 0\n").unwrap();
         let mut scan = Scan::default();
-        scan.add_mount_files(&probe, &h, &mut problems);
+        scan.add_mount_files(&probe, &h, &mut problems, &mut Vec::new());
         assert_eq!(
             scan.objs
                 .values()
