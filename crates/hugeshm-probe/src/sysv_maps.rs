@@ -11,7 +11,9 @@
 //! choose agrees:
 //!
 //! - the device is the kernel's internal mount's (live host: learnt by
-//!   `hugeshm_sys::sysv_devices`; a fixture tree has none to check);
+//!   `hugeshm_sys::sysv_devices`; a fixture tree has none to check, and
+//!   where the kernel would not say one page size's device, a mapping on
+//!   an unknown device is left to the checks below);
 //! - the process is in the reader's IPC namespace (`/proc/PID/ns/ipc`);
 //!   an attachment in another one is a segment of that namespace, never
 //!   the reader's of the same shmid;
@@ -47,7 +49,10 @@ pub enum SysvMapping {
 /// the reader's IPC namespace and `/proc/sysvipc/shm` (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub struct SysvAttachments {
-    devices: Option<Vec<(u32, u32)>>,
+    /// The kernel's SysV devices, and whether every page size's is there
+    /// (one the kernel would not say leaves a mapping on an unknown device
+    /// to the other checks rather than make a real attachment a look-alike).
+    devices: Option<(Vec<(u32, u32)>, bool)>,
     /// shmid → (key, nattch); `None` where the table could not be read.
     table: Option<HashMap<u64, (u32, u64)>>,
     own_ns: Option<u64>,
@@ -80,7 +85,10 @@ impl Probe {
                 .into_iter()
                 .map(|(size, _)| size)
                 .collect();
-            hugeshm_sys::sysv_devices(&sizes).ok()
+            hugeshm_sys::sysv_devices(&sizes).ok().map(|d| {
+                let complete = d.len() == sizes.len() + 1;
+                (d, complete)
+            })
         } else {
             None
         };
@@ -113,8 +121,8 @@ impl SysvAttachments {
         if !m.deleted {
             return SysvMapping::LookAlike;
         }
-        if let Some(devices) = &self.devices {
-            if !devices.contains(&(m.dev_major, m.dev_minor)) {
+        if let Some((devices, complete)) = &self.devices {
+            if *complete && !devices.contains(&(m.dev_major, m.dev_minor)) {
                 return SysvMapping::LookAlike;
             }
         }
@@ -149,7 +157,7 @@ mod tests {
 
     fn checks(devices: Option<Vec<(u32, u32)>>, own_ns: Option<u64>) -> SysvAttachments {
         SysvAttachments {
-            devices,
+            devices: devices.map(|d| (d, true)),
             // shmid 12: key 0x076b7da9, attached twice; 13: nobody attached;
             // 14: removed (key 0), still attached.
             table: Some(
@@ -216,6 +224,20 @@ mod tests {
         );
         // A namespace that cannot be read: the table decides.
         assert_eq!(c.judge(&m, 0x076b7da9, || None), SysvMapping::Here(12));
+    }
+
+    #[test]
+    fn a_device_the_kernel_would_not_say_is_left_to_the_other_checks() {
+        // The 1 GiB pool's device unknown (its memfd refused): a mapping on
+        // another device is judged by the table, not called a look-alike.
+        let mut c = checks(Some(vec![(0, 1), (0, 17)]), None);
+        if let Some((_, complete)) = c.devices.as_mut() {
+            *complete = false;
+        }
+        let m = entry(&format!("{AT} 00:12 12 /SYSV076b7da9 (deleted)"));
+        assert_eq!(c.judge(&m, 0x076b7da9, || None), SysvMapping::Here(12));
+        let m = entry(&format!("{AT} 00:12 13 /SYSV00001234 (deleted)"));
+        assert_eq!(c.judge(&m, 0x1234, || None), SysvMapping::LookAlike);
     }
 
     #[test]
