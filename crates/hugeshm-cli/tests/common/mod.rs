@@ -87,7 +87,12 @@ pub fn wait_for_stderr(child: &mut std::process::Child, needle: &str) {
 
 /// `ls --json`'s entry of region `name` (panics where it is not listed).
 pub fn listed(name: &str) -> Value {
-    let l = json(hugeshm(&["ls", "--json"]));
+    region_entry(&json(hugeshm(&["ls", "--json"])), name)
+}
+
+/// The entry of region `name` in `ls --json`'s document `l` (panics where
+/// it is not listed).
+pub fn region_entry(l: &Value, name: &str) -> Value {
     l["regions"]
         .as_array()
         .unwrap()
@@ -161,4 +166,21 @@ pub fn output_within_20s(mut cmd: Command) -> Output {
         std::thread::sleep(Duration::from_millis(50));
     }
     child.wait_with_output().unwrap()
+}
+
+/// The test program `tests/NAME.c` (`region/lookalike`) compiled with `cc`
+/// into `dir`, which is made 0755 so that uid 65534 may run it.
+pub fn compile_c(name: &str, dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/{name}.c"));
+    let out = dir.join(src.file_stem().unwrap());
+    let st = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("cc");
+    assert!(st.success(), "cc {} failed", src.display());
+    out
 }

@@ -6,28 +6,12 @@
 //! file system gives (never its header's), no header and no fix; `ls
 //! --owner 65534` reads them as before.
 
-use crate::common::{cmd, hugeshm as run, json};
+use crate::common::{as_nobody, cmd, compile_c, hugeshm as run, json};
 use crate::faults::TempMount;
 use hugeshm_testkit::{live, skip, test_name, TempDir};
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
-
-const AS_NOBODY: &str = "setpriv --reuid=65534 --regid=65534 --clear-groups";
-
-/// Runs `script` in `sh` as uid 65534; panics if it fails.
-fn plant(script: &str) {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!("{AS_NOBODY} sh -c '{script}'"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{script}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// FNV-1a 64, the header's checksum.
 fn fnv1a64(b: &[u8]) -> u64 {
@@ -115,12 +99,12 @@ fn another_users_region_files_are_untrusted_with_the_kernels_page_size() {
         std::fs::write(&p, forged_header(n, m8, m2, state, creator)).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
         let (src, dst) = (p.display(), shm(n));
-        plant(&format!(
+        as_nobody(&format!(
             "umask 077; cat {src} > {dst} && truncate -s 8M {dst}"
         ));
     }
-    plant(&format!("umask 077; : > {}", shm(&empty)));
-    plant(&format!("umask 077; : > {}", huge_path.display()));
+    as_nobody(&format!("umask 077; : > {}", shm(&empty)));
+    as_nobody(&format!("umask 077; : > {}", huge_path.display()));
     // A memfd region of uid 65534 whose holder was killed: its record stays.
     let mut holder = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
@@ -233,16 +217,7 @@ fn a_segment_another_user_gave_to_root_is_still_theirs() {
         return;
     }
     let dir = TempDir::new("give-segment");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let give = dir.join("give_segment");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/region/give_segment.c");
-    let st = Command::new("cc")
-        .args(["-O1", "-Wall", "-o"])
-        .arg(&give)
-        .arg(&src)
-        .status()
-        .expect("cc");
-    assert!(st.success(), "cc {} failed", src.display());
+    let give = compile_c("region/give_segment", dir.path());
     let name = format!("clitest-gift-{}", std::process::id());
     let nobody = |prog: &std::path::Path, args: &[&str]| {
         let out = Command::new("setpriv")

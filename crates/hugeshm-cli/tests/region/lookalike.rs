@@ -13,30 +13,14 @@
 //! all in it), so that the shmid is small whatever the host's count: the
 //! attacker spends one tmpfs inode per shmid below it.
 
-use crate::common::{cmd, json};
+use crate::common::{cmd, compile_c, json, region_entry};
 use hugeshm_testkit::{live, Lack, TempDir};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 const AS_NOBODY: [&str; 3] = ["--reuid=65534", "--regid=65534", "--clear-groups"];
-
-/// `lookalike.c` compiled into a directory 65534 may read.
-fn compile(dir: &Path) -> PathBuf {
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = dir.join("lookalike");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/region/lookalike.c");
-    let st = Command::new("cc")
-        .args(["-O1", "-Wall", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("cc");
-    assert!(st.success(), "cc {} failed", src.display());
-    out
-}
 
 /// The attacker, killed when dropped.
 struct Attacker(Child);
@@ -117,14 +101,7 @@ impl Ns {
 
     /// `ls --json`'s entry of region `name`.
     fn listed(&self, name: &str) -> Value {
-        let l = json(self.hugeshm(&["ls", "--json"]));
-        l["regions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["name"] == name)
-            .unwrap_or_else(|| panic!("{name} not listed: {l:#}"))
-            .clone()
+        region_entry(&json(self.hugeshm(&["ls", "--json"])), name)
     }
 }
 
@@ -150,7 +127,7 @@ fn a_look_alike_sysv_mapping_is_not_an_attachment() {
     let Some(pool) = live!() else { return };
     pool.ensure_free(2 << 20, 2).expect("2 free 2 MiB pages");
     let dir = TempDir::new("lookalike");
-    let bin = compile(dir.path());
+    let bin = compile_c("region/lookalike", dir.path());
     let ns = Ns::new();
     // Ids below the region's, so that it is not 0 (no tmpfs inode is).
     for _ in 0..8 {

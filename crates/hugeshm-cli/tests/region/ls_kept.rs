@@ -237,22 +237,12 @@ fn the_doctor_tells_a_kept_region_from_an_orphan() {
 
     // Another user's region made to be kept: root does not read its header
     // (ls lists it untrusted), so to root it is an orphan.
-    let nobody = |args: &[&str]| {
-        let out = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(env!("CARGO_BIN_EXE_hugeshm"))
-            .args(args)
-            .env("NO_COLOR", "1")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{args:?} as 65534: {out:?}");
-    };
-    nobody(&["create", &theirs, "--size", "4M", "--page-size", "4k"]);
+    as_nobody(&["create", &theirs, "--size", "4M", "--page-size", "4k"]);
     let key = hugeshm_region::sysv_key(&theirs);
     // Looked at, then removed (as its owner) before anything is asserted.
     let ls = json(run(&["ls", "--json"]));
     let segs = json(run(&["segments", "--json"]));
-    nobody(&["rm", &theirs]);
+    as_nobody(&["rm", &theirs]);
     let listed_as = ls["regions"]
         .as_array()
         .unwrap()

@@ -6,43 +6,16 @@
 
 use crate::common;
 
-use crate::common::hugeshm;
-use hugeshm_testkit::{live, skip, skip_unless_root, test_name, TempDir};
+use crate::common::{as_nobody, cannot_act_as_nobody, hugeshm, nobodys_dir, NOBODY};
+use hugeshm_testkit::{live, test_name, TempDir};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const NOBODY: u32 = 65534;
 const SECRET: &str = "SECRET_TOKEN=only-root-reads-this\n";
-
-/// Whether `test` cannot plant files as uid 65534 (after a skip): it
-/// needs root, and `setpriv` to act as 65534.
-fn cannot_plant(test: &str) -> bool {
-    if skip_unless_root(test) {
-        return true;
-    }
-    let setpriv = Command::new("setpriv").arg("--version").output().is_ok();
-    if !setpriv {
-        skip(
-            test,
-            format_args!("no setpriv to plant files as uid {NOBODY}"),
-        );
-    }
-    !setpriv
-}
 
 /// `setpriv ... as 65534`: the attacker's prefix of a shell command.
 const AS_NOBODY: &str = "setpriv --reuid=65534 --regid=65534 --clear-groups";
-
-/// Runs `script` in `sh` as 65534; panics if it fails.
-fn plant(script: &str) {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!("{AS_NOBODY} sh -c '{script}'"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{script}: {}", stderr(&out));
-}
 
 /// `sh -c SCRIPT` as root, with `$HUGESHM` the binary: a script that
 /// plants a name with its own pid (`$$`) and then `exec`s hugeshm, which
@@ -91,13 +64,6 @@ impl Victim {
     }
 }
 
-/// A directory owned by 65534.
-fn nobodys(what: &str) -> TempDir {
-    let d = TempDir::new(what);
-    std::os::unix::fs::chown(d.path(), Some(NOBODY), Some(NOBODY)).unwrap();
-    d
-}
-
 /// A root-owned sticky directory every user can write, like /var/tmp.
 fn var_tmp(what: &str) -> TempDir {
     let d = TempDir::new(what);
@@ -116,20 +82,20 @@ fn names(dir: &Path) -> Vec<String> {
 
 #[test]
 fn exporter_textfile_symlinks_are_not_followed() {
-    if cannot_plant(test_name!()) {
+    if cannot_act_as_nobody(test_name!()) {
         return;
     }
     let v = Victim::new();
-    let d = nobodys("planted-textfile");
+    let d = nobodys_dir("planted-textfile");
     let (dp, vp) = (d.path().display(), v.path.display());
     // A symlink at the textfile: refused, not written through.
-    plant(&format!("ln -s {vp} {dp}/hugeshm.prom"));
+    as_nobody(&format!("ln -s {vp} {dp}/hugeshm.prom"));
     let out = hugeshm(&["exporter", "--textfile", &dp.to_string()]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
     v.unchanged();
     // A symlink at the temporary name the old writer took (its pid).
-    plant(&format!("rm {dp}/hugeshm.prom"));
+    as_nobody(&format!("rm {dp}/hugeshm.prom"));
     let out = exec_as_pid(&format!(
         "{AS_NOBODY} ln -s {vp} {dp}/.hugeshm.prom.$$.tmp && exec \"$HUGESHM\" exporter --textfile {dp}"
     ));
@@ -142,7 +108,7 @@ fn exporter_textfile_symlinks_are_not_followed() {
 
 #[test]
 fn bench_dmbc_data_file_is_private() {
-    if cannot_plant(test_name!()) {
+    if cannot_act_as_nobody(test_name!()) {
         return;
     }
     let v = Victim::new();
@@ -163,7 +129,7 @@ fn bench_dmbc_data_file_is_private() {
     );
 
     // A --dir another user owns is refused before anything is written.
-    let theirs = nobodys("planted-dmbc-theirs");
+    let theirs = nobodys_dir("planted-dmbc-theirs");
     let out = hugeshm(&[
         "bench",
         "dmbc",
@@ -187,7 +153,7 @@ fn bench_dmbc_data_file_is_private() {
 
 #[test]
 fn bench_oltp_data_file_is_private() {
-    if cannot_plant(test_name!()) {
+    if cannot_act_as_nobody(test_name!()) {
         return;
     }
     let v = Victim::new();
@@ -211,15 +177,15 @@ fn bench_oltp_data_file_is_private() {
 
 #[test]
 fn lab_and_generate_refuse_an_out_directory_another_user_controls() {
-    if cannot_plant(test_name!()) {
+    if cannot_act_as_nobody(test_name!()) {
         return;
     }
     let v = Victim::new();
     let vp = v.path.display();
     // A directory 65534 owns, with symlinks at the names root writes.
-    let theirs = nobodys("planted-out");
+    let theirs = nobodys_dir("planted-out");
     let tp = theirs.path().display();
-    plant(&format!(
+    as_nobody(&format!(
         "ln -s {vp} {tp}/lab.json && ln -s {vp} {tp}/report.html && ln -s {vp} {tp}/hugeshm.1 \
          && ln -s {vp} {tp}/hugeshm.bash"
     ));
@@ -227,7 +193,7 @@ fn lab_and_generate_refuse_an_out_directory_another_user_controls() {
     let sticky = var_tmp("planted-out-link");
     let root_dir = TempDir::new("planted-out-target");
     let link = sticky.join("out");
-    plant(&format!(
+    as_nobody(&format!(
         "ln -s {} {}",
         root_dir.path().display(),
         link.display()
@@ -282,7 +248,7 @@ fn lab_and_generate_refuse_an_out_directory_another_user_controls() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
     v.unchanged();
-    let fresh = nobodys("planted-out-sudo");
+    let fresh = nobodys_dir("planted-out-sudo");
     let out = sudo(
         "65534",
         &[
@@ -345,15 +311,15 @@ fn fake_postgres(record: &Path) -> String {
 
 #[test]
 fn advise_postgres_refuses_a_hostile_pg_version() {
-    if cannot_plant(test_name!()) {
+    if cannot_act_as_nobody(test_name!()) {
         return;
     }
     let v = Victim::new();
-    let home = nobodys("planted-pg");
+    let home = nobodys_dir("planted-pg");
     let hp = home.path().display();
     let record = home.join("ran");
     // The owner's data directory, and a "server" of theirs to run.
-    plant(&format!("mkdir -p {hp}/data {hp}/evil/bin"));
+    as_nobody(&format!("mkdir -p {hp}/data {hp}/evil/bin"));
     std::fs::write(home.join("evil/bin/postgres"), fake_postgres(&record)).unwrap();
     std::os::unix::fs::chown(home.join("evil/bin/postgres"), Some(NOBODY), Some(NOBODY)).unwrap();
     std::fs::set_permissions(
@@ -385,7 +351,7 @@ fn advise_postgres_refuses_a_hostile_pg_version() {
         ),
         ("a FIFO", format!("mkfifo {pg_version}"), "a FIFO"),
     ] {
-        plant(&format!("rm -f {pg_version} && {make}"));
+        as_nobody(&format!("rm -f {pg_version} && {make}"));
         let out = advise_postgres(&home.join("data"), None);
         let err = stderr(&out);
         assert!(!out.status.success(), "{what}: accepted");
@@ -397,7 +363,7 @@ fn advise_postgres_refuses_a_hostile_pg_version() {
     v.unchanged();
 
     // A --postgres-bin of the owner's: refused, not run.
-    plant(&format!("rm -f {pg_version} && echo 16 > {pg_version}"));
+    as_nobody(&format!("rm -f {pg_version} && echo 16 > {pg_version}"));
     let out = advise_postgres(&home.join("data"), Some(&home.join("evil/bin/postgres")));
     assert!(!out.status.success());
     assert!(
@@ -410,12 +376,12 @@ fn advise_postgres_refuses_a_hostile_pg_version() {
 
 #[test]
 fn advise_postgres_runs_the_server_with_a_cleared_environment() {
-    if cannot_plant(test_name!()) {
+    if cannot_act_as_nobody(test_name!()) {
         return;
     }
-    let home = nobodys("planted-pg-env");
+    let home = nobodys_dir("planted-pg-env");
     let hp = home.path().display();
-    plant(&format!(
+    as_nobody(&format!(
         "mkdir {hp}/data && echo 16 > {hp}/data/PG_VERSION"
     ));
     // root's own stand-in for the server, where only root writes.
@@ -460,7 +426,7 @@ fn advise_postgres_still_asks_a_real_cluster() {
     // A cluster's shared memory is host state other tests compare under
     // the pool lock.
     let Some(pool) = live!() else { return };
-    if cannot_plant(pool.name()) || skip_unless_postgres(pool.name()) {
+    if cannot_act_as_nobody(pool.name()) || skip_unless_postgres(pool.name()) {
         return;
     }
     let mut pg = PgCluster::init("16MB").expect("initdb");

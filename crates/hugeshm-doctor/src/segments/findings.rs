@@ -199,7 +199,7 @@ pub(super) fn segment_findings(
             format!(
                 "{label} ({size}, key {}, created by pid {}) has no process attached: its memory stays allocated until it is removed",
                 seg.key.as_deref().unwrap_or("?"),
-                seg.creator_pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into())
+                seg.creator_text()
             ),
             Some(format!("ipcrm -m {id}   # only if no server will attach it again")),
         ));

@@ -105,9 +105,7 @@ pub(super) fn kept_unattached(seg: &Segment, name: &str, label: &str, size: &str
         format!(
             "region {name} (backend {backend}; {label}, {size}, key {}) was made to be kept by pid {} and has no process attached now: normal until a server attaches it; its memory stays allocated until it is removed",
             seg.key.as_deref().unwrap_or("?"),
-            seg.creator_pid
-                .map(|p| p.to_string())
-                .unwrap_or_else(|| "?".into())
+            seg.creator_text()
         ),
         Some(format!(
             "{}   # only when no server will attach it again",
@@ -125,9 +123,7 @@ pub(super) fn unattached_unreadable(seg: &Segment, label: &str, size: &str) -> F
         format!(
             "{label} ({size}, key {}, created by pid {}) is root's and has no process attached; its header is root's to read (mode {}), so whether it is a hugeshm region made to be kept or one left behind only root can tell",
             seg.key.as_deref().unwrap_or("?"),
-            seg.creator_pid
-                .map(|p| p.to_string())
-                .unwrap_or_else(|| "?".into()),
+            seg.creator_text(),
             seg.mode
                 .map(|m| format!("{:04o}", m & 0o777))
                 .unwrap_or_else(|| "?".into())

@@ -196,6 +196,12 @@ pub struct Segment {
 }
 
 impl Segment {
+    /// Its creator's pid as findings print it, `?` where unknown.
+    pub(crate) fn creator_text(&self) -> String {
+        self.creator_pid
+            .map_or_else(|| "?".to_owned(), |p| p.to_string())
+    }
+
     /// A short human label: `sysv 32769`, `memfd:pool`, `/dev/shm/x`.
     pub fn label(&self) -> String {
         match (self.kind, &self.id, &self.path) {

@@ -463,8 +463,24 @@ impl BackendOps for Sysv {
             } else {
                 continue;
             };
-            match stat {
-                Ok(st) if trust.refuses(owner_of(&st)).is_none() => {}
+            // The header, read through a read-only attachment (a segment
+            // never touched has none yet: its creator may have died right
+            // after shmget; nothing to read).
+            let mut buf = [0u8; USED_BYTES];
+            let read = match stat {
+                Ok(st) if trust.refuses(owner_of(&st)).is_none() => {
+                    if seg.rss_bytes == Some(0) {
+                        Ok(true)
+                    } else {
+                        sys::shm_peek(seg.shmid, &mut buf, true)
+                    }
+                }
+                Ok(_) => continue,
+                Err(e) => Err(e),
+            };
+            match read {
+                Ok(true) => {}
+                // Root's segment this user may not stat or attach.
                 Err(e) if errno_is(&e, &[libc::EACCES]) && owner.uid == 0 => {
                     out.push(unreadable_info(
                         &key_name(seg.key),
@@ -476,26 +492,6 @@ impl BackendOps for Sysv {
                     continue;
                 }
                 _ => continue,
-            }
-            let mut buf = [0u8; USED_BYTES];
-            if seg.rss_bytes == Some(0) {
-                // Never touched: no header yet (whose creator may have
-                // died right after shmget). Nothing to read.
-            } else {
-                match sys::shm_peek(seg.shmid, &mut buf, true) {
-                    Ok(true) => {}
-                    Err(e) if errno_is(&e, &[libc::EACCES]) && owner.uid == 0 => {
-                        out.push(unreadable_info(
-                            &key_name(seg.key),
-                            object,
-                            owner,
-                            cpid,
-                            holders,
-                        ));
-                        continue;
-                    }
-                    _ => continue,
-                }
             }
             let name = match header::decode(&buf) {
                 Decoded::Valid(h) => match h.name {
