@@ -6,10 +6,11 @@
 //! regions behind.
 //!
 //! Whatever takes something (a [`Taken`]: pool pages, a region, a private
-//! directory) registers it ([`undo`]) and holds the returned [`Undo`];
-//! dropping it (the normal path, which gives the thing back itself)
-//! forgets the entry. The first registration starts one thread that waits
-//! for the signals. On one it sets the pools back and deletes the files,
+//! directory) registers it (`hugeshm_lab::guard::undo`) and holds the
+//! returned `Undo`; dropping it (the normal path, which gives the thing
+//! back itself) forgets the entry. This module is the binary's
+//! [`Keeper`] of those entries ([`install`]). The first registration
+//! starts one thread that waits for the signals. On one it sets the pools back and deletes the files,
 //! last taken first, and stops its own worker processes (`SIGTERM` to its
 //! children). A region is still mapped by this very process, and removal
 //! rightly refuses a held region, so for those the process re-executes
@@ -28,44 +29,12 @@
 //! parent gone, let go), then sets the pools back and deletes the files,
 //! and says so on stderr.
 
-use hugeshm_region::{Backend, Locator, RegionError};
+use hugeshm_lab::guard::{Keeper, Taken};
+use hugeshm_region::Backend;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
-
-/// Something a run took from the host, which it (or, if it is
-/// interrupted or killed, its handler or its watchdog) gives back.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum Taken {
-    /// Take the pages this run added off this `nr_hugepages` file: what
-    /// it holds now less `added`, so that what others changed meanwhile
-    /// (`hugeshm apply`, another bench) stays; `pages`, what it held
-    /// before, while `added` is not known yet (the write is under way).
-    Pool {
-        /// The sysfs file.
-        path: PathBuf,
-        /// What it held before.
-        pages: u64,
-        /// Pages this run added, once the kernel said how many.
-        #[serde(default)]
-        added: Option<u64>,
-    },
-    /// Remove this named region (nothing happens if it is gone or held by
-    /// another process: removal refuses then, as always).
-    Region {
-        /// Its name.
-        name: String,
-        /// Its backend.
-        backend: Backend,
-    },
-    /// Delete this private directory (made by
-    /// `hugeshm_sys::DirHandle::private_temp`) and the files in it; refused
-    /// if it is not a directory of this user that only it can enter, and
-    /// no symlink is followed.
-    PrivateDir(PathBuf),
-}
 
 static PENDING: Mutex<Vec<(u64, Taken)>> = Mutex::new(Vec::new());
 /// Set by the handler as soon as a signal arrives.
@@ -109,9 +78,11 @@ enum Handler {
     Unavailable,
 }
 
-/// Lets the first registration start a watchdog (`hugeshm`'s `main` does;
-/// see the module's text).
-pub fn enable_watchdog() {
+/// Makes this module the keeper of what runs take
+/// (`hugeshm_lab::guard::set_keeper`) and lets the first registration
+/// start a watchdog (`hugeshm`'s `main` does; see the module's text).
+pub fn install() {
+    hugeshm_lab::guard::set_keeper(Box::new(Ledger));
     let mut k = WATCHDOG.lock().unwrap_or_else(|e| e.into_inner());
     if matches!(*k, Watchdog::Off) {
         *k = Watchdog::Enabled;
@@ -156,64 +127,62 @@ fn start_watchdog() -> Watchdog {
     }
 }
 
-/// A registration; dropping it forgets the entry.
-#[must_use = "the entry is forgotten when this is dropped"]
-#[derive(Debug)]
-pub struct Undo(u64);
+/// The binary's [`Keeper`]: its entries are what the interrupt handler
+/// and the watchdog give back.
+struct Ledger;
 
-impl Undo {
-    /// Replaces what is to be given back (once the amount taken is known).
-    pub fn update(&self, taken: Taken) {
+impl Keeper for Ledger {
+    fn add(&self, taken: &Taken) -> u64 {
+        {
+            let mut h = HANDLER.lock().unwrap_or_else(|e| e.into_inner());
+            if matches!(*h, Handler::NotStarted) {
+                *h = start_handler();
+            }
+        }
+        let id = {
+            let mut n = NEXT.lock().unwrap_or_else(|e| e.into_inner());
+            *n += 1;
+            *n
+        };
+        // The watchdog hears of it before the thing is taken.
         tell(
             &Msg::Add {
-                id: self.0,
+                id,
+                taken: taken.clone(),
+            },
+            true,
+        );
+        PENDING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((id, taken.clone()));
+        id
+    }
+
+    fn update(&self, id: u64, taken: &Taken) {
+        tell(
+            &Msg::Add {
+                id,
                 taken: taken.clone(),
             },
             false,
         );
         let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = p.iter_mut().find(|(id, _)| *id == self.0) {
-            entry.1 = taken;
+        if let Some(entry) = p.iter_mut().find(|(i, _)| *i == id) {
+            entry.1 = taken.clone();
         }
     }
-}
 
-impl Drop for Undo {
-    fn drop(&mut self) {
+    fn forget(&self, id: u64) {
         let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-        p.retain(|(id, _)| *id != self.0);
+        p.retain(|(i, _)| *i != id);
         drop(p);
-        tell(&Msg::Forget { id: self.0 }, false);
+        tell(&Msg::Forget { id }, false);
     }
-}
 
-/// Registers `taken` to be given back if the process is interrupted before the
-/// returned [`Undo`] is dropped.
-pub fn undo(taken: Taken) -> Undo {
-    {
-        let mut h = HANDLER.lock().unwrap_or_else(|e| e.into_inner());
-        if matches!(*h, Handler::NotStarted) {
-            *h = start_handler();
-        }
+    fn paused(&self, f: &mut dyn FnMut()) {
+        paused(f)
     }
-    let id = {
-        let mut n = NEXT.lock().unwrap_or_else(|e| e.into_inner());
-        *n += 1;
-        *n
-    };
-    // The watchdog hears of it before the thing is taken.
-    tell(
-        &Msg::Add {
-            id,
-            taken: taken.clone(),
-        },
-        true,
-    );
-    PENDING
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push((id, taken));
-    Undo(id)
 }
 
 /// When an interrupt's handler has started, waits for it to end the
@@ -232,18 +201,17 @@ pub fn wait_if_interrupted() {
 /// Runs `f` (a `fork`, which needs a process of one thread) with the
 /// handler's thread stopped, and starts it again afterwards. Termination
 /// signals that arrive meanwhile (microseconds) are ignored.
-pub fn paused<T>(f: impl FnOnce() -> T) -> T {
+fn paused(f: &mut dyn FnMut()) {
     let mut h = HANDLER.lock().unwrap_or_else(|e| e.into_inner());
     let was_running = matches!(*h, Handler::Running(..));
     if let Handler::Running(handle, thread) = std::mem::replace(&mut *h, Handler::NotStarted) {
         handle.close();
         let _ = thread.join();
     }
-    let out = f();
+    f();
     if was_running {
         *h = start_handler();
     }
-    out
 }
 
 fn start_handler() -> Handler {
@@ -299,7 +267,7 @@ fn give_back_now(mut pending: Vec<(u64, Taken)>) -> Vec<(String, Backend)> {
             Taken::Region { name, backend } => regions.push((name, backend)),
             other => crate::terminal::eprintln(format_args!(
                 "hugeshm: interrupted: {}",
-                give_back(&other, WORKERS_STOPPED)
+                other.give_back(WORKERS_STOPPED)
             )),
         }
     }
@@ -338,13 +306,11 @@ fn stop_children() {
 pub fn finish(signal: i32, regions: &[String]) -> std::process::ExitCode {
     for r in regions {
         let line = match r.split_once(':').map(|(b, n)| (b.parse::<Backend>(), n)) {
-            Some((Ok(backend), name)) => give_back(
-                &Taken::Region {
-                    name: name.to_owned(),
-                    backend,
-                },
-                WORKERS_STOPPED,
-            ),
+            Some((Ok(backend), name)) => Taken::Region {
+                name: name.to_owned(),
+                backend,
+            }
+            .give_back(WORKERS_STOPPED),
             _ => format!("{r:?} is not BACKEND:NAME"),
         };
         crate::terminal::eprintln(format_args!("hugeshm: interrupted: {line}"));
@@ -385,7 +351,7 @@ pub fn watch() -> std::process::ExitCode {
     for (_, g) in regions.iter().chain(&rest) {
         crate::terminal::eprintln(format_args!(
             "hugeshm: watchdog: {}",
-            give_back(g, WORKERS_ORPHANED)
+            g.give_back(WORKERS_ORPHANED)
         ));
     }
     std::process::ExitCode::from(1)
@@ -414,69 +380,6 @@ fn heard(input: impl std::io::BufRead) -> Option<Vec<(u64, Taken)>> {
     Some(pending)
 }
 
-fn read_pages(path: &std::path::Path) -> std::io::Result<u64> {
-    std::fs::read_to_string(path)?
-        .trim()
-        .parse()
-        .map_err(std::io::Error::other)
-}
-
-fn give_back(taken: &Taken, region_wait: Duration) -> String {
-    match taken {
-        Taken::Pool { path, pages, added } => {
-            let (to, how) = match added.map(|a| (a, read_pages(path))) {
-                Some((a, Ok(now))) => (
-                    now.saturating_sub(a),
-                    format!(" (it held {now}, {a} of them added by this run)"),
-                ),
-                Some((_, Err(e))) => {
-                    return format!(
-                        "could not read {}: {e} (take off the pages this run added by hand)",
-                        path.display()
-                    )
-                }
-                None => (*pages, String::new()),
-            };
-            match std::fs::write(path, format!("{to}\n")) {
-                Ok(()) => format!("{} set back to {to}{how}", path.display()),
-                Err(e) => format!(
-                    "could not set {} back to {to}: {e} (do it by hand: echo {to} > {})",
-                    path.display(),
-                    path.display()
-                ),
-            }
-        }
-        Taken::Region { name, backend } => {
-            // Our own worker processes are exiting: give them a moment to
-            // let go of the region.
-            let deadline = std::time::Instant::now() + region_wait;
-            loop {
-                match Locator::new(name, *backend).remove() {
-                    Ok(_) => break format!("removed the {backend} region {name}"),
-                    Err(RegionError::InUse { .. }) if std::time::Instant::now() < deadline => {
-                        std::thread::sleep(std::time::Duration::from_millis(50));
-                    }
-                    Err(RegionError::NotFound { .. }) => {
-                        break format!("the {backend} region {name} was already gone")
-                    }
-                    Err(e @ RegionError::InUse { .. }) => break format!(
-                        "after {} s, {e}; remove it with hugeshm rm {name} --backend {backend} once they end",
-                        region_wait.as_secs()
-                    ),
-                    Err(e) => break format!("the {backend} region {name}: {e}"),
-                }
-            }
-        }
-        Taken::PrivateDir(p) => match hugeshm_sys::remove_private_dir(p) {
-            Ok(n) => format!("deleted {} and the {n} file(s) in it", p.display()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                format!("{} was already gone", p.display())
-            }
-            Err(e) => format!("could not delete {}: {e}", p.display()),
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,34 +388,17 @@ mod tests {
     fn gives_back_last_taken_first_and_forgets_dropped_entries() {
         let dir = std::env::temp_dir().join(format!("hugeshm-interrupt-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
+        // The same pool raised twice: set back last first, so the first
+        // registration's count is what stays.
         let pool = dir.join("nr_hugepages");
         std::fs::write(&pool, "9\n").unwrap();
-        // A pool this run added 4 pages to, and someone else 2 more since.
-        let shared = dir.join("node1_nr_hugepages");
-        std::fs::write(&shared, "12\n").unwrap();
-        let private = hugeshm_sys::DirHandle::private_temp(&dir, "data-", None).unwrap();
-        private.create_new("data", 0o600).unwrap();
-        let file = private.path().to_owned();
-        let kept = dir.join("kept");
-        std::fs::write(&kept, "x").unwrap();
+        let at = |pages| Taken::Pool {
+            path: pool.clone(),
+            pages,
+            added: None,
+        };
         let regions = give_back_now(vec![
-            (
-                1,
-                Taken::Pool {
-                    path: pool.clone(),
-                    pages: 3,
-                    added: None,
-                },
-            ),
-            (2, Taken::PrivateDir(file.clone())),
-            (
-                4,
-                Taken::Pool {
-                    path: shared.clone(),
-                    pages: 6,
-                    added: Some(4),
-                },
-            ),
+            (1, at(3)),
             (
                 3,
                 Taken::Region {
@@ -520,28 +406,15 @@ mod tests {
                     backend: Backend::Sysv,
                 },
             ),
+            (2, at(5)),
         ]);
-        // Before the amount was known: what it held before.
         assert_eq!(std::fs::read_to_string(&pool).unwrap(), "3\n");
-        // After: the other's 2 pages stay.
-        assert_eq!(std::fs::read_to_string(&shared).unwrap(), "8\n");
-        assert!(!file.exists());
-        // A symlink, or another user's directory, where a data directory
-        // was is left alone, and what it leads to too.
-        let elsewhere = dir.join("elsewhere");
-        std::fs::create_dir(&elsewhere).unwrap();
-        std::fs::write(elsewhere.join("keep"), "x").unwrap();
-        let link = dir.join("data-link");
-        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
-        let said = give_back(&Taken::PrivateDir(link.clone()), WORKERS_STOPPED);
-        assert!(said.contains("not a directory"), "{said}");
-        let said = give_back(&Taken::PrivateDir(elsewhere.clone()), WORKERS_STOPPED);
-        assert!(said.contains("not a private directory"), "{said}");
-        assert!(elsewhere.join("keep").exists() && link.is_symlink());
         assert_eq!(regions, [("r".to_owned(), Backend::Sysv)]);
         // A dropped registration is forgotten.
-        let u = undo(Taken::PrivateDir(kept.clone()));
-        drop(u);
+        let kept = dir.join("kept");
+        let id = Ledger.add(&Taken::PrivateDir(kept.clone()));
+        assert!(PENDING.lock().unwrap().iter().any(|(i, _)| *i == id));
+        Ledger.forget(id);
         assert!(!PENDING
             .lock()
             .unwrap()

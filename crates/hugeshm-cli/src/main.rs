@@ -136,7 +136,7 @@ static LOGGER: StderrLog = StderrLog;
 fn main() -> ExitCode {
     let _ = log::set_logger(&LOGGER).map(|()| log::set_max_level(log::LevelFilter::Warn));
     let cli = Cli::parse();
-    interrupt::enable_watchdog();
+    interrupt::install();
     if let Err(e) = hugeshm_probe::MapsSource::from_env() {
         terminal::eprintln(format_args!("hugeshm: error: {e}"));
         return ExitCode::from(2);

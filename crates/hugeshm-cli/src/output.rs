@@ -207,21 +207,7 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-/// An error and its causes on one line, `outer: cause: cause`, leaving
-/// out a cause whose text the line already holds (an error that prints
-/// its source would otherwise repeat it: `path: No such file or
-/// directory (os error 2): No such file or directory (os error 2)`).
-pub fn error_text(e: &anyhow::Error) -> String {
-    let mut text = e.to_string();
-    for cause in e.chain().skip(1) {
-        let c = cause.to_string();
-        if !text.contains(&c) {
-            text.push_str(": ");
-            text.push_str(&c);
-        }
-    }
-    text
-}
+pub use hugeshm_lab::{error_text, Usage};
 
 /// An error and its fix, which the error printer puts on a line of its
 /// own below it (`  to fix: FIX`).
@@ -240,19 +226,6 @@ impl std::fmt::Display for WithFix {
 }
 
 impl std::error::Error for WithFix {}
-
-/// A usage error found once the arguments were read (a number that does
-/// not fit, a page size the host does not offer): the command exits 2.
-#[derive(Debug)]
-pub struct Usage(pub String);
-
-impl std::fmt::Display for Usage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Usage {}
 
 /// The exit status of a failed command: 2 for a [`Usage`] error, else 3.
 pub fn error_status(e: &anyhow::Error) -> u8 {

@@ -14,8 +14,9 @@
 //! label) is made safe for the terminal ([`crate::terminal`]).
 
 use crate::terminal::terminal_safe;
+use hugeshm_lab::steps::{Step, StepEvent, StepHook, Steps};
 use hugeshm_parse::size::format_bytes;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// At most this many redraws a second (a burst of 20 is allowed).
@@ -62,203 +63,32 @@ pub fn duration_text(secs: f64) -> String {
     }
 }
 
-/// Where a plan stands.
-#[derive(Debug)]
-struct Plan {
-    /// Steps planned (never below `begun`).
-    total: u64,
-    /// Steps begun or passed over; the running one is the last of them.
-    begun: u64,
-    /// When the running step began (`None`: none runs).
-    running: Option<Instant>,
-    /// Steps that ran to their end, and the seconds they took.
-    ran: u64,
-    ran_seconds: f64,
+/// `step 4 of 14, about 12 s left: what`.
+fn step_text(s: &Step<'_>) -> String {
+    let mut text = format!("step {} of {}", s.number.max(1), s.total);
+    if let Some(left) = s.seconds_left {
+        text.push_str(&format!(", about {} left", duration_text(left)));
+    }
+    format!("{text}: {}", terminal_safe(s.what))
 }
 
-impl Plan {
-    fn new(total: u64) -> Self {
-        Plan {
-            total,
-            begun: 0,
-            running: None,
-            ran: 0,
-            ran_seconds: 0.0,
-        }
-    }
-
-    /// The running step, if any, ends now.
-    fn end_running(&mut self, now: Instant) {
-        if let Some(t) = self.running.take() {
-            self.ran += 1;
-            self.ran_seconds += now.duration_since(t).as_secs_f64();
-        }
-    }
-
-    /// Step `begun + 1` begins now.
-    fn begin(&mut self, now: Instant) {
-        self.end_running(now);
-        self.begun += 1;
-        self.total = self.total.max(self.begun);
-        self.running = Some(now);
-    }
-
-    /// Seconds left: the mean of the steps that ran, for each step not
-    /// begun, and what is left of the mean for the running one. `None`
-    /// until a step has run.
-    fn seconds_left(&self, now: Instant) -> Option<f64> {
-        if self.ran == 0 {
-            return None;
-        }
-        let mean = self.ran_seconds / self.ran as f64;
-        let current = self
-            .running
-            .map(|t| (mean - now.duration_since(t).as_secs_f64()).max(0.0))
-            .unwrap_or(0.0);
-        Some(mean * self.total.saturating_sub(self.begun) as f64 + current)
-    }
-
-    /// `step 4 of 14, about 12 s left`.
-    fn text(&self, now: Instant) -> String {
-        let mut s = format!("step {} of {}", self.begun.max(1), self.total);
-        if let Some(left) = self.seconds_left(now) {
-            s.push_str(&format!(", about {} left", duration_text(left)));
-        }
-        s
-    }
-}
-
-/// A long command's steps, counted up front: one line on stderr with a
-/// bar, `step k of n`, the time left (the mean of the steps so far times
-/// the steps to go) and what the step does. Cloned handles share the line;
-/// [`prefixed`](Self::prefixed) ones put their own words before each
-/// step (the lab's reproductions over a bench's steps).
-#[derive(Clone)]
-pub struct Steps {
-    bar: indicatif::ProgressBar,
-    label: String,
-    plan: Arc<Mutex<Plan>>,
-    prefix: String,
-}
-
-impl Steps {
-    /// A plan of `total` steps under `label` (`bench prefault`), drawn on
-    /// stderr when it is a terminal, from the first [`begin`](Self::begin).
-    pub fn new(label: &str, total: u64) -> Self {
-        Steps {
-            bar: line(),
-            label: terminal_safe(label).into_owned(),
-            plan: Arc::new(Mutex::new(Plan::new(total))),
-            prefix: String::new(),
-        }
-    }
-
-    /// A plan that draws nothing (a measurement called without a line of
-    /// its own).
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub fn hidden() -> Self {
-        Steps {
-            bar: indicatif::ProgressBar::hidden(),
-            label: String::new(),
-            plan: Arc::new(Mutex::new(Plan::new(0))),
-            prefix: String::new(),
-        }
-    }
-
-    /// A handle on the same line whose steps read `prefix: what`.
-    pub fn prefixed(&self, prefix: &str) -> Self {
-        let mut s = self.clone();
-        s.prefix = if self.prefix.is_empty() {
-            prefix.to_owned()
-        } else {
-            format!("{}: {prefix}", self.prefix)
-        };
-        s
-    }
-
-    /// Sets the number of steps planned (when it is known only after the
-    /// line was made).
-    pub fn plan(&self, total: u64) {
-        let mut plan = self.state();
-        plan.total = total.max(plan.begun);
-    }
-
-    fn state(&self) -> MutexGuard<'_, Plan> {
-        self.plan.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The next step begins (the one before it, if any, is done); `what`
-    /// says what it does.
-    pub fn begin(&self, what: &str) {
-        let now = Instant::now();
-        let mut plan = self.state();
-        plan.begin(now);
-        let what = if self.prefix.is_empty() {
-            what.to_owned()
-        } else {
-            format!("{}: {what}", self.prefix)
-        };
-        let text = format!("{}: {}", plan.text(now), terminal_safe(&what));
-        self.bar
-            .set_message(bar_line(&self.label, plan.begun - 1, plan.total, &text));
-    }
-
-    /// A part of the plan of `steps` steps: when the returned guard goes
-    /// (the part ended, failed, or found nothing to do), the steps of it
-    /// that did not run are passed over, so that what follows keeps its
-    /// place in the plan.
-    pub fn part(&self, steps: u64) -> Part {
-        let end = self.state().begun + steps;
-        Part {
-            steps: self.clone(),
-            end,
-        }
-    }
-
-    /// Steps begun so far (the running one included).
-    pub fn begun(&self) -> u64 {
-        self.state().begun
-    }
-
-    /// Rubs the line out.
-    pub fn finish(&self) {
-        self.bar.finish_and_clear();
-    }
-
-    /// A guard that rubs the line out when it goes (however the command
-    /// ends).
-    pub fn finish_on_drop(&self) -> Finish {
-        Finish(self.clone())
-    }
-}
-
-/// Rubs a [`Steps`] line out when it goes ([`Steps::finish_on_drop`]).
-pub struct Finish(Steps);
-
-impl Drop for Finish {
-    fn drop(&mut self) {
-        self.0.finish();
-    }
-}
-
-/// A part of a [`Steps`] plan ([`Steps::part`]).
-pub struct Part {
-    steps: Steps,
-    end: u64,
-}
-
-impl Drop for Part {
-    fn drop(&mut self) {
-        let now = Instant::now();
-        let mut plan = self.steps.state();
-        if plan.begun < self.end {
-            // What the part did not run is passed over; its running step
-            // (if any) ended with it.
-            plan.end_running(now);
-            plan.begun = self.end;
-            plan.total = plan.total.max(self.end);
-        }
-    }
+/// A long command's steps, counted up front (a bench, the lab, `apply`):
+/// one line on stderr under `label` (`bench prefault`) with a bar,
+/// `step k of n`, the time left and what the step does, drawn from the
+/// first step when stderr is a terminal; the line goes at
+/// [`Steps::finish`]. The count is `hugeshm_lab::Steps`'s.
+pub fn steps(label: &str, total: u64) -> Steps {
+    let bar = line();
+    let label = terminal_safe(label).into_owned();
+    Steps::new(
+        total,
+        StepHook::new(move |e| match e {
+            StepEvent::Begin(s) => {
+                bar.set_message(bar_line(&label, s.number - 1, s.total, &step_text(&s)))
+            }
+            StepEvent::Finish => bar.finish_and_clear(),
+        }),
+    )
 }
 
 /// `128 MiB of 512 MiB, 1.1 GB/s, 0.4 s left`: `done` of `total` bytes,
@@ -332,45 +162,20 @@ impl Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
-    fn time_left_is_the_mean_step_times_the_steps_to_go() {
-        let t = Instant::now();
-        let mut p = Plan::new(4);
-        p.begin(t);
-        assert_eq!(p.text(t), "step 1 of 4");
-        p.begin(t + Duration::from_secs(2));
-        // One step of 2 s ran; two wait, and the running one has 2 s.
-        assert_eq!(p.seconds_left(t + Duration::from_secs(2)), Some(6.0));
+    fn a_step_says_its_place_the_time_left_and_what_it_does() {
+        let step = |number, seconds_left| Step {
+            number,
+            total: 4,
+            seconds_left,
+            what: "2M\x1b[2J",
+        };
+        assert_eq!(step_text(&step(1, None)), "step 1 of 4: 2M\\x1b[2J");
         assert_eq!(
-            p.text(t + Duration::from_secs(3)),
-            "step 2 of 4, about 5.0 s left"
+            step_text(&step(2, Some(5.0))),
+            "step 2 of 4, about 5.0 s left: 2M\\x1b[2J"
         );
-        // A step that runs past the mean leaves the others' time.
-        assert_eq!(p.seconds_left(t + Duration::from_secs(9)), Some(4.0));
-    }
-
-    #[test]
-    fn a_part_passes_over_what_it_did_not_run() {
-        let s = Steps::hidden();
-        {
-            let _p = s.part(3);
-            s.begin("one");
-        }
-        assert_eq!(s.begun(), 3);
-        {
-            let _p = s.part(2);
-            s.begin("a");
-            s.begin("b");
-            s.begin("c, more than the part planned");
-        }
-        assert_eq!(s.begun(), 6);
-        s.begin("after");
-        assert_eq!(s.begun(), 7);
-        let plan = s.state();
-        assert_eq!(plan.total, 7, "the count never runs past the plan");
-        assert_eq!(plan.ran, 4, "passed-over steps take no time: {plan:?}");
     }
 
     #[test]

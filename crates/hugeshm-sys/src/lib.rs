@@ -79,8 +79,8 @@ mod users;
 pub use fs::{
     check_trusted_file, create_new, dax_flag, euid, fallocate, flock, hugetlbfs_page_size,
     is_dax_file, is_dax_path, link_tmpfile, memfd_create, open_tmpfile, remove_private_dir,
-    seal_size, set_dax_flag, set_len, size_sealed, CheckedFile, DirHandle, FileKind, OpenCheck,
-    Owner,
+    seal_size, set_dax_flag, set_len, size_sealed, sudo_uid, CheckedFile, DirHandle, FileKind,
+    OpenCheck, Owner,
 };
 pub use mm::{
     affinity, pmd_shareable_bytes, populate_write_supported, set_affinity, thread_mempolicy,

@@ -4,7 +4,7 @@
 use crate::cmd::advise::{build_plan, SourceArgs};
 use crate::cmd::input_file::InputFile;
 use crate::output::{Out, Table, Usage, JSON_SCHEMA};
-use crate::progress::Steps;
+
 use anyhow::bail;
 use hugeshm_apply::{
     persist, ApplyOptions, ApplyReport, ApplyStep, PersistAction, PersistError, PersistedFile,
@@ -156,7 +156,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
         opts.force = args.force;
         // Writing a pool can take seconds (the kernel finds and zeroes
         // the pages; compaction and retries wait): a line on a terminal.
-        let steps = Steps::new("apply", hugeshm_apply::planned_steps(&plan, &opts));
+        let steps = crate::progress::steps("apply", hugeshm_apply::planned_steps(&plan, &opts));
         let _finish = steps.finish_on_drop();
         let line = steps.clone();
         opts.on_step = Some(StepHook::new(move |s| {

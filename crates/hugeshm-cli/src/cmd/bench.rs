@@ -2,8 +2,8 @@
 
 use crate::cmd::bench_common::{parse_count_arg, reap, slope};
 use crate::output::{Out, Table};
-use crate::progress::Steps;
 use hugeshm_doctor::segments::SegmentKind;
+use hugeshm_lab::Steps;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{MapsRead, MapsSource, Probe, Roots};
 use hugeshm_sys as sys;
@@ -380,7 +380,7 @@ fn scan(roots: &Roots, a: &ScanArgs, out: &mut Out) -> anyhow::Result<ExitCode> 
     let mut spawn_seconds = 0.0;
     // Per count: the processes started and attached, then each scan.
     let runs = u64::from(a.runs.max(1));
-    let steps = Steps::new("bench scan", counts.len() as u64 * (1 + runs));
+    let steps = crate::progress::steps("bench scan", counts.len() as u64 * (1 + runs));
     let _finish = steps.finish_on_drop();
     for &n in &counts {
         steps.begin(&format!("starting and attaching {n} processes"));

@@ -13,7 +13,6 @@
 
 use crate::cmd::bench_common::{bench_region, parse_count_arg, PoolTopUp};
 use crate::output::{Out, Table};
-use crate::progress::Steps;
 use anyhow::{bail, Context};
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{Probe, Roots};
@@ -159,7 +158,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let name = format!("bench-attach-{}", std::process::id());
     let (region, _on_interrupt) = bench_region(&name, a.size, a.backend, page)?;
     let exe = std::env::current_exe()?;
-    let steps = Steps::new("bench attach", a.runs.max(1) as u64);
+    let steps = crate::progress::steps("bench attach", a.runs.max(1) as u64);
     let _finish = steps.finish_on_drop();
     let runs = (|| -> anyhow::Result<Vec<ChildSample>> {
         let mut runs = Vec::new();

@@ -16,9 +16,9 @@
 use crate::cmd::bench_common::DataFile as TempFile;
 use crate::cmd::bench_oltp::workload::{Dist, Picker, Rng};
 use crate::output::{Out, Table, Usage};
-use crate::progress::Steps;
 use anyhow::Context;
 use hugeshm_cache::{create_data_file, Cache, Layout, Mode, Stats};
+use hugeshm_lab::Steps;
 use hugeshm_parse::size::format_bytes;
 use hugeshm_probe::{Probe, Roots};
 use hugeshm_region::{Backend, PageSize, Policy, RegionBuilder};
@@ -328,7 +328,7 @@ fn in_workers(
         let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let w = &w;
         // fork needs one thread: the interrupt handler's waits.
-        let forked = crate::interrupt::paused(|| {
+        let forked = hugeshm_lab::guard::paused(|| {
             hugeshm_sys::fork_child(move || {
                 crate::cmd::bench_common::die_with_parent();
                 let Ok(run) = warm_then_timed(cache, o, picker, u64::from(i), d) else {
@@ -536,7 +536,7 @@ fn num(v: f64) -> String {
 /// Runs the bench and prints it.
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let o = a.options();
-    let steps = Steps::new("bench dmbc", STEPS);
+    let steps = crate::progress::steps("bench dmbc", STEPS);
     let r = measure(roots, &o, &steps);
     steps.finish();
     let r = r?;

@@ -6,8 +6,8 @@
 
 use crate::cmd::bench_common::{gbps, parse_count_arg, PoolTopUp, Skipped};
 use crate::output::{Out, Table, Usage};
-use crate::progress::Steps;
 use anyhow::Context;
+use hugeshm_lab::Steps;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{HostSnapshot, Probe, Roots};
 use hugeshm_region::{Backend, PageSize, Placement, Policy, RegionBuilder, RegionError};
@@ -247,7 +247,7 @@ fn ratios(rows: &[Row], sizes: &[u64]) -> Vec<Ratio> {
 /// Runs the bench.
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let probe = Probe::new(roots.clone());
-    let steps = Steps::new("bench numa", planned_steps(&probe.host(), a));
+    let steps = crate::progress::steps("bench numa", planned_steps(&probe.host(), a));
     let report = measure(&probe, a, &steps);
     steps.finish();
     print(a, &report?, out)
@@ -439,7 +439,7 @@ fn print(a: &Args, report: &Report, out: &mut Out) -> anyhow::Result<ExitCode> {
             pct(r.interleave_vs_local_read),
         ))?;
     }
-    Skipped::print(&report.skipped, out)?;
+    crate::cmd::bench_common::print_skipped(&report.skipped, out)?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }

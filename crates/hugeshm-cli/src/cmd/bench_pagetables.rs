@@ -11,7 +11,6 @@
 
 use crate::cmd::bench_common::{bench_region, fit, parse_count_arg, reap, PoolTopUp, Skipped};
 use crate::output::{Out, Table};
-use crate::progress::Steps;
 use anyhow::Context;
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB};
 use hugeshm_probe::{Probe, Roots};
@@ -237,7 +236,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mut skipped = Vec::new();
     // Per page size: starting the processes, then each count attached.
     let page_steps = 1 + counts.len() as u64;
-    let steps = Steps::new("bench pagetables", a.page_size.len() as u64 * page_steps);
+    let steps = crate::progress::steps("bench pagetables", a.page_size.len() as u64 * page_steps);
     let _finish = steps.finish_on_drop();
     for &page in &a.page_size {
         let _part = steps.part(page_steps);
@@ -382,7 +381,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
                 .join(" / "),
         ))?;
     }
-    Skipped::print(&report.skipped, out)?;
+    crate::cmd::bench_common::print_skipped(&report.skipped, out)?;
     out.line("page tables/proc = (PageTables after the processes so far attached and touched - before any did) / procs")?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)

@@ -13,7 +13,7 @@ use crate::cmd::bench_prefault_sample::{
     bench_peer, bench_prefault, memset_baseline, PeerMethod, PeerSample, PrefaultSample,
 };
 use crate::output::{Out, Table};
-use crate::progress::Steps;
+use hugeshm_lab::Steps;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{HostSnapshot, Probe, Roots};
 use hugeshm_region::{Backend, PageSize};
@@ -569,7 +569,7 @@ fn growth(rows: &[Row]) -> Vec<Growth> {
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let o = a.options()?;
     let probe = Probe::new(roots.clone());
-    let steps = Steps::new("bench prefault", planned_steps(&probe.host(), &o));
+    let steps = crate::progress::steps("bench prefault", planned_steps(&probe.host(), &o));
     let report = measure(&probe, &o, &steps);
     steps.finish();
     let report = report?;
@@ -698,7 +698,7 @@ pub(crate) fn print(report: &Report, out: &mut Out) -> anyhow::Result<()> {
                 .join(", ")
         ))?;
     }
-    Skipped::print(&report.skipped, out)?;
+    crate::cmd::bench_common::print_skipped(&report.skipped, out)?;
     for &size in &report.sizes {
         let per = |f: fn(&Baseline) -> f64| -> String {
             report

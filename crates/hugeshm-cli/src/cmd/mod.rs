@@ -72,13 +72,4 @@ pub(crate) fn out_dir(dir: &std::path::Path, flag: &str) -> anyhow::Result<huges
     hugeshm_sys::DirHandle::open_output(dir, true, sudo_uid()).with_context(|| flag.to_owned())
 }
 
-/// As root under `sudo`, the uid that ran `sudo` (`SUDO_UID`): that user
-/// could write anywhere as root anyway, so its directories (a home
-/// directory, `sudo hugeshm lab --out report` from it) are as good as
-/// root's. Only sudo sets it in root's environment; `None` otherwise.
-pub(crate) fn sudo_uid() -> Option<u32> {
-    if hugeshm_sys::euid() != 0 {
-        return None;
-    }
-    std::env::var("SUDO_UID").ok()?.parse().ok()
-}
+pub(crate) use hugeshm_sys::sudo_uid;

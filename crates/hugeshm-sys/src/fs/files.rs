@@ -96,6 +96,17 @@ pub fn euid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
+/// As root under `sudo`, the uid that ran `sudo` (`SUDO_UID`): that user
+/// could write anywhere as root anyway, so its directories (a home
+/// directory, `sudo hugeshm lab --out report` from it) are as good as
+/// root's. Only sudo sets it in root's environment; `None` otherwise.
+pub fn sudo_uid() -> Option<u32> {
+    if euid() != 0 {
+        return None;
+    }
+    std::env::var("SUDO_UID").ok()?.parse().ok()
+}
+
 /// A name of `prefix` and 16 random hex digits.
 fn random_name(prefix: &str, suffix: &str) -> io::Result<String> {
     let mut b = [0u8; 8];

@@ -23,7 +23,7 @@ mod size;
 mod tmpfile;
 
 pub use dax::{dax_flag, is_dax_file, is_dax_path, set_dax_flag};
-pub use files::{check_trusted_file, euid, remove_private_dir, DirHandle, Owner};
+pub use files::{check_trusted_file, euid, remove_private_dir, sudo_uid, DirHandle, Owner};
 pub use flock::flock;
 pub use hugetlbfs::hugetlbfs_page_size;
 pub use memfd::{memfd_create, seal_size, size_sealed};

@@ -16,7 +16,7 @@ use super::worker::{run_all, start_workers, vm_pte, Workers};
 use super::workload::Histogram;
 use super::{ModeResult, Options, Report, Row, RunSummary};
 use crate::cmd::bench_common::{DataFile, PoolTopUp, Skipped};
-use crate::progress::Steps;
+use hugeshm_lab::Steps;
 
 /// One mode's timed runs, summed up as they come.
 struct ModeRuns {
@@ -179,10 +179,12 @@ fn measure_row(
         .policy(Policy::Only);
     let _on_interrupt = if backend.is_named() {
         b = b.name(name.clone());
-        Some(crate::interrupt::undo(crate::interrupt::Taken::Region {
-            name: name.clone(),
-            backend,
-        }))
+        Some(hugeshm_lab::guard::undo(
+            hugeshm_lab::guard::Taken::Region {
+                name: name.clone(),
+                backend,
+            },
+        ))
     } else {
         None
     };

@@ -30,7 +30,6 @@ pub use worker::worker;
 
 use crate::cmd::bench_common::parse_count_arg;
 use crate::output::Out;
-use crate::progress::Steps;
 use hugeshm_probe::Roots;
 use hugeshm_region::Backend;
 use serde::{Deserialize, Serialize};
@@ -148,7 +147,7 @@ impl Args {
 /// runs (when stderr is a terminal).
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let o = a.options()?;
-    let steps = Steps::new("bench oltp", planned_steps(&o));
+    let steps = crate::progress::steps("bench oltp", planned_steps(&o));
     let report = measure(roots, &o, &steps);
     steps.finish();
     let report = report?;

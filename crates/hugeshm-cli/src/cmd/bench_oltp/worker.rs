@@ -208,7 +208,7 @@ pub(super) fn start_workers(
             let pid = {
                 let (cmd_r, res_w) = (&cmd_r, &res_w);
                 // fork needs one thread: the interrupt handler's waits.
-                crate::interrupt::paused(|| {
+                hugeshm_lab::guard::paused(|| {
                     hugeshm_sys::fork_child(move || {
                         crate::cmd::bench_common::die_with_parent();
                         let input = BufReader::new(File::from(cmd_r.try_clone().expect("dup")));

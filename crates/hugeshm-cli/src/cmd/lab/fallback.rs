@@ -13,7 +13,7 @@
 use super::model::{Comparison, Ctx, DataTable, Lab, Plot, PlotKind, Reproduction, Series};
 use super::pools::make_available;
 use crate::cmd::bench_common::PoolTopUp;
-use crate::interrupt::{self, Taken};
+use hugeshm_lab::guard::{self, Taken};
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB, MIB};
 use hugeshm_region::{Backend, PageSize, Policy, RegionBuilder};
 
@@ -60,7 +60,7 @@ fn start(ctx: &Ctx<'_>, label: &'static str, size: u64, policy: Policy) -> anyho
         policy.as_str()
     ));
     let name = format!("lab-fallback-{}-{}", std::process::id(), policy.as_str());
-    let _on_interrupt = interrupt::undo(Taken::Region {
+    let _on_interrupt = guard::undo(Taken::Region {
         name: name.clone(),
         backend: Backend::Sysv,
     });
@@ -127,7 +127,7 @@ fn rsvd(ctx: &Ctx<'_>, size: u64) -> anyhow::Result<Rsvd> {
         format_bytes(size)
     ));
     let name = format!("lab-rsvd-{}", std::process::id());
-    let _on_interrupt = interrupt::undo(Taken::Region {
+    let _on_interrupt = guard::undo(Taken::Region {
         name: name.clone(),
         backend: Backend::Sysv,
     });

@@ -20,7 +20,6 @@ pub mod reports;
 pub mod startup;
 
 use crate::output::{Out, Table};
-use crate::progress::Steps;
 use anyhow::Context;
 use hugeshm_parse::size::{format_bytes, MIB};
 use hugeshm_probe::{Probe, Roots};
@@ -160,7 +159,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     }
     // The plan: the ceiling's three passes per thread count and every
     // reproduction's steps, counted before the first step.
-    let steps = Steps::new("lab", 0);
+    let steps = crate::progress::steps("lab", 0);
     let _finish = steps.finish_on_drop();
     let mut ctx = Ctx {
         probe: &probe,

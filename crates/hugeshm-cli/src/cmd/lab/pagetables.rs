@@ -89,7 +89,7 @@ fn measure(ctx: &Ctx<'_>, page: u64, size: u64, steps: &[u32]) -> anyhow::Result
         std::process::id(),
         page_size_short(page)
     );
-    let _on_interrupt = crate::interrupt::undo(crate::interrupt::Taken::Region {
+    let _on_interrupt = hugeshm_lab::guard::undo(hugeshm_lab::guard::Taken::Region {
         name: name.clone(),
         backend: Backend::Sysv,
     });
