@@ -13,6 +13,7 @@
 
 pub mod common;
 pub mod guard;
+pub mod lab;
 pub mod steps;
 
 pub use steps::Steps;

@@ -3,7 +3,7 @@
 //! and the statistics every reproduction uses. A leaf: it imports nothing
 //! of the lab.
 
-use hugeshm_lab::Steps;
+use crate::Steps;
 use hugeshm_probe::{HostSnapshot, Probe};
 use serde::Serialize;
 

@@ -3,7 +3,7 @@
 //! against what the pool already has.
 
 use super::model::Ctx;
-use crate::cmd::bench_common::PoolTopUp;
+use crate::common::PoolTopUp;
 use hugeshm_parse::size::page_size_short;
 
 /// Makes `pages` pages of `page_size` available for the life of `top`, or

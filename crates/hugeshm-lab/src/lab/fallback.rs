@@ -12,8 +12,8 @@
 
 use super::model::{Comparison, Ctx, DataTable, Lab, Plot, PlotKind, Reproduction, Series};
 use super::pools::make_available;
-use crate::cmd::bench_common::PoolTopUp;
-use hugeshm_lab::guard::{self, Taken};
+use crate::common::PoolTopUp;
+use crate::guard::{self, Taken};
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB, MIB};
 use hugeshm_region::{Backend, PageSize, Policy, RegionBuilder};
 
