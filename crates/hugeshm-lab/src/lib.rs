@@ -14,6 +14,8 @@
 pub mod common;
 pub mod guard;
 pub mod lab;
+pub mod numa;
+pub mod pagetables;
 pub mod steps;
 
 pub use steps::Steps;

@@ -5,6 +5,8 @@
 pub mod fallback;
 pub mod html;
 pub mod model;
+pub mod numa;
+pub mod pagetables;
 pub mod plot;
 pub mod pools;
 pub mod reports;

@@ -7,8 +7,8 @@
 
 use super::model::{Comparison, Ctx, DataTable, Lab, Plot, PlotKind, Reproduction, Series};
 use super::pools::make_available;
-use crate::cmd::bench_common::PoolTopUp;
-use crate::cmd::bench_pagetables::{page_tables, theory, Kids};
+use crate::common::PoolTopUp;
+use crate::pagetables::{page_tables, theory, Kids};
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB, KIB, MIB};
 use hugeshm_region::{Backend, PageSize, Policy, RegionBuilder};
 use std::time::Duration;
@@ -89,7 +89,7 @@ fn measure(ctx: &Ctx<'_>, page: u64, size: u64, steps: &[u32]) -> anyhow::Result
         std::process::id(),
         page_size_short(page)
     );
-    let _on_interrupt = hugeshm_lab::guard::undo(hugeshm_lab::guard::Taken::Region {
+    let _on_interrupt = crate::guard::undo(crate::guard::Taken::Region {
         name: name.clone(),
         backend: Backend::Sysv,
     });

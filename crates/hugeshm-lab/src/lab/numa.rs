@@ -7,8 +7,8 @@
 
 use super::model::{Comparison, Ctx, DataTable, Lab, Plot, PlotKind, Reproduction, Runs, Series};
 use super::pools::make_available;
-use crate::cmd::bench_common::PoolTopUp;
-use crate::cmd::bench_numa::{self, Args};
+use crate::common::PoolTopUp;
+use crate::numa::{self as bench_numa, Options};
 use hugeshm_parse::size::{format_bytes, page_size_short, MIB};
 use hugeshm_region::{PageSize, Placement};
 
@@ -50,8 +50,8 @@ fn page_sizes(ctx: &Ctx<'_>) -> Vec<u64> {
 }
 
 /// `bench numa`'s options.
-fn args(ctx: &Ctx<'_>) -> Args {
-    Args {
+fn args(ctx: &Ctx<'_>) -> Options {
+    Options {
         size: region_bytes(ctx),
         page_size: page_sizes(ctx)
             .into_iter()
@@ -63,7 +63,6 @@ fn args(ctx: &Ctx<'_>) -> Args {
         runs: ctx.runs(),
         cpu_node: None,
         no_reserve: !ctx.reserve,
-        json: false,
     }
 }
 
