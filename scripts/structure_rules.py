@@ -1,4 +1,4 @@
-"""Two rules of scripts/check-structure.py that look at every crate at once.
+"""Three rules of scripts/check-structure.py that look at every crate at once.
 
 5. A file is small enough to read in one sitting: at most MAX_LINES lines of
    non-test source (counted up to its first `#[cfg(test)]`). At most
@@ -12,9 +12,16 @@
    or a re-export), so that exporting it is a decision; otherwise it
    belongs with the tests or benches (or `pub(crate)`, tested inside the
    crate). Tests: `tests/` directories, `#[cfg(test)]` modules, the
-   testkit crate. Benches: the CLI's `bench*` and `lab` commands. An item
-   no other crate uses is public API for the library's own users and
-   passes.
+   testkit crate. Benches: the hugeshm-lab crate and the CLI's `bench*`
+   and `lab` commands (which are hugeshm-lab's users: its items they call
+   pass). An item no other crate uses is public API for the library's own
+   users and passes.
+7. The CLI only parses arguments, calls a library and prints: hugeshm-cli's
+   src/ holds at most CLI_MAX_LINES lines of non-test source, and none of
+   its files reads a clock (`Instant`, `SystemTime`) or starts a process
+   (`Command::new`) but those CLI_CLOCKS_AND_PROCESSES names, each for a
+   reason: what is measured, and the workers that measure it, live in a
+   library (the benches and the lab in hugeshm-lab).
 """
 
 import os
@@ -34,6 +41,20 @@ PUB_ITEM = re.compile(
     r"^pub\s+(?:const\s+fn|fn|struct|enum|trait|const|static|type|union)\s+([A-Za-z_][A-Za-z0-9_]*)",
     re.M,
 )
+
+
+CLI = "hugeshm-cli"
+CLI_MAX_LINES = 8000
+# The CLI's files that may read a clock or start a process, and why.
+CLI_CLOCKS_AND_PROCESSES = {
+    "progress.rs": "a progress line's rate and time left",
+    "cmd/exporter.rs": "the exporter's scrape duration and cache age",
+    "cmd/exporter_http.rs": "the HTTP server's per-client time limits",
+    "interrupt.rs": "re-executing itself to remove regions, starting the watchdog",
+    "cmd/run.rs": "hugeshm run executes COMMAND",
+    "cmd/share.rs": "attach says how long ago a region was made",
+}
+CLOCK_OR_PROCESS = re.compile(r"\b(?:Instant|SystemTime)\b|(?<!clap::)\bCommand::new\(")
 
 
 def non_test(text):
@@ -103,7 +124,11 @@ def file_sizes(crates):
 
 def is_bench(path):
     p = path.replace(os.sep, "/")
-    return "/hugeshm-cli/src/cmd/bench" in p or "/hugeshm-cli/src/cmd/lab" in p
+    return (
+        "/hugeshm-lab/" in p
+        or "/hugeshm-cli/src/cmd/bench" in p
+        or "/hugeshm-cli/src/cmd/lab" in p
+    )
 
 
 def uses_by_place(crates):
@@ -136,6 +161,9 @@ def test_only_public_items(crates):
             for name in PUB_ITEM.findall(non_test(read(path))):
                 word = re.compile(rf"\b{re.escape(name)}\b")
                 places = {place for c, place, text in files if c != crate and word.search(text)}
+                if crate == "hugeshm-lab":
+                    # The bench and lab commands are the lab's users.
+                    places = {"code" if p == "bench" else p for p in places}
                 if places and "code" not in places and not word.search(api):
                     problems.append(
                         f"{path}: pub {name} is used outside {crate} only by "
@@ -143,4 +171,30 @@ def test_only_public_items(crates):
                         f"name it in {crate}'s lib.rs API list if users need it, else move it to them "
                         f"or make it pub(crate)"
                     )
+    return problems
+
+
+def thin_cli():
+    """Rule 7."""
+    problems = []
+    src = os.path.join("crates", CLI, "src")
+    total = 0
+    for path in rust_files(src):
+        rel = os.path.relpath(path, src).replace(os.sep, "/")
+        code = non_test(read(path))
+        total += len(code.splitlines())
+        if rel in CLI_CLOCKS_AND_PROCESSES:
+            continue
+        for n, line in enumerate(code.splitlines(), 1):
+            if CLOCK_OR_PROCESS.search(line.split("//", 1)[0]):
+                problems.append(
+                    f"{path}:{n}: the CLI reads a clock or starts a process: measure or run it in a "
+                    f"library (hugeshm-lab for benches), or name the file with its reason in "
+                    f"CLI_CLOCKS_AND_PROCESSES: {line.strip()}"
+                )
+    if total > CLI_MAX_LINES:
+        problems.append(
+            f"{src}: {total} lines of non-test source, more than {CLI_MAX_LINES}: the CLI parses, "
+            f"calls and prints; move what it computes into the library it belongs to"
+        )
     return problems

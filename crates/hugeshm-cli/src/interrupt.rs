@@ -49,7 +49,7 @@ static WATCHDOG: Mutex<Watchdog> = Mutex::new(Watchdog::Off);
 enum Watchdog {
     /// Not wanted (unit tests: this executable is not `hugeshm`).
     Off,
-    /// Started with the first registration ([`enable_watchdog`]).
+    /// Started with the first registration ([`install`]).
     Enabled,
     /// Running: the write end of its pipe.
     Running(std::process::ChildStdin),
