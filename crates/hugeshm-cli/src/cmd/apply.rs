@@ -1,8 +1,8 @@
 //! `hugeshm apply`: reserve a plan on the running host, all or nothing, and
 //! optionally persist it.
 
-use crate::cmd::advise::{build_plan, SourceArgs};
-use crate::cmd::input_file::InputFile;
+use crate::cmd::input_file;
+use crate::cmd::sources::SourceArgs;
 use crate::output::{Out, Table, Usage, JSON_SCHEMA};
 
 use anyhow::bail;
@@ -10,7 +10,7 @@ use hugeshm_apply::{
     persist, ApplyOptions, ApplyReport, ApplyStep, PersistAction, PersistError, PersistedFile,
     StepHook,
 };
-use hugeshm_doctor::advise::Plan;
+use hugeshm_doctor::advise::{InputText, Plan};
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::Roots;
 use std::path::PathBuf;
@@ -60,9 +60,9 @@ struct ApplyOutput<'a> {
 
 /// A plan written by `advise --json`: the document of this schema, or a bare
 /// plan (before the envelope). Every error is a usage error.
-fn read_plan(file: &InputFile) -> Result<Plan, Usage> {
+fn read_plan(file: &InputText) -> Result<Plan, Usage> {
     const WHAT: &str = "a plan from hugeshm advise --json";
-    let v = file.json(WHAT)?;
+    let v = input_file::json(file, WHAT)?;
     match v.get("schema") {
         None => {}
         Some(n) if n.as_u64() == Some(u64::from(JSON_SCHEMA)) => {}
@@ -119,10 +119,10 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
     let mut plan_file = None;
     let plan: Plan = match &args.plan {
         Some(f) => {
-            plan_file = Some(InputFile::read("--plan", f, "a plan")?);
+            plan_file = Some(input_file::read("--plan", f, "a plan")?);
             read_plan(plan_file.as_ref().expect("just read"))?
         }
-        None => build_plan(&probe, &host, &args.source)?,
+        None => args.source.plan(&probe, &host)?,
     };
     if plan.pools.is_empty() {
         bail!("the plan has no pools to reserve (nothing counted)");

@@ -21,6 +21,7 @@ pub mod region;
 pub mod run;
 pub mod segments;
 pub mod share;
+pub mod sources;
 pub mod status;
 pub mod status_pmem;
 pub mod status_tuning;

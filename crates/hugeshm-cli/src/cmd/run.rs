@@ -19,7 +19,8 @@ use std::process::ExitCode;
 use hugeshm_parse::elf::{self, Executable, EM_X86_64};
 use hugeshm_parse::size::format_bytes;
 use hugeshm_region::run::{
-    RunPageSize, RunPrefault, Settings, Target, MIN_MIN_BYTES, SETTINGS_ENV,
+    check_host, HostRefusal, RunPageSize, RunPrefault, Settings, Target, MIN_MIN_BYTES,
+    SETTINGS_ENV,
 };
 use hugeshm_region::{Placement, Policy, Probe, Roots};
 use serde::Serialize;
@@ -254,12 +255,23 @@ fn prepare(roots: &Roots, a: &Args) -> Result<Env, Refused> {
         }
     }
     let host = Probe::new(roots.clone()).host_for_regions();
-    if let RunPageSize::Huge(p) = a.page_size {
-        let offered: Vec<u64> = host.pools.iter().map(|p| p.page_size_bytes).collect();
-        if !offered.contains(&p) {
+    let numa_text = a.numa.clone().unwrap_or_default();
+    let one_node = |n: usize| {
+        format!(
+            "--numa {numa_text}: this host has {n} NUMA node{}: there is nothing to place",
+            if n == 1 { "" } else { "s" }
+        )
+    };
+    let numa = match check_host(&host, a.page_size, a.numa.as_ref(), a.policy) {
+        Ok(Some(numa)) => numa,
+        Ok(None) => {
+            warnings.push(format!("{}; --numa is ignored", one_node(host.nodes.len())));
+            Placement::Default
+        }
+        Err(HostRefusal::PageSize { page_size, offered }) => {
             return Err(Refused(format!(
                 "--page-size {}: this kernel offers {} (/sys/kernel/mm/hugepages)",
-                format_bytes(p),
+                format_bytes(page_size),
                 if offered.is_empty() {
                     "no huge pages".to_owned()
                 } else {
@@ -269,43 +281,22 @@ fn prepare(roots: &Roots, a: &Args) -> Result<Env, Refused> {
                         .collect::<Vec<_>>()
                         .join(", ")
                 }
-            )));
+            )))
         }
-    }
-    let mut numa = a.numa.clone().unwrap_or_default();
-    if a.numa.is_some() {
-        let nodes: Vec<u32> = host.nodes.iter().map(|n| n.node).collect();
-        if nodes.len() < 2 {
-            let why = format!(
-                "--numa {numa}: this host has {} NUMA node{}: there is nothing to place",
-                nodes.len(),
-                if nodes.len() == 1 { "" } else { "s" }
-            );
-            if a.policy == Policy::Only {
-                return Err(Refused(format!("{why} (--policy only)")));
-            }
-            warnings.push(format!("{why}; --numa is ignored"));
-            numa = Placement::Default;
-        } else {
-            let named = match &numa {
-                Placement::Bind(n)
-                | Placement::Interleave(n)
-                | Placement::WeightedInterleave(n) => n.clone(),
-                Placement::Preferred(n) => vec![*n],
-                _ => Vec::new(),
-            };
-            if let Some(n) = named.iter().find(|n| !nodes.contains(n)) {
-                return Err(Refused(format!(
-                    "--numa {numa}: node {n} does not exist (nodes: {})",
-                    nodes
-                        .iter()
-                        .map(u32::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
-            }
+        Err(HostRefusal::TooFewNodes { nodes }) => {
+            return Err(Refused(format!("{} (--policy only)", one_node(nodes))))
         }
-    }
+        Err(HostRefusal::NoSuchNode { node, nodes }) => {
+            return Err(Refused(format!(
+                "--numa {numa_text}: node {node} does not exist (nodes: {})",
+                nodes
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )))
+        }
+    };
     let library = find_library(a.library.as_deref())?;
     let mut settings = Settings::new(target.clone());
     settings.min_bytes = a.min_size;

@@ -210,6 +210,33 @@ pub fn valid_memlock_user(s: &str) -> bool {
                 && !s.starts_with('-'))
 }
 
+/// `s` where `valid` holds, else "`s` is not WHAT".
+fn accept(s: &str, valid: fn(&str) -> bool, what: &str) -> Result<String, String> {
+    valid(s)
+        .then(|| s.to_string())
+        .ok_or_else(|| format!("{s:?} is not {what}"))
+}
+
+/// A systemd service as an option or a spec names it (`NAME.service`,
+/// `NAME@INSTANCE.service`), or why it is not one.
+pub fn parse_systemd_unit(s: &str) -> Result<String, String> {
+    accept(
+        s,
+        valid_systemd_unit,
+        "a systemd service: give NAME.service or NAME@INSTANCE.service",
+    )
+}
+
+/// A memlock user as an option or a spec names it (a login name,
+/// `@group`, `:UID`, `*`), or why it is not one.
+pub fn parse_memlock_user(s: &str) -> Result<String, String> {
+    accept(
+        s,
+        valid_memlock_user,
+        "a limits.conf user: give a login name, @group, :UID or *",
+    )
+}
+
 impl PlanConfig {
     /// Names the memlock lines' domains; rewrites the limits.d file.
     pub fn set_memlock_users(&mut self, users: Vec<String>) {

@@ -20,6 +20,18 @@ pub enum Placement {
     Spread,
 }
 
+impl Placement {
+    /// A region's place as an option or a spec gives it: on `node`, else
+    /// split over every node with `spread`, else anywhere.
+    pub fn of(node: Option<u32>, spread: bool) -> Placement {
+        match (node, spread) {
+            (Some(n), _) => Placement::Node(n),
+            (None, true) => Placement::Spread,
+            _ => Placement::Any,
+        }
+    }
+}
+
 /// One region to plan for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -239,12 +251,12 @@ pub struct Plan {
     /// The plan counts new regions only (`--size`, `--spec`), not the huge
     /// pages live segments use now: `apply` keeps room for those too,
     /// refusing a pool that would not hold both (see
-    /// [`keep_room_for_live`](super::keep_room_for_live)).
+    /// [`Sources::plan`](super::Sources::plan)).
     #[serde(default)]
     pub keep_live: bool,
     /// Demotions `apply` makes before it grows the pools: free pages of a
     /// larger pool split into pages of a smaller one that grows
-    /// (`advise --demote`; see [`add_demotion`](super::add_demotion)).
+    /// (`advise --demote`; see `add_demotion`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub demote: Vec<PlanDemote>,
 }

@@ -12,7 +12,7 @@
 //! one process's PMD mappings say nothing of another's: sampling goes on
 //! unless the object is all PMD-mapped.)
 //!
-//! The phases, in the order [`build_with`] runs them:
+//! The phases, in the order `build_with` (under [`build`]) runs them:
 //!
 //! 1. the maps of every process, and the status of those that map an
 //!    object, one visit per process (`scan.rs`: `read_processes`,
@@ -272,7 +272,7 @@ pub fn build(probe: &Probe, kept: &KeptRegions) -> SegmentsReport {
 
 /// Scans the processes, given a host snapshot already read; `kept` as in
 /// [`build`].
-pub fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions) -> SegmentsReport {
+pub(crate) fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions) -> SegmentsReport {
     let t0 = Instant::now();
     let mut report = SegmentsReport {
         problems: host.problems.clone(),

@@ -36,11 +36,13 @@
 //! mapping unmaps it.
 
 mod fault;
+mod host;
 mod place;
 pub mod record;
 mod settings;
 mod table;
 
+pub use host::{check_host, HostRefusal};
 pub use settings::{
     RunPageSize, RunPrefault, Settings, Target, DEFAULT_MIN_BYTES, MAX_SETTINGS_BYTES, MAX_THREADS,
     MIN_MIN_BYTES, SETTINGS_ENV,

@@ -1,0 +1,146 @@
+//! The options `advise` and `apply` share: where a plan's demand comes
+//! from, as the doctor's [`Sources`], and the plan made of them.
+
+use crate::cmd::input_file;
+use crate::output::Usage;
+use hugeshm_doctor::advise::{self, Placement, Plan, SourceError, Sources, DEFAULT_SPARE_PAGES};
+use hugeshm_parse::size::page_size_short;
+use hugeshm_probe::{HostSnapshot, Probe};
+use std::path::PathBuf;
+
+/// Where the demand comes from (shared by `advise` and `apply`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SourceArgs {
+    /// Plan for a region of this size (an SGA, shared_buffers, a cache): 18G, 512M.
+    #[arg(long, value_parser = crate::values::size, allow_hyphen_values = true)]
+    pub size: Option<u64>,
+    /// Page size for --size (default: the kernel's default huge page size).
+    #[arg(long, value_parser = crate::values::huge_page_size(), requires = "size")]
+    pub page_size: Option<u64>,
+    /// Put the --size region on this NUMA node.
+    #[arg(long, requires = "size", conflicts_with = "spread")]
+    pub node: Option<u32>,
+    /// Split the --size region evenly over every NUMA node.
+    #[arg(long, requires = "size")]
+    pub spread: bool,
+    /// Ask the PostgreSQL cluster in this data directory (postgres -C while it is
+    /// down, the running server otherwise).
+    #[arg(long, value_name = "DATADIR")]
+    pub postgres: Option<PathBuf>,
+    /// The postgres binary (default: /usr/lib/postgresql/N/bin/postgres or
+    /// /usr/pgsql-N/bin/postgres for the major version N in PG_VERSION). It
+    /// must be a regular file of root's (or the caller's) that nobody else
+    /// can write, in directories nobody else can write.
+    #[arg(long, value_name = "PATH", requires = "postgres")]
+    pub postgres_bin: Option<PathBuf>,
+    /// Regions listed in a hugeshm spec file (TOML, see docs/advise.md).
+    #[arg(long, value_name = "FILE")]
+    pub spec: Option<PathBuf>,
+    /// Also count the shared memory live on this host (the default when no
+    /// other source is given). Without it, a plan of --size or --spec
+    /// regions keeps room for the huge pages live segments use: advise
+    /// warns and apply refuses a pool that would not hold both.
+    #[arg(long)]
+    pub live: bool,
+    /// Spare pages added to each pool.
+    #[arg(long, default_value_t = DEFAULT_SPARE_PAGES)]
+    pub spare: u64,
+    /// Where a pool grows and free pages of a larger pool the plan leaves
+    /// alone (1 GiB) could give the growth, demote them (the kernel's
+    /// `demote`, Linux 5.16+) instead of finding new contiguous memory;
+    /// without it, advise only says so.
+    #[arg(long)]
+    pub demote: bool,
+    /// The user the memlock lines (limits.d) are for: a login name, `@group`
+    /// or `:UID`. Default: the owners of the live segments or the PostgreSQL
+    /// data directory the plan counts, else every user (`*`).
+    #[arg(long, value_name = "USER", value_parser = advise::parse_memlock_user)]
+    pub memlock_user: Option<String>,
+    /// A systemd service that runs the server (repeat for more): the plan
+    /// gives it a drop-in with `LimitMEMLOCK=`, as limits.d does not apply
+    /// to services. Default: the services of the processes that map the
+    /// live segments the plan counts.
+    #[arg(long, value_name = "UNIT", value_parser = advise::parse_systemd_unit)]
+    pub systemd_unit: Vec<String>,
+}
+
+impl SourceArgs {
+    /// `hugeshm apply` with these sources, one shell word per value: the
+    /// command that reserves the plan advise printed (advise's own options,
+    /// `--container`, `--run` and `--json`, are not apply's).
+    pub fn apply_command(&self) -> String {
+        use hugeshm_fix::shell_quote as q;
+        let path = |p: &PathBuf| q(&p.to_string_lossy()).into_owned();
+        let mut w = vec!["hugeshm apply".to_owned()];
+        let mut opt = |name: &str, value: Option<String>| {
+            w.push(match value {
+                Some(v) => format!("--{name} {v}"),
+                None => format!("--{name}"),
+            })
+        };
+        if let Some(s) = self.size {
+            opt("size", Some(page_size_short(s)));
+        }
+        if let Some(p) = self.page_size {
+            opt("page-size", Some(page_size_short(p)));
+        }
+        if let Some(n) = self.node {
+            opt("node", Some(n.to_string()));
+        }
+        if self.spread {
+            opt("spread", None);
+        }
+        if let Some(p) = &self.postgres {
+            opt("postgres", Some(path(p)));
+        }
+        if let Some(p) = &self.postgres_bin {
+            opt("postgres-bin", Some(path(p)));
+        }
+        if let Some(p) = &self.spec {
+            opt("spec", Some(path(p)));
+        }
+        if self.live {
+            opt("live", None);
+        }
+        if self.spare != DEFAULT_SPARE_PAGES {
+            opt("spare", Some(self.spare.to_string()));
+        }
+        if self.demote {
+            opt("demote", None);
+        }
+        if let Some(u) = &self.memlock_user {
+            opt("memlock-user", Some(q(u).into_owned()));
+        }
+        for u in &self.systemd_unit {
+            opt("systemd-unit", Some(q(u).into_owned()));
+        }
+        w.join(" ")
+    }
+
+    /// The plan of these sources on `host`: the doctor's
+    /// [`Sources::plan`], the spec read by `--spec`'s rules
+    /// (`cmd/input_file.rs`); a source the host cannot have (a page size
+    /// it does not offer, a bad spec, a number too large) is a usage error.
+    pub fn plan(&self, probe: &Probe, host: &HostSnapshot) -> anyhow::Result<Plan> {
+        let sources = Sources {
+            size: self.size,
+            page_size: self.page_size,
+            placement: Placement::of(self.node, self.spread),
+            postgres: self.postgres.clone(),
+            postgres_bin: self.postgres_bin.clone(),
+            spec: self.spec.clone(),
+            live: self.live,
+            spare: self.spare,
+            demote: self.demote,
+            memlock_user: self.memlock_user.clone(),
+            systemd_units: self.systemd_unit.clone(),
+        };
+        let read = |p: &std::path::Path| input_file::read("--spec", p, "a spec").map_err(|u| u.0);
+        sources.plan(probe, host, read).map_err(|e| match e {
+            SourceError::PageSize { .. } | SourceError::Spec(_) | SourceError::TooLarge(_) => {
+                Usage(e.to_string()).into()
+            }
+            e => anyhow::Error::new(e),
+        })
+    }
+}

@@ -1,0 +1,242 @@
+//! What a plan counts, and the one function that makes it: a region of a
+//! size, a PostgreSQL data directory, a spec file, the live segments (with
+//! the systemd services of the processes that map them), the spare pages,
+//! demotion and the memlock users. `hugeshm advise` and `hugeshm apply`
+//! fill [`Sources`] from their options and call [`Sources::plan`].
+
+use super::error::{offered_page_size, SourceError};
+use super::input::InputText;
+use super::model::{Demand, Placement, Plan, Skipped};
+use super::{
+    add_demotion, crowded_pools, demands_from_segments, keep_room_for_live, live_pages, plan,
+    DEFAULT_SPARE_PAGES,
+};
+use crate::checked;
+use crate::segments::Segment;
+use hugeshm_parse::size::{format_bytes, MIB};
+use hugeshm_probe::{HostSnapshot, Probe};
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+/// Where a plan's demand comes from, and the settings it is made with
+/// (`hugeshm advise`'s and `hugeshm apply`'s options).
+#[derive(Debug, Clone)]
+pub struct Sources {
+    /// A region of this many bytes (an SGA, shared_buffers, a cache).
+    pub size: Option<u64>,
+    /// The page size of that region (default: the kernel's default huge
+    /// page size).
+    pub page_size: Option<u64>,
+    /// Where that region goes.
+    pub placement: Placement,
+    /// A PostgreSQL data directory whose cluster is asked (`postgres -C`
+    /// while it is down, the running server otherwise).
+    pub postgres: Option<PathBuf>,
+    /// The postgres binary (default: found from `PG_VERSION`).
+    pub postgres_bin: Option<PathBuf>,
+    /// A spec file (TOML), read by the `read_spec` of [`Sources::plan`].
+    pub spec: Option<PathBuf>,
+    /// Also count the shared memory live on the host (the default when no
+    /// other source is given).
+    pub live: bool,
+    /// Spare pages added to each pool (a spec's `spare_pages` wins).
+    pub spare: u64,
+    /// Demote free pages of a larger pool where a pool grows, rather than
+    /// only say that it could.
+    pub demote: bool,
+    /// The user the memlock lines are for (wins over a spec's); default:
+    /// the owners of what is counted, by login name where the host has one.
+    pub memlock_user: Option<String>,
+    /// The systemd services that get a drop-in (default: a spec's, else the
+    /// services of the processes that map the live segments counted).
+    pub systemd_units: Vec<String>,
+}
+
+impl Default for Sources {
+    /// No source (the live segments), [`DEFAULT_SPARE_PAGES`] spare pages.
+    fn default() -> Sources {
+        Sources {
+            size: None,
+            page_size: None,
+            placement: Placement::Any,
+            postgres: None,
+            postgres_bin: None,
+            spec: None,
+            live: false,
+            spare: DEFAULT_SPARE_PAGES,
+            demote: false,
+            memlock_user: None,
+            systemd_units: Vec::new(),
+        }
+    }
+}
+
+impl Sources {
+    /// The plan of these sources on `host` (read through `probe`), in this
+    /// order: the region of `size`, PostgreSQL, the spec (its file read by
+    /// `read_spec`, whose error is the reason, naming the file), the live
+    /// segments; then the pools, the room a plan of new regions leaves for
+    /// live segments, demotion, the systemd units and the memlock users.
+    pub fn plan(
+        &self,
+        probe: &Probe,
+        host: &HostSnapshot,
+        read_spec: impl FnOnce(&Path) -> Result<InputText, String>,
+    ) -> Result<Plan, SourceError> {
+        if !host.hugetlb_supported() {
+            return Err(SourceError::NoHugetlb);
+        }
+        let default = host.default_page_size().unwrap_or(2 * MIB);
+        let mut demands = Vec::new();
+        let mut skipped: Vec<Skipped> = Vec::new();
+        let mut spare = self.spare;
+        let mut memlock_user = self.memlock_user.clone();
+        let mut units = self.systemd_units.clone();
+        if let Some(size) = self.size {
+            let page = self.page_size.unwrap_or(default);
+            offered_page_size(host, page, "--page-size")?;
+            demands.push(
+                Demand::new(format!("--size {}", format_bytes(size)), size, page)
+                    .placed(self.placement),
+            );
+        }
+        if let Some(dd) = &self.postgres {
+            demands.push(postgres_demand(
+                probe,
+                dd,
+                self.postgres_bin.as_deref(),
+                default,
+            )?);
+        }
+        if let Some(path) = &self.spec {
+            let file = read_spec(path).map_err(SourceError::Spec)?;
+            let spec = super::spec::spec_demands(host, &file, default)?;
+            demands.extend(spec.demands);
+            if let Some(s) = spec.spare_pages {
+                spare = s;
+            }
+            // The option's memlock user wins over the spec's.
+            memlock_user = memlock_user.or(spec.memlock_user);
+            if units.is_empty() {
+                units.extend(spec.systemd_unit);
+            }
+        }
+        let new_regions_only = !demands.is_empty() && !self.live && self.postgres.is_none();
+        if self.live || demands.is_empty() {
+            // For their sizes and processes: findings are not advise's.
+            let segs = crate::segments::build_with(probe, host, &Default::default());
+            let units_of = ServiceLookup::new(probe);
+            let (d, s) = demands_from_segments(host, &segs, |seg| units_of.services(seg));
+            demands.extend(d);
+            skipped.extend(s);
+        }
+        let mut plan = plan(host, &demands, skipped, spare).map_err(SourceError::TooLarge)?;
+        if new_regions_only {
+            // Name the live segments only where a pool is crowded by them.
+            let crowded = !crowded_pools(&plan, |s, n| live_pages(host, s, n)).is_empty();
+            let segs =
+                crowded.then(|| crate::segments::build_with(probe, host, &Default::default()));
+            keep_room_for_live(&mut plan, host, segs.as_ref());
+        }
+        add_demotion(&mut plan, host, self.demote);
+        if !units.is_empty() {
+            plan.config.set_systemd_units(units);
+        }
+        match memlock_user {
+            Some(u) => plan.config.set_memlock_users(vec![u]),
+            None => {
+                // `:UID` domains read better as the host's login names
+                // (where a uid has one name only: a line names one login).
+                let users = hugeshm_probe::Users::of(&probe.roots);
+                plan.config
+                    .name_memlock_users(|uid| users.only_name_of(uid));
+            }
+        }
+        Ok(plan)
+    }
+}
+
+/// The demand of the PostgreSQL cluster in `dd`, owned by the data
+/// directory's owner.
+fn postgres_demand(
+    probe: &Probe,
+    dd: &Path,
+    bin: Option<&Path>,
+    default: u64,
+) -> Result<Demand, SourceError> {
+    let pg = hugeshm_probe::postgres::pg_sizing(dd, bin, &probe.roots.proc).map_err(|error| {
+        SourceError::Postgres {
+            datadir: dd.to_owned(),
+            error,
+        }
+    })?;
+    let page = pg.huge_page_size_bytes.unwrap_or(default);
+    let owner = std::fs::metadata(dd)
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .map_err(|error| SourceError::DataDir {
+            datadir: dd.to_owned(),
+            error,
+        })?;
+    let bytes = match pg.shared_memory_bytes {
+        Some(b) => b,
+        None => checked::mul(pg.huge_pages, page, || {
+            format!("PostgreSQL's {} huge pages: bytes", dd.display())
+        })
+        .map_err(SourceError::TooLarge)?,
+    };
+    Ok(
+        Demand::new(format!("postgres {}", dd.display()), bytes, page)
+            .with_pages(pg.huge_pages)
+            .with_note(format!(
+                "PostgreSQL {}'s own shared_memory_size_in_huge_pages ({}), huge_pages={}",
+                pg.version.as_deref().unwrap_or("?"),
+                pg.source,
+                pg.huge_pages_setting.as_deref().unwrap_or("?")
+            ))
+            .owned_by(owner),
+    )
+}
+
+/// The systemd services of the processes that map a segment, each process
+/// looked up once: from the hugetlb cgroup the scan read, else (it read
+/// none, or on cgroup v1 that path need not be systemd's) from its
+/// `/proc/PID/cgroup`.
+struct ServiceLookup<'a> {
+    probe: &'a Probe,
+    of_pid: RefCell<HashMap<u32, Option<String>>>,
+}
+
+impl<'a> ServiceLookup<'a> {
+    fn new(probe: &'a Probe) -> Self {
+        ServiceLookup {
+            probe,
+            of_pid: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// The services of `seg`'s processes, sorted, once each.
+    fn services(&self, seg: &Segment) -> Vec<String> {
+        let mut cache = self.of_pid.borrow_mut();
+        let units: BTreeSet<String> = seg
+            .attached
+            .iter()
+            .filter_map(|a| {
+                cache
+                    .entry(a.pid)
+                    .or_insert_with(|| {
+                        a.cgroup
+                            .as_deref()
+                            .and_then(hugeshm_parse::cgroup::systemd_unit_of_path)
+                            .or_else(|| {
+                                let f = self.probe.proc_path(&format!("{}/cgroup", a.pid));
+                                let text = std::fs::read_to_string(f).ok()?;
+                                hugeshm_parse::cgroup::systemd_unit(&text)
+                            })
+                    })
+                    .clone()
+            })
+            .collect();
+        units.into_iter().collect()
+    }
+}
