@@ -14,6 +14,8 @@
 pub mod common;
 pub mod guard;
 pub mod lab;
+pub mod oltp;
+pub mod region_failed;
 pub mod steps;
 
 pub use steps::Steps;

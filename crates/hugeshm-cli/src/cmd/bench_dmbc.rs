@@ -14,10 +14,10 @@
 //! prints it.
 
 use crate::cmd::bench_common::DataFile as TempFile;
-use crate::cmd::bench_oltp::workload::{Dist, Picker, Rng};
 use crate::output::{Out, Table, Usage};
 use anyhow::Context;
 use hugeshm_cache::{create_data_file, Cache, Layout, Mode, Stats};
+use hugeshm_lab::oltp::workload::{Dist, Picker, Rng};
 use hugeshm_lab::Steps;
 use hugeshm_parse::size::format_bytes;
 use hugeshm_probe::{Probe, Roots};
@@ -59,7 +59,7 @@ pub struct Args {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub write_pct: u32,
     /// Which blocks the transactions read.
-    #[arg(long, default_value = "zipf", value_enum)]
+    #[arg(long, default_value = "zipf", value_parser = crate::values::dist())]
     pub dist: Dist,
     /// Seconds of the timed run of each mode (after a warm-up run as long).
     #[arg(long, default_value_t = 3.0, value_parser = crate::values::duration)]

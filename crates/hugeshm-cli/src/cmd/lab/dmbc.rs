@@ -10,7 +10,7 @@
 
 use super::model::{Comparison, Ctx, DataTable, Lab, Plot, PlotKind, Reproduction, Series};
 use crate::cmd::bench_dmbc::{measure, ModeRun, Options, FIELD, STEPS};
-use crate::cmd::bench_oltp::workload::Dist;
+use hugeshm_lab::oltp::Dist;
 use hugeshm_parse::size::{format_bytes, MIB};
 use std::path::PathBuf;
 

@@ -18,14 +18,13 @@ use serde::{Deserialize, Serialize};
 use hugeshm_cache::{Cache, CacheError, Lookups, Prefetch, Stats};
 
 /// Which blocks the operations pick.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dist {
     /// Every block equally likely.
     Uniform,
     /// Zipfian with exponent 0.99 (YCSB's), hot blocks scattered over the
     /// file.
-    #[value(alias = "zipfian")]
     Zipf,
 }
 
