@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod common;
+pub mod dmbc;
 pub mod guard;
 pub mod lab;
 pub mod oltp;

@@ -17,7 +17,7 @@
 //! - `report.rs`: the [`Report`] and its rows;
 //! - `workload.rs`: the loop the workers run.
 
-pub mod workload;
+pub(crate) mod workload;
 
 mod measure;
 mod report;

@@ -9,7 +9,7 @@
 //! which.
 
 use super::model::{Comparison, Ctx, DataTable, Lab, Plot, PlotKind, Reproduction, Series};
-use crate::cmd::bench_dmbc::{measure, ModeRun, Options, FIELD, STEPS};
+use hugeshm_lab::dmbc::{measure, ModeRun, Options, FIELD, STEPS};
 use hugeshm_lab::oltp::Dist;
 use hugeshm_parse::size::{format_bytes, MIB};
 use std::path::PathBuf;
