@@ -7,10 +7,8 @@
 //! plot data, notes), and the printers here (table, `--json`, `--out`:
 //! JSON, SVG plots and one HTML report) are the same for all of them.
 
-pub use hugeshm_lab::lab::{fallback, html, model, plot, pools, reports};
-pub mod dmbc;
+pub use hugeshm_lab::lab::{dmbc, fallback, html, model, oltp, plot, pools, reports};
 pub mod numa;
-pub mod oltp;
 pub mod pagetables;
 pub mod startup;
 

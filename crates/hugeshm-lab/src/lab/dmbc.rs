@@ -9,8 +9,8 @@
 //! which.
 
 use super::model::{Comparison, Ctx, DataTable, Lab, Plot, PlotKind, Reproduction, Series};
-use hugeshm_lab::dmbc::{measure, ModeRun, Options, FIELD, STEPS};
-use hugeshm_lab::oltp::Dist;
+use crate::dmbc::{measure, ModeRun, Options, FIELD, STEPS};
+use crate::oltp::Dist;
 use hugeshm_parse::size::{format_bytes, MIB};
 use std::path::PathBuf;
 
