@@ -9,7 +9,7 @@
 //! (`bench oltp-worker`, attaching the region by name and calling
 //! [`serve_attached`]) or, for `anon` regions, forked children; both
 //! answer one JSON line per run on a pipe. The loop they run, and
-//! `bench dmbc` too, is [`workload`].
+//! `bench dmbc` too, is `workload.rs`.
 //!
 //! - `mod.rs`: the [`Options`] a report keeps;
 //! - `measure.rs`: [`measure()`], row by row, and the ratios between rows;
