@@ -18,6 +18,7 @@ use clap::builder::{
     EnumValueParser, MapValueParser, PossibleValue, StringValueParser, TypedValueParser,
 };
 use clap::ValueEnum;
+use hugeshm_lab::oltp::Dist;
 use hugeshm_parse::size::page_size_short;
 use hugeshm_parse::size_arg::parse_size_arg;
 use hugeshm_region::{Backend, PageSize, Policy, Reclaim};
@@ -221,6 +222,29 @@ impl ValueEnum for NamedBackendArg {
 /// `--backend`: sysv, memfd, hugetlbfs, posix, anon, dax.
 pub fn backend() -> MapValueParser<EnumValueParser<BackendArg>, fn(BackendArg) -> Backend> {
     EnumValueParser::<BackendArg>::new().map((|b| b.0) as fn(BackendArg) -> Backend)
+}
+
+/// A block choice of the cache benches (`--dist`) as a clap value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DistArg(pub Dist);
+
+impl ValueEnum for DistArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[DistArg(Dist::Uniform), DistArg(Dist::Zipf)]
+    }
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self.0 {
+            Dist::Uniform => PossibleValue::new("uniform").help("Every block equally likely"),
+            Dist::Zipf => PossibleValue::new("zipf")
+                .alias("zipfian")
+                .help("Zipfian with exponent 0.99 (YCSB's), hot blocks scattered over the file"),
+        })
+    }
+}
+
+/// `--dist` of `bench oltp` and `bench dmbc`.
+pub fn dist() -> MapValueParser<EnumValueParser<DistArg>, fn(DistArg) -> Dist> {
+    EnumValueParser::<DistArg>::new().map((|d| d.0) as fn(DistArg) -> Dist)
 }
 
 /// `--backend` of a bench whose children attach by name.

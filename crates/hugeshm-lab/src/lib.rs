@@ -12,10 +12,13 @@
 #![forbid(unsafe_code)]
 
 pub mod common;
+pub mod dmbc;
 pub mod guard;
 pub mod lab;
 pub mod numa;
+pub mod oltp;
 pub mod pagetables;
+pub mod region_failed;
 pub mod steps;
 
 pub use steps::Steps;

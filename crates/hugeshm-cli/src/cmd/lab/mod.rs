@@ -7,9 +7,9 @@
 //! plot data, notes), and the printers here (table, `--json`, `--out`:
 //! JSON, SVG plots and one HTML report) are the same for all of them.
 
-pub use hugeshm_lab::lab::{fallback, html, model, numa, pagetables, plot, pools, reports};
-pub mod dmbc;
-pub mod oltp;
+pub use hugeshm_lab::lab::{
+    dmbc, fallback, html, model, numa, oltp, pagetables, plot, pools, reports,
+};
 pub mod startup;
 
 use crate::output::{Out, Table};

@@ -111,14 +111,15 @@ pub struct Report {
     pub rows: Vec<Row>,
 }
 
-/// Reports made by hand, for the printers' and the ratios' unit tests.
-#[cfg(test)]
-pub(super) mod sample {
+/// Reports made by hand, for the printers' and the ratios' unit tests
+/// (the CLI's tests have them through the `samples` feature).
+#[cfg(any(test, feature = "samples"))]
+pub mod sample {
     use super::*;
-    use crate::cmd::bench_oltp::workload::Dist;
+    use crate::oltp::workload::Dist;
 
     /// Two workers, 2 s runs, three of them, 4k and 2m, sysv and posix.
-    pub(crate) fn options() -> Options {
+    pub fn options() -> Options {
         Options {
             cache_size_bytes: 64 << 20,
             data_size_bytes: 256 << 20,
@@ -137,7 +138,7 @@ pub(super) mod sample {
     }
 
     /// A run of `tps` transactions a second, `per_cpu` a CPU-second.
-    pub(crate) fn summary(tps: f64, per_cpu: f64) -> RunSummary {
+    pub fn summary(tps: f64, per_cpu: f64) -> RunSummary {
         RunSummary {
             tps,
             transactions: (tps * 2.0) as u64,
@@ -152,7 +153,7 @@ pub(super) mod sample {
     }
 
     /// Timed runs of these tps (per CPU-second: half of it), best first.
-    pub(crate) fn mode(tps: &[f64]) -> ModeResult {
+    pub fn mode(tps: &[f64]) -> ModeResult {
         ModeResult {
             warmup: summary(tps[0] / 2.0, tps[0] / 4.0),
             runs: tps.iter().map(|&t| summary(t, t / 2.0)).collect(),
@@ -167,7 +168,7 @@ pub(super) mod sample {
     }
 
     /// A measured row: the cache at `tps`, the raw loop at twice that.
-    pub(crate) fn row(page_size_bytes: u64, backend: Backend, tps: f64) -> Row {
+    pub fn row(page_size_bytes: u64, backend: Backend, tps: f64) -> Row {
         let raw: Vec<f64> = [tps, tps * 0.9, tps * 0.8]
             .iter()
             .map(|t| t * 2.0)

@@ -1,12 +1,12 @@
-//! The workers: this binary re-executed (`bench oltp-worker`, attaching
-//! the region by name) or, for `anon`, forked children; each serves runs
+//! The workers: the program re-executed (`bench oltp-worker`, attaching
+//! the region by name, [`serve_attached`]) or, for `anon`, forked children; each serves runs
 //! of the workload over the cache, one JSON line in, one out.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -20,6 +20,7 @@ use hugeshm_cache::Stats;
 
 use super::workload::{self, Dist, Histogram, Picker, Rng, RunResult, Spec};
 use super::{Options, RunSummary};
+use crate::region_failed::region_failed;
 
 /// A command to a worker.
 #[derive(Debug, Serialize, Deserialize)]
@@ -66,10 +67,7 @@ fn serve(cache: &Cache, input: impl BufRead, mut output: impl Write) -> anyhow::
     // Map the whole region into this worker's page tables first (what a
     // server's pre_page_sga does per process): the page-table cost is paid
     // and counted in VmPTE, not spread over the timed runs as faults.
-    cache
-        .region()
-        .populate_read()
-        .map_err(crate::cmd::region::region_error)?;
+    cache.region().populate_read().map_err(region_failed)?;
     let dtlb = Dtlb::open();
     let blocks = cache.data_blocks();
     let mut picker: Option<(Dist, Picker)> = None;
@@ -125,19 +123,22 @@ fn serve(cache: &Cache, input: impl BufRead, mut output: impl Write) -> anyhow::
     Ok(())
 }
 
-/// The hidden `bench oltp-worker`: attaches the region by name, opens the
-/// cache, serves runs on stdin/stdout.
-pub fn worker(name: &str, backend: Backend, data: &Path) -> anyhow::Result<ExitCode> {
+/// What the hidden `bench oltp-worker` does: attaches the region `name`
+/// of `backend`, opens the cache over `data`, and serves runs: one JSON
+/// command a line from `input`, one JSON answer a line to `output`
+/// (flushed after each), until `quit` or the end of `input`.
+pub fn serve_attached(
+    name: &str,
+    backend: Backend,
+    data: &Path,
+    input: impl BufRead,
+    output: impl Write,
+) -> anyhow::Result<()> {
     let region = Locator::new(name, backend)
         .attach()
-        .map_err(crate::cmd::region::region_error)?;
+        .map_err(region_failed)?;
     let cache = Cache::open(region, data)?;
-    serve(
-        &cache,
-        std::io::stdin().lock(),
-        crate::output::protocol_stdout(),
-    )?;
-    Ok(ExitCode::SUCCESS)
+    serve(&cache, input, output)
 }
 
 /// A worker process and its pipes.
@@ -160,7 +161,7 @@ impl Drop for Workers {
         for w in &mut self.0 {
             match w.child.as_mut() {
                 Some(c) => {
-                    crate::cmd::bench_common::reap([c], Duration::from_secs(30));
+                    crate::common::reap([c], Duration::from_secs(30));
                 }
                 None => {
                     let _ = hugeshm_sys::wait_child(w.pid);
@@ -208,9 +209,9 @@ pub(super) fn start_workers(
             let pid = {
                 let (cmd_r, res_w) = (&cmd_r, &res_w);
                 // fork needs one thread: the interrupt handler's waits.
-                hugeshm_lab::guard::paused(|| {
+                crate::guard::paused(|| {
                     hugeshm_sys::fork_child(move || {
-                        crate::cmd::bench_common::die_with_parent();
+                        crate::common::die_with_parent();
                         let input = BufReader::new(File::from(cmd_r.try_clone().expect("dup")));
                         let output = File::from(res_w.try_clone().expect("dup"));
                         match serve(cache, input, output) {
@@ -245,7 +246,7 @@ pub(super) fn vm_pte(pid: u32) -> Option<u64> {
 
 /// Transactions per timed one (the clock's ordered read waits for the
 /// loads in flight, so timing often would slow the loop it measures).
-pub(super) const SAMPLE_EVERY: u32 = 1024;
+pub const SAMPLE_EVERY: u32 = 1024;
 
 /// One run of every worker at once.
 pub(super) fn run_all(

@@ -18,14 +18,13 @@ use serde::{Deserialize, Serialize};
 use hugeshm_cache::{Cache, CacheError, Lookups, Prefetch, Stats};
 
 /// Which blocks the operations pick.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dist {
     /// Every block equally likely.
     Uniform,
     /// Zipfian with exponent 0.99 (YCSB's), hot blocks scattered over the
     /// file.
-    #[value(alias = "zipfian")]
     Zipf,
 }
 
@@ -40,7 +39,7 @@ impl std::fmt::Display for Dist {
 
 /// A small, fast generator (xorshift64*), seeded per process.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
     /// A generator from `seed` (any value).
@@ -74,7 +73,7 @@ impl Rng {
 
 /// Block numbers in `0..n` drawn from a [`Dist`].
 #[derive(Debug, Clone)]
-pub struct Picker {
+pub(crate) struct Picker {
     n: u64,
     zipf: Option<Zipf>,
 }
@@ -152,7 +151,7 @@ impl Picker {
 /// A latency histogram: 16 linear buckets below 16 ns, then 16 buckets
 /// per power of two (at most 1/16 relative error).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     /// `(bucket, count)` for the non-empty buckets, ascending.
     pub buckets: Vec<(u32, u64)>,
     #[serde(skip)]
@@ -238,7 +237,7 @@ impl Histogram {
 
 /// What one worker runs.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct Spec {
+pub(crate) struct Spec {
     /// Block choice.
     pub dist: Dist,
     /// Percentage of operations that write (0–100).
@@ -251,7 +250,7 @@ pub struct Spec {
 /// What one run of one worker did.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[non_exhaustive]
-pub struct RunResult {
+pub(crate) struct RunResult {
     /// Operations (one block each).
     pub ops: u64,
     /// Of which writes.
@@ -291,7 +290,7 @@ fn update_row(row: &[AtomicU64]) -> u64 {
 
 /// One operation: a block, the first word of its row, read or write.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Op {
+pub(crate) struct Op {
     /// Block number.
     pub block: u64,
     /// First word of the row.
@@ -444,7 +443,7 @@ impl CacheLoop<'_> {
 /// instead of waiting for memory one after the other). Reads go through
 /// [`Lookups::read_with`] (no lock on a hit), writes through
 /// [`Cache::write`].
-pub fn run_cache(
+pub(crate) fn run_cache(
     cache: &Cache,
     spec: &Spec,
     picker: &Picker,
@@ -501,7 +500,7 @@ impl Workload for RawLoop<'_> {
 /// descriptors or the hash table, so the cache stays whole (its blocks no
 /// longer holding the data file's bytes: a bench's cache, not a
 /// server's).
-pub fn run_raw(
+pub(crate) fn run_raw(
     region: &Region,
     at: usize,
     block_size: usize,

@@ -1,11 +1,136 @@
-//! [`print()`]: a [`Report`] as text: the options in a line, the table,
-//! the rows not measured and why, what the columns mean.
+//! `hugeshm bench oltp`: the command line ([`Args`]), the call into
+//! [`hugeshm_lab::oltp`], and [`print()`]: a [`Report`] as text (the options
+//! in a line, the table, the rows not measured and why, what the columns
+//! mean); and the hidden `bench oltp-worker` the bench re-executes.
 
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use hugeshm_lab::oltp::{measure, planned_steps, Dist, Options, Report, SAMPLE_EVERY};
 use hugeshm_parse::size::{format_bytes, page_size_short};
+use hugeshm_probe::Roots;
+use hugeshm_region::Backend;
 
-use super::worker::SAMPLE_EVERY;
-use super::Report;
+use crate::cmd::bench_common::parse_count_arg;
 use crate::output::{Out, Table};
+
+/// `bench oltp` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Bytes of cached blocks (the buffer pool; the region adds its
+    /// descriptors and hash table).
+    #[arg(long, default_value = "1G", value_parser = crate::values::size, allow_hyphen_values = true)]
+    pub cache_size: u64,
+    /// Size of the data file (blocks beyond the cache are read with pread).
+    #[arg(long, default_value = "1G", value_parser = crate::values::size, allow_hyphen_values = true)]
+    pub data_size: u64,
+    /// Worker processes.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub workers: u32,
+    /// Seconds of each timed run (and of the warm-up run).
+    #[arg(long, default_value_t = 2.0, value_parser = crate::values::duration)]
+    pub duration: f64,
+    /// Timed runs per row after the warm-up (best and median reported).
+    #[arg(long, default_value_t = 3, value_parser = parse_count_arg::<u32>)]
+    pub runs: u32,
+    /// Page sizes (comma-separated).
+    #[arg(long = "page-size", alias = "page-sizes", value_name = "PAGE_SIZE", value_delimiter = ',',
+          default_value = "4k,2m", value_parser = crate::values::page_size_bytes())]
+    pub page_sizes: Vec<u64>,
+    /// Backends (comma-separated; posix: files in /dev/shm, as Oracle's AMM;
+    /// anon: forked workers).
+    #[arg(long = "backend", alias = "backends", value_name = "BACKEND", value_delimiter = ',',
+          default_value = "sysv,posix", value_parser = crate::values::backend())]
+    pub backends: Vec<Backend>,
+    /// Which blocks the transactions read.
+    #[arg(long, default_value = "uniform", value_parser = crate::values::dist())]
+    pub dist: Dist,
+    /// Percentage of transactions that write their block.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub write_pct: u32,
+    /// Block size: a power of two from 512 bytes to 1 MiB.
+    #[arg(long, default_value = "8k", value_parser = crate::values::block_size, allow_hyphen_values = true)]
+    pub block_size: u64,
+    /// Directory of the data file (a sparse file in a private directory
+    /// made there, all removed afterwards; refused if it or a directory
+    /// above it is another user's, or writable by others and not sticky).
+    #[arg(long, default_value = "/var/tmp")]
+    pub data_dir: PathBuf,
+    /// Skip the raw loop (no cache overhead ratio).
+    #[arg(long)]
+    pub no_raw: bool,
+    /// Do not raise the huge page pools for the run (by default, as root, the
+    /// bench adds the pages it needs and gives them back afterwards).
+    #[arg(long)]
+    pub no_reserve: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Args {
+    /// The options of the command line.
+    pub fn options(&self) -> Options {
+        Options {
+            cache_size_bytes: self.cache_size,
+            data_size_bytes: self.data_size,
+            workers: self.workers,
+            duration_seconds: self.duration,
+            runs: self.runs,
+            page_sizes: self.page_sizes.clone(),
+            backends: self.backends.clone(),
+            dist: self.dist,
+            write_pct: self.write_pct,
+            block_size: self.block_size,
+            data_dir: self.data_dir.clone(),
+            raw: !self.no_raw,
+            reserve: !self.no_reserve,
+        }
+    }
+}
+
+/// Runs the bench and prints it, with a progress line on stderr while it
+/// runs (when stderr is a terminal).
+pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let o = a.options();
+    let steps = crate::progress::steps("bench oltp", planned_steps(&o));
+    let report = measure(roots, &o, &steps);
+    steps.finish();
+    let report = report?;
+    if a.json {
+        out.json_doc(&report)?;
+    } else {
+        print(&report, out)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The hidden `bench oltp-worker`: attaches the region by name, opens the
+/// cache, serves runs on stdin/stdout.
+pub fn worker(name: &str, backend: Backend, data: &Path) -> anyhow::Result<ExitCode> {
+    hugeshm_lab::oltp::serve_attached(
+        name,
+        backend,
+        data,
+        std::io::stdin().lock(),
+        crate::output::protocol_stdout(),
+    )
+    .map_err(lab_error)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A bench's error as the CLI prints it: a region's error (as the bench
+/// passed it up, [`hugeshm_lab::region_failed::RegionFailed`]) with its fix.
+pub(crate) fn lab_error(e: anyhow::Error) -> anyhow::Error {
+    use hugeshm_lab::region_failed::RegionFailed;
+    if !e.chain().next().is_some_and(|c| c.is::<RegionFailed>()) {
+        return e;
+    }
+    match e.downcast::<RegionFailed>() {
+        Ok(f) => crate::cmd::region::region_error(f.0),
+        Err(e) => e,
+    }
+}
 
 fn fmt_ns(v: Option<u64>) -> String {
     match v {
@@ -126,9 +251,7 @@ pub(crate) fn print(report: &Report, out: &mut Out) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::bench_oltp::report::sample;
-    use crate::cmd::bench_oltp::Row;
-    use hugeshm_region::Backend;
+    use hugeshm_lab::oltp::{sample, Row};
 
     fn report() -> Report {
         let mut huge = sample::row(2 << 20, Backend::Sysv, 1_500_000.0);
@@ -173,5 +296,20 @@ dTLB/tx n/a: perf_event_paranoid is 3
 tps = transactions (one 64-byte row of one block, read or updated) per second, all workers; overhead = raw tps / cache tps, best runs (the same loop straight on the cache's blocks, each raw run right after a cache run); paired = the median of the run pairs' own ratios; x 4k = tps / the 4 KiB row's of the same backend; tx/CPU-s and per CPU: the same per CPU-second of the workers (steady when other processes share the CPUs); p50/p99 sample one transaction in 1024; the cache loop prefetches each block's bucket, descriptor and row a few transactions ahead
 ";
         assert_eq!(text.text(), expected);
+    }
+
+    #[test]
+    fn page_sizes_must_be_explicit() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let parse = |sizes: &str| Cli::try_parse_from(["oltp", "--page-size", sizes]);
+        let options = parse("4k,2m").unwrap().args.options();
+        assert_eq!(options.page_sizes, [4096, 2 << 20]);
+        let err = parse("4k,largest").err().unwrap();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
     }
 }

@@ -15,8 +15,9 @@ use hugeshm_region::{Backend, PageSize, Policy, RegionBuilder};
 use super::worker::{run_all, start_workers, vm_pte, Workers};
 use super::workload::Histogram;
 use super::{ModeResult, Options, Report, Row, RunSummary};
-use crate::cmd::bench_common::{DataFile, PoolTopUp, Skipped};
-use hugeshm_lab::Steps;
+use crate::common::{DataFile, PoolTopUp, Skipped};
+use crate::region_failed::region_failed;
+use crate::Steps;
 
 /// One mode's timed runs, summed up as they come.
 struct ModeRuns {
@@ -179,17 +180,15 @@ fn measure_row(
         .policy(Policy::Only);
     let _on_interrupt = if backend.is_named() {
         b = b.name(name.clone());
-        Some(hugeshm_lab::guard::undo(
-            hugeshm_lab::guard::Taken::Region {
-                name: name.clone(),
-                backend,
-            },
-        ))
+        Some(crate::guard::undo(crate::guard::Taken::Region {
+            name: name.clone(),
+            backend,
+        }))
     } else {
         None
     };
     let t0 = Instant::now();
-    let (region, report) = b.create().map_err(crate::cmd::region::region_error)?;
+    let (region, report) = b.create().map_err(region_failed)?;
     let startup_seconds = t0.elapsed().as_secs_f64();
     let cache = match Cache::create_sized(region, data, bs, Some(layout.buffers)) {
         Ok(c) => c,
@@ -198,7 +197,7 @@ fn measure_row(
             // region is gone already), or it stays behind.
             if backend.is_named() {
                 hugeshm_region::remove(&name, backend)
-                    .map_err(crate::cmd::region::region_error)
+                    .map_err(region_failed)
                     .with_context(|| format!("removing {name} after: {e}"))?;
             }
             bail!("{e}")
@@ -247,7 +246,7 @@ fn measure_row(
     })();
     let destroyed = cache.into_region().destroy();
     let row = result?;
-    destroyed.map_err(crate::cmd::region::region_error)?;
+    destroyed.map_err(region_failed)?;
     Ok(row)
 }
 
@@ -270,7 +269,7 @@ pub fn planned_steps(o: &Options) -> u64 {
 pub fn measure(roots: &Roots, o: &Options, steps: &Steps) -> anyhow::Result<Report> {
     check_options(o)?;
     let probe = Probe::new(roots.clone());
-    crate::cmd::bench_common::check_process_room(&probe, o.workers.into(), "--workers")?;
+    crate::common::check_process_room(&probe, o.workers.into(), "--workers")?;
     let host = probe.host();
     let data = data_file(o)?;
     let layout = Layout::new(
@@ -303,9 +302,9 @@ pub fn measure(roots: &Roots, o: &Options, steps: &Steps) -> anyhow::Result<Repo
 fn check_options(o: &Options) -> anyhow::Result<()> {
     anyhow::ensure!(
         o.workers > 0,
-        crate::output::Usage("--workers must be at least 1".into())
+        crate::Usage("--workers must be at least 1".into())
     );
-    crate::cmd::bench_common::check_cache_run(
+    crate::common::check_cache_run(
         o.duration_seconds,
         o.block_size,
         o.cache_size_bytes,
@@ -364,7 +363,7 @@ fn measure_page_size(
         }
         match measure_row(o, ps, backend, data, note) {
             Ok(r) => rows.push(r),
-            Err(e) => rows.push(empty_row(ps, backend, crate::output::error_text(&e), None)),
+            Err(e) => rows.push(empty_row(ps, backend, crate::error_text(&e), None)),
         }
     }
     drop(reservation);
@@ -397,7 +396,7 @@ fn compare_to_4k(rows: &mut [Row]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::bench_oltp::report::sample;
+    use crate::oltp::sample;
 
     #[test]
     fn the_options_are_checked_before_anything_is_made() {

@@ -9,8 +9,8 @@
 //! which.
 
 use super::model::{Comparison, Ctx, DataTable, Lab, Plot, PlotKind, Reproduction, Series};
-use crate::cmd::bench_dmbc::{measure, ModeRun, Options, FIELD, STEPS};
-use crate::cmd::bench_oltp::workload::Dist;
+use crate::dmbc::{measure, ModeRun, Options, FIELD, STEPS};
+use crate::oltp::Dist;
 use hugeshm_parse::size::{format_bytes, MIB};
 use std::path::PathBuf;
 

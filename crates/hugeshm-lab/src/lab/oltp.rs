@@ -8,8 +8,7 @@
 //! the whole file cached, where the memory path alone decides.
 
 use super::model::{Comparison, Ctx, DataTable, Lab, Plot, PlotKind, Reproduction, Series};
-use crate::cmd::bench_oltp::workload::Dist;
-use crate::cmd::bench_oltp::{measure, planned_steps, Options, Report, Row};
+use crate::oltp::{measure, planned_steps, Dist, Options, Report, Row};
 use hugeshm_parse::size::{format_bytes, GIB, MIB};
 use hugeshm_region::Backend;
 
