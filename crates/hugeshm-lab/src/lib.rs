@@ -14,6 +14,7 @@
 pub mod common;
 pub mod guard;
 pub mod lab;
+pub mod prefault;
 pub mod steps;
 
 pub use steps::Steps;

@@ -170,7 +170,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     steps.plan(3 * threads.len() as u64 + planned.iter().sum::<u64>());
     let memset = |t: usize| {
         steps.begin(&format!("memset ceiling, {t} threads"));
-        crate::cmd::bench_prefault_sample::memset_baseline(ceiling_bytes, t)
+        hugeshm_lab::prefault::sample::memset_baseline(ceiling_bytes, t)
             .map_err(|e| anyhow::anyhow!("memset ceiling: {e}"))
     };
     let mut ceiling = Vec::new();

@@ -8,7 +8,7 @@
 use super::model::{Comparison, Ctx, DataTable, Lab, Plot, PlotKind, Reproduction, Runs, Series};
 use super::pools::make_available;
 use crate::cmd::bench_common::PoolTopUp;
-use crate::cmd::bench_prefault;
+use hugeshm_lab::prefault as bench_prefault;
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB, MIB};
 use hugeshm_region::{Backend, PageSize};
 
