@@ -8,3 +8,4 @@ pub mod model;
 pub mod plot;
 pub mod pools;
 pub mod reports;
+pub mod startup;

@@ -7,12 +7,11 @@
 //! plot data, notes), and the printers here (table, `--json`, `--out`:
 //! JSON, SVG plots and one HTML report) are the same for all of them.
 
-pub use hugeshm_lab::lab::{fallback, html, model, plot, pools, reports};
+pub use hugeshm_lab::lab::{fallback, html, model, plot, pools, reports, startup};
 pub mod dmbc;
 pub mod numa;
 pub mod oltp;
 pub mod pagetables;
-pub mod startup;
 
 use crate::output::{Out, Table};
 use anyhow::Context;
