@@ -11,6 +11,7 @@
 //! (docs/trust.md).
 #![forbid(unsafe_code)]
 
+pub mod attach;
 pub mod common;
 pub mod guard;
 pub mod lab;
