@@ -16,6 +16,7 @@ pub mod common;
 pub mod guard;
 pub mod lab;
 pub mod prefault;
+pub mod scan;
 pub mod steps;
 
 pub use steps::Steps;
