@@ -2,7 +2,7 @@
 //! thread count, against the machine's write bandwidth.
 //!
 //! The options, the call of [`hugeshm_lab::prefault::measure`] and the
-//! printer: [`print`] writes the report as tables, `--json` as it is.
+//! printer: [`print()`] writes the report as tables, `--json` as it is.
 
 use crate::cmd::bench_common::parse_count_arg;
 use crate::output::{Out, Table};

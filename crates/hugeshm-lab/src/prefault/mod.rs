@@ -3,9 +3,9 @@
 //!
 //! [`measure`] builds the [`Report`] (what `hugeshm bench prefault` prints
 //! and `hugeshm lab`'s start-up reproduction reads). Measuring goes by
-//! phase: the page sizes to measure ([`page_sizes`]), per region size the
-//! memset baselines then each page size ([`measure_size`], the peers'
-//! methods in [`measure_peers`]), then the ratios and, for a sweep, the
+//! phase: the page sizes to measure (`page_sizes`), per region size the
+//! memset baselines then each page size (`measure_size`, the peers'
+//! methods in `measure_peers`), then the ratios and, for a sweep, the
 //! growth lines ([`Report::derive`]). One sample of each thing measured is
 //! [`sample`]'s.
 
