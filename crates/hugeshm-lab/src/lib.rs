@@ -11,6 +11,7 @@
 //! (docs/trust.md).
 #![forbid(unsafe_code)]
 
+pub mod attach;
 pub mod common;
 pub mod dmbc;
 pub mod guard;
@@ -18,7 +19,9 @@ pub mod lab;
 pub mod numa;
 pub mod oltp;
 pub mod pagetables;
+pub mod prefault;
 pub mod region_failed;
+pub mod scan;
 pub mod steps;
 
 pub use steps::Steps;

@@ -1,6 +1,6 @@
 //! Parallel pre-fault: 1 and 2 threads give the same verified page size
 //! and full residency; progress reaches the total. (The bench building
-//! blocks over this API are the CLI's: `cmd/bench_prefault_sample.rs`.)
+//! blocks over this API are hugeshm-lab's: `prefault/sample.rs`.)
 
 mod common;
 

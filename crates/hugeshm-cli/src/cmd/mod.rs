@@ -10,7 +10,7 @@ pub mod bench_numa;
 pub mod bench_oltp;
 pub mod bench_pagetables;
 pub mod bench_prefault;
-pub mod bench_prefault_sample;
+pub mod bench_scan;
 pub mod exporter;
 pub mod exporter_http;
 pub mod generate;

@@ -12,3 +12,4 @@ pub mod pagetables;
 pub mod plot;
 pub mod pools;
 pub mod reports;
+pub mod startup;

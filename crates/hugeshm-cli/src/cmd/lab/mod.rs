@@ -8,9 +8,8 @@
 //! JSON, SVG plots and one HTML report) are the same for all of them.
 
 pub use hugeshm_lab::lab::{
-    dmbc, fallback, html, model, numa, oltp, pagetables, plot, pools, reports,
+    dmbc, fallback, html, model, numa, oltp, pagetables, plot, pools, reports, startup,
 };
-pub mod startup;
 
 use crate::output::{Out, Table};
 use anyhow::Context;
@@ -168,7 +167,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     steps.plan(3 * threads.len() as u64 + planned.iter().sum::<u64>());
     let memset = |t: usize| {
         steps.begin(&format!("memset ceiling, {t} threads"));
-        crate::cmd::bench_prefault_sample::memset_baseline(ceiling_bytes, t)
+        hugeshm_lab::prefault::sample::memset_baseline(ceiling_bytes, t)
             .map_err(|e| anyhow::anyhow!("memset ceiling: {e}"))
     };
     let mut ceiling = Vec::new();

@@ -7,8 +7,8 @@
 
 use super::model::{Comparison, Ctx, DataTable, Lab, Plot, PlotKind, Reproduction, Runs, Series};
 use super::pools::make_available;
-use crate::cmd::bench_common::PoolTopUp;
-use crate::cmd::bench_prefault;
+use crate::common::PoolTopUp;
+use crate::prefault;
 use hugeshm_parse::size::{format_bytes, page_size_short, GIB, MIB};
 use hugeshm_region::{Backend, PageSize};
 
@@ -80,8 +80,8 @@ fn points(ctx: &Ctx<'_>, pages: &[u64]) -> Vec<(u64, u64, usize)> {
 /// `bench prefault`'s options for one point: a warm-up on `threads`
 /// threads, then `ctx.runs()` runs; no memset baseline (the lab has its
 /// ceiling), no peers, the pools the lab's.
-fn options(ctx: &Ctx<'_>, page: u64, size: u64, threads: usize) -> bench_prefault::Options {
-    bench_prefault::Options {
+fn options(ctx: &Ctx<'_>, page: u64, size: u64, threads: usize) -> prefault::Options {
+    prefault::Options {
         sizes: vec![size],
         page_sizes: vec![if page == 4096 {
             PageSize::Base
@@ -103,7 +103,7 @@ fn measure(ctx: &Ctx<'_>, page: u64, size: u64, threads: usize) -> anyhow::Resul
     let steps = ctx
         .steps
         .prefixed(&format!("{} region", format_bytes(size)));
-    let report = bench_prefault::measure(ctx.probe, &o, &steps)?;
+    let report = prefault::measure(ctx.probe, &o, &steps)?;
     if let Some(sk) = report.skipped.first() {
         anyhow::bail!("{}", sk.reason);
     }
@@ -141,9 +141,7 @@ impl Lab for Startup {
     fn steps(&self, ctx: &Ctx<'_>) -> u64 {
         points(ctx, &page_sizes(ctx))
             .into_iter()
-            .map(|(page, size, t)| {
-                bench_prefault::planned_steps(ctx.host, &options(ctx, page, size, t))
-            })
+            .map(|(page, size, t)| prefault::planned_steps(ctx.host, &options(ctx, page, size, t)))
             .sum()
     }
 

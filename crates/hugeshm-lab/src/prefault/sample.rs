@@ -1,9 +1,9 @@
 //! One sample of each thing `hugeshm bench prefault` (and the lab's
-//! start-up reproduction, `lab/startup.rs`) measures: a region's create +
-//! pre-fault + destroy cycle ([`bench_prefault`]), a peer's way of
-//! faulting a shared mapping in ([`bench_peer`]), and the memset ceiling
+//! start-up reproduction, [`crate::lab::startup`]) measures: a region's create +
+//! pre-fault + destroy cycle (`bench_prefault`), a peer's way of
+//! faulting a shared mapping in (`bench_peer`), and the memset ceiling
 //! ([`memset_baseline`]). Built on hugeshm-region's public API and
-//! hugeshm-sys's mappings; the library itself carries no bench code.
+//! hugeshm-sys's mappings; hugeshm-region itself carries no bench code.
 //!
 //! Timing is the caller's business beyond one cycle: run a warm-up cycle
 //! first (first touch of guest memory in a VM is far slower), and report
@@ -11,7 +11,7 @@
 
 use std::time::Instant;
 
-use crate::cmd::bench_common::gbps;
+use crate::common::gbps;
 use hugeshm_probe::Probe;
 use hugeshm_region::{
     available_cpus, Backend, PageSize, Policy, PrefaultMethod, RegionBuilder, RegionError,
@@ -101,7 +101,7 @@ pub struct PrefaultSample {
 /// Creates an anonymous region of `size_bytes` on `page_size` pages with
 /// policy `only`, pre-faults it with `threads` threads, destroys it, and
 /// returns the timings. The pool must hold the region (reserve it first).
-pub fn bench_prefault(
+pub(crate) fn bench_prefault(
     size_bytes: u64,
     backend: Backend,
     page_size: PageSize,
@@ -188,7 +188,7 @@ impl PeerMethod {
 /// One peer method run over a fresh shared anonymous mapping.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
-pub struct PeerSample {
+pub(crate) struct PeerSample {
     /// The method.
     pub method: PeerMethod,
     /// Page size.
@@ -208,7 +208,7 @@ pub struct PeerSample {
 /// pages (4096: base pages, else `MAP_HUGETLB` of that size: the pool
 /// must hold them) and faults every page in as `method` does, with
 /// `threads` threads for [`PeerMethod::TouchLoop`]; unmaps it after.
-pub fn bench_peer(
+pub(crate) fn bench_peer(
     size_bytes: u64,
     page_size_bytes: u64,
     method: PeerMethod,
