@@ -2,23 +2,18 @@
 //! scaled to its memory and CPUs, each figure beside the report's with the
 //! ratio.
 //!
-//! A reproduction is one small module implementing [`model::Lab`], listed
-//! in [`all`]; it fills a [`model::Reproduction`] (comparisons, a table,
-//! plot data, notes), and the printers here (table, `--json`, `--out`:
-//! JSON, SVG plots and one HTML report) are the same for all of them.
+//! The reproductions and the run are `hugeshm_lab::lab`'s; here are the
+//! options and the printers (table, `--json`, `--out`: JSON, SVG plots
+//! and one HTML report), the same for all of them.
 
-pub use hugeshm_lab::lab::{
-    dmbc, fallback, html, model, numa, oltp, pagetables, plot, pools, reports, startup,
-};
+use hugeshm_lab::lab::{all, html, model, plot, reports, Options};
 
 use crate::output::{Out, Table};
 use anyhow::Context;
-use hugeshm_parse::size::{format_bytes, MIB};
 use hugeshm_probe::{Probe, Roots};
-use model::{figure_text, ratio_text, Ceiling, Ctx, Lab, LabReport, Reproduction};
+use model::{figure_text, ratio_text, Ceiling, Lab, LabReport};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
 
 /// `hugeshm lab` options.
 #[derive(Debug, clap::Args)]
@@ -72,153 +67,27 @@ impl Only {
     }
 }
 
-/// Every reproduction, in the order the lab runs them.
-pub fn all() -> Vec<Box<dyn Lab>> {
-    vec![
-        Box::new(startup::Startup),
-        Box::new(pagetables::PageTables),
-        Box::new(fallback::Fallback),
-        Box::new(numa::Numa),
-        Box::new(oltp::Oltp),
-        Box::new(dmbc::Dmbc),
-    ]
-}
-
-fn host_line(roots: &Roots, mem: u64, cpus: usize, nodes: usize) -> String {
-    let kernel = std::fs::read_to_string(roots.proc.join("sys/kernel/osrelease"))
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "unknown".to_owned());
-    format!(
-        "kernel {kernel}, {cpus} CPU{}, {} of memory, {nodes} NUMA node{} with memory",
-        if cpus == 1 { "" } else { "s" },
-        format_bytes(mem),
-        if nodes == 1 { "" } else { "s" }
-    )
-}
-
-/// The 1-minute load average (`/proc/loadavg`): other work on the host
-/// moves every timing.
-fn load_average(roots: &Roots) -> Option<f64> {
-    std::fs::read_to_string(roots.proc.join("loadavg"))
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// Runs the lab.
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let out_dir = a
+        .out
+        .as_deref()
+        .map(|dir| crate::cmd::out_dir(dir, "--out"))
+        .transpose()?;
     let labs = all();
     let chosen: Vec<&dyn Lab> = labs
         .iter()
         .map(|l| l.as_ref())
         .filter(|l| a.only.is_empty() || a.only.iter().any(|o| o.names(*l)))
         .collect();
-    let out_dir = a
-        .out
-        .as_deref()
-        .map(|dir| crate::cmd::out_dir(dir, "--out"))
-        .transpose()?;
-    let started = Instant::now();
-    let load_before = load_average(roots);
-    let probe = Probe::new(roots.clone());
-    let host = probe.host();
-    let mem_bytes = host
-        .meminfo
-        .as_ref()
-        .and_then(|m| m.mem_total_bytes)
-        .context("/proc/meminfo has no MemTotal: cannot scale the lab to this host")?;
-    let cpus = hugeshm_region::available_cpus();
-    let memory_nodes = host
-        .nodes
-        .iter()
-        .filter(|n| {
-            n.meminfo
-                .as_ref()
-                .and_then(|m| m.mem_total_bytes)
-                .is_some_and(|b| b > 0)
-        })
-        .count()
-        .max(1);
-    // The ceiling, in the same run as everything it is compared with: the
-    // best of two measurements at the start (other work on the host can
-    // halve one), and one more at the end to show how steady it was.
-    let ceiling_bytes = if a.quick { 64 * MIB } else { 512 * MIB };
-    let mut threads = vec![1];
-    if cpus > 1 {
-        threads.push(cpus);
-    }
-    // The plan: the ceiling's three passes per thread count and every
-    // reproduction's steps, counted before the first step.
     let steps = crate::progress::steps("lab", 0);
     let _finish = steps.finish_on_drop();
-    let mut ctx = Ctx {
-        probe: &probe,
-        host: &host,
-        mem_bytes,
-        cpus,
+    let options = Options {
         quick: a.quick,
         reserve: !a.no_reserve,
-        ceiling: &[],
-        steps: &steps,
     };
-    let planned: Vec<u64> = chosen.iter().map(|l| l.steps(&ctx)).collect();
-    steps.plan(3 * threads.len() as u64 + planned.iter().sum::<u64>());
-    let memset = |t: usize| {
-        steps.begin(&format!("memset ceiling, {t} threads"));
-        hugeshm_lab::prefault::sample::memset_baseline(ceiling_bytes, t)
-            .map_err(|e| anyhow::anyhow!("memset ceiling: {e}"))
-    };
-    let mut ceiling = Vec::new();
-    for &t in &threads {
-        let (b1, b2) = (memset(t)?, memset(t)?);
-        let clear_4k_gbps = b1.clear_4k_gbps.max(b2.clear_4k_gbps);
-        let b = if b2.gbps > b1.gbps { b2 } else { b1 };
-        ceiling.push(Ceiling {
-            threads: b.threads,
-            size_bytes: b.size_bytes,
-            page_size_bytes: b.page_size_bytes,
-            gbps: b.gbps,
-            gbps_at_end: None,
-            clear_4k_gbps,
-        });
-    }
-
-    ctx.ceiling = &ceiling;
-    let mut reproductions = Vec::new();
-    for (lab, planned) in chosen.into_iter().zip(planned) {
-        let mut r = Reproduction::new(lab.name(), lab.seed(), lab.title());
-        let t = Instant::now();
-        let lab_steps = steps.prefixed(lab.name());
-        let ctx = Ctx {
-            steps: &lab_steps,
-            ..ctx
-        };
-        let part = steps.part(planned);
-        let result = lab.run(&ctx, &mut r);
-        drop(part);
-        if let Err(e) = result {
-            r.error = Some(format!("{e:#}"));
-        }
-        r.seconds = t.elapsed().as_secs_f64();
-        reproductions.push(r);
-    }
-    for c in ceiling.iter_mut() {
-        c.gbps_at_end = Some(memset(c.threads)?.gbps);
-    }
+    let report = hugeshm_lab::lab::run(&Probe::new(roots.clone()), &chosen, &options, &steps)?;
     steps.finish();
-    let report = LabReport {
-        host: host_line(roots, mem_bytes, cpus, memory_nodes),
-        mem_bytes,
-        cpus,
-        memory_nodes,
-        quick: a.quick,
-        load_average: [load_before, load_average(roots)],
-        ceiling,
-        reproductions,
-        seconds: started.elapsed().as_secs_f64(),
-    };
     if let Some(dir) = &out_dir {
         write_out(dir, &report)?;
     }
@@ -330,17 +199,6 @@ fn print(report: &LabReport, dir: Option<&Path>, out: &mut Out) -> anyhow::Resul
 mod tests {
     use super::*;
     use clap::ValueEnum;
-
-    #[test]
-    fn every_reproduction_names_a_known_report() {
-        for lab in all() {
-            let source = reports::source(lab.seed())
-                .unwrap_or_else(|| panic!("{}: report {}", lab.name(), lab.seed()));
-            assert!(reports::describe(lab.seed()).starts_with(source.title));
-        }
-        assert!(reports::describe("001").contains("37.5 s"));
-        assert_eq!(reports::short("999"), "report 999");
-    }
 
     #[test]
     fn every_reproduction_has_one_name_for_only_and_every_name_one_reproduction() {
