@@ -64,7 +64,7 @@ pub use cgroup::TestCgroup;
 pub use helper::{helper_args, helper_command, helper_spec};
 pub use host::{HostState, PoolCounts, SysvSegment};
 pub use live::{assert_no_leaks, Live};
-pub use pool::{PoolGuard, PoolLock, HUGEPAGES_SYSFS, NODE_SYSFS, POOL_LOCK_PATH};
+pub use pool::{NotFree, PoolGuard, PoolLock, HUGEPAGES_SYSFS, NODE_SYSFS, POOL_LOCK_PATH};
 pub use skip::{skip, skip_lacking, skips_file, strict, Lack, SKIPS_FILE_ENV, STRICT_ENV};
 pub use tempdir::TempDir;
 pub use testproc::{
