@@ -915,6 +915,8 @@ fn bench_pool_growth_beyond_available_memory_is_refused() {
         "{err}"
     );
     assert!(err.contains("of these pages can be added"), "{err}");
+    // Before the guard puts the pool back: the bench changed nothing.
+    hugeshm_testkit::assert_no_leaks(pool.before(), "the refused bench");
     pool.finish();
 }
 
