@@ -619,6 +619,24 @@ fn names_are_found_in_every_backend() {
     assert!(lines.any(|l| l.unwrap().contains("holding region")));
     child.kill().unwrap();
     child.wait().unwrap();
+    // ls: its holder crashed; recreate or remove it, never reuse it.
+    let entry = common::listed(&n);
+    assert_eq!(entry["state"], "stale", "{entry:#}");
+    assert_eq!(entry["fix"]["kind"], "reclaim", "{entry:#}");
+    assert_eq!(entry["fix"]["keep_contents"], false, "{entry:#}");
+    let out = run(&["ls"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    let line = table
+        .lines()
+        .find(|l| l.contains("nobody holds it") && l.contains(&n))
+        .unwrap_or_else(|| panic!("no line on {n}: {table}"));
+    assert!(
+        line.contains(&format!(
+            "recreate it: hugeshm create {n} --backend memfd --reclaim recreate"
+        )) && line.contains(&format!("remove it: hugeshm rm {n} --backend memfd")),
+        "{line}"
+    );
+    assert!(!line.contains("reuse"), "{line}");
     let out = run(&["rm", &n]);
     assert!(
         out.status.success(),
