@@ -338,10 +338,18 @@ fn four_processes_race_create_attach_remove_list() {
                 .unwrap()
         })
         .collect();
+    let outs: Vec<_> = kids
+        .into_iter()
+        .map(|k| k.wait_with_output().unwrap())
+        .collect();
+    // Whatever is left nobody holds: remove it (before any check can fail),
+    // then nothing may remain.
+    for n in NAMES {
+        let _ = Locator::new(&format!("{tag}-{n}"), Backend::Posix).remove();
+    }
     let mut ok = [0u64; 4];
     let mut tried = [0u64; 4];
-    for k in kids {
-        let out = k.wait_with_output().unwrap();
+    for out in outs {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "a racer failed: {text}");
         let (o, t) = race_counts(&text);
@@ -360,10 +368,6 @@ fn four_processes_race_create_attach_remove_list() {
         assert!(ok[i] >= 10, "{kind}: {} of {} succeeded", ok[i], tried[i]);
     }
     assert_eq!(ok[3], tried[3], "every list succeeds");
-    // Whatever is left nobody holds: remove it, then nothing may remain.
-    for n in NAMES {
-        let _ = Locator::new(&format!("{tag}-{n}"), Backend::Posix).remove();
-    }
     assert_no_leaks(&before, "race");
     pool.finish();
 }
