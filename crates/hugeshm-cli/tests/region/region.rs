@@ -619,13 +619,21 @@ fn names_are_found_in_every_backend() {
     assert!(lines.any(|l| l.unwrap().contains("holding region")));
     child.kill().unwrap();
     child.wait().unwrap();
-    // ls: its holder crashed; recreate or remove it, never reuse it.
-    let entry = common::listed(&n);
+    // ls: its holder crashed; recreate or remove it, never reuse it
+    // (checked once rm took it away: a failed check leaves nothing).
+    let listing = json(run(&["ls", "--json"]));
+    let table = String::from_utf8_lossy(&run(&["ls"]).stdout).into_owned();
+    let out = run(&["rm", &n]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("removed memfd"));
+    let entry = common::region_entry(&listing, &n);
     assert_eq!(entry["state"], "stale", "{entry:#}");
     assert_eq!(entry["fix"]["kind"], "reclaim", "{entry:#}");
     assert_eq!(entry["fix"]["keep_contents"], false, "{entry:#}");
-    let out = run(&["ls"]);
-    let table = String::from_utf8_lossy(&out.stdout);
     let line = table
         .lines()
         .find(|l| l.contains("nobody holds it") && l.contains(&n))
@@ -637,13 +645,6 @@ fn names_are_found_in_every_backend() {
         "{line}"
     );
     assert!(!line.contains("reuse"), "{line}");
-    let out = run(&["rm", &n]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("removed memfd"));
     pool.finish();
 }
 
