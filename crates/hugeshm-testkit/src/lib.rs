@@ -9,7 +9,8 @@
 //!   the [`HostState`] of its start; its end (or [`Live::finish`]) restores
 //!   the pool and asserts that nothing was left behind
 //!   ([`assert_no_leaks`], the one leak check).
-//! * [`skip`] / [`skip_lacking`]: the one way to skip, printed where CI's
+//! * [`skip`] / [`skip_lacking`] ([`skip_part`], [`Live::skip_part`] for
+//!   a part of a test): the one way to skip, printed where CI's
 //!   log shows it and recorded in [`skips_file`]; with
 //!   `HUGESHM_TEST_STRICT=1` a skip fails unless the allow-list ([`Lack`])
 //!   names what the test lacks.
@@ -64,8 +65,10 @@ pub use cgroup::TestCgroup;
 pub use helper::{helper_args, helper_command, helper_spec};
 pub use host::{HostState, PoolCounts, SysvSegment};
 pub use live::{assert_no_leaks, Live};
-pub use pool::{PoolGuard, PoolLock, HUGEPAGES_SYSFS, NODE_SYSFS, POOL_LOCK_PATH};
-pub use skip::{skip, skip_lacking, skips_file, strict, Lack, SKIPS_FILE_ENV, STRICT_ENV};
+pub use pool::{NotFree, PoolGuard, PoolLock, HUGEPAGES_SYSFS, NODE_SYSFS, POOL_LOCK_PATH};
+pub use skip::{
+    skip, skip_lacking, skip_part, skips_file, strict, Lack, SKIPS_FILE_ENV, STRICT_ENV,
+};
 pub use tempdir::TempDir;
 pub use testproc::{
     run_library_built, testproc_built, testproc_path, TestObject, TestProc, TestProcReport,

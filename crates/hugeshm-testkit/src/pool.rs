@@ -146,6 +146,44 @@ struct NodeRecord {
     nr: u64,
 }
 
+/// Why [`PoolGuard::ensure_free`] could not make the pages available.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotFree {
+    /// The host has no such pages to give: no pool of the size, none
+    /// allocated at run time, or fewer granted than asked (1 GiB pages on a
+    /// fragmented host). The one reason a test may skip for.
+    NoSuchPages(String),
+    /// The pool's files could not be read or written (not root, a file
+    /// missing or malformed): the test fails.
+    Sysfs(String),
+}
+
+impl NotFree {
+    /// Whether the host has no such pages to give ([`NotFree::NoSuchPages`]).
+    pub fn host_has_none(&self) -> bool {
+        matches!(self, NotFree::NoSuchPages(_))
+    }
+
+    /// A refused write of `nr_hugepages`: EINVAL is the kernel allocating
+    /// no pages of the size at run time (1 GiB pages without
+    /// CONFIG_CONTIG_ALLOC); anything else (EACCES: not root) is the test's.
+    fn of_write(text: String, e: &std::io::Error) -> NotFree {
+        if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) {
+            NotFree::NoSuchPages(text)
+        } else {
+            NotFree::Sysfs(text)
+        }
+    }
+}
+
+impl std::fmt::Display for NotFree {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotFree::NoSuchPages(s) | NotFree::Sysfs(s) => f.write_str(s),
+        }
+    }
+}
+
 /// Saves the whole huge page pool configuration, lets a test raise it, and
 /// restores it exactly on drop (or on [`PoolGuard::restore`]).
 ///
@@ -249,26 +287,28 @@ impl PoolGuard {
     /// Raises the pool of `page_size_bytes` pages until at least `pages` are
     /// available (`free_hugepages - resv_hugepages >= pages`).
     ///
-    /// Fails with the numbers when the size does not exist, the write is
-    /// refused (not root) or the kernel grants fewer pages (fragmentation,
-    /// too little memory). Whatever was changed is restored by the guard.
-    pub fn ensure_free(&self, page_size_bytes: u64, pages: u64) -> Result<(), String> {
+    /// Fails with the numbers when the host has no such pages to give (no
+    /// pool of the size, no allocation of it at run time, or the kernel
+    /// grants fewer: fragmentation, too little memory), and with the file
+    /// when the pool's files cannot be read or written (not root): see
+    /// [`NotFree`]. Whatever was changed is restored by the guard.
+    pub fn ensure_free(&self, page_size_bytes: u64, pages: u64) -> Result<(), NotFree> {
         let kb = page_size_bytes / 1024;
         if page_size_bytes == 0
             || page_size_bytes % 1024 != 0
             || !self.sizes.iter().any(|s| s.kb == kb)
         {
             let have: Vec<String> = self.sizes.iter().map(|s| format!("{}kB", s.kb)).collect();
-            return Err(format!(
+            return Err(NotFree::NoSuchPages(format!(
                 "no huge page pool for page size {page_size_bytes} bytes (host has: {})",
                 have.join(", ")
-            ));
+            )));
         }
         let dir = self.size_dir(kb);
-        let available = |dir: &Path| -> Result<(u64, u64, u64), String> {
-            let free = read_u64(&dir.join("free_hugepages"))?;
-            let resv = read_u64(&dir.join("resv_hugepages"))?;
-            let nr = read_u64(&dir.join("nr_hugepages"))?;
+        let available = |dir: &Path| -> Result<(u64, u64, u64), NotFree> {
+            let free = read_u64(&dir.join("free_hugepages")).map_err(NotFree::Sysfs)?;
+            let resv = read_u64(&dir.join("resv_hugepages")).map_err(NotFree::Sysfs)?;
+            let nr = read_u64(&dir.join("nr_hugepages")).map_err(NotFree::Sysfs)?;
             Ok((free, resv, nr))
         };
         let (free, resv, nr) = available(&dir)?;
@@ -277,14 +317,20 @@ impl PoolGuard {
             return Ok(());
         }
         let target = nr + (pages - avail);
-        write_u64(&dir.join("nr_hugepages"), target)?;
+        let path = dir.join("nr_hugepages");
+        if let Err(e) = std::fs::write(&path, format!("{target}\n")) {
+            return Err(NotFree::of_write(
+                format!("write {target} to {}: {e}", path.display()),
+                &e,
+            ));
+        }
         let (free2, resv2, nr2) = available(&dir)?;
         let avail2 = free2.saturating_sub(resv2);
         if avail2 < pages {
-            return Err(format!(
+            return Err(NotFree::NoSuchPages(format!(
                 "hugepages-{kb}kB: need {pages} available pages; raised nr_hugepages {nr} -> {target} \
                  but the kernel granted nr_hugepages={nr2} (free {free2} - reserved {resv2} = {avail2} available)"
-            ));
+            )));
         }
         Ok(())
     }
@@ -453,12 +499,16 @@ mod tests {
         assert_eq!(guard.nodes.len(), 4);
         // Already available: no write.
         guard.ensure_free(2 << 20, 1).unwrap();
-        // The fake kernel grants nothing: error with numbers, value written.
+        // The fake kernel grants nothing: error with numbers, value written;
+        // the host has no such pages, as it has none of a size it lacks.
         let err = guard.ensure_free(2 << 20, 3).unwrap_err();
+        assert!(err.host_has_none(), "{err:?}");
+        let err = err.to_string();
         assert!(err.contains("raised nr_hugepages 1 -> 3"), "{err}");
         assert!(err.contains("free 1 - reserved 0 = 1 available"), "{err}");
         let err = guard.ensure_free(4096, 1).unwrap_err();
-        assert!(err.contains("no huge page pool"), "{err}");
+        assert!(err.host_has_none(), "{err:?}");
+        assert!(err.to_string().contains("no huge page pool"), "{err}");
         // Mess with per-node and overcommit values, then restore (2 nodes:
         // per-node files are written).
         let n1 = fake
@@ -477,6 +527,25 @@ mod tests {
         );
         assert_eq!(read_u64(&n1).unwrap(), 1);
         assert_eq!(read_u64(&oc).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_pool_file_that_cannot_be_read_or_written_is_no_lack_of_pages() {
+        let fake = FakeSys::new("unreadable");
+        let guard = PoolGuard::with_roots(&fake.mm(), &fake.node(), fake.lock()).unwrap();
+        let dir = fake.mm().join("hugepages-1048576kB");
+        std::fs::write(dir.join("free_hugepages"), "many\n").unwrap();
+        let err = guard.ensure_free(1 << 30, 2).unwrap_err();
+        assert!(matches!(err, NotFree::Sysfs(_)), "{err:?}");
+        assert!(err.to_string().contains("parse"), "{err}");
+        // A refused write is the test's failure, unless the kernel says
+        // it has no such pages at run time.
+        let of = |errno: rustix::io::Errno| {
+            NotFree::of_write("w".into(), &std::io::Error::from(errno)).host_has_none()
+        };
+        assert!(!of(rustix::io::Errno::ACCESS));
+        assert!(!of(rustix::io::Errno::ROFS));
+        assert!(of(rustix::io::Errno::INVAL));
     }
 
     #[test]

@@ -43,11 +43,15 @@ pub enum Lack {
     NoHugetlbfsMount,
     /// User namespaces an unprivileged user may create.
     UnprivilegedUserns,
+    /// An unlimited hard `RLIMIT_MEMLOCK`, or the right to raise it.
+    MemlockHardLimit,
+    /// Transparent huge pages in `/dev/shm`'s files.
+    TmpfsHugePages,
 }
 
 impl Lack {
     /// Every entry of the allow-list.
-    pub const ALL: [Lack; 8] = [
+    pub const ALL: [Lack; 10] = [
         Lack::GiganticPage,
         Lack::OneMemoryNode,
         Lack::ProcmapQuery,
@@ -56,6 +60,8 @@ impl Lack {
         Lack::Demote,
         Lack::NoHugetlbfsMount,
         Lack::UnprivilegedUserns,
+        Lack::MemlockHardLimit,
+        Lack::TmpfsHugePages,
     ];
 
     /// Why CI cannot be made to have it.
@@ -92,6 +98,16 @@ impl Lack {
                  = 0, an AppArmor restriction, user.max_user_namespaces = 0) closes the attack \
                  itself; CI runs on the host's settings and does not loosen them"
             }
+            Lack::MemlockHardLimit => {
+                "an unlimited soft memlock limit needs an unlimited hard one, and raising a \
+                 finite hard limit needs CAP_SYS_RESOURCE, which a container's root may lack; CI \
+                 runs with the limits and capabilities it is given"
+            }
+            Lack::TmpfsHugePages => {
+                "a file in /dev/shm gets 2 MiB pages only through transparent huge pages, by the \
+                 mount's huge= option: the host's mount, which a test does not remount under \
+                 every other process"
+            }
         }
     }
 }
@@ -127,6 +143,14 @@ pub fn skip_lacking(test: &str, lack: Lack, detail: impl Display) {
         "SKIP {test}: {detail} [allowed: {lack:?}: {}]",
         lack.reason()
     ));
+}
+
+/// Skips part `part` of test `test` for `reason`, as [`skip`] does (a
+/// failure under `HUGESHM_TEST_STRICT=1`); the test goes on. A part the
+/// allow-list excuses: [`crate::Live::skip_part`].
+#[track_caller]
+pub fn skip_part(test: &str, part: &str, reason: impl Display) {
+    skip(&format!("{test} [{part}]"), reason);
 }
 
 /// Where skips are appended: [`SKIPS_FILE_ENV`], else `hugeshm-skips.txt`
@@ -176,13 +200,18 @@ mod tests {
         std::env::set_var(STRICT_ENV, "1");
         let failed = std::panic::catch_unwind(|| skip("t::b", "no gadget"));
         skip_lacking("t::c", Lack::GiganticPage, "the kernel granted none");
+        let part_failed = std::panic::catch_unwind(|| skip_part("t::d", "zsh", "no zsh"));
         std::env::remove_var(STRICT_ENV);
         std::env::remove_var(SKIPS_FILE_ENV);
         let text = std::fs::read_to_string(&file).unwrap();
         let _ = std::fs::remove_file(&file);
         assert!(failed.is_err(), "a plain skip under strict must fail");
+        assert!(
+            part_failed.is_err(),
+            "a part's plain skip under strict must fail"
+        );
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 3, "{text}");
+        assert_eq!(lines.len(), 4, "{text}");
         assert_eq!(lines[0], "SKIP t::a: no widget");
         assert!(
             lines[1].starts_with("SKIP t::b: no gadget [FAILED"),
@@ -191,6 +220,10 @@ mod tests {
         assert!(
             lines[2]
                 .starts_with("SKIP t::c: the kernel granted none [allowed: GiganticPage: 1 GiB"),
+            "{text}"
+        );
+        assert!(
+            lines[3].starts_with("SKIP t::d [zsh]: no zsh [FAILED"),
             "{text}"
         );
     }

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use hugeshm_sys as sys;
 use hugeshm_testkit::{
-    assert_no_leaks, live, observe, testproc_path, HostState, TestObject, TestProc,
+    assert_no_leaks, live, observe, skip_part, testproc_path, HostState, TestObject, TestProc,
 };
 
 const MIB2: u64 = 2 << 20;
@@ -223,7 +223,11 @@ fn orphaned_sysv_segments_outlive_the_process() {
     if root {
         pool.ensure_free(MIB2, 2).unwrap();
     } else {
-        println!("not root: plain segments only");
+        skip_part(
+            pool.name(),
+            "huge segment",
+            "needs root to reserve huge pages: plain segments only",
+        );
     }
     let before = HostState::capture().unwrap();
     // A key unlikely to collide with anything else on the host.

@@ -4,7 +4,7 @@
 //! for sense; nothing is left behind (regions, the data file, pool pages).
 
 use crate::common::{hugeshm, json};
-use hugeshm_testkit::{is_root, observe};
+use hugeshm_testkit::{is_root, observe, skip_part, Lack};
 use serde_json::Value;
 
 fn f(v: &Value) -> f64 {
@@ -56,6 +56,13 @@ fn bench_oltp_small_real_run() {
     // and checks at the end that everything is back.
     let root = is_root();
     let pool = observe!();
+    if !root {
+        skip_part(
+            pool.name(),
+            "2 MiB",
+            "needs root to reserve huge pages: 4 KiB rows only",
+        );
+    }
     let dir = std::env::temp_dir().join(format!("hugeshm-oltp-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pages = if root { "4k,2m" } else { "4k" };
@@ -95,6 +102,7 @@ fn bench_oltp_small_real_run() {
             // measured, or a reason.
             if let Some(why) = r["not_measured"].as_str() {
                 assert!(why.contains("huge"), "{what}: {why}");
+                pool.skip_part("2 MiB posix", Lack::TmpfsHugePages, why);
                 continue;
             }
         }

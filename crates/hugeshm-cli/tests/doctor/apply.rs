@@ -254,6 +254,7 @@ fn apply_demotes_a_free_gigabyte_page() {
         ));
     }
     if let Err(e) = pool.ensure_free(GIB, 1) {
+        assert!(e.host_has_none(), "reserving a 1 GiB page: {e}");
         return pool.skip_lacking(
             Lack::GiganticPage,
             format_args!("no 1 GiB page to be had at run time: {e}"),

@@ -374,7 +374,7 @@ fn every_command_exits_2_on_a_usage_error() {
         ),
         (
             &["bench", "numa", "--cpu-node", "4096", "--page-size", "4k"],
-            "",
+            "--cpu-node 4096: there is no node 4096",
         ),
     ] {
         let err = exits(args, 2);

@@ -14,7 +14,7 @@
 
 use crate::common;
 
-use hugeshm_testkit::{live, skip, skip_unless_root, test_name, TempDir};
+use hugeshm_testkit::{live, skip, skip_part, skip_unless_root, test_name, TempDir};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -345,7 +345,7 @@ fn systemd_units_pass_systemd_analyze_verify() {
     let man = if on_path("man") {
         "--man=yes"
     } else {
-        eprintln!("{test}: Documentation= not checked: no man on PATH");
+        skip_part(test, "Documentation=", "no man on PATH");
         "--man=no"
     };
     let verify = |units: &[PathBuf]| {

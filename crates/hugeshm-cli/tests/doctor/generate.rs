@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use hugeshm_testkit::TempDir;
+use hugeshm_testkit::{skip_part, test_name, TempDir};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -123,34 +123,35 @@ fn a_man_page_for_every_subcommand_with_its_options() {
     assert_eq!(files, expected);
 
     // man(1) formats it.
-    if let Ok(out) = Command::new("man")
+    let out = match Command::new("man")
         .arg("-l")
         .arg(dir.path().join("hugeshm-exporter.1"))
         .env("MANWIDTH", "100")
         .output()
     {
-        // Bold and underline are overstrikes (`x\bx`) when not on a tty.
-        let mut text = String::new();
-        for c in String::from_utf8_lossy(&out.stdout).chars() {
-            if c == '\u{8}' {
-                text.pop();
-            } else {
-                text.push(c);
-            }
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return skip_part(test_name!(), "man(1)", "no man on this host")
         }
-        let text = text.replace('\u{2010}', "-");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(text.contains("NAME"), "{text}");
-        assert!(text.contains("--textfile"), "{text}");
-    } else {
-        eprintln!(
-            "a_man_page_for_every_subcommand_with_its_options: man(1) not run: no man on this host"
-        );
+        Err(e) => panic!("man -l: {e}"),
+    };
+    // Bold and underline are overstrikes (`x\bx`) when not on a tty.
+    let mut text = String::new();
+    for c in String::from_utf8_lossy(&out.stdout).chars() {
+        if c == '\u{8}' {
+            text.pop();
+        } else {
+            text.push(c);
+        }
     }
+    let text = text.replace('\u{2010}', "-");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("NAME"), "{text}");
+    assert!(text.contains("--textfile"), "{text}");
 }
 
 #[test]
@@ -230,7 +231,12 @@ fn completions_for_every_subcommand_and_option_in_three_shells() {
                 "{shell} {flag}: {}",
                 String::from_utf8_lossy(&out.stderr)
             ),
-            Err(_) => eprintln!("completions: {shell} syntax not checked: no {shell} on this host"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => skip_part(
+                test_name!(),
+                &format!("{shell} syntax"),
+                format_args!("no {shell} on this host"),
+            ),
+            Err(e) => panic!("{shell} {flag}: {e}"),
         }
     }
 }

@@ -71,11 +71,23 @@ block pernode.partial.rm hugeshm rm sgb.node0 --json
 block pernode.pools cat /sys/devices/system/node/node0/hugepages/hugepages-2048kB/free_hugepages \
     /sys/devices/system/node/node1/hugepages/hugepages-2048kB/free_hugepages
 
-# weighted interleave on a kernel before 6.9 (the guest runs Debian's 6.1):
-# a clear error before anything is created.
+# weighted interleave: on a kernel before 6.9 (Debian 12's 6.1) a clear
+# error before anything is created; on one that has it, weights 1 and 3 put
+# 2 of the 8 pages on node 0 and 6 on node 1.
 mark weighted
-block weighted.old hugeshm create nw --size 8M --page-size 2m --policy only \
-    --backend sysv --numa weighted-interleave
+weights=/sys/kernel/mm/mempolicy/weighted_interleave
+block weighted.kernel uname -r
+if [ -d "$weights" ]; then
+    echo 1 >"$weights/node0"
+    echo 3 >"$weights/node1"
+    block weighted.weights cat "$weights/node0" "$weights/node1"
+fi
+block weighted.create hugeshm create nw --size 16M --page-size 2m --policy only \
+    --backend sysv --numa weighted-interleave --json
+block weighted.ipcs cat /proc/sysvipc/shm
+if [ -d "$weights" ]; then
+    block weighted.rm hugeshm rm nw --json
+fi
 
 # held and bound: segments shows the policy and the node, and no
 # single-node warning (the placement is on purpose).

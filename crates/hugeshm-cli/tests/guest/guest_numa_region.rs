@@ -4,7 +4,10 @@
 //! node, and a node that cannot hold the region is a shortfall with the
 //! node's own numbers and per-node fix before anything is created, for
 //! `--numa` and for the caller's own `numactl --membind`; `try` falls back
-//! whole. Skips only where QEMU or a guest kernel is missing.
+//! whole; `weighted-interleave` is refused before Linux 6.9 (Debian 12's
+//! guest kernel) and splits by the weights from 6.9 (a newer guest kernel:
+//! `HUGESHM_GUEST_KERNEL`). Skips only where QEMU or a guest kernel is
+//! missing.
 
 use crate::shared::{self, json};
 use hugeshm_testkit::guest::{Boot, GuestRun, Scenario};
@@ -218,24 +221,65 @@ fn guest_per_node_failed_part_takes_the_set_with_it() {
     );
 }
 
+/// `--numa weighted-interleave` does what the guest's kernel allows: before
+/// Linux 6.9 (which has no `/sys/kernel/mm/mempolicy/weighted_interleave`)
+/// a refusal before anything is created; from 6.9 the split its weights (1
+/// and 3, set by the scenario) ask for.
 #[test]
 fn guest_weighted_interleave_needs_a_newer_kernel() {
     let Some(run) = guest_run("guest_weighted_interleave_needs_a_newer_kernel") else {
         return;
     };
-    let b = run.console.block("weighted.old").expect("weighted.old");
+    let kernel = run.console.ok("weighted.kernel").unwrap();
+    let b = run
+        .console
+        .block("weighted.create")
+        .expect("weighted.create");
     let err = run
         .console
-        .block("weighted.old.stderr")
+        .block("weighted.create.stderr")
         .map(|b| b.text.clone())
         .unwrap_or_default();
-    if b.rc == 0 {
-        println!("the guest kernel has weighted interleave: nothing to refuse");
+    let ipcs = run.console.ok("weighted.ipcs").unwrap();
+    if !kernel_has_weighted_interleave(kernel.trim()) {
+        assert_eq!(b.rc, 3, "{kernel}: rc {} {err}", b.rc);
+        assert!(err.contains("needs Linux 6.9 or later"), "{err}");
+        assert!(err.contains("use --numa interleave"), "{err}");
+        assert_eq!(ipcs.lines().count(), 1, "nothing created: {ipcs}");
+        assert!(run.console.block("weighted.weights").is_none());
         return;
     }
-    assert_ne!(b.rc, 0);
-    assert!(err.contains("needs Linux 6.9 or later"), "{err}");
-    assert!(err.contains("use --numa interleave"), "{err}");
+    let weights = run.console.ok("weighted.weights").unwrap();
+    assert_eq!(
+        weights.split_whitespace().collect::<Vec<_>>(),
+        ["1", "3"],
+        "{kernel}"
+    );
+    assert_eq!(b.rc, 0, "{kernel}: {err}");
+    let r = json(run, "weighted.create");
+    assert_eq!(r["placement"], "weighted-interleave", "{r:#}");
+    assert_eq!(r["verified_page_size_bytes"].as_u64(), Some(M2));
+    // Page i of the segment goes to node 0 when i % 4 == 0, else node 1.
+    assert_eq!(
+        node_bytes(&r),
+        vec![("0".to_owned(), 2 * M2), ("1".to_owned(), 6 * M2)],
+        "{kernel}: {r:#}"
+    );
+    run.console.ok("weighted.rm").unwrap();
+}
+
+/// Whether a kernel of this release (`uname -r`: `6.1.0-56-amd64`) has
+/// MPOL_WEIGHTED_INTERLEAVE: Linux 6.9 and later.
+fn kernel_has_weighted_interleave(release: &str) -> bool {
+    let mut v = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            n.parse::<u32>()
+                .unwrap_or_else(|_| panic!("uname -r: {release}"))
+        });
+    let (major, minor) = (v.next().unwrap(), v.next().unwrap());
+    (major, minor) >= (6, 9)
 }
 
 #[test]

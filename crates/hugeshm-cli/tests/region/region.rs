@@ -619,6 +619,10 @@ fn names_are_found_in_every_backend() {
     assert!(lines.any(|l| l.unwrap().contains("holding region")));
     child.kill().unwrap();
     child.wait().unwrap();
+    // ls: its holder crashed; recreate or remove it, never reuse it
+    // (checked once rm took it away: a failed check leaves nothing).
+    let listing = json(run(&["ls", "--json"]));
+    let table = String::from_utf8_lossy(&run(&["ls"]).stdout).into_owned();
     let out = run(&["rm", &n]);
     assert!(
         out.status.success(),
@@ -626,6 +630,21 @@ fn names_are_found_in_every_backend() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("removed memfd"));
+    let entry = common::region_entry(&listing, &n);
+    assert_eq!(entry["state"], "stale", "{entry:#}");
+    assert_eq!(entry["fix"]["kind"], "reclaim", "{entry:#}");
+    assert_eq!(entry["fix"]["keep_contents"], false, "{entry:#}");
+    let line = table
+        .lines()
+        .find(|l| l.contains("nobody holds it") && l.contains(&n))
+        .unwrap_or_else(|| panic!("no line on {n}: {table}"));
+    assert!(
+        line.contains(&format!(
+            "recreate it: hugeshm create {n} --backend memfd --reclaim recreate"
+        )) && line.contains(&format!("remove it: hugeshm rm {n} --backend memfd")),
+        "{line}"
+    );
+    assert!(!line.contains("reuse"), "{line}");
     pool.finish();
 }
 
@@ -915,6 +934,8 @@ fn bench_pool_growth_beyond_available_memory_is_refused() {
         "{err}"
     );
     assert!(err.contains("of these pages can be added"), "{err}");
+    // Before the guard puts the pool back: the bench changed nothing.
+    hugeshm_testkit::assert_no_leaks(pool.before(), "the refused bench");
     pool.finish();
 }
 

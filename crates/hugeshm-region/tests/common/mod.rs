@@ -16,7 +16,9 @@ pub const MIB2: u64 = 2 << 20;
 pub const GIB: u64 = 1 << 30;
 
 /// Reserves `pages` 1 GiB pages for the test's 1 GiB part if the kernel
-/// can; skips that part otherwise (on the allow-list: [`Lack::GiganticPage`]).
+/// can; skips that part where the host has no such pages (on the
+/// allow-list: [`Lack::GiganticPage`]). Any other failure (the pool's
+/// files unreadable or unwritable) fails the test.
 pub fn try_gigantic(pool: &Live, pages: u64) -> bool {
     if !pool.page_sizes().contains(&GIB) {
         pool.skip_part(
@@ -28,6 +30,7 @@ pub fn try_gigantic(pool: &Live, pages: u64) -> bool {
     }
     match pool.ensure_free(GIB, pages) {
         Ok(()) => true,
+        Err(e) if !e.host_has_none() => panic!("reserving {pages} x 1 GiB: {e}"),
         Err(e) => {
             pool.skip_part(
                 "1 GiB",
