@@ -73,7 +73,8 @@ fn print_run_dropin(plan: &Plan, name: &str, postgres: bool, out: &mut Out) -> a
     let mut settings = Settings::new(Target::Name(name.to_owned()));
     settings.prefault = RunPrefault::Threads(None);
     settings.policy = hugeshm_region::Policy::Only;
-    let (preload, run) = crate::cmd::run::environment(&settings).map_err(anyhow::Error::msg)?;
+    let (preload, run) = hugeshm_region::run::environment(&settings)
+        .map_err(|e| anyhow::Error::msg(e.to_string()))?;
     let units = if plan.config.systemd_units.is_empty() {
         vec!["SERVER.service".to_owned()]
     } else {

@@ -30,19 +30,31 @@
 //! 5. **Verify** the page size (smaps) and the node split (numa_maps).
 //! 6. **Record** it for the doctor ([`record`]).
 //!
+//! Before the exec, [`prepare`] checks what `hugeshm run` was asked
+//! ([`RunRequest`]: COMMAND, the target's executable, the host, the
+//! library) and gives the environment to start the server with
+//! ([`Prepared`]), or a [`RunRefusal`]; the front end starts it.
+//!
 //! The interposer keeps what it changed in a [`Table`], so that the
 //! server's `munmap`, `mremap` and `shmdt` stay consistent with the
 //! rounded length, and removes the record when the process that made the
 //! mapping unmaps it.
 
+mod checks;
 mod fault;
 mod host;
 mod place;
+mod prepare;
 pub mod record;
+mod refusal;
 mod settings;
 mod table;
 
 pub use host::{check_host, HostRefusal};
+pub use prepare::{
+    environment, prepare, Prepared, RunRequest, BUILD_LIBRARY_FILE, LIBRARY_ENV, LIBRARY_FILE,
+};
+pub use refusal::{Exposure, FileRole, PathPart, Replaceable, RunRefusal, RunWarning, SecureExec};
 pub use settings::{
     RunPageSize, RunPrefault, Settings, Target, DEFAULT_MIN_BYTES, MAX_SETTINGS_BYTES, MAX_THREADS,
     MIN_MIN_BYTES, SETTINGS_ENV,
