@@ -17,7 +17,8 @@
    pass). An item no other crate uses is public API for the library's own
    users and passes.
 7. The CLI only parses arguments, calls a library and prints: hugeshm-cli's
-   src/ holds at most CLI_MAX_LINES lines of non-test source, and none of
+   src/ holds at most CLI_MAX_LINES lines (all but the `#[cfg(test)] mod
+   tests` blocks: a test-only module file counts), and none of
    its files reads a clock (`Instant`, `SystemTime`) or starts a process
    (`Command::new`) but those CLI_CLOCKS_AND_PROCESSES names, each for a
    reason: what is measured, and the workers that measure it, live in a
@@ -54,6 +55,7 @@ CLI_CLOCKS_AND_PROCESSES = {
     "cmd/run.rs": "hugeshm run executes COMMAND",
     "cmd/share.rs": "attach says how long ago a region was made",
 }
+TESTS_MODULE = re.compile(r"#\[cfg\(test\)\]\s*mod tests\s*\{.*", re.S)
 CLOCK_OR_PROCESS = re.compile(r"\b(?:Instant|SystemTime)\b|(?<!clap::)\bCommand::new\(")
 
 
@@ -181,8 +183,9 @@ def thin_cli():
     total = 0
     for path in rust_files(src):
         rel = os.path.relpath(path, src).replace(os.sep, "/")
-        code = non_test(read(path))
-        total += len(code.splitlines())
+        text = read(path)
+        total += len(TESTS_MODULE.sub("", text).splitlines())
+        code = non_test(text)
         if rel in CLI_CLOCKS_AND_PROCESSES:
             continue
         for n, line in enumerate(code.splitlines(), 1):
@@ -194,7 +197,7 @@ def thin_cli():
                 )
     if total > CLI_MAX_LINES:
         problems.append(
-            f"{src}: {total} lines of non-test source, more than {CLI_MAX_LINES}: the CLI parses, "
+            f"{src}: {total} lines (test modules left out), more than {CLI_MAX_LINES}: the CLI parses, "
             f"calls and prints; move what it computes into the library it belongs to"
         )
     return problems

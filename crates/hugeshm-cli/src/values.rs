@@ -336,14 +336,14 @@ pub fn duration(s: &str) -> Result<f64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    crate::cmd::bench_common::check_duration(v).map_err(|e| e.to_string())?;
+    hugeshm_lab::common::check_duration(v).map_err(|e| e.to_string())?;
     Ok(v)
 }
 
 /// A cache block (`--block-size`): a power of two from 512 bytes to 1 MiB.
 pub fn block_size(s: &str) -> Result<u64, String> {
     let v = size(s)?;
-    crate::cmd::bench_common::check_block_size(v).map_err(|e| e.to_string())?;
+    hugeshm_lab::common::check_block_size(v).map_err(|e| e.to_string())?;
     Ok(v)
 }
 

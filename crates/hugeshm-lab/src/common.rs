@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// Least-squares line through the points: `(slope, intercept)`; `None`
 /// with fewer than two distinct `x`.
-pub fn fit(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+pub(crate) fn fit(points: &[(f64, f64)]) -> Option<(f64, f64)> {
     let n = points.len() as f64;
     if points.len() < 2 {
         return None;
@@ -27,7 +27,7 @@ pub fn fit(points: &[(f64, f64)]) -> Option<(f64, f64)> {
 
 /// Decimal gigabytes per second (the unit `dd` and the region's reports
 /// use); 0 for no time.
-pub fn gbps(bytes: u64, seconds: f64) -> f64 {
+pub(crate) fn gbps(bytes: u64, seconds: f64) -> f64 {
     if seconds > 0.0 {
         bytes as f64 / 1e9 / seconds
     } else {
@@ -36,7 +36,7 @@ pub fn gbps(bytes: u64, seconds: f64) -> f64 {
 }
 
 /// Least-squares slope of `y` over `x` (see [`fit`]).
-pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
+pub(crate) fn slope(points: &[(f64, f64)]) -> Option<f64> {
     fit(points).map(|(k, _)| k)
 }
 
@@ -91,7 +91,7 @@ impl Skipped {
 
 /// How to get `pages` pages of `page_size` that the running host could not
 /// give.
-pub fn pages_fix(page_size: u64, pages: u64) -> String {
+pub(crate) fn pages_fix(page_size: u64, pages: u64) -> String {
     if page_size >= 1 << 30 {
         format!(
             "1 GiB pages are rarely free at run time on a used host: reserve them at boot with \
@@ -107,7 +107,7 @@ pub fn pages_fix(page_size: u64, pages: u64) -> String {
 
 /// Waits for children whose stdin the caller has closed, killing those still
 /// running after `grace`.
-pub fn reap<'a>(children: impl IntoIterator<Item = &'a mut Child>, grace: Duration) {
+pub(crate) fn reap<'a>(children: impl IntoIterator<Item = &'a mut Child>, grace: Duration) {
     let deadline = Instant::now() + grace;
     for c in children {
         loop {
@@ -156,7 +156,12 @@ pub fn check_block_size(bytes: u64) -> anyhow::Result<()> {
 /// Refuses the options of a run over a buffer cache (`bench oltp`, `bench
 /// dmbc`) that do not make one: a [`check_duration`], a
 /// [`check_block_size`], and a cache and data file that hold a block.
-pub fn check_cache_run(seconds: f64, block: u64, cache: u64, data: u64) -> anyhow::Result<()> {
+pub(crate) fn check_cache_run(
+    seconds: f64,
+    block: u64,
+    cache: u64,
+    data: u64,
+) -> anyhow::Result<()> {
     check_duration(seconds)?;
     check_block_size(block)?;
     anyhow::ensure!(
@@ -180,7 +185,7 @@ const CHILD_BYTES: u64 = 2 << 20;
 /// `RLIMIT_NPROC` for a user other than root) or where they would not fit
 /// in the memory available (about 2 MiB each): an error with the numbers
 /// and the fix, before anything is made. `what` names the option.
-pub fn check_process_room(probe: &Probe, n: u64, what: &str) -> anyhow::Result<()> {
+pub(crate) fn check_process_room(probe: &Probe, n: u64, what: &str) -> anyhow::Result<()> {
     let read = |rel: &str| -> Option<u64> {
         std::fs::read_to_string(probe.proc_path(rel))
             .ok()?
@@ -262,7 +267,7 @@ pub fn die_with_parent() {
 /// bench) keeps their change. Writing back the count from before, two
 /// benches at once left the second one's pages in the pool for good, and
 /// a bench beside `apply` undid the admin's new pool.
-pub struct PoolTopUp<'a> {
+pub(crate) struct PoolTopUp<'a> {
     probe: &'a Probe,
     pools: SysfsPools<'a>,
     /// (page size, node (`None`: host-wide), pages added).
@@ -405,7 +410,7 @@ impl Drop for PoolTopUp<'_> {
 /// other user can plant a symlink or a file where it goes. Created with
 /// `O_EXCL`; the directory is removed when dropped, by the interrupt
 /// handler on Ctrl-C, or by the watchdog if the run is killed.
-pub struct DataFile {
+pub(crate) struct DataFile {
     /// The file (not created yet).
     pub path: std::path::PathBuf,
     dir: std::path::PathBuf,
@@ -446,7 +451,7 @@ impl Drop for DataFile {
 /// Creates the named region a bench's child processes attach (policy
 /// `only`), first telling the interrupt handler to remove it on Ctrl-C;
 /// the returned guard keeps that until dropped.
-pub fn bench_region(
+pub(crate) fn bench_region(
     name: &str,
     size: u64,
     backend: hugeshm_region::Backend,

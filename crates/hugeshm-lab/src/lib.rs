@@ -9,6 +9,30 @@
 //! when it ends, and registered with the program's [`guard::Keeper`] first,
 //! so that an interrupted or killed run gives it back too
 //! (docs/trust.md).
+//!
+//! # The public API
+//!
+//! - One module per bench, each with its `Options`, `measure(probe,
+//!   &Options, &Steps) -> Report` (and `planned_steps` where the count
+//!   depends on the host) and the report's parts, which `--json` shows as
+//!   they are: [`prefault`] (`Report`, `Row`, `PeerRow`, `Baseline`,
+//!   `Growth`; [`prefault::sample`], one create and pre-fault, the memset
+//!   ceiling), [`attach`], [`pagetables`] (`Report`, `Row`, `Growth`),
+//!   [`numa`], [`scan`], [`oltp`], [`dmbc`]. The workers a bench starts
+//!   are the calling program re-executed (`current_exe`) with a hidden
+//!   command, whose work is here too: [`attach::child_line`],
+//!   [`pagetables::child_attach`], [`scan::attach_child`],
+//!   [`oltp::serve_attached`].
+//! - [`lab`]: [`lab::run`] over [`lab::all`]'s reproductions into a
+//!   [`lab::model::LabReport`]; [`lab::plot::svg`] and
+//!   [`lab::html::report`] render it.
+//! - [`Steps`] ([`steps`]): a long job's plan, told to the caller's hook.
+//! - [`guard`]: what a run takes ([`guard::Taken`]) and the program's
+//!   [`guard::Keeper`] that gives it back when the run is cut short.
+//! - [`common::Skipped`] (a page size not measured), the option checks
+//!   [`common::check_duration`] and [`common::check_block_size`],
+//!   [`common::die_with_parent`] for a worker; [`Usage`], [`error_text`],
+//!   [`region_failed::RegionFailed`].
 #![forbid(unsafe_code)]
 
 pub mod attach;

@@ -107,7 +107,7 @@ pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<Ex
             | BenchCommand::PagetablesChild { .. }
             | BenchCommand::AttachChild { .. }
     ) {
-        crate::cmd::bench_common::die_with_parent();
+        hugeshm_lab::common::die_with_parent();
     }
     match cmd {
         BenchCommand::Scan(a) => crate::cmd::bench_scan::run(roots, &a, out),

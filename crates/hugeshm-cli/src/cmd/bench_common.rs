@@ -1,9 +1,9 @@
 //! What the bench commands share in the CLI: the count arguments and the
-//! lines of the page sizes not measured. The measuring half is
-//! `hugeshm_lab::common`, re-exported here for the bench modules.
+//! lines of the page sizes not measured (the measuring half is
+//! `hugeshm_lab::common`).
 
 use crate::output::Out;
-pub(crate) use hugeshm_lab::common::*;
+use hugeshm_lab::common::Skipped;
 use hugeshm_parse::size::page_size_short;
 
 /// Parses a count that must be at least 1 (`--runs`, `--procs`).

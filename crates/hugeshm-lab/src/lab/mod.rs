@@ -1,18 +1,26 @@
 //! The lab: each published report's measurement reproduced on this host
-//! ([`model::Lab`]), its tables and comparisons with the report's figures,
-//! its plots as SVG ([`plot`]) and one HTML page of it all ([`html`]).
+//! ([`model::Lab`], one private module each, listed in [`all`]), its
+//! tables and comparisons with the report's figures, its plots as SVG
+//! ([`plot`]) and one HTML page of it all ([`html`]); [`run`] runs the
+//! ones chosen into a [`model::LabReport`].
+//!
+//! A new reproduction is one module implementing `model::Lab` (name,
+//! seed, title, the `steps` it will take on this host, `run` filling a
+//! `Reproduction` and beginning each step on `ctx.steps`) and one line
+//! in [`all`]; the printers, the JSON, the plots and the report need
+//! nothing more.
 
-pub mod dmbc;
-pub mod fallback;
+mod dmbc;
+mod fallback;
 pub mod html;
 pub mod model;
-pub mod numa;
-pub mod oltp;
-pub mod pagetables;
+mod numa;
+mod oltp;
+mod pagetables;
 pub mod plot;
-pub mod pools;
+mod pools;
 pub mod reports;
-pub mod startup;
+mod startup;
 
 use crate::Steps;
 use anyhow::Context;

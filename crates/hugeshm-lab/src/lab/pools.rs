@@ -9,7 +9,7 @@ use hugeshm_parse::size::page_size_short;
 /// Makes `pages` pages of `page_size` available for the life of `top`, or
 /// says why they cannot be had (the caller notes it and measures the
 /// rest).
-pub fn make_available(
+pub(crate) fn make_available(
     ctx: &Ctx<'_>,
     top: &mut PoolTopUp<'_>,
     page_size: u64,

@@ -1,5 +1,5 @@
 //! One sample of each thing `hugeshm bench prefault` (and the lab's
-//! start-up reproduction, [`crate::lab::startup`]) measures: a region's create +
+//! start-up reproduction, `lab/startup.rs`) measures: a region's create +
 //! pre-fault + destroy cycle (`bench_prefault`), a peer's way of
 //! faulting a shared mapping in (`bench_peer`), and the memset ceiling
 //! ([`memset_baseline`]). Built on hugeshm-region's public API and
