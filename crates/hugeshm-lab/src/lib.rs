@@ -33,6 +33,9 @@
 //!   [`common::check_duration`] and [`common::check_block_size`],
 //!   [`common::die_with_parent`] for a worker; [`Usage`], [`error_text`],
 //!   [`region_failed::RegionFailed`].
+//! - With the feature `samples` (tests of a caller's printers): reports
+//!   made by hand, `prefault::by_hand` (`report`, `row`, `baseline`, `M2`,
+//!   `MIB256`) and `oltp::sample`.
 #![forbid(unsafe_code)]
 
 pub mod attach;
