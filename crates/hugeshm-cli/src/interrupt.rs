@@ -173,11 +173,14 @@ impl Keeper for Ledger {
         }
     }
 
-    fn forget(&self, id: u64) {
+    fn forget(&self, id: u64) -> bool {
         let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        let kept = p.len();
         p.retain(|(i, _)| *i != id);
+        let was_kept = p.len() < kept;
         drop(p);
         tell(&Msg::Forget { id }, false);
+        was_kept
     }
 
     fn paused(&self, f: &mut dyn FnMut()) {
@@ -225,6 +228,13 @@ fn start_handler() -> Handler {
             INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
             tell(&Msg::Done, false);
             let pending = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
+            if pending.is_empty() {
+                // The run's own path got there first (its workers died of
+                // the same Ctrl-C).
+                crate::terminal::eprintln(
+                    "hugeshm: interrupted: the run had given back what it took",
+                );
+            }
             let regions = give_back_now(pending);
             stop_children();
             if regions.is_empty() {

@@ -270,10 +270,9 @@ pub fn die_with_parent() {
 pub(crate) struct PoolTopUp<'a> {
     probe: &'a Probe,
     pools: SysfsPools<'a>,
-    /// (page size, node (`None`: host-wide), pages added).
-    restore: Vec<(u64, Option<u32>, u64)>,
-    /// The same, done by the interrupt handler if the run is interrupted.
-    on_interrupt: Vec<Undo>,
+    /// (page size, node (`None`: host-wide), pages added, the same
+    /// registered for the interrupt handler).
+    restore: Vec<(u64, Option<u32>, u64, Undo)>,
 }
 
 impl<'a> PoolTopUp<'a> {
@@ -283,7 +282,6 @@ impl<'a> PoolTopUp<'a> {
             probe,
             pools: SysfsPools::new(probe),
             restore: Vec::new(),
-            on_interrupt: Vec::new(),
         }
     }
 
@@ -373,8 +371,7 @@ impl<'a> PoolTopUp<'a> {
             pages: nr,
             added: Some(added),
         });
-        self.restore.push((page_size, node, added));
-        self.on_interrupt.push(undo);
+        self.restore.push((page_size, node, added, undo));
         let got = got?;
         if got < target {
             anyhow::bail!(
@@ -388,8 +385,13 @@ impl<'a> PoolTopUp<'a> {
 
 impl Drop for PoolTopUp<'_> {
     fn drop(&mut self) {
-        // Last raised, first restored.
-        for (size, node, added) in self.restore.iter().rev() {
+        // Last raised, first restored; none that an interrupt's handler
+        // has taken to restore itself (twice would take others' pages).
+        while let Some((size, node, added, undo)) = self.restore.pop() {
+            if !undo.claim() {
+                continue;
+            }
+            let (size, node, added) = (&size, &node, &added);
             let back = self
                 .pools
                 .nr(*size, *node)
@@ -414,7 +416,7 @@ pub(crate) struct DataFile {
     /// The file (not created yet).
     pub path: std::path::PathBuf,
     dir: std::path::PathBuf,
-    _on_interrupt: Undo,
+    on_interrupt: Option<Undo>,
 }
 
 impl DataFile {
@@ -435,13 +437,17 @@ impl DataFile {
         Ok(DataFile {
             path: dir.join("data"),
             dir,
-            _on_interrupt: undo,
+            on_interrupt: Some(undo),
         })
     }
 }
 
 impl Drop for DataFile {
     fn drop(&mut self) {
+        // Not when an interrupt's handler has taken it to delete itself.
+        if !self.on_interrupt.take().is_none_or(Undo::claim) {
+            return;
+        }
         if let Err(e) = hugeshm_sys::remove_private_dir(&self.dir) {
             log::warn!("{e}");
         }

@@ -54,8 +54,11 @@ pub trait Keeper: Send + Sync {
     fn add(&self, taken: &Taken) -> u64;
     /// Entry `id` now reads `taken` (the amount became known).
     fn update(&self, id: u64, taken: &Taken);
-    /// Entry `id` was given back (or kept on purpose) by the run.
-    fn forget(&self, id: u64);
+    /// Entry `id` is given back (or kept on purpose) by the run: forget
+    /// it. `true` if it was still kept; `false` if the handler of an
+    /// interrupt has taken it to give back itself (the run must not give
+    /// it back a second time).
+    fn forget(&self, id: u64) -> bool;
     /// Runs `f` (a `fork`, which needs a process of one thread) with any
     /// thread of the keeper's stopped.
     fn paused(&self, f: &mut dyn FnMut());
@@ -75,6 +78,18 @@ pub fn set_keeper(keeper: Box<dyn Keeper>) -> bool {
 pub struct Undo(Option<u64>);
 
 impl Undo {
+    /// Forgets the entry before the run gives the thing back itself:
+    /// `true` if the run is to give it back; `false` if an interrupt's
+    /// handler has taken it and gives it back (so it is not given back
+    /// twice: a pool's added pages taken off twice would take someone
+    /// else's).
+    pub fn claim(mut self) -> bool {
+        match (self.0.take(), KEEPER.get()) {
+            (Some(id), Some(k)) => k.forget(id),
+            _ => true,
+        }
+    }
+
     /// Replaces what is to be given back (once the amount taken is known).
     pub fn update(&self, taken: Taken) {
         if let (Some(id), Some(k)) = (self.0, KEEPER.get()) {

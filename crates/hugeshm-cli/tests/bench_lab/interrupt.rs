@@ -112,12 +112,26 @@ fn ctrl_c_during_bench_oltp_gives_back_the_pool_region_and_file() {
     .unwrap();
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{err}");
-    // The region is removed by the handler, or by the bench itself when its
-    // workers (killed by the same Ctrl-C) ended the run first; either way it
-    // is gone (checked below).
-    assert!(err.contains("nr_hugepages set back to"), "{err}");
-    assert!(err.contains("deleted"), "{err}");
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "signal {:?}: {err}",
+        std::os::unix::process::ExitStatusExt::signal(&out.status)
+    );
+    // The handler gives back what the run still holds, a line each; when
+    // the workers, killed by the same Ctrl-C, ended the run first, the
+    // run's own path gave back some or all of it, and the handler says so.
+    // Either way once: the pool and the directory are checked below (a
+    // pool taken off twice would read below `nr_before`).
+    assert!(
+        !err.is_empty() && err.lines().all(|l| l.starts_with("hugeshm: interrupted: ")),
+        "{err}"
+    );
+    assert!(
+        err.contains("nr_hugepages set back to")
+            || err.contains("the run had given back what it took"),
+        "{err}"
+    );
     // The handler told the watchdog it gives back itself: no second say.
     assert!(!err.contains("watchdog"), "{err}");
     all_given_back(pool.before(), nr_before, &dir, &err);
