@@ -237,10 +237,11 @@ fn start_handler() -> Handler {
             }
             let regions = give_back_now(pending);
             stop_children();
+            // A give-back the run's own path has under way ends first.
+            hugeshm_lab::guard::wait_for_claims();
             if regions.is_empty() {
                 std::process::exit(128 + sig);
             }
-            let exe = std::env::current_exe();
             let mut args = vec![
                 "bench".to_owned(),
                 "interrupted".to_owned(),
@@ -250,12 +251,10 @@ fn start_handler() -> Handler {
             for (name, backend) in &regions {
                 args.push(format!("{backend}:{name}"));
             }
-            let err = match exe {
-                Ok(exe) => std::os::unix::process::CommandExt::exec(
-                    std::process::Command::new(exe).args(&args),
-                ),
-                Err(e) => e,
-            };
+            // Not std's exec: it sets SIGPIPE back to its default first,
+            // and the main thread, writing to a worker that died of the
+            // same Ctrl-C, would be killed by it before the execve.
+            let err = hugeshm_sys::exec_self(&args);
             for (name, backend) in &regions {
                 crate::terminal::eprintln(format_args!(
                     "hugeshm: interrupted: could not re-execute to remove the {backend} region {name} ({err}): remove it with hugeshm rm {name} --backend {backend}"

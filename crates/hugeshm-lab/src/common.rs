@@ -388,9 +388,9 @@ impl Drop for PoolTopUp<'_> {
         // Last raised, first restored; none that an interrupt's handler
         // has taken to restore itself (twice would take others' pages).
         while let Some((size, node, added, undo)) = self.restore.pop() {
-            if !undo.claim() {
+            let Some(_claim) = undo.claim() else {
                 continue;
-            }
+            };
             let (size, node, added) = (&size, &node, &added);
             let back = self
                 .pools
@@ -445,12 +445,15 @@ impl DataFile {
 impl Drop for DataFile {
     fn drop(&mut self) {
         // Not when an interrupt's handler has taken it to delete itself.
-        if !self.on_interrupt.take().is_none_or(Undo::claim) {
-            return;
-        }
+        let claim = match self.on_interrupt.take().map(Undo::claim) {
+            Some(None) => return,
+            Some(Some(claim)) => Some(claim),
+            None => None,
+        };
         if let Err(e) = hugeshm_sys::remove_private_dir(&self.dir) {
             log::warn!("{e}");
         }
+        drop(claim);
     }
 }
 

@@ -12,7 +12,7 @@
 use hugeshm_region::{Backend, Locator, RegionError};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 /// Something a run took from the host, which it (or, if it is
@@ -66,6 +66,21 @@ pub trait Keeper: Send + Sync {
 
 static KEEPER: OnceLock<Box<dyn Keeper>> = OnceLock::new();
 
+/// Held while a run gives back a thing it claimed ([`Undo::claim`]).
+static GIVING_BACK: Mutex<()> = Mutex::new(());
+
+/// A run giving back a thing itself ([`Undo::claim`]); the process does
+/// not end on an interrupt until it is dropped ([`wait_for_claims`]).
+#[must_use = "the thing is given back while this is held"]
+pub struct Claim(#[allow(dead_code)] MutexGuard<'static, ()>);
+
+/// Waits until no run is giving back a thing it claimed: an interrupt's
+/// handler calls it before it ends the process, so that a give-back under
+/// way (the entry already forgotten) is not cut short.
+pub fn wait_for_claims() {
+    drop(GIVING_BACK.lock().unwrap_or_else(|e| e.into_inner()));
+}
+
 /// Makes `keeper` hear every registration from now on; `false` (and
 /// nothing changes) if one was set before.
 pub fn set_keeper(keeper: Box<dyn Keeper>) -> bool {
@@ -79,15 +94,19 @@ pub struct Undo(Option<u64>);
 
 impl Undo {
     /// Forgets the entry before the run gives the thing back itself:
-    /// `true` if the run is to give it back; `false` if an interrupt's
+    /// `Some` if the run is to give it back, and it does so while it holds
+    /// the [`Claim`] (an interrupt's handler waits for it,
+    /// [`wait_for_claims`], before the process ends); `None` if the
     /// handler has taken it and gives it back (so it is not given back
     /// twice: a pool's added pages taken off twice would take someone
     /// else's).
-    pub fn claim(mut self) -> bool {
-        match (self.0.take(), KEEPER.get()) {
+    pub fn claim(mut self) -> Option<Claim> {
+        let held = GIVING_BACK.lock().unwrap_or_else(|e| e.into_inner());
+        let ours = match (self.0.take(), KEEPER.get()) {
             (Some(id), Some(k)) => k.forget(id),
             _ => true,
-        }
+        };
+        ours.then_some(Claim(held))
     }
 
     /// Replaces what is to be given back (once the amount taken is known).

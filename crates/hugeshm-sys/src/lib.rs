@@ -89,7 +89,8 @@ pub use mm::{
 pub use page::{base_page_size, HUGE_SHIFT};
 pub use perf::{PerfCounter, PerfEvent};
 pub use process::{
-    fork_child, in_new_session, process_cpu_seconds, thread_count, thread_cpu_seconds, wait_child,
+    exec_self, fork_child, in_new_session, process_cpu_seconds, thread_count, thread_cpu_seconds,
+    wait_child,
 };
 pub use procmap::{is_procfs, procmap_query, procmap_query_supported, Vma, VmaQuery};
 pub use shm::{

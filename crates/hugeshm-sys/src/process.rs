@@ -1,6 +1,6 @@
 //! `fork` for single-threaded callers, and waiting for the child: what a
 //! memory that is shared with forked children only (shared anonymous
-//! memory) needs.
+//! memory) needs; `exec_self`, re-executing this program from any thread.
 
 use crate::SysError;
 
@@ -130,6 +130,31 @@ pub fn in_new_session(cmd: &mut std::process::Command) -> &mut std::process::Com
                 .map_err(std::io::Error::from)
         })
     }
+}
+
+/// Replaces this process's image by this program (`/proc/self/exe`) run
+/// with `args` (`argv[1..]`), from any thread, with the signal
+/// dispositions as they are: `std`'s `CommandExt::exec` first sets
+/// `SIGPIPE` back to its default for the whole process, and another
+/// thread that writes to a closed pipe before the `execve` (a worker that
+/// died of the same Ctrl-C) then kills the process instead of getting
+/// `EPIPE`. Returns only on failure.
+pub fn exec_self(args: &[String]) -> SysError {
+    let call = || "execv(/proc/self/exe)".to_owned();
+    let mut owned = Vec::with_capacity(args.len() + 1);
+    for a in std::iter::once("hugeshm").chain(args.iter().map(String::as_str)) {
+        match std::ffi::CString::new(a) {
+            Ok(c) => owned.push(c),
+            Err(_) => return SysError::invalid(call(), format!("{a:?} holds a NUL byte")),
+        }
+    }
+    let mut argv: Vec<*const libc::c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    // SAFETY: the path and every argument are NUL-terminated C strings that
+    // live (in `owned`) across the call, and `argv` ends with a null
+    // pointer; execv returns only on failure.
+    unsafe { libc::execv(c"/proc/self/exe".as_ptr(), argv.as_ptr()) };
+    SysError::last_os(call())
 }
 
 #[cfg(test)]
