@@ -423,7 +423,10 @@ mod tests {
         let kept = dir.join("kept");
         let id = Ledger.add(&Taken::PrivateDir(kept.clone()));
         assert!(PENDING.lock().unwrap().iter().any(|(i, _)| *i == id));
-        Ledger.forget(id);
+        assert!(Ledger.forget(id), "the run's own entry: it gives it back");
+        // Taken (by the handler) or forgotten before: not the run's to give
+        // back again.
+        assert!(!Ledger.forget(id));
         assert!(!PENDING
             .lock()
             .unwrap()
