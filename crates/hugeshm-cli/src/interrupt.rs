@@ -175,12 +175,13 @@ impl Keeper for Ledger {
 
     fn forget(&self, id: u64) -> bool {
         let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-        let kept = p.len();
-        p.retain(|(i, _)| *i != id);
-        let was_kept = p.len() < kept;
+        let at = p.iter().position(|(i, _)| *i == id);
+        if let Some(at) = at {
+            p.remove(at);
+        }
         drop(p);
         tell(&Msg::Forget { id }, false);
-        was_kept
+        at.is_some()
     }
 
     fn paused(&self, f: &mut dyn FnMut()) {

@@ -391,16 +391,15 @@ impl Drop for PoolTopUp<'_> {
             let Some(_claim) = undo.claim() else {
                 continue;
             };
-            let (size, node, added) = (&size, &node, &added);
             let back = self
                 .pools
-                .nr(*size, *node)
-                .and_then(|now| self.pools.set_nr(*size, *node, now.saturating_sub(*added)));
+                .nr(size, node)
+                .and_then(|now| self.pools.set_nr(size, node, now.saturating_sub(added)));
             if let Err(e) = back {
                 let on = node.map(|n| format!(" of node {n}")).unwrap_or_default();
                 log::warn!(
                     "could not take the {added} pages this bench added off the {} pool{on}: {e}",
-                    format_bytes(*size)
+                    format_bytes(size)
                 );
             }
         }
@@ -444,16 +443,14 @@ impl DataFile {
 
 impl Drop for DataFile {
     fn drop(&mut self) {
-        // Not when an interrupt's handler has taken it to delete itself.
-        let claim = match self.on_interrupt.take().map(Undo::claim) {
-            Some(None) => return,
-            Some(Some(claim)) => Some(claim),
-            None => None,
+        // Not when an interrupt's handler has taken it to delete itself
+        // (`on_interrupt` is only ever taken here).
+        let Some(_claim) = self.on_interrupt.take().and_then(Undo::claim) else {
+            return;
         };
         if let Err(e) = hugeshm_sys::remove_private_dir(&self.dir) {
             log::warn!("{e}");
         }
-        drop(claim);
     }
 }
 
