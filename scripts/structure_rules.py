@@ -51,7 +51,6 @@ CLI_CLOCKS_AND_PROCESSES = {
     "progress.rs": "a progress line's rate and time left",
     "cmd/exporter.rs": "the exporter's scrape duration and cache age",
     "cmd/exporter_http.rs": "the HTTP server's per-client time limits",
-    "interrupt.rs": "re-executing itself to remove regions, starting the watchdog",
     "cmd/run.rs": "hugeshm run executes COMMAND",
     "cmd/share.rs": "attach says how long ago a region was made",
 }

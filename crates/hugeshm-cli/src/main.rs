@@ -8,7 +8,6 @@
 #![deny(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
 
 mod cmd;
-mod interrupt;
 mod metrics;
 mod output;
 mod progress;
@@ -136,7 +135,11 @@ static LOGGER: StderrLog = StderrLog;
 fn main() -> ExitCode {
     let _ = log::set_logger(&LOGGER).map(|()| log::set_max_level(log::LevelFilter::Warn));
     let cli = Cli::parse();
-    interrupt::install();
+    hugeshm_lab::keeper::install(hugeshm_lab::keeper::Setup {
+        say: |line| terminal::eprintln(line),
+        watchdog: &["bench", "watchdog"],
+        interrupted: &["bench", "interrupted"],
+    });
     if let Err(e) = hugeshm_probe::MapsSource::from_env() {
         terminal::eprintln(format_args!("hugeshm: error: {e}"));
         return ExitCode::from(2);
@@ -166,7 +169,7 @@ fn main() -> ExitCode {
     // An interrupt's handler is giving back what the run took (and ends
     // the process with 128 + the signal): the run it cut short must not
     // end the process first.
-    interrupt::wait_if_interrupted();
+    hugeshm_lab::keeper::wait_if_interrupted();
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -27,8 +27,14 @@
 //!   [`lab::model::LabReport`]; [`lab::plot::svg`] and
 //!   [`lab::html::report`] render it.
 //! - [`Steps`] ([`steps`]): a long job's plan, told to the caller's hook.
-//! - [`guard`]: what a run takes ([`guard::Taken`]) and the program's
-//!   [`guard::Keeper`] that gives it back when the run is cut short.
+//! - [`guard`]: what a run takes ([`guard::Taken`]), registered with
+//!   [`guard::undo`] (its [`guard::Undo`] forgets the entry when dropped),
+//!   and the program's [`guard::Keeper`] that gives it back when the run
+//!   is cut short;
+//!   [`keeper`], that keeper for a program (Ctrl-C handler, watchdog
+//!   process): [`keeper::install`] with its [`keeper::Setup`],
+//!   [`keeper::wait_if_interrupted`], and the hidden commands' parts
+//!   [`keeper::finish`] and [`keeper::watch`].
 //! - [`common::Skipped`] (a page size not measured), the option checks
 //!   [`common::check_duration`] and [`common::check_block_size`],
 //!   [`common::die_with_parent`] for a worker; [`Usage`], [`error_text`],
@@ -42,6 +48,7 @@ pub mod attach;
 pub mod common;
 pub mod dmbc;
 pub mod guard;
+pub mod keeper;
 pub mod lab;
 pub mod numa;
 pub mod oltp;

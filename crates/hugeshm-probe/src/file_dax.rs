@@ -1,10 +1,9 @@
 //! A mapped file's own DAX state on a `dax=inode` mount. The kernel says
 //! it through system calls (`statx`'s `STATX_ATTR_DAX`, the
-//! `FS_IOC_FSGETXATTR` ioctl) that this crate does not make: the caller
-//! passes a [`FileDaxReader`] in the [`Probe`](crate::Probe)
+//! `FS_IOC_FSGETXATTR` ioctl), which a fixture tree cannot answer: the
+//! caller passes a [`FileDaxReader`] in the [`Probe`](crate::Probe)
 //! ([`Probe::with_file_dax`](crate::Probe::with_file_dax)), as it passes the
-//! roots. The `hugeshm` binary's reader is built on `hugeshm-sys`; tests
-//! pass their own.
+//! roots: [`SysFileDax`] on the live host (`hugeshm-sys`), tests their own.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -37,6 +36,30 @@ impl FileDax {
 pub trait FileDaxReader: Send + Sync {
     /// The state of the file at `path`; `None` where it cannot be read.
     fn read(&self, path: &Path) -> Option<FileDax>;
+}
+
+/// The live host's reader: `statx`'s DAX attribute and the file's own
+/// flag, through `hugeshm-sys`.
+pub struct SysFileDax;
+
+impl FileDaxReader for SysFileDax {
+    fn read(&self, path: &Path) -> Option<FileDax> {
+        let dax = hugeshm_sys::is_dax_path(path).ok()?;
+        // Another user's file (by /proc/PID/root/PATH, which that user may
+        // have turned into a FIFO or a link since): the checked open. A
+        // /proc/PID/map_files link is the kernel's, followed.
+        let how = hugeshm_sys::OpenCheck::read();
+        let how = if path.to_string_lossy().contains("/map_files/") {
+            how.follow_proc_link()
+        } else {
+            how
+        };
+        let flag = how
+            .open(path)
+            .ok()
+            .and_then(|f| hugeshm_sys::dax_flag(std::os::fd::AsFd::as_fd(&f)).ok());
+        Some(FileDax::new(dax, flag))
+    }
 }
 
 /// The reader a [`Probe`](crate::Probe) holds, if any. Two are equal when

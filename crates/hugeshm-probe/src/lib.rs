@@ -22,6 +22,7 @@ mod cgroup;
 mod file_dax;
 mod host;
 mod maps;
+mod named_file;
 mod persisted;
 mod pmem;
 pub mod postgres;
@@ -32,9 +33,10 @@ mod sysv_maps;
 mod users;
 
 pub use cgroup::{HugetlbCgroup, HugetlbCgroupLevel, HugetlbCgroupSize};
-pub use file_dax::{FileDax, FileDaxReader};
+pub use file_dax::{FileDax, FileDaxReader, SysFileDax};
 pub use host::{DemoteSize, HostSnapshot, NodeInfo, NodePool, Sysctls, ThpState};
 pub use maps::{MapsRead, MapsSource, MAPS_ENV};
+pub use named_file::{read_named, NamedFile, NamedFileError};
 pub use persisted::{Persisted, PersistedValue};
 pub use pmem::{DaxDevice, MemoryTier, Namespace, PmemSnapshot};
 pub use process::{

@@ -122,9 +122,9 @@ pub fn run(roots: &Roots, cmd: BenchCommand, out: &mut Out) -> anyhow::Result<Ex
             data,
         } => crate::cmd::bench_oltp::worker(&name, backend, &data),
         BenchCommand::Interrupted { signal, regions } => {
-            Ok(crate::interrupt::finish(signal, &regions))
+            Ok(hugeshm_lab::keeper::finish(signal, &regions))
         }
-        BenchCommand::Watchdog => Ok(crate::interrupt::watch()),
+        BenchCommand::Watchdog => Ok(hugeshm_lab::keeper::watch()),
         BenchCommand::Attach(a) => crate::cmd::bench_attach::run(roots, &a, out),
         BenchCommand::AttachTimeChild { name, backend } => {
             crate::cmd::bench_attach::child(&name, backend, out)

@@ -1,12 +1,10 @@
-//! `hugeshm generate` (hidden): man pages and shell completions, generated
-//! from the clap definitions of the CLI itself, for packagers (the Debian
-//! package runs it at build time). Nothing here is written by hand: a new
-//! option shows up in the man page and the completions by itself.
+//! `hugeshm generate` (hidden): man pages and shell completions, rendered
+//! by hugeshm-man from the clap definitions of the CLI itself, written
+//! into a directory, for packagers (the Debian package runs it at build
+//! time).
 
-use crate::cmd::man_sections;
 use crate::output::Out;
 use anyhow::Context;
-use clap_complete::Shell;
 use hugeshm_sys::DirHandle;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,110 +48,17 @@ fn write(dir: &DirHandle, name: &str, text: &[u8]) -> std::io::Result<PathBuf> {
     Ok(dir.path().join(name))
 }
 
-/// The man pages of `cmd` and its visible subcommands (recursively), and
-/// the overview hugeshm(8): (file name, text).
-fn man_texts(cmd: clap::Command) -> std::io::Result<Vec<(String, Vec<u8>)>> {
-    fn walk(
-        cmd: clap::Command,
-        path: &mut Vec<String>,
-        pages: &mut Vec<(String, Vec<u8>)>,
-    ) -> std::io::Result<()> {
-        let subs: Vec<clap::Command> = cmd
-            .get_subcommands()
-            .filter(|s| !s.is_hide_set())
-            .cloned()
-            .collect();
-        let names: Vec<String> = subs.iter().map(|s| s.get_name().to_owned()).collect();
-        for sub in subs {
-            path.push(sub.get_name().to_owned());
-            walk(sub, path, pages)?;
-            path.pop();
-        }
-        let man = clap_mangen::Man::new(cmd);
-        let mut text = Vec::new();
-        man.render(&mut text)?;
-        let here: Vec<&str> = path.iter().map(String::as_str).collect();
-        text.extend_from_slice(man_sections::extra_sections(&here, &names).as_bytes());
-        pages.push((man.get_filename(), text));
-        Ok(())
-    }
-    let mut cmd = cmd.disable_help_subcommand(true);
-    cmd.build();
-    let version = cmd.get_version().unwrap_or_default().to_owned();
-    let mut pages = Vec::new();
-    walk(cmd, &mut Vec::new(), &mut pages)?;
-    let mut names: Vec<String> = pages
-        .iter()
-        .map(|(f, _)| {
-            f.strip_suffix(".1")
-                .map_or(f.clone(), |n| format!("{n}(1)"))
-        })
-        .collect();
-    names.sort();
-    pages.push((
-        "hugeshm.8".to_owned(),
-        man_sections::overview(&version, &names).into_bytes(),
-    ));
-    pages.sort();
-    Ok(pages)
-}
-
-/// Writes the man pages ([`man_texts`]).
+/// Writes the man pages (`hugeshm_man::man_texts`).
 fn man_pages(cmd: clap::Command, dir: &DirHandle) -> std::io::Result<Vec<PathBuf>> {
-    man_texts(cmd)?
+    hugeshm_man::man_texts(cmd)?
         .into_iter()
         .map(|(file, text)| write(dir, &file, &text))
         .collect()
 }
 
-/// `cmd` as a user sees it: without its hidden subcommands and options
-/// (clap_complete lists them all), and with a value of no path type marked
-/// as such (a number, a word), so that a shell does not offer file names
-/// for it. Only what the completions need is copied.
-fn visible(cmd: &clap::Command) -> clap::Command {
-    use clap::ValueHint;
-    let args = cmd.get_arguments().filter(|a| !a.is_hide_set()).map(|a| {
-        let takes = a.get_action().takes_values();
-        if takes && a.get_value_hint() == ValueHint::Unknown && a.get_possible_values().is_empty() {
-            a.clone().value_hint(ValueHint::Other)
-        } else {
-            a.clone()
-        }
-    });
-    let subs = cmd
-        .get_subcommands()
-        .filter(|s| !s.is_hide_set())
-        .map(visible);
-    let mut out = clap::Command::new(cmd.get_name().to_owned())
-        .args(args)
-        .subcommands(subs);
-    if let Some(about) = cmd.get_about() {
-        out = out.about(about.clone());
-    }
-    if let Some(v) = cmd.get_version() {
-        out = out.version(v.to_owned());
-    }
-    out
-}
-
-/// The bash, zsh and fish completions of `cmd`: (file name, text).
-fn completion_texts(cmd: &clap::Command) -> Vec<(String, Vec<u8>)> {
-    use clap_complete::Generator;
-    let mut cmd = visible(cmd);
-    let name = cmd.get_name().to_string();
-    [Shell::Bash, Shell::Zsh, Shell::Fish]
-        .into_iter()
-        .map(|shell| {
-            let mut text = Vec::new();
-            clap_complete::generate(shell, &mut cmd, &name, &mut text);
-            (shell.file_name(&name), text)
-        })
-        .collect()
-}
-
 /// Writes the bash, zsh and fish completions of `cmd`.
 fn completions(cmd: clap::Command, dir: &DirHandle) -> std::io::Result<Vec<PathBuf>> {
-    completion_texts(&cmd)
+    hugeshm_man::completion_texts(&cmd)
         .into_iter()
         .map(|(file, text)| write(dir, &file, &text))
         .collect()
@@ -184,8 +89,8 @@ pub fn run(cli: clap::Command, what: &GenerateCommand, out: &mut Out) -> anyhow:
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use clap::CommandFactory;
+    use hugeshm_man::{completion_texts, man_texts};
 
     /// Every hidden subcommand and option of the CLI's definition, as
     /// (path, word): `bench oltp-worker`, `--proc-root`, ...

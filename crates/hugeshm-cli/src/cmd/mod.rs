@@ -16,7 +16,6 @@ pub mod exporter_http;
 pub mod generate;
 mod input_file;
 pub mod lab;
-mod man_sections;
 pub mod region;
 pub mod run;
 pub mod segments;
@@ -29,10 +28,10 @@ pub mod status_tuning;
 /// The probe of the commands that scan segments (`segments`, `status`,
 /// `exporter`, `advise`, `apply`, `bench scan`): over `roots`, reading a
 /// `dax=inode` file's own DAX state with `statx` through hugeshm-sys
-/// ([`segments::SysFileDax`]; the doctor uses it on the live host only).
+/// (`hugeshm_probe::SysFileDax`; the doctor uses it on the live host only).
 pub(crate) fn doctor_probe(roots: &hugeshm_probe::Roots) -> hugeshm_probe::Probe {
     hugeshm_probe::Probe::new(roots.clone())
-        .with_file_dax(std::sync::Arc::new(segments::SysFileDax))
+        .with_file_dax(std::sync::Arc::new(hugeshm_probe::SysFileDax))
 }
 
 /// The SysV regions made to be kept that nobody holds, as `hugeshm ls`

@@ -1,38 +1,13 @@
 //! `hugeshm segments`.
 
 use crate::output::{self, Out, Table};
-use hugeshm_doctor::dax::{DaxFaults, DaxInfo, FileDax, FileDaxReader};
+use hugeshm_doctor::dax::{DaxFaults, DaxInfo};
 use hugeshm_doctor::finding::any_actionable;
 use hugeshm_doctor::segments::{self, Segment, SegmentKind, SegmentsReport};
 use hugeshm_doctor::Finding;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::{Problem, Roots};
 use std::process::ExitCode;
-
-/// What `segments` (and `status`) read of a mapped file on a `dax=inode`
-/// mount: `statx`'s DAX attribute and the file's own flag, through
-/// hugeshm-sys (in the probe of [`crate::cmd::doctor_probe`]).
-pub struct SysFileDax;
-
-impl FileDaxReader for SysFileDax {
-    fn read(&self, path: &std::path::Path) -> Option<FileDax> {
-        let dax = hugeshm_sys::is_dax_path(path).ok()?;
-        // Another user's file (by /proc/PID/root/PATH, which that user may
-        // have turned into a FIFO or a link since): the checked open. A
-        // /proc/PID/map_files link is the kernel's, followed.
-        let how = hugeshm_sys::OpenCheck::read();
-        let how = if path.to_string_lossy().contains("/map_files/") {
-            how.follow_proc_link()
-        } else {
-            how
-        };
-        let flag = how
-            .open(path)
-            .ok()
-            .and_then(|f| hugeshm_sys::dax_flag(std::os::fd::AsFd::as_fd(&f)).ok());
-        Some(FileDax::new(dax, flag))
-    }
-}
 
 /// `hugeshm segments` options.
 #[derive(Debug, clap::Args)]

@@ -187,6 +187,11 @@ fn sigkill_during_bench_oltp_is_given_back_by_its_watchdog() {
         )),
         "{err}"
     );
+    // The workers, orphaned, may still be letting go of their pages.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while nr_2m() != nr_before + 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(nr_2m(), nr_before + 3, "the admin's pages stay: {err}");
     set_nr_2m(nr_before);
     all_given_back(pool.before(), nr_before, &dir, &err);
@@ -215,6 +220,11 @@ fn a_bench_takes_off_only_the_pages_it_added() {
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
+    // The workers, orphaned, may still be letting go of their pages.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while nr_2m() != nr_before + 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(nr_2m(), nr_before + 3, "the admin's pages stay: {err}");
     set_nr_2m(nr_before);
     all_given_back(pool.before(), nr_before, &dir, &err);

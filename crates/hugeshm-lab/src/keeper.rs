@@ -6,15 +6,15 @@
 //! regions behind.
 //!
 //! Whatever takes something (a [`Taken`]: pool pages, a region, a private
-//! directory) registers it (`hugeshm_lab::guard::undo`) and holds the
+//! directory) registers it ([`crate::guard::undo`]) and holds the
 //! returned `Undo`; dropping it (the normal path, which gives the thing
-//! back itself) forgets the entry. This module is the binary's
+//! back itself) forgets the entry. This module is the program's
 //! [`Keeper`] of those entries ([`install`]). The first registration
 //! starts one thread that waits for the signals. On one it sets the pools back and deletes the files,
 //! last taken first, and stops its own worker processes (`SIGTERM` to its
 //! children). A region is still mapped by this very process, and removal
 //! rightly refuses a held region, so for those the process re-executes
-//! itself as `hugeshm bench interrupted` (hidden): the exec drops every
+//! itself with the program's `interrupted` command ([`Setup`]; `hugeshm bench interrupted`, hidden): the exec drops every
 //! mapping and SysV attachment, and the new image removes the regions
 //! once the workers have let go ([`finish`]), then exits with 128 + the
 //! signal's number, as a shell reports a killed command.
@@ -22,14 +22,17 @@
 //! `SIGKILL` (the OOM killer's, or `kill -9`) cannot be caught, and a
 //! killed bench left its pools raised: 14 GiB of 2 MiB pages sat reserved
 //! and unused after the OOM killer ended one. So the first registration
-//! also starts a watchdog, a child process (`hugeshm bench watchdog`,
-//! hidden) that hears every registration and every forgotten one on a
+//! also starts a watchdog, a child process (the program's `watchdog`
+//! command: `hugeshm bench watchdog`, hidden) that hears every registration and every forgotten one on a
 //! pipe. When the pipe closes without the run saying it is done, the run
 //! died: the watchdog removes its regions (once the workers, who see their
 //! parent gone, let go), then sets the pools back and deletes the files,
 //! and says so on stderr.
+//!
+//! It prints nothing itself: each line goes to the program's
+//! [`Setup::say`].
 
-use hugeshm_lab::guard::{Keeper, Taken};
+use crate::guard::{Keeper, Taken};
 use hugeshm_region::Backend;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -42,6 +45,28 @@ static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 static NEXT: Mutex<u64> = Mutex::new(0);
 static HANDLER: Mutex<Handler> = Mutex::new(Handler::NotStarted);
 static WATCHDOG: Mutex<Watchdog> = Mutex::new(Watchdog::Off);
+static SETUP: std::sync::OnceLock<Setup> = std::sync::OnceLock::new();
+
+/// What the program hands the keeper: how it says a line on stderr, and
+/// its hidden commands that the watchdog and the re-executed image run.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    /// Says one line on stderr (the program's safe way out).
+    pub say: fn(std::fmt::Arguments<'_>),
+    /// The arguments that run [`watch`] (`["bench", "watchdog"]`).
+    pub watchdog: &'static [&'static str],
+    /// The arguments that run [`finish`], before `--signal N` and the
+    /// regions (`["bench", "interrupted"]`).
+    pub interrupted: &'static [&'static str],
+}
+
+/// Says a line through the program's [`Setup::say`] (nothing before
+/// [`install`]: unit tests).
+fn say(line: impl std::fmt::Display) {
+    if let Some(s) = SETUP.get() {
+        (s.say)(format_args!("{line}"));
+    }
+}
 
 /// The run's watchdog: a child process that gives back what the run took
 /// if the run dies without doing so (`SIGKILL`); it learns what was taken
@@ -79,10 +104,11 @@ enum Handler {
 }
 
 /// Makes this module the keeper of what runs take
-/// (`hugeshm_lab::guard::set_keeper`) and lets the first registration
-/// start a watchdog (`hugeshm`'s `main` does; see the module's text).
-pub fn install() {
-    hugeshm_lab::guard::set_keeper(Box::new(Ledger));
+/// ([`crate::guard::set_keeper`]) and lets the first registration start
+/// a watchdog (`hugeshm`'s `main` does; see the module's text).
+pub fn install(setup: Setup) {
+    let _ = SETUP.set(setup);
+    crate::guard::set_keeper(Box::new(Ledger));
     let mut k = WATCHDOG.lock().unwrap_or_else(|e| e.into_inner());
     if matches!(*k, Watchdog::Off) {
         *k = Watchdog::Enabled;
@@ -109,7 +135,7 @@ fn start_watchdog() -> Watchdog {
     // not hold it; the watchdog's stderr is the run's.
     let spawned = std::env::current_exe().and_then(|exe| {
         std::process::Command::new(exe)
-            .args(["bench", "watchdog"])
+            .args(SETUP.get().map(|s| s.watchdog).unwrap_or_default())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
             .spawn()
@@ -118,7 +144,7 @@ fn start_watchdog() -> Watchdog {
         Ok(Some(pipe)) => Watchdog::Running(pipe),
         Ok(None) => Watchdog::Failed,
         Err(e) => {
-            crate::terminal::eprintln(format_args!(
+            say(format_args!(
                 "hugeshm: warning: no watchdog process ({e}): if this run is killed with SIGKILL, \
                  the pools it raised and the regions it made stay behind"
             ));
@@ -232,23 +258,23 @@ fn start_handler() -> Handler {
             if pending.is_empty() {
                 // The run's own path got there first (its workers died of
                 // the same Ctrl-C).
-                crate::terminal::eprintln(
-                    "hugeshm: interrupted: the run had given back what it took",
-                );
+                say("hugeshm: interrupted: the run had given back what it took");
             }
             let regions = give_back_now(pending);
             stop_children();
             // A give-back the run's own path has under way ends first.
-            hugeshm_lab::guard::wait_for_claims();
+            crate::guard::wait_for_claims();
             if regions.is_empty() {
                 std::process::exit(128 + sig);
             }
-            let mut args = vec![
-                "bench".to_owned(),
-                "interrupted".to_owned(),
-                "--signal".to_owned(),
-                sig.to_string(),
-            ];
+            let mut args: Vec<String> = SETUP
+                .get()
+                .map(|s| s.interrupted)
+                .unwrap_or_default()
+                .iter()
+                .map(|a| a.to_string())
+                .collect();
+            args.extend(["--signal".to_owned(), sig.to_string()]);
             for (name, backend) in &regions {
                 args.push(format!("{backend}:{name}"));
             }
@@ -257,7 +283,7 @@ fn start_handler() -> Handler {
             // same Ctrl-C, would be killed by it before the execve.
             let err = hugeshm_sys::exec_self(&args);
             for (name, backend) in &regions {
-                crate::terminal::eprintln(format_args!(
+                say(format_args!(
                     "hugeshm: interrupted: could not re-execute to remove the {backend} region {name} ({err}): remove it with hugeshm rm {name} --backend {backend}"
                 ));
             }
@@ -275,7 +301,7 @@ fn give_back_now(mut pending: Vec<(u64, Taken)>) -> Vec<(String, Backend)> {
     for (_, g) in pending {
         match g {
             Taken::Region { name, backend } => regions.push((name, backend)),
-            other => crate::terminal::eprintln(format_args!(
+            other => say(format_args!(
                 "hugeshm: interrupted: {}",
                 other.give_back(WORKERS_STOPPED)
             )),
@@ -310,7 +336,7 @@ fn stop_children() {
     }
 }
 
-/// The re-executed image's part (`hugeshm bench interrupted`): removes
+/// The re-executed image's part ([`Setup::interrupted`]): removes
 /// each `BACKEND:NAME` region, waiting a moment for the stopped workers to
 /// let go, says what it did, and returns 128 + `signal`.
 pub fn finish(signal: i32, regions: &[String]) -> std::process::ExitCode {
@@ -323,7 +349,7 @@ pub fn finish(signal: i32, regions: &[String]) -> std::process::ExitCode {
             .give_back(WORKERS_STOPPED),
             _ => format!("{r:?} is not BACKEND:NAME"),
         };
-        crate::terminal::eprintln(format_args!("hugeshm: interrupted: {line}"));
+        say(format_args!("hugeshm: interrupted: {line}"));
     }
     std::process::ExitCode::from((128 + signal).clamp(0, 255) as u8)
 }
@@ -336,7 +362,7 @@ const WORKERS_STOPPED: Duration = Duration::from_secs(3);
 /// when they see their parent gone (at the end of the work in hand).
 const WORKERS_ORPHANED: Duration = Duration::from_secs(60);
 
-/// The watchdog's part (`hugeshm bench watchdog`): reads the run's messages
+/// The watchdog's part ([`Setup::watchdog`]): reads the run's messages
 /// on stdin; if they end without [`Msg::Done`] while something is still
 /// registered, the run died: gives it back (regions first, so their pages
 /// go back with the pools; then the rest, last taken first), a line each
@@ -351,7 +377,7 @@ pub fn watch() -> std::process::ExitCode {
     let Some(mut pending) = heard(std::io::stdin().lock()).filter(|p| !p.is_empty()) else {
         return std::process::ExitCode::SUCCESS;
     };
-    crate::terminal::eprintln(format_args!(
+    say(format_args!(
         "hugeshm: the run (pid {parent}) ended without giving back what it took (killed?); giving it back"
     ));
     pending.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
@@ -359,7 +385,7 @@ pub fn watch() -> std::process::ExitCode {
         .into_iter()
         .partition(|(_, g)| matches!(g, Taken::Region { .. }));
     for (_, g) in regions.iter().chain(&rest) {
-        crate::terminal::eprintln(format_args!(
+        say(format_args!(
             "hugeshm: watchdog: {}",
             g.give_back(WORKERS_ORPHANED)
         ));
@@ -382,9 +408,7 @@ fn heard(input: impl std::io::BufRead) -> Option<Vec<(u64, Taken)>> {
             }
             Ok(Msg::Forget { id }) => pending.retain(|(i, _)| *i != id),
             Ok(Msg::Done) => return None,
-            Err(e) => {
-                crate::terminal::eprintln(format_args!("hugeshm: watchdog: ignored {line:?}: {e}"))
-            }
+            Err(e) => say(format_args!("hugeshm: watchdog: ignored {line:?}: {e}")),
         }
     }
     Some(pending)
