@@ -1,5 +1,7 @@
 //! Changes the host: reserves a [`Plan`]'s huge page pools through sysfs, all
-//! or nothing, and persists its configuration files atomically.
+//! or nothing, and persists its configuration files atomically; and
+//! ([`collapse`]) moves a running server's shared memory onto 2 MiB pages
+//! in place.
 //!
 //! Every path is taken under the [`hugeshm_probe::Roots`] of the probe passed
 //! in (the `/sys` and `/proc` roots for the pools, a file-system root for the
@@ -27,6 +29,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod collapse;
 mod persist;
 mod reserve;
 

@@ -84,6 +84,9 @@ enum Command {
     Run(cmd::run::Args),
     /// Serve the status and segments reports as Prometheus metrics (or write them once).
     Exporter(cmd::exporter::Args),
+    /// Move a running process's shared memory from 4 KiB onto 2 MiB pages in
+    /// place, for every process that maps it (MADV_COLLAPSE; no restart).
+    Collapse(cmd::collapse::Args),
     /// Measure on this host what published reports on Oracle and huge pages
     /// measured, each of their figures beside this host's.
     ///
@@ -161,6 +164,7 @@ fn main() -> ExitCode {
         Command::Advise(a) => cmd::advise::run(&roots, &a, &mut out),
         Command::Apply(a) => cmd::apply::run(&roots, &a, &mut out),
         Command::Run(a) => cmd::run::run(&roots, &a, &mut out),
+        Command::Collapse(a) => cmd::collapse::run(&roots, &a, &mut out),
         Command::Exporter(a) => cmd::exporter::run(&roots, &a, &mut out),
         Command::Lab(a) => cmd::lab::run(&roots, &a, &mut out),
         Command::Bench(b) => cmd::bench::run(&roots, b, &mut out),

@@ -32,6 +32,7 @@
 pub mod advise;
 pub mod cgroup;
 pub mod checked;
+pub mod collapse;
 pub mod dax;
 pub mod finding;
 pub mod numa;

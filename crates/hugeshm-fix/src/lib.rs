@@ -96,6 +96,17 @@ pub enum Fix {
     },
     /// Let tmpfs mounts follow their `huge=` option again.
     ShmemEnabledNever,
+    /// Set transparent huge pages' shmem switch: `advise` lets
+    /// `MADV_COLLAPSE` move shared memory onto 2 MiB pages and makes the
+    /// kernel map new shared memory 2 MiB-aligned, while nothing that did
+    /// not ask gets huge pages on fault.
+    ShmemEnabled {
+        /// The value (`advise`).
+        value: String,
+        /// The 2 MiB size's own switch (`hugepages-2048kB/shmem_enabled`,
+        /// Linux 6.11+) rather than the global one.
+        per_size: bool,
+    },
     /// Use a page size or backend that can give the pages (free text of the
     /// choices, e.g. "--page-size 2m or a hugetlb backend").
     OtherBackend {

@@ -69,6 +69,10 @@ fn examples(path: &[&str]) -> Vec<(&'static str, &'static str)> {
             ("hugeshm exporter --listen :9731", "Serve /metrics on every interface (the default is 127.0.0.1:9731)."),
             ("hugeshm exporter --once", "Print the metrics once."),
         ],
+        ["collapse"] => vec![
+            ("hugeshm collapse --pid 4242 --dry-run", "What moving process 4242's shared memory onto 2 MiB pages would do, and whether the kernel allows it."),
+            ("hugeshm collapse --pid 4242 --shmid 32769", "Collapse one SysV segment in place, for every process attached to it."),
+        ],
         ["lab"] => vec![("hugeshm lab --quick --only startup", "A first look at one reproduction, in seconds.")],
         ["bench"] | ["bench", "prefault"] => vec![("hugeshm bench prefault --size 1G --page-size 4k,2m", "Time creating and pre-faulting 1 GiB on base and 2 MiB pages.")],
         ["bench", "oltp"] => vec![("hugeshm bench oltp --page-size 4k,2m --backend sysv", "The shared buffer cache's transactions per second on both page sizes.")],

@@ -26,6 +26,11 @@ pub struct PidStatus {
     pub vm_rss_bytes: Option<u64>,
     /// `VmPTE`: memory used by this process's page tables.
     pub vm_pte_bytes: Option<u64>,
+    /// `THP_enabled` (Linux 6.0+): false when the process turned
+    /// transparent huge pages off (`prctl(PR_SET_THP_DISABLE)`), which
+    /// refuses `MADV_COLLAPSE` on its memory too.
+    #[serde(default)]
+    pub thp_enabled: Option<bool>,
     /// `HugetlbPages`: memory of hugetlb pages mapped by this process.
     pub hugetlb_pages_bytes: Option<u64>,
     /// `VmLck`: memory locked with `mlock`.
@@ -104,6 +109,7 @@ pub fn parse(text: &str) -> Result<PidStatus, ParseError> {
             }
             "VmRSS" => s.vm_rss_bytes = Some(parse_kb(n, key, value)?),
             "VmPTE" => s.vm_pte_bytes = Some(parse_kb(n, key, value)?),
+            "THP_enabled" => s.thp_enabled = Some(value.trim() != "0"),
             "HugetlbPages" => s.hugetlb_pages_bytes = Some(parse_kb(n, key, value)?),
             "VmLck" => s.vm_lck_bytes = Some(parse_kb(n, key, value)?),
             "Gid" => {
@@ -245,6 +251,7 @@ Threads:\t1
         assert_eq!(s.uid, Some(1000));
         assert_eq!(s.vm_rss_bytes, Some(1584 * 1024));
         assert_eq!(s.vm_pte_bytes, Some(40 * 1024));
+        assert_eq!(s.thp_enabled, Some(true));
         assert_eq!(s.hugetlb_pages_bytes, Some(8192 * 1024));
         assert_eq!(s.vm_lck_bytes, Some(16 * 1024));
         assert_eq!((s.fs_gid, s.groups.len()), (Some(0), 0));

@@ -57,6 +57,10 @@ pub struct ThpState {
     pub defrag: Option<Selector>,
     /// `shmem_enabled`.
     pub shmem_enabled: Option<Selector>,
+    /// `hugepages-2048kB/shmem_enabled` (Linux 6.11+): the 2 MiB size's own
+    /// switch for shared anonymous memory (`inherit` by default).
+    #[serde(default)]
+    pub shmem_enabled_2m: Option<Selector>,
     /// `khugepaged/defrag`.
     pub khugepaged_defrag: Option<bool>,
 }
@@ -86,6 +90,9 @@ pub struct Sysctls {
     /// without `CONFIG_HUGETLB_PAGE_OPTIMIZE_VMEMMAP`.
     #[serde(default)]
     pub hugetlb_optimize_vmemmap: Option<u64>,
+    /// `kernel.osrelease`: the running kernel (`6.18.0-1-amd64`).
+    #[serde(default)]
+    pub osrelease: Option<String>,
 }
 
 /// A pool that can be demoted: a write of N to its `demote` file turns N
@@ -368,6 +375,10 @@ impl Probe {
                 &thp_dir.join("khugepaged/defrag"),
                 thp::parse_flag,
             )),
+            shmem_enabled_2m: c.keep(read_parse_at(
+                &thp_dir.join("hugepages-2048kB/shmem_enabled"),
+                thp::parse_selector,
+            )),
         };
 
         // sysctls.
@@ -387,6 +398,11 @@ impl Probe {
             shmall: u(&mut c, "sys/kernel/shmall"),
             shmmni: u(&mut c, "sys/kernel/shmmni"),
             hugetlb_optimize_vmemmap: u(&mut c, "sys/vm/hugetlb_optimize_vmemmap"),
+            osrelease: c
+                .keep(crate::read::read_text(
+                    &self.proc_path("sys/kernel/osrelease"),
+                ))
+                .map(|t| t.trim().to_owned()),
         };
         if free_lists {
             snap.buddyinfo = c

@@ -63,6 +63,9 @@ pub struct TestProcReport {
     pub pid: u32,
     /// The objects, in command-line order.
     pub objects: Vec<TestObject>,
+    /// The children `--forks` started (they end when the process does).
+    #[serde(default)]
+    pub children: Vec<u32>,
 }
 
 mod hex_addr {
@@ -259,6 +262,7 @@ impl TestProc {
             report: TestProcReport {
                 pid,
                 objects: Vec::new(),
+                children: Vec::new(),
             },
             stderr,
             stderr_thread,

@@ -11,6 +11,7 @@ pub mod bench_oltp;
 pub mod bench_pagetables;
 pub mod bench_prefault;
 pub mod bench_scan;
+pub mod collapse;
 pub mod exporter;
 pub mod exporter_http;
 pub mod generate;

@@ -10,6 +10,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod collapse;
 mod faults;
 mod foreign_headers;
 mod hostile_names;

@@ -76,6 +76,7 @@ pub(crate) fn render(fix: &Fix, who: Renderer) -> String {
         } => mounts::mount_hugetlbfs(*page_size_bytes, dir),
         Fix::RemountTmpfsHuge { mount } => mounts::remount_tmpfs_huge(mount),
         Fix::ShmemEnabledNever => mounts::shmem_enabled_never(),
+        Fix::ShmemEnabled { value, per_size } => mounts::shmem_enabled(value, *per_size),
         Fix::GrowFilesystem {
             mount,
             missing_bytes,

@@ -25,6 +25,15 @@ pub(super) fn shmem_enabled_never() -> String {
         .to_owned()
 }
 
+/// [`Fix::ShmemEnabled`](crate::Fix::ShmemEnabled).
+pub(super) fn shmem_enabled(value: &str, per_size: bool) -> String {
+    format!(
+        "echo {} > /sys/kernel/mm/transparent_hugepage/{}shmem_enabled",
+        shell_quote(value),
+        if per_size { "hugepages-2048kB/" } else { "" }
+    )
+}
+
 /// [`Fix::GrowFilesystem`](crate::Fix::GrowFilesystem).
 pub(super) fn grow_filesystem(mount: &str, missing_bytes: u64) -> String {
     format!(

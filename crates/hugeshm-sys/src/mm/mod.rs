@@ -14,8 +14,10 @@
 //! | `persist.rs`  | durability: CPU cache write-back on `MAP_SYNC`, else `msync`     |
 //! | `sigbus.rs`   | the SIGBUS guard of file mappings                                |
 //! | `vma.rs`      | one mapping of this process, read back from the kernel           |
+//! | `collapse.rs` | `MADV_COLLAPSE` on another process's shmem (`process_madvise`)   |
 
 mod affinity;
+mod collapse;
 mod map;
 mod mapping;
 mod numa;
@@ -28,6 +30,7 @@ pub(crate) mod vma;
 mod words;
 
 pub use affinity::{affinity, set_affinity};
+pub use collapse::{collapse_block, PidFd};
 pub use map::MapOptions;
 pub use mapping::Mapping;
 pub use numa::{thread_mempolicy, MemPolicy};

@@ -50,6 +50,14 @@ OPTIONS:
   --keep-files        leave hugetlbfs files in place on exit (the caller
                       removes them)
   --page-size BYTES   huge page size for *-huge kinds (default 2097152)
+  --align BYTES       attach or map each sysv-plain, memfd-plain, devshm and
+                      anon-shared-plain object at a multiple of BYTES
+  --map-offset BYTES  map memfd-plain and devshm objects from this file offset
+                      (a multiple of 4096; the file is that much longer)
+  --forks N           after creating (and touching) everything, fork N children
+                      that hold the same mappings and write one byte of each
+                      page every 20 ms until this process ends (their pids in
+                      the report's children)
   --key 0xKEY         SysV key of the first sysv object (the next get KEY+1,
                       ...); default IPC_PRIVATE
   -h, --help          this text
@@ -135,6 +143,9 @@ struct Options {
     keep_files: bool,
     page_size: u64,
     key: i32,
+    align: Option<usize>,
+    map_offset: u64,
+    forks: u32,
 }
 
 /// `4096`, `0x1000`, `64K`, `2M`, `2MiB`, `1G` (hugeshm-parse's sizes, plus hex).
@@ -166,6 +177,9 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Options>,
         keep_files: false,
         page_size: 2 << 20,
         key: sys::IPC_PRIVATE,
+        align: None,
+        map_offset: 0,
+        forks: 0,
     };
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -177,6 +191,18 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Options>,
             "--page-size" => {
                 let v = it.next().ok_or("--page-size needs a value")?;
                 opts.page_size = parse_size(&v)?;
+            }
+            "--align" => {
+                let v = it.next().ok_or("--align needs a value")?;
+                opts.align = Some(parse_size(&v)? as usize);
+            }
+            "--map-offset" => {
+                let v = it.next().ok_or("--map-offset needs a value")?;
+                opts.map_offset = parse_size(&v)?;
+            }
+            "--forks" => {
+                let v = it.next().ok_or("--forks needs a value")?;
+                opts.forks = v.parse().map_err(|_| format!("bad --forks {v:?}"))?;
             }
             "--key" => {
                 let v = it.next().ok_or("--key needs a value")?;
@@ -400,7 +426,8 @@ fn create(
             obj.segment = Some(SysvSegment { shmid, armed: true });
             obj.info.shmid = Some(shmid);
             obj.info.key = Some(key);
-            let att = sys::shm_attach(shmid).map_err(err)?;
+            let align = opts.align.filter(|_| spec.kind == Kind::SysvPlain);
+            let att = sys::shm_attach_placed(shmid, align).map_err(err)?;
             obj.info.addr = att.addr() as u64;
             // The segment's size (the attachment is that rounded up to
             // its page size).
@@ -435,10 +462,16 @@ fn create(
                 sys::memfd_create(&format!("hugeshm-testproc-{}", spec.kind.name()), huge)
                     .map_err(err)?
             };
-            sys::set_len(fd.as_fd(), len).map_err(err)?;
+            let plain = matches!(spec.kind, Kind::MemfdPlain | Kind::DevShm);
+            let offset = if plain { opts.map_offset } else { 0 };
+            sys::set_len(fd.as_fd(), len + offset).map_err(err)?;
             let map_len = usize::try_from(len)
                 .map_err(|_| format!("{}: size too large", spec.kind.name()))?;
-            let map = sys::MapOptions::new(map_len).map(fd.as_fd()).map_err(err)?;
+            let map = sys::MapOptions::new(map_len)
+                .offset(offset)
+                .align(opts.align.filter(|_| plain))
+                .map(fd.as_fd())
+                .map_err(err)?;
             obj.fd = Some(fd);
             obj.info.addr = map.addr() as u64;
             obj.info.size = len;
@@ -485,6 +518,9 @@ fn create(
             if shared {
                 anon.shared();
             }
+            if spec.kind == Kind::AnonSharedPlain {
+                anon.align(opts.align);
+            }
             let map = anon.huge(huge).map_anon().map_err(err)?;
             obj.info.addr = map.addr() as u64;
             obj.info.size = map.len() as u64;
@@ -495,6 +531,19 @@ fn create(
         }
     }
     Ok(())
+}
+
+/// A forked child's work: writes one byte of each page of `maps` every
+/// 20 ms (a server's traffic over its shared memory) until its parent is
+/// gone; returns 0.
+fn hold_and_write(parent: u32, maps: &[&Mapping]) -> i32 {
+    while std::os::unix::process::parent_id() == parent {
+        for m in maps {
+            m.touch();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    0
 }
 
 fn release_all(objects: Vec<Object>, keep_sysv: bool, keep_files: bool) -> Vec<String> {
@@ -534,9 +583,22 @@ fn main() -> ExitCode {
         }
     }
 
+    let mut children = Vec::new();
+    for _ in 0..opts.forks {
+        let parent = std::process::id();
+        let maps: Vec<&Mapping> = objects
+            .iter()
+            .filter_map(|o| o.attachment.as_ref().or(o.mapping.as_ref()))
+            .collect();
+        match sys::fork_child(|| hold_and_write(parent, &maps)) {
+            Ok(pid) => children.push(pid),
+            Err(e) => return fail_and_clean(&format!("fork: {e}"), objects),
+        }
+    }
     let report = TestProcReport {
         pid: std::process::id(),
         objects: objects.iter().map(|o| o.info.clone()).collect(),
+        children,
     };
     let line = match serde_json::to_string(&report) {
         Ok(l) => l,

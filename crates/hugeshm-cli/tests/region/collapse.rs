@@ -1,0 +1,201 @@
+//! `hugeshm collapse`: shared memory on 4 KiB pages, mapped by a holder
+//! and its forked children that keep writing to it, moved onto 2 MiB pages
+//! in place (SysV, shared anonymous, a /dev/shm file); an unaligned
+//! mapping refused with the reason; `--dry-run` changes nothing; uid 65534
+//! cannot collapse root's process.
+
+use crate::common::{cannot_act_as_nobody, cmd, hugeshm, json};
+use hugeshm_testkit::{live, TestProc};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+const M: u64 = 1 << 20;
+
+/// A field (`Rss`, `ShmemPmdMapped`) of `pid`'s mapping at `start`, in
+/// bytes.
+fn field(pid: u32, start: u64, key: &str) -> u64 {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let mut inside = false;
+    for line in smaps.lines() {
+        if let Some((range, _)) = line.split_once(' ').filter(|(r, _)| r.contains('-')) {
+            let lo = u64::from_str_radix(range.split('-').next().unwrap(), 16).unwrap_or(0);
+            inside = lo == start;
+        } else if inside && line.split_whitespace().next() == Some(key) {
+            return line
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+                * 1024;
+        }
+    }
+    0
+}
+
+/// `ShmemPmdMapped` of `pid`'s mapping at `start`, and its `VmPTE`.
+fn mapped(pid: u32, start: u64) -> (u64, u64) {
+    let pmd = field(pid, start, "ShmemPmdMapped:");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let pte = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmPTE:"))
+        .map(|v| v.split_whitespace().next().unwrap().parse::<u64>().unwrap() * 1024)
+        .unwrap();
+    (pmd, pte)
+}
+
+/// Waits (up to 10 s) until every process of `holder` maps each of its
+/// objects on 2 MiB pages: the children write every 20 ms, and refault a
+/// collapsed block as one PMD.
+fn all_on_2m(holder: &TestProc) -> Vec<(u32, u64, u64)> {
+    let pids: Vec<u32> = std::iter::once(holder.pid())
+        .chain(holder.report().children.iter().copied())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now: Vec<(u32, u64, u64)> = pids
+            .iter()
+            .flat_map(|&p| {
+                holder.objects().iter().map(move |o| {
+                    let (pmd, pte) = mapped(p, o.addr);
+                    (p, pmd, pte)
+                })
+            })
+            .collect();
+        let done = now
+            .iter()
+            .zip(holder.objects().iter().cycle())
+            .all(|((_, pmd, _), o)| *pmd == o.size);
+        if done || Instant::now() > deadline {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn collapse_json(pid: u32, extra: &[&str]) -> Value {
+    let p = pid.to_string();
+    json(hugeshm(
+        &[&["collapse", "--pid", &p, "--json"][..], extra].concat(),
+    ))
+}
+
+#[test]
+fn shared_memory_of_every_kind_moves_onto_2m_pages_for_every_process() {
+    let Some(live) = live!() else { return };
+    for specs in [
+        &["sysv-plain:64M"][..],
+        &[
+            "anon-shared-plain:32M",
+            &format!("devshm:hugeshm-collapse-{}:32M", std::process::id()),
+        ][..],
+    ] {
+        let args = [&["--touch", "--align", "2M", "--forks", "3"][..], specs].concat();
+        let holder = TestProc::spawn(&args).unwrap();
+        // The children have written every page (their page tables built).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for &c in &holder.report().children {
+            for o in holder.objects() {
+                while field(c, o.addr, "Rss:") < o.size && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        let ptes_before: Vec<u64> = std::iter::once(holder.pid())
+            .chain(holder.report().children.iter().copied())
+            .map(|p| mapped(p, holder.objects()[0].addr).1)
+            .collect();
+
+        // --dry-run changes nothing.
+        let dry = collapse_json(holder.pid(), &["--dry-run"]);
+        assert!(dry["result"].is_null(), "{dry:#}");
+        let total: u64 = holder.objects().iter().map(|o| o.size).sum();
+        let planned: u64 = dry["plan"]["mappings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["blocks"].as_u64().unwrap() * 2 * M)
+            .sum();
+        assert_eq!(planned, total, "{dry:#}");
+        assert_eq!(mapped(holder.pid(), holder.objects()[0].addr).0, 0);
+
+        let v = collapse_json(holder.pid(), &[]);
+        let r = &v["result"];
+        assert_eq!(r["collapsed"].as_u64(), Some(total / (2 * M)), "{v:#}");
+        assert_eq!(r["blocks"].as_u64(), Some(total / (2 * M)), "{v:#}");
+        assert!(r["stopped"].is_null(), "{v:#}");
+        // Every process that maps the memory is in the report, on 4 KiB
+        // pages before.
+        let before = r["before"].as_array().unwrap();
+        assert_eq!(before.len(), 4, "the holder and its 3 children: {v:#}");
+        assert!(before.iter().all(|m| m["pmd_mapped_bytes"] == 0), "{v:#}");
+        // After: each of them maps every block as one 2 MiB page, and its
+        // page tables shrank; the children never stopped writing.
+        let after = all_on_2m(&holder);
+        for (i, (pid, pmd, pte)) in after.iter().enumerate() {
+            let o = &holder.objects()[i % holder.objects().len()];
+            assert_eq!(*pmd, o.size, "pid {pid} {}: {after:?}", o.kind);
+            let before = ptes_before[i / holder.objects().len()];
+            assert!(*pte < before, "pid {pid}: VmPTE {pte} not below {before}");
+        }
+        // A second run finds nothing to do.
+        let again = collapse_json(holder.pid(), &[]);
+        assert_eq!(again["result"]["blocks"].as_u64(), Some(0), "{again:#}");
+        holder.finish().unwrap();
+    }
+    live.finish();
+}
+
+#[test]
+fn an_unaligned_mapping_is_refused_with_the_reason() {
+    let Some(live) = live!() else { return };
+    // A /dev/shm file mapped from offset 4 KiB at a 2 MiB-aligned address:
+    // no block of it can be mapped as one 2 MiB page.
+    let name = format!("hugeshm-collapse-off-{}", std::process::id());
+    let holder = TestProc::spawn([
+        "--touch",
+        "--align",
+        "2M",
+        "--map-offset",
+        "4096",
+        &format!("devshm:{name}:16M"),
+    ])
+    .unwrap();
+    let out = hugeshm(&["collapse", "--pid", &holder.pid().to_string()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("not 2 MiB-aligned"), "{err}");
+    assert!(err.contains("shmem_enabled at `advise`"), "{err}");
+    assert_eq!(mapped(holder.pid(), holder.objects()[0].addr).0, 0);
+    // A process with no shared memory: nothing to collapse; none at all.
+    let out = hugeshm(&["collapse", "--pid", "1", "--shmid", "999999999"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = hugeshm(&["collapse", "--pid", "999999999"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no process 999999999"));
+    holder.finish().unwrap();
+    live.finish();
+}
+
+#[test]
+fn another_user_cannot_collapse_roots_process() {
+    let Some(live) = live!() else { return };
+    if cannot_act_as_nobody(hugeshm_testkit::test_name!()) {
+        return;
+    }
+    let holder = TestProc::spawn(["--touch", "--align", "2M", "sysv-plain:8M"]).unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(cmd(&[]).get_program())
+        .args(["collapse", "--pid", &holder.pid().to_string()])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("run as root"), "{err}");
+    assert_eq!(mapped(holder.pid(), holder.objects()[0].addr).0, 0);
+    holder.finish().unwrap();
+    live.finish();
+}
