@@ -116,14 +116,15 @@ fn fatal(errno: i32) -> Option<&'static str> {
     }
 }
 
-/// The errno values this module tells apart (Linux's, as in `errno.h`).
+/// The errno values this module tells apart.
 mod libc_errno {
-    pub const EPERM: i32 = 1;
-    pub const ESRCH: i32 = 3;
-    pub const EAGAIN: i32 = 11;
-    pub const ENOMEM: i32 = 12;
-    pub const EACCES: i32 = 13;
-    pub const EBUSY: i32 = 16;
+    use rustix::io::Errno;
+    pub const EPERM: i32 = Errno::PERM.raw_os_error();
+    pub const ESRCH: i32 = Errno::SRCH.raw_os_error();
+    pub const EAGAIN: i32 = Errno::AGAIN.raw_os_error();
+    pub const ENOMEM: i32 = Errno::NOMEM.raw_os_error();
+    pub const EACCES: i32 = Errno::ACCESS.raw_os_error();
+    pub const EBUSY: i32 = Errno::BUSY.raw_os_error();
 }
 
 /// How often a block found busy (`EAGAIN`) is tried.
@@ -135,16 +136,24 @@ pub fn mappers(probe: &Probe, objects: &[((u32, u32), u64)]) -> Vec<Mapper> {
     let Ok(list) = probe.processes() else {
         return Vec::new();
     };
-    let maps_of = probe.read_each(&list.pids, 0, |f| f.maps().ok());
+    let holders: Vec<u32> = probe
+        .read_each(&list.pids, 0, |f| f.maps().ok())
+        .into_iter()
+        .filter(|(_, maps)| {
+            maps.iter()
+                .flatten()
+                .any(|m| m.perms.shared && objects.contains(&((m.dev_major, m.dev_minor), m.inode)))
+        })
+        .map(|(pid, _)| pid)
+        .collect();
+    mappers_among(probe, &holders, objects)
+}
+
+/// [`mappers`] of `pids` only (those found before: a process that
+/// exited since is left out).
+fn mappers_among(probe: &Probe, pids: &[u32], objects: &[((u32, u32), u64)]) -> Vec<Mapper> {
     let mut out = Vec::new();
-    for (pid, maps) in maps_of {
-        let Some(maps) = maps else { continue };
-        let holds = maps
-            .iter()
-            .any(|m| m.perms.shared && objects.contains(&((m.dev_major, m.dev_minor), m.inode)));
-        if !holds {
-            continue;
-        }
+    for &pid in pids {
         let files = probe.pid(pid);
         let Ok(smaps) = files.smaps() else { continue };
         let status = files.status().ok();
@@ -169,6 +178,15 @@ pub fn mappers(probe: &Probe, objects: &[((u32, u32), u64)]) -> Vec<Mapper> {
     out
 }
 
+/// Blocks copied at once for `asked` (0: one per CPU this process may
+/// use): what the plan's memory check counts and the run starts.
+pub fn threads(asked: usize) -> usize {
+    match asked {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
+
 /// The objects of a plan's collapsible mappings.
 fn objects(plan: &CollapsePlan) -> Vec<((u32, u32), u64)> {
     let mut v: Vec<_> = plan.collapsible().map(|m| (m.dev, m.inode)).collect();
@@ -191,11 +209,7 @@ pub fn collapse(
         .flat_map(|m: &ShmemMapping| (0..m.blocks).map(move |i| m.first_block + i * BLOCK))
         .collect();
     let total = blocks.len() as u64 * BLOCK;
-    let threads = match opts.threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    }
-    .clamp(1, blocks.len().max(1));
+    let threads = threads(opts.threads).clamp(1, blocks.len().max(1));
     let next = AtomicUsize::new(0);
     let done = AtomicU64::new(0);
     let collapsed = AtomicU64::new(0);
@@ -270,7 +284,11 @@ pub fn collapse(
         } else {
             0.0
         },
+        after: mappers_among(
+            probe,
+            &before.iter().map(|m| m.pid).collect::<Vec<_>>(),
+            &objects,
+        ),
         before,
-        after: mappers(probe, &objects),
     })
 }

@@ -418,19 +418,18 @@ pub fn plan(probe: &Probe, pid: u32, selection: Selection, threads: usize) -> Co
         if !m.perms.shared || e.is_hugetlb() || m.end - m.start < BLOCK {
             continue;
         }
-        let chosen = match selection {
-            Selection::All => true,
-            Selection::Address(a) => (m.start..m.end).contains(&a),
-            Selection::Shmid(id) => m.inode == id,
-        };
-        if !chosen {
-            continue;
+        if let Selection::Address(a) = selection {
+            if !(m.start..m.end).contains(&a) {
+                continue;
+            }
         }
         let Some(kind) = shmem_kind(probe, pid, &sysv, &tmpfs, m) else {
             continue;
         };
-        if let (Selection::Shmid(_), false) = (selection, matches!(kind, ShmemKind::Sysv { .. })) {
-            continue;
+        if let Selection::Shmid(id) = selection {
+            if kind != (ShmemKind::Sysv { shmid: id }) {
+                continue;
+            }
         }
         plan.mappings.push(judge(e, &kind, per_size_never));
     }

@@ -64,18 +64,6 @@ pub(crate) fn gbps(bytes: u64, seconds: f64) -> f64 {
     }
 }
 
-/// Splits `pages` pages into `threads` contiguous runs: `(first, count)`.
-fn split(pages: usize, threads: usize) -> Vec<(usize, usize)> {
-    (0..threads)
-        .map(|t| {
-            let a = pages * t / threads;
-            let b = pages * (t + 1) / threads;
-            (a, b - a)
-        })
-        .filter(|&(_, n)| n > 0)
-        .collect()
-}
-
 /// Runs the calling thread on `cpus` until dropped, then where it ran
 /// before. Empty `cpus`, or a kernel that refuses, leaves it as it is.
 struct Pinned(Option<Vec<u32>>);
@@ -150,7 +138,7 @@ pub(crate) fn prefault_after(
     // that start and stop for nothing (2,048 threads for an 8 MiB region
     // took 0.35 s where one took 5 ms).
     let most = pages.min(len / MIN_THREAD_BYTES).max(1);
-    let runs = split(pages, threads.clamp(1, most));
+    let runs = hugeshm_sys::even_runs(pages, threads.clamp(1, most));
     let sub = (SUB_CHUNK_BYTES / page).max(1) * page;
     let total = len as u64;
     // Serializes progress so that calls see a growing count.
@@ -300,13 +288,6 @@ pub(crate) fn method_for_kernel() -> PrefaultMethod {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU64, AtomicUsize};
-
-    #[test]
-    fn split_covers_everything_once() {
-        assert_eq!(split(10, 3), vec![(0, 3), (3, 3), (6, 4)]);
-        assert_eq!(split(1, 4), vec![(0, 1)]);
-        assert_eq!(split(4, 2), vec![(0, 2), (2, 2)]);
-    }
 
     #[test]
     fn pinned_prefault_gives_the_caller_its_cpus_back() {

@@ -83,8 +83,9 @@ pub use fs::{
     OpenCheck, Owner,
 };
 pub use mm::{
-    affinity, collapse_block, pmd_shareable_bytes, populate_write_supported, set_affinity,
-    thread_mempolicy, MapOptions, Mapping, MemPolicy, PersistMethod, PidFd, Piece, PMD_SHARE_ALIGN,
+    affinity, collapse_block, even_runs, pmd_shareable_bytes, populate_write_supported,
+    set_affinity, thread_mempolicy, MapOptions, Mapping, MemPolicy, PersistMethod, PidFd, Piece,
+    PMD_SHARE_ALIGN,
 };
 pub use page::{base_page_size, HUGE_SHIFT};
 pub use perf::{PerfCounter, PerfEvent};

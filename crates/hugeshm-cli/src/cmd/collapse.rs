@@ -56,8 +56,8 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         (_, Some(addr)) => Selection::Address(addr),
         _ => Selection::All,
     };
-    let threads = a.threads.map_or(0, usize::from);
-    let p = plan(&probe, a.pid, selection, threads.max(1));
+    let threads = hugeshm_apply::collapse::threads(a.threads.map_or(0, usize::from));
+    let p = plan(&probe, a.pid, selection, threads);
     if let Some(r) = &p.refusal {
         if a.json {
             out.json_doc(&Doc {

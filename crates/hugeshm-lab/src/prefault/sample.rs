@@ -19,18 +19,6 @@ use hugeshm_region::{
 use hugeshm_sys::{self as sys, Mapping, SysError};
 use serde::{Deserialize, Serialize};
 
-/// Splits `pages` pages into `threads` contiguous runs: `(first, count)`.
-fn split(pages: usize, threads: usize) -> Vec<(usize, usize)> {
-    (0..threads)
-        .map(|t| {
-            let a = pages * t / threads;
-            let b = pages * (t + 1) / threads;
-            (a, b - a)
-        })
-        .filter(|&(_, n)| n > 0)
-        .collect()
-}
-
 /// The page size backing `addr..addr + len` of this process's memory as
 /// `/proc/self/smaps` shows it: the transparent huge page size when THP
 /// maps every byte (`AnonHugePages`; THP mappings show a 4 kB
@@ -235,7 +223,7 @@ pub(crate) fn bench_peer(
     };
     let page = map.page_size();
     if method != PeerMethod::MapPopulate {
-        let ranges: Vec<(usize, usize)> = split(map.len() / page, threads)
+        let ranges: Vec<(usize, usize)> = hugeshm_sys::even_runs(map.len() / page, threads)
             .into_iter()
             .map(|(first, count)| (first * page, count * page))
             .collect();
@@ -321,7 +309,7 @@ pub fn memset_baseline(size_bytes: u64, threads: usize) -> Result<MemsetBaseline
     } else {
         threads
     };
-    let runs = split(pages, threads.clamp(1, pages.max(1)));
+    let runs = hugeshm_sys::even_runs(pages, threads.clamp(1, pages.max(1)));
     let ranges: Vec<(usize, usize)> = runs
         .iter()
         .map(|&(first, count)| (first * page, count * page))
@@ -370,13 +358,6 @@ mod tests {
     use hugeshm_testkit::{skip_unless_root, HostState, PoolGuard};
 
     const MIB2: u64 = 2 << 20;
-
-    #[test]
-    fn split_covers_everything_once() {
-        assert_eq!(split(10, 3), vec![(0, 3), (3, 3), (6, 4)]);
-        assert_eq!(split(1, 4), vec![(0, 1)]);
-        assert_eq!(split(4, 2), vec![(0, 2), (2, 2)]);
-    }
 
     #[test]
     fn memset_baseline_measures() {

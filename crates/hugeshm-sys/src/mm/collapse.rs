@@ -13,9 +13,6 @@
 use crate::SysError;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-/// `MADV_COLLAPSE` (Linux 6.1, `include/uapi/asm-generic/mman-common.h`).
-const MADV_COLLAPSE: i32 = 25;
-
 /// A process, by a pidfd: a process that exits and whose pid is reused is
 /// never the one the calls reach.
 #[derive(Debug)]
@@ -77,7 +74,7 @@ pub fn collapse_block(target: &PidFd, addr: u64, len: u64) -> Result<(), SysErro
             target.fd.as_raw_fd(),
             &iov as *const libc::iovec,
             1usize,
-            MADV_COLLAPSE,
+            libc::MADV_COLLAPSE,
             0u32,
         )
     };

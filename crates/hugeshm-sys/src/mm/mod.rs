@@ -35,7 +35,7 @@ pub use map::MapOptions;
 pub use mapping::Mapping;
 pub use numa::{thread_mempolicy, MemPolicy};
 pub use persist::PersistMethod;
-pub use piece::Piece;
+pub use piece::{even_runs, Piece};
 pub(crate) use place::placed;
 pub use place::{pmd_shareable_bytes, PMD_SHARE_ALIGN};
 pub use populate::populate_write_supported;

@@ -5,6 +5,20 @@ use std::marker::PhantomData;
 use super::mapping::Mapping;
 use crate::SysError;
 
+/// Splits `pages` pages into `threads` contiguous runs, `(first, count)`,
+/// as even as can be (none empty): the ranges of parallel writers, each
+/// run's pages times the page size making a [`Mapping::pieces_mut`] range.
+pub fn even_runs(pages: usize, threads: usize) -> Vec<(usize, usize)> {
+    (0..threads)
+        .map(|t| {
+            let a = pages * t / threads;
+            let b = pages * (t + 1) / threads;
+            (a, b - a)
+        })
+        .filter(|&(_, n)| n > 0)
+        .collect()
+}
+
 impl Mapping {
     /// Disjoint mutable pieces `offset..offset + len` of the mapping, for
     /// threads that write their own piece each (e.g. a parallel memset).
@@ -155,5 +169,12 @@ mod tests {
                 "chunk {chunk}: after"
             );
         }
+    }
+
+    #[test]
+    fn even_runs_cover_everything_once() {
+        assert_eq!(super::even_runs(10, 3), vec![(0, 3), (3, 3), (6, 4)]);
+        assert_eq!(super::even_runs(1, 4), vec![(0, 1)]);
+        assert_eq!(super::even_runs(4, 2), vec![(0, 2), (2, 2)]);
     }
 }
