@@ -2133,6 +2133,24 @@ fn every_json_output_is_a_document_of_this_schema() {
     );
     lock.finish();
 
+    // collapse's refusal is a document too (exit 2, the reason on stderr):
+    // the fixture's postgres maps its segment on hugetlb pages, so there is
+    // no shmem to collapse. Its runs on live processes: tests/region.
+    let args = ["collapse", "--pid", "2001", "--dry-run", "--json"];
+    let refused = run(name, &args);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    let col: Value = serde_json::from_str(&refused.stdout)
+        .unwrap_or_else(|e| panic!("collapse --json is not JSON: {e}\n{}", refused.stdout));
+    assert_eq!(col["schema"].as_u64(), Some(SCHEMA), "{col:#}");
+    assert_eq!(col["plan"]["refusal"]["refusal"], "nothing", "{col:#}");
+    assert!(col["result"].is_null(), "{col:#}");
+    assert!(
+        refused.stderr.contains("no shared memory"),
+        "{}",
+        refused.stderr
+    );
+    covered.push("collapse".to_string());
+
     // Every command that offers --json is covered above.
     covered.sort();
     covered.dedup();
