@@ -17,8 +17,8 @@
    pass). An item no other crate uses is public API for the library's own
    users and passes.
 7. The CLI only parses arguments, calls a library and prints: hugeshm-cli's
-   src/ holds at most CLI_MAX_LINES lines (all but the `#[cfg(test)] mod
-   tests` blocks: a test-only module file counts), and none of
+   src/ holds at most CLI_MAX_LINES lines in all (its test modules
+   counted: what issue 33 measured), and none of
    its files reads a clock (`Instant`, `SystemTime`) or starts a process
    (`Command::new`) but those CLI_CLOCKS_AND_PROCESSES names, each for a
    reason: what is measured, and the workers that measure it, live in a
@@ -49,12 +49,10 @@ CLI_MAX_LINES = 8000
 # The CLI's files that may read a clock or start a process, and why.
 CLI_CLOCKS_AND_PROCESSES = {
     "progress.rs": "a progress line's rate and time left",
-    "cmd/exporter.rs": "the exporter's scrape duration and cache age",
     "cmd/exporter_http.rs": "the HTTP server's per-client time limits",
     "cmd/run.rs": "hugeshm run executes COMMAND",
     "cmd/share.rs": "attach says how long ago a region was made",
 }
-TESTS_MODULE = re.compile(r"#\[cfg\(test\)\]\s*mod tests\s*\{.*", re.S)
 CLOCK_OR_PROCESS = re.compile(r"\b(?:Instant|SystemTime)\b|(?<!clap::)\bCommand::new\(")
 
 
@@ -183,7 +181,7 @@ def thin_cli():
     for path in rust_files(src):
         rel = os.path.relpath(path, src).replace(os.sep, "/")
         text = read(path)
-        total += len(TESTS_MODULE.sub("", text).splitlines())
+        total += len(text.splitlines())
         code = non_test(text)
         if rel in CLI_CLOCKS_AND_PROCESSES:
             continue
@@ -196,7 +194,7 @@ def thin_cli():
                 )
     if total > CLI_MAX_LINES:
         problems.append(
-            f"{src}: {total} lines (test modules left out), more than {CLI_MAX_LINES}: the CLI parses, "
+            f"{src}: {total} lines (its test modules counted), more than {CLI_MAX_LINES}: the CLI parses, "
             f"calls and prints; move what it computes into the library it belongs to"
         )
     return problems

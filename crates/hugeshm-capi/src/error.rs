@@ -249,7 +249,9 @@ fn code_of(e: &RegionError, errno: c_int) -> c_int {
         | RegionError::Misplaced { .. }
         | RegionError::DaxSmallFaults { .. } => HUGESHM_ERROR_VERIFICATION,
         RegionError::AlreadyExists { .. } => HUGESHM_ERROR_EXISTS,
-        RegionError::NotFound { .. } => HUGESHM_ERROR_NOT_FOUND,
+        RegionError::NotFound { .. } | RegionError::NotFoundAnywhere { .. } => {
+            HUGESHM_ERROR_NOT_FOUND
+        }
         RegionError::InUse { .. } => HUGESHM_ERROR_IN_USE,
         RegionError::Unsupported(_) => HUGESHM_ERROR_UNSUPPORTED,
         RegionError::Orphaned { .. } => HUGESHM_ERROR_ORPHANED,

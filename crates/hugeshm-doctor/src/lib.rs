@@ -8,9 +8,9 @@
 //! ```no_run
 //! use hugeshm_probe::{Probe, Roots};
 //! let probe = Probe::new(Roots::from_env());
-//! // The regions made to be kept (hugeshm-region's `list_regions_on` can
-//! // tell them): none known here, so every unattached SysV segment is an orphan.
-//! let kept = hugeshm_doctor::segments::KeptRegions::default();
+//! // The regions made to be kept (their headers tell): a SysV segment of
+//! // one that nobody attaches is waiting for its server, not an orphan.
+//! let kept = hugeshm_doctor::segments::KeptRegions::find(&probe);
 //! let status = hugeshm_doctor::status::build(&probe, &kept);
 //! for f in &status.findings {
 //!     println!("{:?} {}: {}", f.severity, f.code, f.message);
@@ -37,6 +37,7 @@ pub mod dax;
 pub mod finding;
 pub mod numa;
 pub mod pmem;
+pub mod scrape;
 pub mod segments;
 pub mod status;
 pub mod tuning;

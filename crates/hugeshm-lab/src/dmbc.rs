@@ -453,3 +453,45 @@ pub fn measure(roots: &Roots, o: &Options, steps: &Steps) -> anyhow::Result<Repo
         field: FIELD,
     })
 }
+
+/// What a `hugeshm bench dax-child` does (the guest's power-off test).
+#[derive(Debug, Clone, Copy)]
+pub enum DaxChildOp<'a> {
+    /// Write the text, then persist it.
+    Write(&'a str),
+    /// Read this many bytes.
+    Read(usize),
+}
+
+/// The line a `hugeshm bench dax-child` prints: the dax region `name`
+/// attached over `probe`; at `offset` the text written and persisted
+/// ("wrote N bytes at OFFSET, persisted with HOW"), or the bytes read there
+/// (what the parent test wrote, compared byte for byte); the region closed.
+pub fn dax_child_line(
+    probe: Probe,
+    name: &str,
+    offset: usize,
+    op: DaxChildOp<'_>,
+) -> Result<String, hugeshm_region::RegionError> {
+    let mut region = hugeshm_region::Locator::new(name, Backend::Dax)
+        .probe(probe)
+        .attach()?;
+    let line = match op {
+        DaxChildOp::Write(text) => {
+            region.write_at(offset, text.as_bytes())?;
+            let how = region.persist(offset, text.len())?;
+            format!(
+                "wrote {} bytes at {offset}, persisted with {}",
+                text.len(),
+                how.as_str()
+            )
+        }
+        DaxChildOp::Read(len) => {
+            let mut buf = vec![0u8; len];
+            region.read_at(offset, &mut buf)?;
+            String::from_utf8_lossy(&buf).into_owned()
+        }
+    };
+    region.close()?;
+    Ok(line)
+}

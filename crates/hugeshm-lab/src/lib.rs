@@ -25,7 +25,7 @@
 //!   [`oltp::serve_attached`].
 //! - [`lab`]: [`lab::run`] over [`lab::all`]'s reproductions into a
 //!   [`lab::model::LabReport`]; [`lab::plot::svg`] and
-//!   [`lab::html::report`] render it.
+//!   [`lab::html::report`] render it ([`lab::html::write_out`] writes them).
 //! - [`Steps`] ([`steps`]): a long job's plan, told to the caller's hook.
 //! - [`guard`]: what a run takes ([`guard::Taken`]), registered with
 //!   [`guard::undo`] (its [`guard::Undo`] forgets the entry when dropped),

@@ -45,9 +45,9 @@ use crate::report::AttachReport;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Locator {
-    name: String,
-    backend: Backend,
-    directory: Option<PathBuf>,
+    pub(crate) name: String,
+    pub(crate) backend: Backend,
+    pub(crate) directory: Option<PathBuf>,
     expect_size: Option<u64>,
     expect_page_size: Option<u64>,
     pmd_sharing: bool,

@@ -44,11 +44,12 @@
 //!           Locator::new(name, backend)  .expect_size .expect_page_size .owner .mode .directory
 //!           .pmd_sharing .probe  .attach() .attach_with_report() -> AttachReport
 //!           .inspect() .attached_pids() .attach_per_node()
+//!           .attach_any(): the name in whichever backend of SEARCH_ORDER has it
 //! use       Region: read_at write_at fill; atomic_u32(s) atomic_u64(s) load_words store_words
 //!           prefetch; populate_read touch_all mlock; persist (PersistMethod); is_lost;
 //!           verify (Verification), verify_page_size (PageSizeCheck, PageSizeSource);
 //!           header (RegionHeader); len, page_size, data_ptr, ... (accessors); close, destroy
-//! remove    remove(name, backend), Locator::remove, Locator::remove_per_node
+//! remove    remove(name, backend), Locator::remove, Locator::remove_per_node, Locator::remove_any
 //! list      list_regions, list_regions_on(&Probe, owner: Option<u32>) -> [RegionInfo]
 //!           list_sysv_regions_on(&Probe): SysV only, no directory listed
 //!           (RegionState, HeaderState, Liveness, NamedObject)
@@ -246,6 +247,7 @@ mod pool;
 mod prefault;
 mod report;
 pub mod run;
+mod search;
 #[cfg(feature = "test-hooks")]
 pub mod testhook;
 #[cfg(not(feature = "test-hooks"))]
@@ -270,4 +272,5 @@ pub use naming::{sysv_key, validate_name, MAX_NAME_LEN};
 pub use per_node::{part_name, NodeRegion};
 pub use prefault::available_cpus;
 pub use report::{AllocationReport, AttachReport, Reclaimed};
+pub use search::SEARCH_ORDER;
 pub use verify::{PageSizeCheck, PageSizeSource, Verification};

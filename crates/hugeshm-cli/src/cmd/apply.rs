@@ -10,7 +10,7 @@ use hugeshm_apply::{
     persist, ApplyOptions, ApplyReport, ApplyStep, PersistAction, PersistError, PersistedFile,
     StepHook,
 };
-use hugeshm_doctor::advise::{InputText, Plan};
+use hugeshm_doctor::advise::Plan;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_probe::Roots;
 use std::path::PathBuf;
@@ -58,31 +58,6 @@ struct ApplyOutput<'a> {
     persisted: &'a [PersistedFile],
 }
 
-/// A plan written by `advise --json`: the document of this schema, or a bare
-/// plan (before the envelope). Every error is a usage error.
-fn read_plan(file: &InputText) -> Result<Plan, Usage> {
-    const WHAT: &str = "a plan from hugeshm advise --json";
-    let v = input_file::json(file, WHAT)?;
-    match v.get("schema") {
-        None => {}
-        Some(n) if n.as_u64() == Some(u64::from(JSON_SCHEMA)) => {}
-        Some(n) => {
-            return Err(Usage(format!(
-                "{} is not {WHAT}: it has JSON schema {}; this hugeshm reads schema {JSON_SCHEMA}",
-                file.path().display(),
-                file.said(n)
-            )))
-        }
-    }
-    serde_json::from_value(v).map_err(|e| {
-        Usage(format!(
-            "{} is not {WHAT}: {}",
-            file.path().display(),
-            file.said(e)
-        ))
-    })
-}
-
 /// What a step of apply does, in words.
 fn step_text(s: ApplyStep) -> String {
     match s {
@@ -120,7 +95,11 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
     let plan: Plan = match &args.plan {
         Some(f) => {
             plan_file = Some(input_file::read("--plan", f, "a plan")?);
-            read_plan(plan_file.as_ref().expect("just read"))?
+            plan_file
+                .as_ref()
+                .expect("just read")
+                .plan(JSON_SCHEMA)
+                .map_err(Usage)?
         }
         None => args.source.plan(&probe, &host)?,
     };

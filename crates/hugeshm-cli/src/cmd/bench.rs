@@ -159,34 +159,14 @@ fn dax_child(
     arg: &str,
     out: &mut Out,
 ) -> anyhow::Result<ExitCode> {
-    let mut region = hugeshm_region::Locator::new(name, hugeshm_region::Backend::Dax)
-        .probe(Probe::new(roots.clone()))
-        .attach()
+    use hugeshm_lab::dmbc::{dax_child_line, DaxChildOp};
+    let op = match op {
+        DaxOp::Write => DaxChildOp::Write(arg),
+        DaxOp::Read => DaxChildOp::Read(arg.parse()?),
+    };
+    let line = dax_child_line(Probe::new(roots.clone()), name, offset, op)
         .map_err(crate::cmd::region::region_error)?;
-    match op {
-        DaxOp::Write => {
-            region
-                .write_at(offset, arg.as_bytes())
-                .map_err(crate::cmd::region::region_error)?;
-            let how = region
-                .persist(offset, arg.len())
-                .map_err(crate::cmd::region::region_error)?;
-            out.exact(&format!(
-                "wrote {} bytes at {offset}, persisted with {}",
-                arg.len(),
-                how.as_str()
-            ))?;
-        }
-        DaxOp::Read => {
-            let mut buf = vec![0u8; arg.parse()?];
-            region
-                .read_at(offset, &mut buf)
-                .map_err(crate::cmd::region::region_error)?;
-            // What the parent test wrote, compared byte for byte.
-            out.exact(&String::from_utf8_lossy(&buf))?;
-        }
-    }
-    region.close().map_err(crate::cmd::region::region_error)?;
+    out.exact(&line)?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }

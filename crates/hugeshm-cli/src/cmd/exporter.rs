@@ -2,25 +2,19 @@
 //! metrics, over HTTP (`/metrics`), into node_exporter's textfile
 //! directory, or once on stdout.
 //!
-//! Each scrape reads the host afresh, once, in a worker thread (what
-//! `status` and `segments` read); a scrape that runs over `--timeout`
-//! answers with the scrape metrics only (`hugeshm_up 0`, the error counter
-//! raised) and the next scrape waits for that same reading rather than
-//! starting another one, so a hung /proc costs one thread, not one per scrape.
+//! Each scrape is a reading of hugeshm-doctor's `Scraper`; one that runs
+//! over `--timeout` answers with the scrape metrics only (`hugeshm_up 0`,
+//! the error counter raised).
 
 use super::exporter_http::{self, Limits, Request, Response};
 use crate::metrics::{self, ScrapeInfo, OPENMETRICS_TYPE, PROMETHEUS_TYPE};
 use crate::output::Out;
-use hugeshm_doctor::segments::SegmentsReport;
-use hugeshm_doctor::status::{self, StatusReport};
+use hugeshm_doctor::scrape::Scraper;
 use hugeshm_probe::Roots;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The file written in `--textfile DIR`.
 pub const TEXTFILE_NAME: &str = "hugeshm.prom";
@@ -53,72 +47,16 @@ pub struct Args {
     pub pid: Option<u32>,
 }
 
-type Reading = (StatusReport, SegmentsReport, f64);
-
-/// Reads the host in a worker thread, with a timeout.
-struct Scraper {
-    roots: Roots,
-    pid: Option<u32>,
-    timeout: Duration,
-    errors: AtomicU64,
-    /// A reading still running from a scrape that timed out.
-    pending: Mutex<Option<Receiver<Reading>>>,
-}
-
-impl Scraper {
-    fn start(&self) -> anyhow::Result<Receiver<Reading>> {
-        let (tx, rx) = mpsc::channel();
-        let roots = self.roots.clone();
-        let pid = self.pid;
-        std::thread::Builder::new()
-            .name("hugeshm-scrape".into())
-            .spawn(move || {
-                let t = Instant::now();
-                let probe = crate::cmd::doctor_probe(&roots);
-                let kept = crate::cmd::kept_regions(&probe);
-                let (s, g) = status::build_with_segments(&probe, pid, &kept);
-                let _ = tx.send((s, g, t.elapsed().as_secs_f64()));
-            })?;
-        Ok(rx)
-    }
-
-    /// One scrape: the registry and whether it read the host.
-    fn scrape(&self) -> (prometheus_client::registry::Registry, bool) {
-        let t = Instant::now();
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let rx = match pending.take() {
-            Some(rx) => Ok(rx),
-            None => self.start(),
-        };
-        let got = match rx {
-            Ok(rx) => match rx.recv_timeout(self.timeout) {
-                Ok(r) => Some(r),
-                Err(RecvTimeoutError::Timeout) => {
-                    *pending = Some(rx);
-                    None
-                }
-                // The reader panicked.
-                Err(RecvTimeoutError::Disconnected) => None,
-            },
-            // No thread could be started.
-            Err(_) => None,
-        };
-        match got {
-            Some((s, g, secs)) => {
-                let info = ScrapeInfo {
-                    duration_seconds: secs,
-                    errors_total: self.errors.load(Ordering::Relaxed),
-                };
-                (metrics::registry(&s, &g, info), true)
-            }
-            None => {
-                let info = ScrapeInfo {
-                    duration_seconds: t.elapsed().as_secs_f64(),
-                    errors_total: self.errors.fetch_add(1, Ordering::Relaxed) + 1,
-                };
-                (metrics::failed(info), false)
-            }
-        }
+/// One scrape as metrics: the registry and whether it read the host.
+fn scrape(scraper: &Scraper) -> (prometheus_client::registry::Registry, bool) {
+    let got = scraper.scrape();
+    let info = ScrapeInfo {
+        duration_seconds: got.seconds,
+        errors_total: got.errors_total,
+    };
+    match got.reading {
+        Some(r) => (metrics::registry(&r.status, &r.segments, info), true),
+        None => (metrics::failed(info), false),
     }
 }
 
@@ -149,15 +87,13 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
     // Past an hour a scrape timeout means nothing (Prometheus gives up
     // long before), and 1e300 seconds overflowed the timer and panicked.
     check_timeout(args.timeout)?;
-    let scraper = Scraper {
-        roots: roots.clone(),
-        pid: args.pid,
-        timeout: Duration::from_secs_f64(args.timeout),
-        errors: AtomicU64::new(0),
-        pending: Mutex::new(None),
-    };
+    let scraper = Scraper::new(
+        crate::cmd::doctor_probe(roots),
+        args.pid,
+        Duration::from_secs_f64(args.timeout),
+    );
     if let Some(dir) = &args.textfile {
-        let (reg, ok) = scraper.scrape();
+        let (reg, ok) = scrape(&scraper);
         let path = write_textfile(dir, &metrics::prometheus_text(&reg))?;
         if !ok {
             anyhow::bail!(
@@ -169,7 +105,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
         return Ok(ExitCode::SUCCESS);
     }
     if args.once {
-        let (reg, ok) = scraper.scrape();
+        let (reg, ok) = scrape(&scraper);
         let text = if args.openmetrics {
             metrics::openmetrics(&reg)
         } else {
@@ -261,7 +197,7 @@ fn answer(scraper: &Scraper, req: &Request) -> Response {
             ..Response::text(405, "method not allowed: use GET\n")
         };
     }
-    let (reg, _) = scraper.scrape();
+    let (reg, _) = scrape(scraper);
     let (content_type, body) = if metrics::wants_openmetrics(req.accept.as_deref()) {
         (OPENMETRICS_TYPE, metrics::openmetrics(&reg))
     } else {

@@ -40,14 +40,3 @@ pub(crate) fn read(flag: &str, path: &Path, what: &str) -> Result<InputText, Usa
     })?;
     Ok(InputText::new(f.path, f.text, f.withheld))
 }
-
-/// The file parsed as JSON; an error says the file `is not {what}`.
-pub(crate) fn json(file: &InputText, what: &str) -> Result<serde_json::Value, Usage> {
-    serde_json::from_str(file.text()).map_err(|e| {
-        Usage(format!(
-            "{} is not {what}: {}",
-            file.path().display(),
-            file.said(e)
-        ))
-    })
-}

@@ -35,34 +35,6 @@ pub(crate) fn doctor_probe(roots: &hugeshm_probe::Roots) -> hugeshm_probe::Probe
         .with_file_dax(std::sync::Arc::new(hugeshm_probe::SysFileDax))
 }
 
-/// The SysV regions made to be kept that nobody holds, as `hugeshm ls`
-/// finds them over `probe` ([`RegionInfo::is_kept_unattached`]): only this
-/// user's own and root's have their header read (another user's segment is
-/// listed `untrusted`, never kept), and only on the live host. What
-/// `segments`, `status` and the exporter report as `kept-unattached`
-/// rather than `orphan`; none where the regions cannot be listed. Root's
-/// segments this user may not read (`unreadable`: the exporter's dynamic
-/// user) go with them, for the info `unattached-unreadable` rather than
-/// `orphan`.
-///
-/// [`RegionInfo::is_kept_unattached`]: hugeshm_region::RegionInfo::is_kept_unattached
-pub(crate) fn kept_regions(probe: &hugeshm_probe::Probe) -> hugeshm_doctor::segments::KeptRegions {
-    let mut kept = hugeshm_doctor::segments::KeptRegions::default();
-    // SysV only: no listing of /dev/shm (what other users create there).
-    for r in hugeshm_region::list_sysv_regions_on(probe).unwrap_or_default() {
-        let hugeshm_region::NamedObject::Sysv { key, shmid, .. } = &r.object else {
-            continue;
-        };
-        if r.is_kept_unattached() {
-            let page = r.header.as_ref().map(|h| h.page_size_bytes);
-            kept.add_sysv(*shmid, *key, r.name.as_str(), page);
-        } else if r.state == hugeshm_region::RegionState::Unreadable {
-            kept.add_unreadable_sysv(*shmid, *key);
-        }
-    }
-    kept
-}
-
 /// Opens the output directory `dir` of `flag` (`--out`), made 0755 if
 /// missing, refused if it or a directory or symlink on its path belongs to
 /// another user or others can write it (`hugeshm_sys::DirHandle::open_output`):

@@ -1,7 +1,6 @@
 //! `hugeshm create` and `hugeshm rm`: regions from the command line.
 
 use crate::output::{Out, Table};
-use anyhow::bail;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_region::{
     AllocationReport, Backend, Locator, PageSize, Placement, Policy, Probe, Reclaim, RegionBuilder,
@@ -102,28 +101,16 @@ pub struct PlaceArgs {
 }
 
 impl PlaceArgs {
-    /// The backends to search: `backend`, else every one a name finds
-    /// (only the file backends with --dir).
-    pub fn backends(&self, backend: Option<Backend>) -> Vec<Backend> {
-        match backend {
-            Some(b) => vec![b],
-            None => SEARCH_ORDER
-                .into_iter()
-                .filter(|b| {
-                    self.dir.is_none()
-                        || matches!(b, Backend::Posix | Backend::Hugetlbfs | Backend::Dax)
-                })
-                .collect(),
-        }
-    }
-
-    /// What to add to a "not found": where else a region may be.
-    pub fn hint(&self) -> &'static str {
-        if self.dir.is_none() {
-            "; a region created with --dir in a subdirectory of a mount is found with the same \
-             --dir"
-        } else {
-            ""
+    /// A region error of a command that looks a name up: not found in
+    /// any backend says where else a region may be (a subdirectory of a
+    /// mount is found with the same --dir).
+    pub fn error(&self, e: RegionError) -> anyhow::Error {
+        match e {
+            RegionError::NotFoundAnywhere { .. } if self.dir.is_none() => anyhow::anyhow!(
+                "{e}; a region created with --dir in a subdirectory of a mount is found with the \
+                 same --dir"
+            ),
+            e => region_error(e),
         }
     }
 
@@ -170,28 +157,6 @@ pub(crate) fn parse_owner(s: &str) -> Result<u32, String> {
     hugeshm_probe::Users::system()
         .uid_of(s)
         .ok_or_else(|| format!("{s:?} is neither a uid nor a user of this host (getent passwd)"))
-}
-
-/// The backends a name is looked for in when none is given, in order:
-/// posix before hugetlbfs (a hugetlbfs region's `try` fall-back lives in
-/// /dev/shm too, and says so in its header).
-pub(crate) const SEARCH_ORDER: [Backend; 5] = [
-    Backend::Sysv,
-    Backend::Posix,
-    Backend::Hugetlbfs,
-    Backend::Memfd,
-    Backend::Dax,
-];
-
-/// "looked for A, B" with each place once.
-pub(crate) fn looked_text(looked: &[String]) -> String {
-    let mut seen = Vec::new();
-    for part in looked.iter().flat_map(|l| l.split(", ")) {
-        if !part.is_empty() && !seen.contains(&part) {
-            seen.push(part);
-        }
-    }
-    seen.join(", ")
 }
 
 /// A region name on the command line: one that [`validate_name`] accepts,
@@ -292,19 +257,16 @@ pub fn create(roots: &Roots, a: &CreateArgs, out: &mut Out) -> anyhow::Result<Ex
         vec![region]
     };
     if a.hold {
-        let hold = Hold::catch()?;
-        crate::terminal::eprintln(format_args!(
-            "holding region {} (pid {}); SIGINT (Ctrl-C), SIGTERM or SIGHUP releases it{}",
-            a.name,
-            std::process::id(),
-            if a.backend.is_named() {
-                " (the named object stays: hugeshm rm removes it)"
-            } else {
-                ""
-            }
-        ));
-        let sig = hold.wait();
-        crate::terminal::eprintln(format_args!("{sig}: releasing region {}", a.name));
+        let kept = if a.backend.is_named() {
+            " (the named object stays: hugeshm rm removes it)"
+        } else {
+            ""
+        };
+        hold(
+            format_args!("holding region {}", a.name),
+            &format!("releases it{kept}"),
+            format_args!("releasing region {}", a.name),
+        )?;
     }
     // Unmaps; a memfd region's last holder removes its record.
     for region in regions {
@@ -378,31 +340,30 @@ fn print_per_node(doc: &PerNodeDoc<'_>, out: &mut Out) -> anyhow::Result<()> {
     t.render(out, "  ")
 }
 
-/// SIGINT, SIGTERM and SIGHUP caught from now on (also when the shell
-/// started this process with SIGINT ignored, as it does for background
-/// jobs). The handler only records the signal; the holder releases what it
-/// holds on the normal path after [`Hold::wait`].
-pub(crate) struct Hold(signal_hook::iterator::Signals);
-
-impl Hold {
-    /// Catches the signals. Call before saying that the region is held, so
-    /// that a signal sent right after cannot kill the process outright.
-    pub(crate) fn catch() -> anyhow::Result<Hold> {
-        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-        Ok(Hold(signal_hook::iterator::Signals::new([
-            SIGINT, SIGTERM, SIGHUP,
-        ])?))
-    }
-
-    /// Blocks until one of the signals arrives, and names it.
-    pub(crate) fn wait(mut self) -> &'static str {
-        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-        match self.0.forever().next().unwrap_or(SIGTERM) {
-            SIGINT => "SIGINT",
-            SIGHUP => "SIGHUP",
-            _ => "SIGTERM",
-        }
-    }
+/// Holds what the process has until SIGINT, SIGTERM or SIGHUP: catches
+/// them (also when the shell started this process with SIGINT ignored, as
+/// it does for background jobs) before it says `holding` and what releases
+/// it, so that a signal sent right after cannot kill the process outright;
+/// then says which signal came and `after`. The caller releases what it
+/// holds on the normal path.
+pub(crate) fn hold(
+    holding: std::fmt::Arguments,
+    releases: &str,
+    after: std::fmt::Arguments,
+) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    let pid = std::process::id();
+    crate::terminal::eprintln(format_args!(
+        "{holding} (pid {pid}); SIGINT (Ctrl-C), SIGTERM or SIGHUP {releases}"
+    ));
+    let sig = match signals.forever().next().unwrap_or(SIGTERM) {
+        SIGINT => "SIGINT",
+        SIGHUP => "SIGHUP",
+        _ => "SIGTERM",
+    };
+    crate::terminal::eprintln(format_args!("{sig}: {after}"));
+    Ok(())
 }
 
 /// Prints an allocation report.
@@ -506,40 +467,22 @@ pub fn print_report(r: &AllocationReport, out: &mut Out) -> anyhow::Result<()> {
 
 /// Runs `rm`.
 pub fn rm(roots: &Roots, a: &RmArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
-    let backends = a.place.backends(a.backend);
-    let mut removed = Vec::new();
-    let mut looked = Vec::new();
-    for b in backends {
-        let l = a.trust.locator(
-            a.place
-                .locator(Locator::new(&a.name, b).probe(Probe::new(roots.clone()))),
-        );
-        let result = if a.per_node {
-            l.remove_per_node()
-        } else {
-            l.remove()
-        };
-        match result {
-            Ok(objs) => {
-                for obj in objs {
-                    removed.push(
-                        serde_json::json!({"backend": b.as_str(), "object": obj.to_string()}),
-                    );
-                }
-            }
-            // Looking in every backend: absent from this one is not an error.
-            Err(RegionError::NotFound { looked: l, .. }) if a.backend.is_none() => looked.push(l),
-            Err(e) => return Err(region_error(e)),
-        }
-    }
-    if removed.is_empty() {
-        bail!(
-            "no region named {:?} (looked for {}){}",
-            a.name,
-            looked_text(&looked),
-            a.place.hint()
-        );
-    } else if a.json {
+    let l = a.trust.locator(a.place.locator(
+        Locator::new(&a.name, a.backend.unwrap_or(Backend::Sysv)).probe(Probe::new(roots.clone())),
+    ));
+    let found = match (a.backend, a.per_node) {
+        (None, per_node) => l.remove_any(per_node),
+        (Some(b), true) => l
+            .remove_per_node()
+            .map(|o| o.into_iter().map(|o| (b, o)).collect()),
+        (Some(b), false) => l.remove().map(|o| o.into_iter().map(|o| (b, o)).collect()),
+    };
+    let removed: Vec<serde_json::Value> = found
+        .map_err(|e| a.place.error(e))?
+        .into_iter()
+        .map(|(b, obj)| serde_json::json!({"backend": b.as_str(), "object": obj.to_string()}))
+        .collect();
+    if a.json {
         out.json_doc(&crate::output::Keyed("removed", &removed))?;
     } else {
         for r in &removed {

@@ -43,7 +43,7 @@ struct Doc<'a> {
 /// Runs the command.
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let probe = crate::cmd::doctor_probe(roots);
-    let mut report = segments::build(&probe, &crate::cmd::kept_regions(&probe));
+    let mut report = segments::build(&probe, &hugeshm_doctor::segments::KeptRegions::find(&probe));
     if !args.all {
         report.segments.retain(|s| {
             !(s.kind == SegmentKind::Posix && s.attached_pids.is_empty() && s.size_bytes < 2 << 20)

@@ -1,12 +1,10 @@
 //! `hugeshm attach` and `hugeshm ls`: regions shared between processes.
 
-use crate::cmd::region::{looked_text, region_error, Hold, PlaceArgs, TrustArgs};
+use crate::cmd::region::{hold, region_error, PlaceArgs, TrustArgs};
 use crate::output::{Out, Table};
-use anyhow::bail;
 use hugeshm_parse::size::{format_bytes, page_size_short};
 use hugeshm_region::{
-    list_regions_on, AttachReport, Backend, Liveness, Locator, Probe, RegionError, RegionInfo,
-    Renderer, Roots,
+    list_regions_on, AttachReport, Backend, Liveness, Locator, Probe, RegionInfo, Renderer, Roots,
 };
 use std::process::ExitCode;
 use std::time::{Duration, UNIX_EPOCH};
@@ -63,41 +61,14 @@ pub fn attach(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Result<Ex
     if a.per_node {
         return attach_per_node(roots, a, out);
     }
-    let backends = a.place.backends(a.backend);
-    let mut found = None;
-    let mut looked = Vec::new();
-    for b in backends {
-        match a
-            .trust
-            .locator(
-                a.place
-                    .locator(Locator::new(&a.name, b).probe(Probe::new(roots.clone()))),
-            )
-            .attach_with_report()
-        {
-            Ok(x) => {
-                found = Some(x);
-                break;
-            }
-            Err(RegionError::NotFound { looked: l, .. }) if a.backend.is_none() => looked.push(l),
-            // Another backend's region at the same path (a hugetlbfs
-            // region's fall-back in /dev/shm): look on.
-            Err(RegionError::HeaderMismatch { field, object, .. })
-                if a.backend.is_none() && field == "backend" =>
-            {
-                looked.push(object)
-            }
-            Err(e) => return Err(region_error(e)),
-        }
-    }
-    let Some((region, report)) = found else {
-        bail!(
-            "no region named {:?} (looked for {}){}",
-            a.name,
-            looked_text(&looked),
-            a.place.hint()
-        );
+    let l = a.trust.locator(a.place.locator(
+        Locator::new(&a.name, a.backend.unwrap_or(Backend::Sysv)).probe(Probe::new(roots.clone())),
+    ));
+    let found = match a.backend {
+        Some(_) => l.attach_with_report(),
+        None => l.attach_any(),
     };
+    let (region, report) = found.map_err(|e| a.place.error(e))?;
     if a.json {
         out.json_doc(&report)?;
     } else {
@@ -105,14 +76,11 @@ pub fn attach(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Result<Ex
         out.flush()?;
     }
     if a.hold {
-        let hold = Hold::catch()?;
-        crate::terminal::eprintln(format_args!(
-            "holding region {} (pid {}); SIGINT (Ctrl-C), SIGTERM or SIGHUP detaches",
-            a.name,
-            std::process::id()
-        ));
-        let sig = hold.wait();
-        crate::terminal::eprintln(format_args!("{sig}: detaching from region {}", a.name));
+        hold(
+            format_args!("holding region {}", a.name),
+            "detaches",
+            format_args!("detaching from region {}", a.name),
+        )?;
     }
     region.close().map_err(region_error)?;
     Ok(ExitCode::SUCCESS)
@@ -168,15 +136,11 @@ fn attach_per_node(roots: &Roots, a: &AttachArgs, out: &mut Out) -> anyhow::Resu
         out.flush()?;
     }
     if a.hold {
-        let hold = Hold::catch()?;
-        crate::terminal::eprintln(format_args!(
-            "holding the {} parts of {} (pid {}); SIGINT (Ctrl-C), SIGTERM or SIGHUP detaches",
-            doc.len(),
-            a.name,
-            std::process::id()
-        ));
-        let sig = hold.wait();
-        crate::terminal::eprintln(format_args!("{sig}: detaching from {}", a.name));
+        hold(
+            format_args!("holding the {} parts of {}", doc.len(), a.name),
+            "detaches",
+            format_args!("detaching from {}", a.name),
+        )?;
     }
     for p in parts {
         p.region.close().map_err(region_error)?;

@@ -33,7 +33,11 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
             );
         }
     }
-    let report = status::build_for(&probe, args.pid, &crate::cmd::kept_regions(&probe));
+    let report = status::build_for(
+        &probe,
+        args.pid,
+        &hugeshm_doctor::segments::KeptRegions::find(&probe),
+    );
     if args.json {
         out.json_doc(&report)?;
     } else {

@@ -62,6 +62,26 @@ impl InputText {
         })
     }
 
+    /// The text as a plan that `advise --json` wrote: the document of JSON
+    /// schema `schema` (`"schema"` beside the plan's fields), or a bare plan
+    /// (before the envelope); an error says the file is not one, and a
+    /// later schema that this hugeshm reads only `schema`.
+    pub fn plan(&self, schema: u32) -> Result<super::Plan, String> {
+        let head = format!(
+            "{} is not a plan from hugeshm advise --json",
+            self.path.display()
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&self.text).map_err(|e| format!("{head}: {}", self.said(e)))?;
+        match v.get("schema") {
+            Some(n) if n.as_u64() != Some(u64::from(schema)) => Err(format!(
+                "{head}: it has JSON schema {}; this hugeshm reads schema {schema}",
+                self.said(n)
+            )),
+            _ => serde_json::from_value(v).map_err(|e| format!("{head}: {}", self.said(e))),
+        }
+    }
+
     /// A string of the file (a name it gives) in an error: `"name"`, or
     /// `"…"` when its text is not shown.
     pub fn quoted(&self, s: &str) -> String {

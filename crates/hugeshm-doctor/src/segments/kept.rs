@@ -1,8 +1,8 @@
 //! The hugeshm regions made to be kept that nobody attaches now: a SysV
 //! segment left by `hugeshm create` (without `--hold`) is waiting for its
 //! server, not abandoned. Only a reader of region headers can tell
-//! (hugeshm-region, above this crate), so the caller finds them and hands
-//! them to the scan as [`KeptRegions`]; [`kept_unattached`] is their
+//! (hugeshm-region's listing, [`KeptRegions::find`]); the scan takes them
+//! as [`KeptRegions`]; [`kept_unattached`] is their
 //! finding, in place of the `orphan` warning. Root's segments that the
 //! caller (another user: the exporter's dynamic user) may not read are
 //! handed over too: [`unattached_unreadable`] is theirs, an info, not the
@@ -30,11 +30,36 @@ pub struct KeptRegions {
 }
 
 impl KeptRegions {
+    /// The SysV regions made to be kept that nobody holds, as `hugeshm ls`
+    /// finds them over `probe` (`RegionInfo::is_kept_unattached`): only
+    /// the caller's own and root's have their header read (another user's
+    /// segment is listed `untrusted`, never kept), and only on the live
+    /// host. Root's segments the caller may not read (`unreadable`: the
+    /// exporter's dynamic user) go with them. None where the regions cannot
+    /// be listed. SysV only: no listing of /dev/shm (what other users
+    /// create there).
+    pub fn find(probe: &hugeshm_probe::Probe) -> KeptRegions {
+        use hugeshm_region::{NamedObject, RegionState};
+        let mut kept = KeptRegions::default();
+        for r in hugeshm_region::list_sysv_regions_on(probe).unwrap_or_default() {
+            let NamedObject::Sysv { key, shmid, .. } = &r.object else {
+                continue;
+            };
+            if r.is_kept_unattached() {
+                let page = r.header.as_ref().map(|h| h.page_size_bytes);
+                kept.add_sysv(*shmid, *key, r.name.as_str(), page);
+            } else if r.state == RegionState::Unreadable {
+                kept.add_unreadable_sysv(*shmid, *key);
+            }
+        }
+        kept
+    }
+
     /// Adds SysV segment `shmid`, of key `key`, which holds the kept region
     /// `name`, made on pages of `page_size_bytes` (its header's, verified
     /// when it was made; `None` unknown). A negative shmid (none the kernel
     /// gives) is ignored.
-    pub fn add_sysv(
+    pub(crate) fn add_sysv(
         &mut self,
         shmid: i32,
         key: i32,
@@ -51,7 +76,7 @@ impl KeptRegions {
     /// and `shmat` refused): with no process attached it is the info
     /// `unattached-unreadable`, not the warning `orphan`. A negative shmid
     /// is ignored.
-    pub fn add_unreadable_sysv(&mut self, shmid: i32, key: i32) {
+    pub(crate) fn add_unreadable_sysv(&mut self, shmid: i32, key: i32) {
         if let Ok(id) = u64::try_from(shmid) {
             self.unreadable.insert(id, key);
         }

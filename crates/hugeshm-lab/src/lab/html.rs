@@ -149,6 +149,25 @@ pub fn report(lab: &LabReport, svgs: &[(String, String)]) -> String {
     h
 }
 
+/// Writes `--out`'s files into `dir`, each atomically, mode 0644: one SVG
+/// per plot (`ID.svg`), `lab.json` (the caller's `json`, the report as
+/// `--json` prints it) and `report.html` with the plots inlined.
+pub fn write_out(dir: &hugeshm_sys::DirHandle, lab: &LabReport, json: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let write = |name: &str, text: &str| {
+        dir.write_atomic(name, text.as_bytes(), 0o644)
+            .with_context(|| format!("writing {}", dir.path().join(name).display()))
+    };
+    let mut svgs = Vec::new();
+    for p in lab.reproductions.iter().flat_map(|r| &r.plots) {
+        let svg = super::plot::svg(p)?;
+        write(&format!("{}.svg", p.id), &svg)?;
+        svgs.push((p.id.clone(), svg));
+    }
+    write("lab.json", json)?;
+    write("report.html", &report(lab, &svgs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

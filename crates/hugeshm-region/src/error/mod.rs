@@ -447,6 +447,16 @@ pub enum RegionError {
         /// What the region has.
         found: String,
     },
+    /// No backend searched has an object of that name
+    /// ([`Locator::attach_any`](crate::Locator::attach_any),
+    /// [`Locator::remove_any`](crate::Locator::remove_any)).
+    #[error("no region named {name:?} (looked for {looked})")]
+    NotFoundAnywhere {
+        /// The name.
+        name: String,
+        /// Every place looked for, each once.
+        looked: String,
+    },
     /// No object of that name.
     #[error("{backend} region {name:?} not found (looked for {looked})")]
     NotFound {

@@ -6,10 +6,9 @@
 //! options and the printers (table, `--json`, `--out`: JSON, SVG plots
 //! and one HTML report), the same for all of them.
 
-use hugeshm_lab::lab::{all, html, model, plot, reports, Options};
+use hugeshm_lab::lab::{all, html, model, reports, Options};
 
 use crate::output::{Out, Table};
-use anyhow::Context;
 use hugeshm_probe::{Probe, Roots};
 use model::{figure_text, ratio_text, Ceiling, Lab, LabReport};
 use std::path::{Path, PathBuf};
@@ -89,7 +88,8 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let report = hugeshm_lab::lab::run(&Probe::new(roots.clone()), &chosen, &options, &steps)?;
     steps.finish();
     if let Some(dir) = &out_dir {
-        write_out(dir, &report)?;
+        let json = serde_json::to_string_pretty(&crate::output::Envelope::new(&report))?;
+        html::write_out(dir, &report, &json)?;
     }
     if a.json {
         out.json_doc(&report)?;
@@ -101,25 +101,6 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-/// lab.json, one SVG per plot, report.html.
-fn write_out(dir: &hugeshm_sys::DirHandle, report: &LabReport) -> anyhow::Result<()> {
-    let write = |name: &str, text: &str| {
-        dir.write_atomic(name, text.as_bytes(), 0o644)
-            .with_context(|| format!("writing {}", dir.path().join(name).display()))
-    };
-    let mut svgs = Vec::new();
-    for p in report.reproductions.iter().flat_map(|r| &r.plots) {
-        let svg = plot::svg(p)?;
-        write(&format!("{}.svg", p.id), &svg)?;
-        svgs.push((p.id.clone(), svg));
-    }
-    write(
-        "lab.json",
-        &serde_json::to_string_pretty(&crate::output::Envelope::new(report))?,
-    )?;
-    write("report.html", &html::report(report, &svgs))
 }
 
 fn print(report: &LabReport, dir: Option<&Path>, out: &mut Out) -> anyhow::Result<()> {
