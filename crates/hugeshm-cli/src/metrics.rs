@@ -218,7 +218,11 @@ pub fn registry(status: &StatusReport, segs: &SegmentsReport, info: ScrapeInfo) 
     let mut fallback = 0u64;
     let mut sums: BTreeMap<Labels, (u64, u64, u64)> = BTreeMap::new();
     let mut node_sums: BTreeMap<Labels, u64> = BTreeMap::new();
+    let thp = Bytes::default();
     for s in &segs.segments {
+        let kind = vec![("kind".to_string(), s.kind.to_string())];
+        thp.get_or_create(&kind)
+            .inc_by(gauge_value(s.thp_bytes.unwrap_or(0)));
         let l = sized(s.page_size_bytes, &[("kind", s.kind.to_string())]);
         for (n, b) in &s.nodes {
             let mut nl = l.clone();
@@ -255,6 +259,11 @@ pub fn registry(status: &StatusReport, segs: &SegmentsReport, info: ScrapeInfo) 
         "hugeshm_segment_resident_bytes",
         "Resident bytes of the segments by kind and page size",
         resident,
+    );
+    reg.register(
+        "hugeshm_segment_thp_bytes",
+        "Bytes of the segments mapped as 2 MiB transparent huge pages (ShmemPmdMapped: collapsed in place, or THP shmem) by kind",
+        thp,
     );
     reg.register(
         "hugeshm_segment_node_bytes",

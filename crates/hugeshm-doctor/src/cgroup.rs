@@ -363,6 +363,7 @@ mod tests {
             page_size_source: String::new(),
             resident_bytes: None,
             thp_bytes: None,
+            collapse_aligned: None,
             owner_uid: None,
             mode: None,
             creator_pid: pids.first().copied(),

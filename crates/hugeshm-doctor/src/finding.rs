@@ -58,6 +58,7 @@ pub const CODES: &[(&str, &[Severity])] = {
         ("silent-fallback", &[Warning]),
         ("shm-file-4k", &[Info]),
         ("page-tables", &[Info]),
+        ("thp-shmem", &[Info]),
         ("reserved-untouched", &[Info]),
         ("orphan", &[Warning]),
         ("kept-unattached", &[Info]),

@@ -73,6 +73,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
 
 fn page_cell(s: &Segment, out: &Out) -> String {
     match s.page_size_bytes {
+        _ if s.on_thp() => out.good("2M thp", true),
         Some(4096) if s.size_bytes >= 2 << 20 && s.kind != SegmentKind::Posix => {
             out.good("4k", false)
         }

@@ -81,6 +81,33 @@ fn collapse_json(pid: u32, extra: &[&str]) -> Value {
     ))
 }
 
+/// The doctor's view of the SysV segments of `holder` (`segments --json`):
+/// (its `collapse_aligned`, `thp_bytes`, finding codes, fixes).
+fn doctor_sees(holder: &TestProc) -> Vec<(Value, Value, Vec<String>, String)> {
+    let v = json(hugeshm(&["segments", "--json"]));
+    let segs = v["segments"].as_array().unwrap();
+    let mut seen = Vec::new();
+    for id in holder.objects().iter().filter_map(|o| o.shmid) {
+        let s = segs
+            .iter()
+            .find(|s| s["kind"] == "sysv" && s["id"].as_i64() == Some(i64::from(id)))
+            .unwrap_or_else(|| panic!("segment {id} not in {v:#}"));
+        let f = s["findings"].as_array().unwrap();
+        let codes = f.iter().map(|f| f["code"].as_str().unwrap().to_owned());
+        let fixes = f
+            .iter()
+            .filter_map(|f| f["fix"].as_str())
+            .collect::<Vec<_>>();
+        seen.push((
+            s["collapse_aligned"].clone(),
+            s["thp_bytes"].clone(),
+            codes.collect(),
+            fixes.join("\n"),
+        ));
+    }
+    seen
+}
+
 #[test]
 fn shared_memory_of_every_kind_moves_onto_2m_pages_for_every_process() {
     let Some(live) = live!() else { return };
@@ -120,6 +147,15 @@ fn shared_memory_of_every_kind_moves_onto_2m_pages_for_every_process() {
         assert_eq!(planned, total, "{dry:#}");
         assert_eq!(mapped(holder.pid(), holder.objects()[0].addr).0, 0);
 
+        // The doctor names the collapse of the holder as the fix that
+        // needs no restart.
+        let collapse = format!("hugeshm collapse --pid {}", holder.pid());
+        for (aligned, thp, codes, fixes) in doctor_sees(&holder) {
+            assert_eq!((aligned, thp), (Value::Bool(true), Value::from(0)));
+            assert!(codes.contains(&"page-tables".to_owned()), "{codes:?}");
+            assert!(fixes.contains(&collapse), "{fixes}");
+        }
+
         let v = collapse_json(holder.pid(), &[]);
         let r = &v["result"];
         assert_eq!(r["collapsed"].as_u64(), Some(total / (2 * M)), "{v:#}");
@@ -138,6 +174,11 @@ fn shared_memory_of_every_kind_moves_onto_2m_pages_for_every_process() {
             assert_eq!(*pmd, o.size, "pid {pid} {}: {after:?}", o.kind);
             let before = ptes_before[i / holder.objects().len()];
             assert!(*pte < before, "pid {pid}: VmPTE {pte} not below {before}");
+        }
+        // The doctor sees it on 2 MiB THP: no fall-back any more.
+        for (_, thp, codes, fixes) in doctor_sees(&holder) {
+            assert_eq!(thp.as_u64(), Some(64 * M));
+            assert_eq!(codes, ["thp-shmem"], "{fixes}");
         }
         // A second run finds nothing to do.
         let again = collapse_json(holder.pid(), &[]);

@@ -1,6 +1,7 @@
 //! What is wrong with each segment ([`segment_findings`], phase 4 of the
 //! scan), and with the scan as a whole ([`scan_findings`], phase 6).
 
+use super::in_place;
 use super::kept::{self, KeptRegions};
 use super::{ProcessProblem, Segment, SegmentKind};
 use crate::dax;
@@ -98,8 +99,15 @@ pub(super) fn segment_findings(
     let huge = default_huge.unwrap_or(2 * MIB);
     let size = format_bytes(seg.size_bytes);
 
+    // Collapsed in place: on 2 MiB THP, not hugetlb.
+    let on_thp = in_place::on_thp(seg);
+    if on_thp {
+        out.push(in_place::thp_shmem(seg, &label));
+    }
+    let how = in_place::in_place(seg, host);
+
     // Silent fallback.
-    if seg.page_size_bytes == Some(BASE_PAGE) && seg.size_bytes >= huge {
+    if seg.page_size_bytes == Some(BASE_PAGE) && seg.size_bytes >= huge && !on_thp {
         let pages = seg.size_bytes.div_ceil(huge);
         let avail = host.pool(huge).map(|p| p.available()).unwrap_or(0);
         if !host.hugetlb_supported() {
@@ -120,29 +128,39 @@ pub(super) fn segment_findings(
                     String::new(),
                 )
             };
+            let now = in_place::collapse_fix(how)
+                .map(|c| format!("; or {c}"))
+                .unwrap_or_default();
             out.push(Finding::new(
                 Severity::Warning,
                 "silent-fallback",
                 format!(
-                    "{label} ({size}) sits on 4 KiB pages: on {} pages it would take {pages} pages{short}",
-                    format_bytes(huge)
+                    "{label} ({size}) sits on 4 KiB pages: on {} pages it would take {pages} pages{short}{}",
+                    format_bytes(huge),
+                    in_place::note(seg, how)
                 ),
                 Some(format!(
-                    "{fix}restart its owner with huge pages required (PostgreSQL huge_pages=on, Oracle use_large_pages=ONLY)"
+                    "{fix}restart its owner with huge pages required (PostgreSQL huge_pages=on, Oracle use_large_pages=ONLY){now}"
                 )),
             ));
         } else if seg.kind == SegmentKind::Posix && seg.thp_bytes.unwrap_or(0) == 0 {
             out.push(Finding::new(
                 Severity::Info,
                 "shm-file-4k",
-                format!("{label} ({size}) is a tmpfs file on 4 KiB pages"),
-                Some("put it on hugetlbfs (mount -t hugetlbfs) or use memfd_create(MFD_HUGETLB) to get huge pages".to_string()),
+                format!("{label} ({size}) is a tmpfs file on 4 KiB pages{}", in_place::note(seg, how)),
+                Some(format!(
+                    "put it on hugetlbfs (mount -t hugetlbfs) or use memfd_create(MFD_HUGETLB) to get huge pages{}",
+                    in_place::collapse_fix(how).map(|c| format!("; or {c}")).unwrap_or_default()
+                )),
             ));
         }
     }
 
     // Page tables of processes mapping a big 4 KiB segment.
-    if seg.page_size_bytes == Some(BASE_PAGE) && seg.size_bytes >= huge && !seg.attached.is_empty()
+    if seg.page_size_bytes == Some(BASE_PAGE)
+        && seg.size_bytes >= huge
+        && !seg.attached.is_empty()
+        && !on_thp
     {
         let pte: u64 = seg.attached.iter().filter_map(|a| a.vm_pte_bytes).sum();
         let per_proc = seg.resident_bytes.unwrap_or(seg.size_bytes) / 512;
@@ -161,7 +179,7 @@ pub(super) fn segment_findings(
                 format_bytes(huge),
                 format_bytes(save)
             ),
-            None,
+            in_place::collapse_fix(how),
         ));
     }
 
@@ -383,6 +401,7 @@ mod tests {
             page_size_source: "smaps of pid 9".into(),
             resident_bytes: Some(64 * MIB),
             thp_bytes: Some(0),
+            collapse_aligned: None,
             owner_uid: Some(0),
             mode: Some(0o600),
             creator_pid: None,
@@ -520,6 +539,84 @@ mod tests {
             "{:?}",
             f[0].fix
         );
+    }
+
+    #[test]
+    fn a_segment_that_can_be_collapsed_says_so_and_one_collapsed_is_thp() {
+        let mut h = HostSnapshot::default();
+        h.hugetlb_sysfs = true;
+        h.pools = vec![hugeshm_parse::hugepages::PoolCounters::new(
+            2 * MIB,
+            0,
+            0,
+            Some(0),
+            0,
+            Some(0),
+        )];
+        h.sysctl.osrelease = Some("6.18.0-1-amd64".into());
+        let mut seg = file("sysv 12", SegmentKind::Sysv, &[("0", 64 * MIB)]);
+        seg.path = None;
+        seg.creator_pid = Some(2);
+        seg.attached = serde_json::from_value(serde_json::json!([
+            {"pid": 1, "name": "db", "uid": 0, "vm_pte_bytes": 200 << 10},
+            {"pid": 2, "name": "db", "uid": 0, "vm_pte_bytes": 40 << 10}
+        ]))
+        .unwrap();
+        let find = |seg: &Segment, h: &HostSnapshot| {
+            segment_findings(seg, h, Some(2 * MIB), 1, &KeptRegions::default())
+        };
+        let collapse = "hugeshm collapse --pid 2   # now, no restart";
+        // Aligned: both findings name the collapse of the creator.
+        seg.collapse_aligned = Some(true);
+        let f = find(&seg, &h);
+        let codes: Vec<&str> = f.iter().map(|f| f.code.as_str()).collect();
+        assert_eq!(codes, ["silent-fallback", "page-tables"]);
+        assert!(
+            f[0].fix.as_deref().unwrap().contains(collapse),
+            "{:?}",
+            f[0]
+        );
+        assert!(
+            f[1].fix.as_deref().unwrap().starts_with(collapse),
+            "{:?}",
+            f[1]
+        );
+        // Not on a kernel before 6.1, nor under shmem_enabled = deny.
+        let mut old = h.clone();
+        old.sysctl.osrelease = Some("5.15.0-91-generic".into());
+        let mut deny = h.clone();
+        deny.thp.shmem_enabled =
+            Some(hugeshm_parse::thp::parse_selector("shmem_enabled", "never [deny]").unwrap());
+        for host in [&old, &deny] {
+            let f = find(&seg, host);
+            assert!(f
+                .iter()
+                .all(|f| !f.fix.as_deref().unwrap_or("").contains("collapse")));
+        }
+        // Unaligned: said, and no collapse offered.
+        seg.collapse_aligned = Some(false);
+        let f = find(&seg, &h);
+        assert!(
+            f[0].message.contains("not 2 MiB-aligned"),
+            "{}",
+            f[0].message
+        );
+        assert!(f
+            .iter()
+            .all(|f| !f.fix.as_deref().unwrap_or("").contains("collapse")));
+        // Half of it collapsed (or split again since): said.
+        seg.collapse_aligned = Some(true);
+        seg.thp_bytes = Some(32 * MIB);
+        let f = find(&seg, &h);
+        assert!(f[0]
+            .message
+            .contains("32 MiB of it is on 2 MiB transparent huge pages"));
+        // All of it: THP, not a fall-back any more.
+        seg.thp_bytes = Some(64 * MIB);
+        let f = find(&seg, &h);
+        let codes: Vec<&str> = f.iter().map(|f| f.code.as_str()).collect();
+        assert_eq!(codes, ["thp-shmem"]);
+        assert!(f[0].message.contains("not reserved"), "{}", f[0].message);
     }
 
     #[test]

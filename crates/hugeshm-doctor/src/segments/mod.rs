@@ -31,6 +31,7 @@
 
 mod cgroups;
 mod findings;
+mod in_place;
 mod kept;
 pub mod run_record;
 mod sample;
@@ -134,6 +135,13 @@ impl SegmentKind {
             SegmentKind::Sysv | SegmentKind::Anon | SegmentKind::Memfd
         )
     }
+
+    /// Whether an object of this kind on base pages is kept in shmem, where
+    /// `MADV_COLLAPSE` can move it onto 2 MiB pages in place: `sysv`,
+    /// `anon`, `memfd` and `posix` (a tmpfs file).
+    pub fn in_shmem(self) -> bool {
+        self.huge_on_request() || self == SegmentKind::Posix
+    }
 }
 
 impl std::fmt::Display for SegmentKind {
@@ -166,6 +174,13 @@ pub struct Segment {
     pub resident_bytes: Option<u64>,
     /// Bytes mapped with transparent huge pages (shmem PMD mappings).
     pub thp_bytes: Option<u64>,
+    /// For shmem (SysV, shared anonymous, memfd, tmpfs files): whether the
+    /// sampled process maps it at an address 2 MiB-aligned to its offset
+    /// in the object. Only such a mapping can be moved onto 2 MiB pages in
+    /// place (`hugeshm collapse`); an unaligned one needs its owner's
+    /// restart (with `shmem_enabled = advise` the kernel aligns it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collapse_aligned: Option<bool>,
     /// Owner uid.
     pub owner_uid: Option<u32>,
     /// Permission bits (SysV perms, or file mode).
@@ -200,6 +215,13 @@ impl Segment {
     pub(crate) fn creator_text(&self) -> String {
         self.creator_pid
             .map_or_else(|| "?".to_owned(), |p| p.to_string())
+    }
+
+    /// Whether it sits on 2 MiB transparent huge pages: shmem on base
+    /// pages that the process sampled maps by PMD over every whole 2 MiB
+    /// block (collapsed in place, or THP shmem).
+    pub fn on_thp(&self) -> bool {
+        in_place::on_thp(self)
     }
 
     /// A short human label: `sysv 32769`, `memfd:pool`, `/dev/shm/x`.
@@ -375,6 +397,7 @@ mod tests {
             page_size_source: String::new(),
             resident_bytes: None,
             thp_bytes: None,
+            collapse_aligned: None,
             owner_uid: None,
             mode: None,
             creator_pid: None,

@@ -414,6 +414,7 @@ mod tests {
             page_size_source: "smaps of pid 9".into(),
             resident_bytes: Some(16 * MIB),
             thp_bytes: Some(0),
+            collapse_aligned: None,
             owner_uid: Some(105),
             mode: None,
             creator_pid: None,

@@ -18,7 +18,7 @@ use super::{AttachedProcess, Segment, SegmentKind, SAMPLE_PROCESSES};
 use crate::dax;
 use hugeshm_parse::mounts::Mount;
 use hugeshm_parse::pid_status::PidStatus;
-use hugeshm_parse::size::BASE_PAGE;
+use hugeshm_parse::size::{BASE_PAGE, MIB};
 use hugeshm_parse::sysvipc_shm::ShmSegment;
 use hugeshm_probe::{HostSnapshot, PmemSnapshot, Probe, ReadError};
 use std::collections::{BTreeMap, HashMap};
@@ -64,6 +64,7 @@ pub(super) fn segment_of(
         page_size_source: String::new(),
         resident_bytes: None,
         thp_bytes: None,
+        collapse_aligned: None,
         owner_uid: sysv.map(|s| s.uid).or(o.file.as_ref().map(|f| f.uid)),
         mode: sysv
             .map(|s| s.perms & 0o777)
@@ -154,6 +155,10 @@ pub(super) struct Seen {
     pub(super) resident: Option<u64>,
     /// The most bytes mapped by THP any process saw.
     pub(super) thp: Option<u64>,
+    /// Whether the first mapping of it found on base pages starts 2 MiB
+    /// from its offset in the object (`(start - offset) % 2 MiB == 0`):
+    /// only then can its blocks be mapped as 2 MiB pages.
+    pub(super) aligned: Option<bool>,
     /// Resident bytes per node of the process that saw the most on nodes
     /// (the first one with a policy, then any that saw more).
     pub(super) nodes: BTreeMap<u32, u64>,
@@ -223,6 +228,10 @@ impl Sampler {
             for e in sm.iter().filter(|e| starts.contains(&e.map.start)) {
                 matched = true;
                 hugetlb |= e.is_hugetlb();
+                if seen.aligned.is_none() && !e.is_hugetlb() {
+                    let misalign = e.map.start.wrapping_sub(e.map.offset) % (2 * MIB);
+                    seen.aligned = Some(misalign == 0);
+                }
                 if seen.page.is_none() {
                     seen.page = Some((
                         e.kernel_page_size_bytes.unwrap_or(BASE_PAGE),
@@ -293,6 +302,7 @@ pub(super) fn fill(seg: &mut Segment, o: &Obj, sysv: Option<&ShmSegment>, seen: 
         seg.page_size_source = "unknown: no process attached".to_string();
     }
     seg.thp_bytes = seen.thp;
+    seg.collapse_aligned = seen.aligned.filter(|_| seg.kind.in_shmem());
     // Object-wide residency where the kernel keeps it. /proc/sysvipc/shm's
     // rss of a hugetlb segment is inflated by the huge page's base-page
     // count on folio-based kernels (6.x: 8 MiB shows as 4 GiB), so it is
@@ -547,6 +557,7 @@ mod tests {
             page: Some((2 * MIB, "smaps of pid 9".into())),
             resident: Some(6 * MIB),
             thp: Some(0),
+            aligned: None,
             nodes: [(1, 6 * MIB)].into_iter().collect(),
             policy: Some("bind:1".into()),
         };
