@@ -63,8 +63,9 @@ pub struct TestProcReport {
     pub pid: u32,
     /// The objects, in command-line order.
     pub objects: Vec<TestObject>,
-    /// The children `--forks` started (they end when the process does).
-    #[serde(default)]
+    /// The children `--forks` started (they end when the process does);
+    /// absent from a report without them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<u32>,
 }
 

@@ -201,7 +201,8 @@ fn print_result(r: &CollapseReport, out: &mut Out) -> anyhow::Result<()> {
     let n = &r.not_collapsed;
     if n.refused + n.busy > 0 {
         out.line(format!(
-            "  {} block(s) refused (EINVAL: no page yet, or not eligible), {} busy (EAGAIN)",
+            "  {} block(s) refused (EINVAL: mostly blocks no process has touched yet, which have \
+             nothing to move; run collapse again once the server uses them), {} busy (EAGAIN)",
             n.refused, n.busy
         ))?;
     }

@@ -240,3 +240,136 @@ fn another_user_cannot_collapse_roots_process() {
     holder.finish().unwrap();
     live.finish();
 }
+
+/// `/sys/kernel/mm/transparent_hugepage/shmem_enabled` set for a while
+/// (under the test kit's lock, which covers the THP settings), put back as
+/// it was when dropped.
+struct ShmemEnabled(String);
+
+const SHMEM_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+
+impl ShmemEnabled {
+    fn set(value: &str) -> ShmemEnabled {
+        let text = std::fs::read_to_string(SHMEM_ENABLED).expect(SHMEM_ENABLED);
+        let was = text
+            .split('[')
+            .nth(1)
+            .and_then(|t| t.split(']').next())
+            .unwrap_or_else(|| panic!("{SHMEM_ENABLED}: {text:?}"))
+            .to_owned();
+        std::fs::write(SHMEM_ENABLED, value).expect(SHMEM_ENABLED);
+        ShmemEnabled(was)
+    }
+}
+
+impl Drop for ShmemEnabled {
+    fn drop(&mut self) {
+        std::fs::write(SHMEM_ENABLED, &self.0).expect(SHMEM_ENABLED);
+    }
+}
+
+/// PostgreSQL on 4 KiB pages (`huge_pages = try` with no free huge page,
+/// else `off`), started while `shmem_enabled = advise` so that the kernel
+/// placed its main shared memory (shared anonymous) 2 MiB-aligned, then
+/// set back; a table fills most of its buffers: `hugeshm collapse --pid
+/// POSTMASTER` moves them onto 2 MiB pages for the postmaster and every
+/// child, with a client connected, and the server answers after it with
+/// nothing in its log.
+#[test]
+fn postgres_on_4k_pages_moves_onto_2m_pages_without_a_restart() {
+    use hugeshm_testkit::postgres::{skip_unless_postgres, PgCluster};
+    let Some(live) = live!() else { return };
+    if skip_unless_postgres(live.name()) {
+        return;
+    }
+    {
+        let mut pg = PgCluster::init("64MB").expect("initdb");
+        let free =
+            std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+                .map(|t| t.trim() == "0")
+                .unwrap_or(true);
+        {
+            let _advise = ShmemEnabled::set("advise");
+            pg.start(if free { "try" } else { "off" })
+                .expect("PostgreSQL starts on 4 KiB pages");
+        }
+        let client = pg.hold_backend().expect("a client backend");
+        // 40 MB of the 64 MB of buffers in use: the kernel collapses only
+        // blocks with a page in memory (an untouched one is EINVAL).
+        // (An INSERT, not CREATE TABLE AS: that writes through a ring of
+        // 16 MB of buffers.)
+        pg.query("CREATE TABLE fill (g int, pad text)")
+            .expect("a table");
+        pg.query("INSERT INTO fill SELECT g, repeat('x', 400) FROM generate_series(1, 100000) g")
+            .expect("its rows in the buffers");
+        let pm = pg.postmaster_pid().expect("the postmaster");
+        let v = collapse_json(pm, &[]);
+        let anon: Vec<&Value> = v["plan"]["mappings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["kind"] == "shared-anonymous" || m["kind"]["kind"] == "shared-anonymous")
+            .collect();
+        assert!(!anon.is_empty(), "PostgreSQL's main shared memory: {v:#}");
+        let blocks: u64 = anon.iter().map(|m| m["blocks"].as_u64().unwrap()).sum();
+        assert!(
+            blocks >= 32,
+            "64 MB of shared_buffers in 2 MiB blocks: {v:#}"
+        );
+        let r = &v["result"];
+        assert!(r["stopped"].is_null(), "{v:#}");
+        let collapsed = r["collapsed"].as_u64().unwrap();
+        assert!(
+            collapsed >= blocks / 2,
+            "{collapsed} of {blocks} blocks: {v:#}"
+        );
+        // Every process that maps it is in the report: the postmaster, its
+        // background processes and the client's backend.
+        let pids = |side: &str| -> Vec<u64> {
+            r[side]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["pid"].as_u64().unwrap())
+                .collect()
+        };
+        let before = pids("before");
+        assert!(before.contains(&u64::from(pm)), "{v:#}");
+        assert!(before.contains(&u64::from(client.backend_pid())), "{v:#}");
+        assert!(before.len() >= 4, "{v:#}");
+        // The postmaster maps what was collapsed as 2 MiB pages; the
+        // others lost their page tables for it (they refault it as PMDs).
+        let side = |s: &str, pid: u32, key: &str| {
+            r[s].as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["pid"].as_u64() == Some(u64::from(pid)))
+                .and_then(|m| m[key].as_u64())
+                .unwrap_or(0)
+        };
+        assert!(
+            side("after", pm, "pmd_mapped_bytes") >= collapsed * 2 * M,
+            "{v:#}"
+        );
+        let ptes = |s: &str| -> u64 {
+            r[s].as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|m| m["vm_pte_bytes"].as_u64())
+                .sum()
+        };
+        assert!(ptes("after") < ptes("before"), "{v:#}");
+        // The server answers, through the connection held throughout too.
+        assert_eq!(pg.query("SELECT 6 * 7").unwrap().trim(), "42");
+        client.release().expect("the client's session ends cleanly");
+        pg.stop().expect("PostgreSQL stops");
+        let log = pg.log();
+        assert!(
+            !log.contains("PANIC")
+                && !log.contains("FATAL:  terminating")
+                && !log.contains("ERROR"),
+            "{log}"
+        );
+    }
+    live.finish();
+}
