@@ -58,6 +58,8 @@ OPTIONS:
                       that hold the same mappings and write one byte of each
                       page every 20 ms until this process ends (their pids in
                       the report's children)
+  --write-every MS    the children's interval (default 20); 0: they write
+                      each page once, then only hold the mappings
   --key 0xKEY         SysV key of the first sysv object (the next get KEY+1,
                       ...); default IPC_PRIVATE
   -h, --help          this text
@@ -146,6 +148,7 @@ struct Options {
     align: Option<usize>,
     map_offset: u64,
     forks: u32,
+    write_every_ms: u64,
 }
 
 /// `4096`, `0x1000`, `64K`, `2M`, `2MiB`, `1G` (hugeshm-parse's sizes, plus hex).
@@ -180,6 +183,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Options>,
         align: None,
         map_offset: 0,
         forks: 0,
+        write_every_ms: 20,
     };
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -199,6 +203,10 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Options>,
             "--map-offset" => {
                 let v = it.next().ok_or("--map-offset needs a value")?;
                 opts.map_offset = parse_size(&v)?;
+            }
+            "--write-every" => {
+                let v = it.next().ok_or("--write-every needs a value")?;
+                opts.write_every_ms = v.parse().map_err(|_| format!("bad --write-every {v:?}"))?;
             }
             "--forks" => {
                 let v = it.next().ok_or("--forks needs a value")?;
@@ -536,12 +544,16 @@ fn create(
 /// A forked child's work: writes one byte of each page of `maps` every
 /// 20 ms (a server's traffic over its shared memory) until its parent is
 /// gone; returns 0.
-fn hold_and_write(parent: u32, maps: &[&Mapping]) -> i32 {
+fn hold_and_write(parent: u32, maps: &[&Mapping], every_ms: u64) -> i32 {
+    let mut first = true;
     while std::os::unix::process::parent_id() == parent {
-        for m in maps {
-            m.touch();
+        if first || every_ms > 0 {
+            for m in maps {
+                m.touch();
+            }
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        first = false;
+        std::thread::sleep(std::time::Duration::from_millis(every_ms.max(20)));
     }
     0
 }
@@ -590,7 +602,7 @@ fn main() -> ExitCode {
             .iter()
             .filter_map(|o| o.attachment.as_ref().or(o.mapping.as_ref()))
             .collect();
-        match sys::fork_child(|| hold_and_write(parent, &maps)) {
+        match sys::fork_child(|| hold_and_write(parent, &maps, opts.write_every_ms)) {
             Ok(pid) => children.push(pid),
             Err(e) => return fail_and_clean(&format!("fork: {e}"), objects),
         }
