@@ -2743,3 +2743,41 @@ fn segments_stop_sampling_once_a_process_saw_the_whole_object() {
         "{v:#}"
     );
 }
+
+/// `collapse` on a kernel before 6.1 (the fixture's `kernel.osrelease`
+/// made 5.15): refused first, with the release, exit 2, nothing tried.
+#[test]
+fn collapse_on_a_kernel_before_6_1_is_refused() {
+    let tmp = hugeshm_testkit::TempDir::new("collapse-old-kernel");
+    let root = tmp.path().join("fixture");
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixture_dir("two-nodes-uneven"))
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let kernel = root.join("proc/sys/kernel");
+    std::fs::create_dir_all(&kernel).unwrap();
+    std::fs::write(kernel.join("osrelease"), "5.15.0-91-generic\n").unwrap();
+    let out = hugeshm()
+        .arg("--proc-root")
+        .arg(root.join("proc"))
+        .arg("--sys-root")
+        .arg(root.join("sys"))
+        .arg("--fs-root")
+        .arg(root.join("fs"))
+        .args(["collapse", "--pid", "2001", "--json"])
+        .output()
+        .unwrap();
+    let r = finish("collapse on 5.15", out);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["plan"]["refusal"]["refusal"], "kernel", "{v:#}");
+    assert_eq!(v["plan"]["host"]["kernel"], "5.15.0-91-generic", "{v:#}");
+    assert!(
+        r.stderr.contains("5.15.0-91-generic") && r.stderr.contains("6.1"),
+        "{}",
+        r.stderr
+    );
+}

@@ -10,6 +10,7 @@
 
 mod guest;
 mod guest_bench_numa;
+mod guest_collapse;
 mod guest_dax;
 mod guest_dmbc;
 mod guest_memory_only_node;
