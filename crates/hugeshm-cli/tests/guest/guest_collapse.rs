@@ -44,7 +44,7 @@ fn guest_collapse_on_6_1_keeps_the_pages_on_their_node() {
     let kernel = run.console.ok("collapse.kernel").unwrap();
     assert!(kernel.starts_with("6."), "{kernel}");
     // Every page of the segment on node 1 before.
-    let before = nodes(&run.console.ok("collapse.before").unwrap());
+    let before = nodes(run.console.ok("collapse.before").unwrap());
     assert_eq!(
         before,
         [("N1".to_owned(), 32 * M / 4096)].into(),
@@ -62,7 +62,7 @@ fn guest_collapse_on_6_1_keeps_the_pages_on_their_node() {
     );
     // After: on node 1 still, and the holder maps it as 2 MiB pages.
     let after = run.console.ok("collapse.after").unwrap();
-    assert_eq!(nodes(&after), before, "{after}");
+    assert_eq!(nodes(after), before, "{after}");
     assert!(
         after.contains(&format!("ShmemPmdMapped:    {} kB", 32 * 1024)),
         "{after}"
