@@ -232,6 +232,15 @@ pub fn print(plan: &Plan, apply: &str, out: &mut Out) -> anyhow::Result<()> {
         "  THP:      {} ({})",
         plan.config.thp, plan.config.thp_reason
     ))?;
+    if let Some(v) = &plan.config.thp_shmem {
+        out.line(format!(
+            "  shmem:    transparent_hugepage/shmem_enabled = {v}: at boot with apply --persist \
+             (tmpfiles.d), now with the command above; apply itself does not change it. Big \
+             shared mappings are then placed 2 MiB-aligned, so that a server that falls back to \
+             4 KiB pages can be moved onto 2 MiB pages without a restart (hugeshm collapse); no \
+             memory gets THP that does not ask for it"
+        ))?;
+    }
     for f in &plan.config.files {
         out.line(format!("  {}", out.dim(&format!("{}:", f.path))))?;
         for l in f.content.lines() {

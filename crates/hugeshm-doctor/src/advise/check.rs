@@ -76,6 +76,12 @@ pub fn check_plan_files(plan: &Plan, host: &HostSnapshot) -> Result<(), String> 
     {
         return Err(format!("its systemd unit {u:?} is not a service name"));
     }
+    // The one value a plan sets (a plan from before has none).
+    if let Some(v) = plan.config.thp_shmem.as_deref().filter(|v| *v != "advise") {
+        return Err(format!(
+            "its thp_shmem {v:?} is not advise, the one shmem_enabled hugeshm sets"
+        ));
+    }
     // Plans from before memlock_users had the lines for every user.
     let users = if plan.config.memlock_users.is_empty() {
         vec!["*".to_string()]
@@ -89,6 +95,7 @@ pub fn check_plan_files(plan: &Plan, host: &HostSnapshot) -> Result<(), String> 
         plan.config.hugetlb_shm_group,
         users,
         plan.config.systemd_units.clone(),
+        plan.config.thp_shmem.as_deref(),
     )
     .files;
     for f in &plan.config.files {
@@ -153,6 +160,54 @@ mod tests {
         assert_eq!(check_plan_files(&p, &h), Ok(()));
         assert!(!same_but_blanks("a b\n", "a\nb\n"));
         assert!(same_but_blanks("a  b\n", "a\tb\n"));
+    }
+
+    #[test]
+    fn a_host_with_shmem_never_gets_advise_now_and_at_boot() {
+        let (mut h, _) = made();
+        let with = |h: &HostSnapshot, v: &str| {
+            let mut h = h.clone();
+            h.thp.shmem_enabled = Some(
+                hugeshm_parse::thp::parse_selector("shmem_enabled", &format!("[{v}] advise"))
+                    .unwrap(),
+            );
+            h
+        };
+        h = with(&h, "never");
+        let d = [Demand::new("sga", 64 * MIB, M2).owned_by(26)];
+        let p = plan(&h, &d, vec![], 2).unwrap();
+        assert_eq!(p.config.thp_shmem.as_deref(), Some("advise"));
+        let line = "w /sys/kernel/mm/transparent_hugepage/shmem_enabled - - - - advise";
+        let tmpfiles = p
+            .config
+            .files
+            .iter()
+            .find(|f| f.path == "/etc/tmpfiles.d/60-hugeshm.conf")
+            .expect("a tmpfiles.d file");
+        assert!(tmpfiles.content.contains(line), "{}", tmpfiles.content);
+        assert!(p
+            .config
+            .runtime
+            .iter()
+            .any(|r| r.starts_with("echo advise > ")));
+        assert_eq!(check_plan_files(&p, &h), Ok(()));
+        // Another value is no plan of hugeshm's; the line without the
+        // setting is an edited file.
+        let mut e = p.clone();
+        e.config.thp_shmem = Some("always".into());
+        assert!(check_plan_files(&e, &h)
+            .unwrap_err()
+            .contains("is not advise"));
+        let mut old = p.clone();
+        old.config.thp_shmem = None;
+        assert!(check_plan_files(&old, &h)
+            .unwrap_err()
+            .contains("tmpfiles.d"));
+        // Settings that align big mappings already, and deny, are left.
+        for v in ["advise", "always", "within_size", "deny"] {
+            let p = plan(&with(&h, v), &d, vec![], 2).unwrap();
+            assert_eq!(p.config.thp_shmem, None, "{v}");
+        }
     }
 
     #[test]

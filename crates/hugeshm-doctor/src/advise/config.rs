@@ -14,6 +14,7 @@ pub(super) fn config_for(
     gid: Option<u32>,
     memlock_users: Vec<String>,
     systemd_units: Vec<String>,
+    thp_shmem: Option<&str>,
 ) -> PlanConfig {
     let mut runtime = Vec::new();
     let mut sysctl = Vec::new();
@@ -86,6 +87,14 @@ pub(super) fn config_for(
             content: sysctl_text,
         });
     }
+    if let Some(v) = thp_shmem {
+        runtime.push(format!("echo {v} > {SHMEM_ENABLED}"));
+        tmpfiles.push(format!(
+            "# shmem_enabled={v}: big shared mappings 2 MiB-aligned (hugeshm collapse can move\n\
+             # a server that fell back to 4 KiB pages); THP only where asked for.\n\
+             w {SHMEM_ENABLED} - - - - {v}"
+        ));
+    }
     if !tmpfiles.is_empty() {
         let mut t = String::from("# Written by hugeshm apply --persist: per-size and per-node huge page pools at boot.\n");
         for l in &tmpfiles {
@@ -117,9 +126,21 @@ pub(super) fn config_for(
         systemd_units,
         systemd: limit_memlock(memlock_kib),
         hugetlb_shm_group: gid,
+        thp_shmem: thp_shmem.map(str::to_owned),
         thp: "madvise".into(),
         thp_reason: "shared memory on hugetlb pages does not need THP; 'always' makes khugepaged and fault-time compaction stall database processes and bloats their private memory, while 'madvise' keeps THP for programs that ask".into(),
     }
+}
+
+/// Where the THP setting of shared memory is.
+pub(super) const SHMEM_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+
+/// The `shmem_enabled` a plan sets on a host that has `current`: `advise`
+/// in place of `never` (big shared mappings aligned, THP only where asked
+/// for); nothing otherwise (`advise`, `always`, `within_size` and `force`
+/// align them already; `deny` is an admin's choice).
+pub(super) fn thp_shmem_for(current: Option<&str>) -> Option<&'static str> {
+    (current == Some("never")).then_some("advise")
 }
 
 /// The memlock limit for pools of `huge_bytes` in all, KiB: never below

@@ -220,6 +220,16 @@ pub struct PlanConfig {
     pub thp: String,
     /// Why.
     pub thp_reason: String,
+    /// `transparent_hugepage/shmem_enabled` to set at boot (tmpfiles.d,
+    /// `apply --persist`) and now (a runtime command; `apply` itself leaves
+    /// it): `advise` where the host has `never`, so that the
+    /// kernel places big shared mappings 2 MiB-aligned (a server that
+    /// falls back to 4 KiB pages can then be moved onto 2 MiB pages in
+    /// place by `hugeshm collapse`) while no memory gets THP that does not
+    /// ask for it. Absent where the host's setting aligns them already or
+    /// was chosen otherwise (`deny`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thp_shmem: Option<String>,
 }
 
 /// The plan (`advise --json` prints exactly this; `apply --plan` reads it).

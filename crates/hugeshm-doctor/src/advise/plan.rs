@@ -2,7 +2,7 @@
 //! arithmetic (pages per size and node, spares, splits), demotion, and
 //! the room a plan of new regions leaves for live segments.
 
-use super::config::{config_for, memlock_users, valid_systemd_unit};
+use super::config::{config_for, memlock_users, thp_shmem_for, valid_systemd_unit};
 use super::model::{pool_name, Counted, Demand, Placement, Plan, PlanDemote, PlanPool, Skipped};
 use crate::checked::{self, TooLarge};
 use crate::segments::{SegmentKind, SegmentsReport};
@@ -390,6 +390,7 @@ pub fn plan(
         gid,
         memlock_users(demands),
         units.into_iter().collect(),
+        thp_shmem_for(host.thp.shmem_enabled.as_ref().map(|s| s.selected.as_str())),
     );
     Ok(Plan {
         pools,
