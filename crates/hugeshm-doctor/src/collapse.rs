@@ -240,6 +240,9 @@ pub struct CollapsePlan {
     pub host: CollapseHost,
     /// Every shmem mapping the selection names.
     pub mappings: Vec<ShmemMapping>,
+    /// Bytes of the shared hugetlb mappings the selection names: on huge
+    /// pages already, nothing a collapse does.
+    pub hugetlb_bytes: u64,
     /// The most the collapse may add to memory (the untouched pages its
     /// blocks are filled with).
     pub growth_bytes: u64,
@@ -388,6 +391,7 @@ pub fn plan(probe: &Probe, pid: u32, selection: Selection, threads: usize) -> Co
         vm_pte_bytes: status.as_ref().and_then(|s| s.vm_pte_bytes),
         host: host_side(&host),
         mappings: Vec::new(),
+        hugetlb_bytes: 0,
         growth_bytes: 0,
         refusal: None,
     };
@@ -415,13 +419,26 @@ pub fn plan(probe: &Probe, pid: u32, selection: Selection, threads: usize) -> Co
     let per_size_never = plan.host.shmem_enabled_2m.as_deref() == Some("never");
     for e in &smaps {
         let m = &e.map;
-        if !m.perms.shared || e.is_hugetlb() || m.end - m.start < BLOCK {
+        if !m.perms.shared || m.end - m.start < BLOCK {
             continue;
         }
         if let Selection::Address(a) = selection {
             if !(m.start..m.end).contains(&a) {
                 continue;
             }
+        }
+        if e.is_hugetlb() {
+            let named = match selection {
+                Selection::Shmid(id) => matches!(
+                    sysv.of(probe, pid, m),
+                    Some(SysvMapping::Here(s) | SysvMapping::Elsewhere { shmid: s, .. }) if s == id
+                ),
+                _ => true,
+            };
+            if named {
+                plan.hugetlb_bytes += m.end - m.start;
+            }
+            continue;
         }
         let Some(kind) = shmem_kind(probe, pid, &sysv, &tmpfs, m) else {
             continue;
@@ -491,7 +508,15 @@ fn refusal(plan: &CollapsePlan, thp_enabled: Option<bool>, threads: usize) -> Op
         .iter()
         .all(|m| m.skip == Some(Skip::AlreadyHuge));
     if (plan.mappings.is_empty() || !all_huge) && plan.collapsible().next().is_none() {
-        let what = if plan.mappings.is_empty() {
+        let what = if plan.mappings.is_empty() && plan.hugetlb_bytes > 0 {
+            format!(
+                "process {} ({}) has its shared memory on hugetlb pages already ({}): nothing to \
+                 collapse",
+                plan.pid,
+                plan.comm,
+                format_bytes(plan.hugetlb_bytes)
+            )
+        } else if plan.mappings.is_empty() {
             format!(
                 "process {} ({}) maps no shared memory of at least 2 MiB that the kernel keeps \
                  in shmem (SysV, shared anonymous, memfd, tmpfs)",

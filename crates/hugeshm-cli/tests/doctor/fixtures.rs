@@ -2134,8 +2134,8 @@ fn every_json_output_is_a_document_of_this_schema() {
     lock.finish();
 
     // collapse's refusal is a document too (exit 2, the reason on stderr):
-    // the fixture's postgres maps its segment on hugetlb pages, so there is
-    // no shmem to collapse. Its runs on live processes: tests/region.
+    // the fixture's postgres maps its segment on hugetlb pages already.
+    // Its runs on live processes: tests/region.
     let args = ["collapse", "--pid", "2001", "--dry-run", "--json"];
     let refused = run(name, &args);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
@@ -2145,7 +2145,7 @@ fn every_json_output_is_a_document_of_this_schema() {
     assert_eq!(col["plan"]["refusal"]["refusal"], "nothing", "{col:#}");
     assert!(col["result"].is_null(), "{col:#}");
     assert!(
-        refused.stderr.contains("no shared memory"),
+        refused.stderr.contains("on hugetlb pages already (1 GiB)"),
         "{}",
         refused.stderr
     );
@@ -2744,22 +2744,21 @@ fn segments_stop_sampling_once_a_process_saw_the_whole_object() {
     );
 }
 
-/// `collapse` on a kernel before 6.1 (the fixture's `kernel.osrelease`
-/// made 5.15): refused first, with the release, exit 2, nothing tried.
-#[test]
-fn collapse_on_a_kernel_before_6_1_is_refused() {
-    let tmp = hugeshm_testkit::TempDir::new("collapse-old-kernel");
-    let root = tmp.path().join("fixture");
-    let st = std::process::Command::new("cp")
+/// A copy of fixture `name` in `tmp`, to change a file of.
+fn fixture_copy(name: &str, tmp: &hugeshm_testkit::TempDir) -> PathBuf {
+    let root = tmp.path().join(name);
+    let st = Command::new("cp")
         .arg("-a")
-        .arg(fixture_dir("two-nodes-uneven"))
+        .arg(fixture_dir(name))
         .arg(&root)
         .status()
         .unwrap();
     assert!(st.success());
-    let kernel = root.join("proc/sys/kernel");
-    std::fs::create_dir_all(&kernel).unwrap();
-    std::fs::write(kernel.join("osrelease"), "5.15.0-91-generic\n").unwrap();
+    root
+}
+
+/// `hugeshm ARGS` over the fixture tree at `root`.
+fn run_root(root: &Path, args: &[&str]) -> Run {
     let out = hugeshm()
         .arg("--proc-root")
         .arg(root.join("proc"))
@@ -2767,10 +2766,25 @@ fn collapse_on_a_kernel_before_6_1_is_refused() {
         .arg(root.join("sys"))
         .arg("--fs-root")
         .arg(root.join("fs"))
-        .args(["collapse", "--pid", "2001", "--json"])
+        .args(args)
         .output()
         .unwrap();
-    let r = finish("collapse on 5.15", out);
+    finish(
+        &format!("{}: hugeshm {}", root.display(), args.join(" ")),
+        out,
+    )
+}
+
+/// `collapse` on a kernel before 6.1 (the fixture's `kernel.osrelease`
+/// made 5.15): refused first, with the release, exit 2, nothing tried.
+#[test]
+fn collapse_on_a_kernel_before_6_1_is_refused() {
+    let tmp = hugeshm_testkit::TempDir::new("collapse-old-kernel");
+    let root = fixture_copy("two-nodes-uneven", &tmp);
+    let kernel = root.join("proc/sys/kernel");
+    std::fs::create_dir_all(&kernel).unwrap();
+    std::fs::write(kernel.join("osrelease"), "5.15.0-91-generic\n").unwrap();
+    let r = run_root(&root, &["collapse", "--pid", "2001", "--json"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     let v: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(v["plan"]["refusal"]["refusal"], "kernel", "{v:#}");
@@ -2780,4 +2794,53 @@ fn collapse_on_a_kernel_before_6_1_is_refused() {
         "{}",
         r.stderr
     );
+}
+
+/// `collapse` of the fixture's postgres, whose 256 MiB SysV segment sits on
+/// 4 KiB pages: planned (dry run, exit 0); refused with the numbers when
+/// `MemAvailable` cannot hold a block per thread.
+#[test]
+fn collapse_plans_a_4k_segment_and_refuses_without_memory() {
+    let args = [
+        "collapse",
+        "--pid",
+        "1501",
+        "--threads",
+        "2",
+        "--dry-run",
+        "--json",
+    ];
+    let tmp = hugeshm_testkit::TempDir::new("collapse-memory");
+    let root = fixture_copy("explain", &tmp);
+    let r = run_root(&root, &args);
+    let v = doc("collapse --dry-run", &r);
+    assert!(v["plan"]["refusal"].is_null(), "{v:#}");
+    assert_eq!(
+        v["plan"]["mappings"][0]["blocks"].as_u64(),
+        Some(128),
+        "{v:#}"
+    );
+    let meminfo = root.join("proc/meminfo");
+    let text = std::fs::read_to_string(&meminfo).unwrap();
+    let low: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("MemAvailable:") {
+                "MemAvailable:       2048 kB".to_owned()
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&meminfo, low + "\n").unwrap();
+    let r = run_root(&root, &args);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["plan"]["refusal"]["refusal"], "memory", "{v:#}");
+    assert_eq!(
+        v["plan"]["refusal"]["available_bytes"].as_u64(),
+        Some(2 << 20)
+    );
+    assert!(r.stderr.contains("2 MiB is available"), "{}", r.stderr);
 }
