@@ -47,6 +47,7 @@
 //!           .attach_any(): the name in whichever backend of SEARCH_ORDER has it
 //! use       Region: read_at write_at fill; atomic_u32(s) atomic_u64(s) load_words store_words
 //!           prefetch; populate_read touch_all mlock; persist (PersistMethod); is_lost;
+//!           collapse (Collapsed): a base-page fall-back onto 2 MiB THP in place;
 //!           verify (Verification), verify_page_size (PageSizeCheck, PageSizeSource);
 //!           header (RegionHeader); len, page_size, data_ptr, ... (accessors); close, destroy
 //! remove    remove(name, backend), Locator::remove, Locator::remove_per_node, Locator::remove_any
@@ -230,6 +231,7 @@
 mod attach;
 mod backend;
 mod checked_open;
+mod collapse;
 mod create;
 mod error;
 mod handle;
@@ -255,6 +257,7 @@ mod testhook;
 mod verify;
 
 pub use attach::{remove, Locator};
+pub use collapse::Collapsed;
 pub use create::RegionBuilder;
 pub use error::RegionError;
 pub use handle::Region;

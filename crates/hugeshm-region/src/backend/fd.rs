@@ -122,7 +122,12 @@ pub(crate) fn map_region_file(
             Err(e) => Err(e.into()),
         };
     }
-    let map = sys::MapOptions::new(len).align(align).map(fd.as_fd())?;
+    // Base pages (a tmpfs file, a memfd) of at least 2 MiB: 2 MiB-aligned,
+    // so that each block can be one 2 MiB page (Region::collapse).
+    let block = (hugetlb_page.is_none() && size >= 2 << 20).then_some(2 << 20);
+    let map = sys::MapOptions::new(len)
+        .align(align.or(block))
+        .map(fd.as_fd())?;
     Ok((map, hugetlb_page))
 }
 

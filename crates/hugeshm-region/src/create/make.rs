@@ -84,7 +84,9 @@ impl RegionBuilder {
 
     /// The 1 GiB alignment for page-table sharing, when it applies.
     fn align_for(&self, plan: &Plan) -> Option<usize> {
-        plan.pmd_share_align().filter(|_| self.pmd_sharing)
+        plan.pmd_share_align()
+            .filter(|_| self.pmd_sharing)
+            .or_else(|| plan.block_align())
     }
 
     /// Creates and maps the object for `plan` through its backend's operations,

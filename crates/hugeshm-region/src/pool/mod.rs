@@ -145,6 +145,15 @@ impl Plan {
     /// The address alignment that lets processes share the page tables of
     /// a mapping of this plan ([`hugeshm_sys::PMD_SHARE_ALIGN`], for
     /// hugetlb pages smaller than it and a mapping at least that large).
+    /// The alignment of a mapping on base pages or THP of at least 2 MiB:
+    /// 2 MiB, so that each whole block can be one 2 MiB page (a THP fault,
+    /// or a later `Region::collapse`).
+    pub fn block_align(&self) -> Option<usize> {
+        let block = 2 << 20;
+        (matches!(self.backing, Backing::Base | Backing::Thp(_)) && self.size_bytes >= block as u64)
+            .then_some(block)
+    }
+
     pub fn pmd_share_align(&self) -> Option<usize> {
         let align = hugeshm_sys::PMD_SHARE_ALIGN;
         (self.backing == Backing::Hugetlb

@@ -83,3 +83,39 @@ pub fn collapse_block(target: &PidFd, addr: u64, len: u64) -> Result<(), SysErro
     }
     Ok(())
 }
+
+impl super::mapping::Mapping {
+    /// `madvise(MADV_COLLAPSE)` (Linux 6.1+) of `offset..offset + n` of this
+    /// mapping: this process's own memory, so no capability is needed. The
+    /// errors are [`collapse_block`]'s (`EINVAL` too on a kernel without the
+    /// advice). Threads may collapse disjoint blocks at once.
+    pub fn collapse_range(&self, offset: usize, n: usize) -> Result<(), SysError> {
+        let call = || {
+            format!(
+                "madvise(addr={:#x}, len={n}, MADV_COLLAPSE)",
+                self.addr() + offset
+            )
+        };
+        super::mapping::check_range(call, offset, n, self.len())?;
+        let p = self.addr() + offset;
+        if p % crate::page::base_page_size() != 0 {
+            return Err(SysError::invalid(call(), "address is not page-aligned"));
+        }
+        loop {
+            // SAFETY: a checked, page-aligned range of a live mapping owned
+            // by self; MADV_COLLAPSE moves the pages into a huge page and
+            // never changes what they hold.
+            let rc = unsafe { libc::madvise(p as *mut libc::c_void, n, libc::MADV_COLLAPSE) };
+            if rc == 0 {
+                return self.intact("MADV_COLLAPSE");
+            }
+            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            if errno != libc::EINTR {
+                return Err(SysError::Os {
+                    call: call(),
+                    errno,
+                });
+            }
+        }
+    }
+}

@@ -14,7 +14,7 @@
 //! | `persist.rs`  | durability: CPU cache write-back on `MAP_SYNC`, else `msync`     |
 //! | `sigbus.rs`   | the SIGBUS guard of file mappings                                |
 //! | `vma.rs`      | one mapping of this process, read back from the kernel           |
-//! | `collapse.rs` | `MADV_COLLAPSE` on another process's shmem (`process_madvise`)   |
+//! | `collapse.rs` | `MADV_COLLAPSE`: another process's shmem (`process_madvise`), own mappings |
 
 mod affinity;
 mod collapse;

@@ -196,7 +196,7 @@ impl NewFile<'_> {
                 _ => RegionError::Sys(e),
             })?;
         }
-        let map = sys::MapOptions::new(len).map(fd)?;
+        let map = sys::MapOptions::new(len).align(spec.align).map(fd)?;
         if matches!(plan.backing, Backing::Thp(_)) {
             map.advise_hugepage()?;
         }
