@@ -68,6 +68,13 @@ pub struct Args {
     /// Private anonymous mappings too (an InnoDB buffer pool, a JVM heap).
     #[arg(long)]
     pub private: bool,
+    /// What a shared mapping that fell back to 4 KiB pages (--policy try)
+    /// becomes: `base` stays so; `thp` is collapsed onto 2 MiB transparent
+    /// huge pages after its pre-fault (needs --prefault; Linux 6.1+): small
+    /// page tables without a hugetlb pool, e.g. in a container without a
+    /// hugetlb allowance. Not reserved as hugetlb pages are.
+    #[arg(long, value_name = "base|thp", default_value = "base", value_parser = ["base", "thp"])]
+    pub fallback: String,
     /// Smaller mappings and segments are left alone.
     #[arg(long, default_value = "64M", value_parser = crate::values::size, allow_hyphen_values = true)]
     pub min_size: u64,
@@ -149,6 +156,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     req.numa = a.numa.clone();
     req.prefault = a.prefault.unwrap_or(RunPrefault::Off);
     req.private = a.private;
+    req.fallback_thp = a.fallback == "thp";
     req.min_bytes = a.min_size;
     req.library = a.library.clone();
     req.env_only = a.print_env;

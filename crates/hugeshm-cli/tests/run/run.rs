@@ -500,6 +500,66 @@ fn only_fails_with_the_shortfall_and_try_falls_back_whole() {
     pool.finish();
 }
 
+/// `--fallback thp`: the pool too small, `try` puts a shared mapping and a
+/// SysV segment on 4 KiB pages, 2 MiB-aligned, pre-faults them and collapses
+/// them onto 2 MiB transparent huge pages: the server maps every block as
+/// one 2 MiB page. Without `--prefault`, or with `--policy only`, it is
+/// refused before the command runs.
+#[test]
+fn fallback_thp_collapses_what_fell_back() {
+    let Some(pool) = live!() else { return };
+    let free: u64 =
+        std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+    let want = (free + 8) * M2;
+    let options = [
+        "--min-size",
+        "4M",
+        "--page-size",
+        "2m",
+        "--policy",
+        "try",
+        "--prefault",
+        "--fallback",
+        "thp",
+    ];
+    let held = Held::start(
+        &options,
+        &[&format!("shared:{want}"), &format!("shm:{want}"), "hold"],
+    );
+    for op in ["shared", "shm"] {
+        let addr = held.addr(op);
+        assert_eq!(addr % M2, 0, "{op} at {addr:#x}");
+        let smaps = std::fs::read_to_string(format!("/proc/{}/smaps", held.pid())).unwrap();
+        let pmd = smaps
+            .lines()
+            .skip_while(|l| !l.starts_with(&format!("{addr:x}-")))
+            .find_map(|l| l.strip_prefix("ShmemPmdMapped:"))
+            .map(|v| {
+                v.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap()
+                    * 1024
+            });
+        assert_eq!(pmd, Some(want), "{op}: every block on a 2 MiB page");
+    }
+    drop(held);
+    for bad in [
+        &["--fallback", "thp"][..],
+        &["--fallback", "thp", "--prefault", "--policy", "only"],
+    ] {
+        let r = ran(run_cmd(bad, &probe(), &["shared:8M"]));
+        assert_eq!(r.code, Some(2), "{bad:?}: {}", r.stderr);
+        assert!(r.stderr.contains("--fallback thp"), "{}", r.stderr);
+    }
+    pool.finish();
+}
+
 /// A probe holding its mappings until dropped.
 pub(crate) struct Held {
     child: std::process::Child,

@@ -36,6 +36,8 @@ struct Settled {
     v: verify::Verification,
     nodes: std::collections::BTreeMap<u32, u64>,
     warnings: Vec<String>,
+    /// `--fallback thp`: what the collapse made of the base pages.
+    thp: Option<String>,
 }
 
 /// One placement's context: the settings, one host snapshot, the policy.
@@ -160,9 +162,49 @@ impl<'a> Placer<'a> {
     }
 
     /// Where a shared hugetlb mapping of 1 GiB or more goes: a 1 GiB-aligned
-    /// address, so that the processes that inherit it share page tables.
+    /// address, so that the processes that inherit it share page tables;
+    /// a shared one on base pages of 2 MiB or more: 2 MiB-aligned, so that
+    /// its blocks can be collapsed onto 2 MiB pages (now with `--fallback
+    /// thp`, or later with `hugeshm collapse`).
     fn align(&self, plan: &Plan, shared: bool) -> Option<usize> {
-        plan.pmd_share_align().filter(|_| shared)
+        plan.pmd_share_align()
+            .or_else(|| plan.block_align())
+            .filter(|_| shared)
+    }
+
+    /// `--fallback thp`: the blocks of a shared mapping that fell back to
+    /// base pages collapsed onto 2 MiB transparent huge pages (after the
+    /// pre-fault, so that each block has its pages); what came of it.
+    fn collapse(&self, map: &Mapping, shared: bool, plan: &Plan) -> Option<String> {
+        if !(self.s.fallback_thp
+            && shared
+            && plan.backing == Backing::Base
+            && plan.fallback.is_some())
+        {
+            return None;
+        }
+        let block = 2 << 20;
+        if map.addr() % block != 0 {
+            return Some("not collapsed: the mapping is not 2 MiB-aligned".to_owned());
+        }
+        let blocks = map.len() / block;
+        let mut done = 0;
+        let mut first_error = None;
+        for b in 0..blocks {
+            match map.collapse_range(b * block, block) {
+                Ok(()) => done += 1,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        let why = first_error
+            .map(|e| format!(" (the first refused: {e})"))
+            .unwrap_or_default();
+        Some(format!(
+            "{done} of {blocks} 2 MiB blocks collapsed onto transparent huge pages (--fallback \
+             thp){why}"
+        ))
     }
 
     /// `mbind`, pre-fault (a shared mapping from a child: [`super::fault`])
@@ -205,6 +247,7 @@ impl<'a> Placer<'a> {
                 (out.method.as_str(), out.threads, out.seconds)
             }
         };
+        let thp = self.collapse(map, shared, plan);
         let addr = map.addr() as u64;
         let v = verify::verify_range(addr, map.len() as u64, self.extra.pmd_size)?;
         let mut problems = Vec::new();
@@ -246,6 +289,7 @@ impl<'a> Placer<'a> {
             v,
             nodes,
             warnings,
+            thp,
         })
     }
 
@@ -453,6 +497,9 @@ pub(crate) fn place_mmap(s: &Settings, req: &MmapRequest) -> Done {
         match result {
             Ok((map, st)) => {
                 warnings.extend(st.warnings.iter().cloned());
+                if let Some(t) = &st.thp {
+                    fallback = fallback.map(|f| format!("{f}; {t}"));
+                }
                 let object = if req.shared {
                     RunObject::Anon
                 } else {
@@ -615,7 +662,7 @@ pub(crate) fn attach_shm(s: &Settings, mut entry: Entry) -> Done {
     // The plan's fall-back and warnings were said at shmget: only what
     // comes of the attach is said here (the record has it all).
     let mut warnings = Vec::new();
-    let fallback = plan.fallback.as_ref().map(|f| f.reason.clone());
+    let mut fallback = plan.fallback.as_ref().map(|f| f.reason.clone());
     let settled = p.fault(&plan, false, &mut warnings).and_then(|fault| {
         // MAP_POPULATE is mmap's: a segment is faulted by one thread.
         let fault = match fault {
@@ -629,6 +676,9 @@ pub(crate) fn attach_shm(s: &Settings, mut entry: Entry) -> Done {
     match settled {
         Ok((map, st)) => {
             warnings.extend(st.warnings.iter().cloned());
+            if let Some(t) = &st.thp {
+                fallback = fallback.map(|f| format!("{f}; {t}"));
+            }
             let object = RunObject::Sysv {
                 shmid: shmid as u64,
             };
@@ -637,7 +687,7 @@ pub(crate) fn attach_shm(s: &Settings, mut entry: Entry) -> Done {
             let mut all = plan.warnings.clone();
             all.extend(warnings.iter().cloned());
             entry.recorded = p.record(&map, object, &plan, asked, &st, fallback, &mut all);
-            let line = p.say(None, &all[said..]);
+            let line = p.say(st.thp.as_deref(), &all[said..]);
             let (addr, _) = map.into_raw();
             entry.start = addr;
             Done {

@@ -48,6 +48,9 @@ pub struct RunRequest {
     pub prefault: RunPrefault,
     /// Private anonymous mappings too.
     pub private: bool,
+    /// `--fallback thp`: a shared mapping that fell back to base pages is
+    /// collapsed onto 2 MiB transparent huge pages after its pre-fault.
+    pub fallback_thp: bool,
     /// Smaller mappings and segments are left alone.
     pub min_bytes: u64,
     /// The interposition library (default: found as [`environment`]
@@ -69,6 +72,7 @@ impl RunRequest {
             numa: None,
             prefault: RunPrefault::Off,
             private: false,
+            fallback_thp: false,
             min_bytes: DEFAULT_MIN_BYTES,
             library: None,
             env_only: false,
@@ -106,6 +110,9 @@ pub fn prepare(roots: &Roots, req: &RunRequest) -> Result<Prepared, RunRefusal> 
     }
     if req.prefault == RunPrefault::Populate && req.numa.is_some() {
         return Err(RunRefusal::PopulateWithNuma);
+    }
+    if req.fallback_thp && (req.policy != Policy::Try || req.prefault == RunPrefault::Off) {
+        return Err(RunRefusal::FallbackThp);
     }
     let (given, command) = match req.command.first() {
         Some(c) => {
@@ -169,6 +176,7 @@ pub fn prepare(roots: &Roots, req: &RunRequest) -> Result<Prepared, RunRefusal> 
     settings.numa = numa;
     settings.prefault = req.prefault;
     settings.private = req.private;
+    settings.fallback_thp = req.fallback_thp;
     let ld_preload = preload_list(&library, std::env::var_os("LD_PRELOAD").as_deref());
     Ok(Prepared {
         ld_preload,

@@ -39,6 +39,13 @@ pub enum RunRefusal {
          mbind could place them; use --prefault (threads)"
     )]
     PopulateWithNuma,
+    /// `--fallback thp` with `--policy only` (nothing falls back), or
+    /// without a pre-fault (only blocks with pages can be collapsed).
+    #[error(
+        "--fallback thp collapses what a --policy try mapping placed on 4 KiB pages after its \
+         pre-fault: give --policy try and --prefault"
+    )]
+    FallbackThp,
     /// COMMAND, a bare name, is in no directory of `PATH`.
     #[error("{}: not found in PATH", .command.display())]
     NotInPath {

@@ -5,6 +5,8 @@
 //! HUGESHM_RUN=v1;target=path:/usr/lib/postgresql/15/bin/postgres;min=67108864;page=2097152;policy=only;numa=interleave;prefault=all;private=0
 //! ```
 //!
+//! (`;fallback=thp` follows where `--fallback thp` was given.)
+//!
 //! The value comes from the environment of a process that may be root or
 //! the server's user, so it is read strictly: the `v1` mark first, then
 //! `key=value` fields separated by `;`, each key once, only known keys,
@@ -117,6 +119,10 @@ pub struct Settings {
     pub prefault: RunPrefault,
     /// Private anonymous mappings too (an InnoDB buffer pool).
     pub private: bool,
+    /// After a `try` fell back to base pages, collapse a shared mapping
+    /// onto 2 MiB transparent huge pages once it is pre-faulted
+    /// (`--fallback thp`).
+    pub fallback_thp: bool,
 }
 
 impl Settings {
@@ -130,6 +136,7 @@ impl Settings {
             numa: Placement::Default,
             prefault: RunPrefault::Off,
             private: false,
+            fallback_thp: false,
         }
     }
 
@@ -150,8 +157,13 @@ impl Settings {
             RunPrefault::Threads(Some(n)) => n.to_string(),
             RunPrefault::Populate => "populate".to_owned(),
         };
+        let fallback = if self.fallback_thp {
+            ";fallback=thp"
+        } else {
+            ""
+        };
         format!(
-            "v1;target={target};min={};page={page};policy={};numa={};prefault={prefault};private={}",
+            "v1;target={target};min={};page={page};policy={};numa={};prefault={prefault};private={}{fallback}",
             self.min_bytes,
             self.policy,
             self.numa,
@@ -176,7 +188,8 @@ impl Settings {
                 .split_once('=')
                 .ok_or_else(|| "a field is not key=value".to_owned())?;
             let key = match key {
-                "target" | "min" | "page" | "policy" | "numa" | "prefault" | "private" => key,
+                "target" | "min" | "page" | "policy" | "numa" | "prefault" | "private"
+                | "fallback" => key,
                 _ => return Err("unknown key".to_owned()),
             };
             if seen.contains(&key) {
@@ -257,6 +270,13 @@ impl Settings {
                         return Err(bad("out of range"));
                     }
                 }
+                "fallback" => {
+                    s.fallback_thp = match value {
+                        "base" => false,
+                        "thp" => true,
+                        _ => return Err(bad("not base or thp")),
+                    }
+                }
                 "prefault" => {
                     s.prefault = match value {
                         "off" => RunPrefault::Off,
@@ -334,7 +354,9 @@ mod tests {
         s.numa = "interleave=0,1".parse().unwrap();
         s.prefault = RunPrefault::Threads(Some(8));
         s.private = true;
+        s.fallback_thp = true;
         let text = s.encode();
+        assert!(text.ends_with(";fallback=thp"), "{text}");
         assert_eq!(Settings::parse(&text).unwrap(), s);
         for (t, p) in [
             (Target::Name("postgres".into()), RunPrefault::Populate),
@@ -382,6 +404,7 @@ mod tests {
             ("v1;target=name:x;prefault=0", "out of range"),
             ("v1;target=name:x;prefault=5000", "out of range"),
             ("v1;target=name:x;private=yes", "0 or 1"),
+            ("v1;target=name:x;fallback=hugetlb", "base or thp"),
         ] {
             let e = Settings::parse(text).unwrap_err();
             assert!(e.contains(want), "{text:?}: {e}");
