@@ -449,16 +449,20 @@ fn page_size_2m_rounds_and_the_servers_own_unmap_still_works() {
     pool.finish();
 }
 
+/// Free 2 MiB pages of the host-wide pool.
+fn free_2m() -> u64 {
+    std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 #[test]
 fn only_fails_with_the_shortfall_and_try_falls_back_whole() {
     let Some(pool) = live!() else { return };
     pool.ensure_free(M2, 2).expect("2 free 2 MiB pages");
-    let free: u64 =
-        std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+    let free = free_2m();
     // More than the pool holds: refused before any page is taken.
     let want = (free + 8) * M2;
     let only = ran(run_cmd(
@@ -508,12 +512,7 @@ fn only_fails_with_the_shortfall_and_try_falls_back_whole() {
 #[test]
 fn fallback_thp_collapses_what_fell_back() {
     let Some(pool) = live!() else { return };
-    let free: u64 =
-        std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+    let free = free_2m();
     let want = (free + 8) * M2;
     let options = [
         "--min-size",
