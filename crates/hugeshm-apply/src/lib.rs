@@ -30,6 +30,7 @@
 #![deny(missing_docs)]
 
 pub mod collapse;
+pub mod collapse_file;
 mod persist;
 mod reserve;
 

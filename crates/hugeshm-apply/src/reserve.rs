@@ -64,6 +64,39 @@ pub enum ApplyStep {
     },
 }
 
+impl std::fmt::Display for ApplyStep {
+    /// What the step does, in words (a progress line's).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            ApplyStep::Write {
+                page_size_bytes,
+                node,
+                pages,
+            } => write!(
+                f,
+                "the {} pool {} to {pages} pages",
+                format_bytes(page_size_bytes),
+                node.map(|n| format!("of node {n}"))
+                    .unwrap_or_else(|| "(host-wide)".to_owned())
+            ),
+            ApplyStep::Demote {
+                page_size_bytes,
+                to_page_size_bytes,
+                pages,
+            } => write!(
+                f,
+                "demoting {pages} {} pages to {} pages",
+                format_bytes(page_size_bytes),
+                format_bytes(to_page_size_bytes)
+            ),
+            ApplyStep::Retry { attempt, of } => write!(
+                f,
+                "a pool is short: compacting memory, retry {attempt} of {of}"
+            ),
+        }
+    }
+}
+
 /// What [`ApplyOptions::on_step`] calls.
 #[derive(Clone)]
 pub struct StepHook(Arc<dyn Fn(ApplyStep) + Send + Sync>);

@@ -79,6 +79,25 @@ pub enum Skip {
     PerSizeNever,
 }
 
+impl std::fmt::Display for Skip {
+    /// Why a mapping is left, in words.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Skip::Unaligned { off_by_bytes } => write!(
+                f,
+                "unaligned ({} off 2 MiB): cannot move in place; aligned at the next start with \
+                 shmem_enabled=advise",
+                format_bytes(*off_by_bytes)
+            ),
+            Skip::NoHugepage => f.write_str("MADV_NOHUGEPAGE: left"),
+            Skip::AlreadyHuge => f.write_str("on 2 MiB pages already"),
+            Skip::PerSizeNever => {
+                f.write_str("hugepages-2048kB/shmem_enabled is never: left (set it to inherit)")
+            }
+        }
+    }
+}
+
 /// One shmem mapping of the process.
 #[derive(Debug, Clone, Serialize)]
 pub struct ShmemMapping {
@@ -490,15 +509,25 @@ fn may_advise_others(probe: &Probe, pid: u32) -> bool {
     }
 }
 
-fn refusal(plan: &CollapsePlan, thp_enabled: Option<bool>, threads: usize) -> Option<Refusal> {
-    let h = &plan.host;
+/// What the host refuses before any process or file is looked at: a
+/// kernel before 6.1, `shmem_enabled = deny`.
+pub fn host_refusal(host: &HostSnapshot) -> Option<Refusal> {
+    refuse_host(&host_side(host))
+}
+
+fn refuse_host(h: &CollapseHost) -> Option<Refusal> {
     if let Some(r) = &h.kernel {
         if kernel_has_collapse(r) == Some(false) {
             return Some(Refusal::Kernel { release: r.clone() });
         }
     }
-    if h.shmem_enabled.as_deref() == Some("deny") {
-        return Some(Refusal::ShmemDeny);
+    (h.shmem_enabled.as_deref() == Some("deny")).then_some(Refusal::ShmemDeny)
+}
+
+fn refusal(plan: &CollapsePlan, thp_enabled: Option<bool>, threads: usize) -> Option<Refusal> {
+    let h = &plan.host;
+    if let Some(r) = refuse_host(h) {
+        return Some(r);
     }
     if thp_enabled == Some(false) {
         return Some(Refusal::ThpDisabled { pid: plan.pid });

@@ -58,35 +58,6 @@ struct ApplyOutput<'a> {
     persisted: &'a [PersistedFile],
 }
 
-/// What a step of apply does, in words.
-fn step_text(s: ApplyStep) -> String {
-    match s {
-        ApplyStep::Write {
-            page_size_bytes,
-            node,
-            pages,
-        } => format!(
-            "the {} pool {} to {pages} pages",
-            format_bytes(page_size_bytes),
-            node.map(|n| format!("of node {n}"))
-                .unwrap_or_else(|| "(host-wide)".to_owned())
-        ),
-        ApplyStep::Demote {
-            page_size_bytes,
-            to_page_size_bytes,
-            pages,
-        } => format!(
-            "demoting {pages} {} pages to {} pages",
-            format_bytes(page_size_bytes),
-            format_bytes(to_page_size_bytes)
-        ),
-        ApplyStep::Retry { attempt, of } => {
-            format!("a pool is short: compacting memory, retry {attempt} of {of}")
-        }
-        _ => "applying".to_owned(),
-    }
-}
-
 /// Runs the command.
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let probe = crate::cmd::doctor_probe(roots);
@@ -143,7 +114,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
             if let ApplyStep::Retry { attempt, of } = s {
                 line.plan(line.begun() + (of + 1).saturating_sub(attempt) as u64);
             }
-            line.begin(&step_text(s))
+            line.begin(&s.to_string())
         }));
         Some(
             hugeshm_apply::apply(&probe, &plan, &opts).map_err(|e| match e {

@@ -16,8 +16,13 @@ pub struct Args {
     /// The process whose shared memory (SysV, shared anonymous, memfd,
     /// tmpfs files such as /dev/shm) moves onto 2 MiB pages: every mapping
     /// of at least 2 MiB, or the one --shmid or --address names.
-    #[arg(long, value_name = "PID")]
-    pub pid: u32,
+    #[arg(long, value_name = "PID", required_unless_present = "path")]
+    pub pid: Option<u32>,
+    /// A file of a tmpfs (/dev/shm/NAME) instead, mapped by nobody or
+    /// anyone: hugeshm maps it 2 MiB-aligned, collapses it and unmaps it;
+    /// whoever maps it aligned then maps its 2 MiB pages.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["pid", "shmid", "address", "dry_run"])]
+    pub path: Option<std::path::PathBuf>,
     /// Only the attachments of this SysV segment.
     #[arg(long, value_name = "SHMID", conflicts_with = "address")]
     pub shmid: Option<u64>,
@@ -51,13 +56,21 @@ struct Doc<'a> {
 /// stopped on an error, 0 otherwise.
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let probe = crate::cmd::doctor_probe(roots);
+    if let Some(path) = &a.path {
+        return collapse_path(&probe, path, a.json, out);
+    }
     let selection = match (a.shmid, a.address) {
         (Some(id), _) => Selection::Shmid(id),
         (_, Some(addr)) => Selection::Address(addr),
         _ => Selection::All,
     };
     let threads = hugeshm_apply::collapse::threads(a.threads.map_or(0, usize::from));
-    let p = plan(&probe, a.pid, selection, threads);
+    let p = plan(
+        &probe,
+        a.pid.expect("clap: --pid or --path"),
+        selection,
+        threads,
+    );
     if let Some(r) = &p.refusal {
         if a.json {
             out.json_doc(&Doc {
@@ -116,20 +129,39 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn skip_text(s: &Option<Skip>) -> String {
-    match s {
-        None => "collapse".into(),
-        Some(Skip::Unaligned { off_by_bytes }) => format!(
-            "unaligned ({} off 2 MiB): cannot move in place; aligned at the next start with \
-             shmem_enabled=advise",
-            format_bytes(*off_by_bytes)
-        ),
-        Some(Skip::NoHugepage) => "MADV_NOHUGEPAGE: left".into(),
-        Some(Skip::AlreadyHuge) => "on 2 MiB pages already".into(),
-        Some(Skip::PerSizeNever) => {
-            "hugepages-2048kB/shmem_enabled is never: left (set it to inherit)".into()
+/// `--path`: a tmpfs file; its refusals exit 2.
+fn collapse_path(
+    probe: &hugeshm_probe::Probe,
+    path: &std::path::Path,
+    json: bool,
+    out: &mut Out,
+) -> anyhow::Result<ExitCode> {
+    use hugeshm_apply::collapse_file::{collapse_file, FileCollapseError as E};
+    let r = match collapse_file(probe, path) {
+        Ok(r) => r,
+        Err(e @ E::Sys(_)) => return Err(e.into()),
+        Err(e) => {
+            let fix = match &e {
+                E::Host(r) => r
+                    .fix()
+                    .map(|f| format!("; fix: {}", f.render(hugeshm_fix::Renderer::Cli))),
+                _ => None,
+            };
+            return Err(Usage(format!("{e}{}", fix.unwrap_or_default())).into());
         }
+    };
+    if json {
+        out.json_doc(&r)?;
+    } else {
+        let n = &r.not_collapsed;
+        out.line(format!(
+            "{}: {} of {} blocks on 2 MiB pages in {:.2} s; {} refused (never touched: nothing to \
+             move), {} busy; mapped by {} process(es), which map the 2 MiB pages on their next access",
+            r.path, r.collapsed, r.blocks, r.seconds, n.refused, n.busy, r.mappers.len()
+        ))?;
     }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_plan(p: &CollapsePlan, out: &mut Out) -> anyhow::Result<()> {
@@ -147,7 +179,9 @@ fn print_plan(p: &CollapsePlan, out: &mut Out) -> anyhow::Result<()> {
             format!("{:#x}", m.start),
             format_bytes(m.end - m.start),
             format_bytes(m.pmd_mapped_bytes),
-            skip_text(&m.skip),
+            m.skip
+                .as_ref()
+                .map_or_else(|| "collapse".into(), Skip::to_string),
         ]);
     }
     t.render(out, "  ")?;

@@ -4,7 +4,7 @@
 //! mapping refused with the reason; `--dry-run` changes nothing; uid 65534
 //! cannot collapse root's process.
 
-use crate::common::{cannot_act_as_nobody, cmd, hugeshm, json};
+use crate::common::{cannot_act_as_nobody, cmd, hugeshm, json, output_within_20s};
 use hugeshm_testkit::{live, TestProc};
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -216,6 +216,65 @@ fn an_unaligned_mapping_is_refused_with_the_reason() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no process 999999999"));
     holder.finish().unwrap();
+    live.finish();
+}
+
+/// `collapse --path`: a /dev/shm file written by its holder and mapped by
+/// a child that keeps writing moves onto 2 MiB pages though hugeshm maps it
+/// only for the call; the child then maps every block by PMD. A link, a
+/// FIFO and a file outside a tmpfs are refused (exit 2), never followed or
+/// waited on.
+#[test]
+fn a_dev_shm_file_moves_onto_2m_pages_by_its_path() {
+    let Some(live) = live!() else { return };
+    let name = format!("hugeshm-collapse-path-{}", std::process::id());
+    let holder = TestProc::spawn([
+        "--touch",
+        "--align",
+        "2M",
+        "--forks",
+        "1",
+        &format!("devshm:{name}:16M"),
+    ])
+    .unwrap();
+    let path = format!("/dev/shm/{name}");
+    let v = json(hugeshm(&["collapse", "--path", &path, "--json"]));
+    assert_eq!(v["blocks"].as_u64(), Some(8), "{v:#}");
+    assert_eq!(v["collapsed"].as_u64(), Some(8), "{v:#}");
+    let pids: Vec<u64> = v["mappers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["pid"].as_u64().unwrap())
+        .collect();
+    assert!(pids.contains(&u64::from(holder.pid())), "{v:#}");
+    let after = all_on_2m(&holder);
+    assert!(after.iter().any(|(_, pmd, _)| *pmd == 16 * M), "{after:?}");
+    holder.finish().unwrap();
+
+    let dir = hugeshm_testkit::TempDir::new("collapse-path");
+    let fifo = format!("/dev/shm/{name}.fifo");
+    let link = format!("/dev/shm/{name}.link");
+    let plain = dir.path().join("file");
+    std::fs::write(&plain, vec![1u8; 4 << 20]).unwrap();
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+    for (p, want) in [
+        (fifo.as_str(), "not a regular file"),
+        (link.as_str(), "link"),
+        (plain.to_str().unwrap(), "not on a tmpfs"),
+    ] {
+        let out = output_within_20s(cmd(&["collapse", "--path", p]));
+        assert_eq!(out.status.code(), Some(2), "{p}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{p}: {err}");
+    }
+    std::fs::remove_file(&fifo).unwrap();
+    std::fs::remove_file(&link).unwrap();
     live.finish();
 }
 

@@ -1,0 +1,172 @@
+//! `hugeshm collapse --path FILE`: a file of a tmpfs (a /dev/shm file, a
+//! server's own tmpfs) moved onto 2 MiB pages in place, whether or not a
+//! process maps it now: hugeshm maps it itself, 2 MiB-aligned, asks
+//! `MADV_COLLAPSE` of each block and unmaps it. The file's pages become 2
+//! MiB pages of the page cache, which every process that maps it aligned
+//! then maps by PMD on its next access.
+//!
+//! The file is opened without following a link and without blocking
+//! (`O_NOFOLLOW | O_NONBLOCK`) and must be a regular file on a tmpfs; a
+//! block that holds no page is refused by the kernel and left as it is (a
+//! sparse file does not grow by its holes), a partly filled one is filled
+//! with zeros, which the memory check counts.
+
+use crate::collapse::{mappers, Mapper, NotCollapsed};
+use hugeshm_doctor::collapse::{host_refusal, Refusal, BLOCK};
+use hugeshm_probe::Probe;
+use hugeshm_sys::{MapOptions, OpenCheck, SysError};
+use serde::Serialize;
+use std::path::Path;
+use std::time::Instant;
+
+/// `statfs.f_type` of tmpfs.
+const TMPFS_MAGIC: u64 = 0x0102_1994;
+
+/// What `collapse --path` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileCollapse {
+    /// The file, as given.
+    pub path: String,
+    /// Its owner.
+    pub owner_uid: u32,
+    /// Its size.
+    pub size_bytes: u64,
+    /// The bytes it had in memory before (`st_blocks`).
+    pub allocated_bytes: u64,
+    /// Whole 2 MiB blocks.
+    pub blocks: u64,
+    /// Blocks now one 2 MiB page each.
+    pub collapsed: u64,
+    /// Blocks left as they were.
+    pub not_collapsed: NotCollapsed,
+    /// Seconds the calls took.
+    pub seconds: f64,
+    /// Every process that maps the file, after.
+    pub mappers: Vec<Mapper>,
+}
+
+/// Why `collapse --path` did not run (or stopped).
+#[derive(Debug, thiserror::Error)]
+pub enum FileCollapseError {
+    /// The kernel or `shmem_enabled` refuses every collapse.
+    #[error("{}", .0.message())]
+    Host(Refusal),
+    /// The file could not be opened as a regular file (missing, a link, a
+    /// FIFO, another kind).
+    #[error("{0}")]
+    Open(SysError),
+    /// Not on a tmpfs: only shared memory the kernel keeps in shmem can
+    /// be collapsed.
+    #[error(
+        "{path} is not on a tmpfs: only shmem (a tmpfs file such as /dev/shm's, SysV, shared \
+         anonymous memory) can be moved onto 2 MiB pages in place"
+    )]
+    NotTmpfs {
+        /// The file.
+        path: String,
+    },
+    /// Smaller than one 2 MiB block.
+    #[error("{path} is {size} bytes: less than one 2 MiB block, nothing to collapse")]
+    TooSmall {
+        /// The file.
+        path: String,
+        /// Its size.
+        size: u64,
+    },
+    /// The zeros its partly filled blocks would take do not fit.
+    #[error(
+        "collapsing {path} may need {need} bytes (the holes of its partly filled blocks are \
+         filled with zeros, and each block is copied before its pages are freed), and \
+         {available} are available"
+    )]
+    Memory {
+        /// The file.
+        path: String,
+        /// What it may need.
+        need: u64,
+        /// `MemAvailable`.
+        available: u64,
+    },
+    /// A system call failed (mapping it, no free 2 MiB page: `ENOMEM`).
+    #[error("{0}")]
+    Sys(SysError),
+}
+
+/// Collapses the tmpfs file at `path` (see the module's text), on the host
+/// `probe` reads.
+// stat's field types differ between architectures.
+#[allow(clippy::unnecessary_cast)]
+pub fn collapse_file(probe: &Probe, path: &Path) -> Result<FileCollapse, FileCollapseError> {
+    let host = probe.host();
+    if let Some(r) = host_refusal(&host) {
+        return Err(FileCollapseError::Host(r));
+    }
+    let shown = path.display().to_string();
+    let file = OpenCheck::read_write()
+        .open(path)
+        .map_err(FileCollapseError::Open)?;
+    let on_tmpfs = rustix::fs::fstatfs(&file).is_ok_and(|s| s.f_type as u64 == TMPFS_MAGIC);
+    if !on_tmpfs {
+        return Err(FileCollapseError::NotTmpfs { path: shown });
+    }
+    let st = file.stat();
+    let size = st.st_size as u64;
+    let allocated = (st.st_blocks as u64).saturating_mul(512);
+    let blocks = size / BLOCK;
+    if blocks == 0 {
+        return Err(FileCollapseError::TooSmall { path: shown, size });
+    }
+    // The most the holes of partly filled blocks can take, and one block
+    // being copied.
+    let need = (blocks * BLOCK).saturating_sub(allocated) + BLOCK;
+    if let Some(available) = host.meminfo.as_ref().and_then(|m| m.mem_available_bytes) {
+        if need > available {
+            return Err(FileCollapseError::Memory {
+                path: shown,
+                need,
+                available,
+            });
+        }
+    }
+    let map = MapOptions::new((blocks * BLOCK) as usize)
+        .shared()
+        .align(Some(BLOCK as usize))
+        .map(&file)
+        .map_err(FileCollapseError::Sys)?;
+    let t = Instant::now();
+    let mut collapsed = 0;
+    let mut not = NotCollapsed::default();
+    for b in 0..blocks as usize {
+        match map.collapse_range(b * BLOCK as usize, BLOCK as usize) {
+            Ok(()) => collapsed += 1,
+            Err(e) => {
+                use rustix::io::Errno;
+                match e.errno() {
+                    Some(n) if n == Errno::INVAL.raw_os_error() => not.refused += 1,
+                    Some(n) if n == Errno::AGAIN.raw_os_error() => not.busy += 1,
+                    _ => return Err(FileCollapseError::Sys(e)),
+                }
+                if not.examples.len() < 3 {
+                    not.examples.push(((b as u64) * BLOCK, e.to_string()));
+                }
+            }
+        }
+    }
+    let seconds = t.elapsed().as_secs_f64();
+    drop(map);
+    let dev = (
+        rustix::fs::major(st.st_dev as u64),
+        rustix::fs::minor(st.st_dev as u64),
+    );
+    Ok(FileCollapse {
+        path: shown,
+        owner_uid: file.uid(),
+        size_bytes: size,
+        allocated_bytes: allocated,
+        blocks,
+        collapsed,
+        not_collapsed: not,
+        seconds,
+        mappers: mappers(probe, &[(dev, st.st_ino as u64)]),
+    })
+}
