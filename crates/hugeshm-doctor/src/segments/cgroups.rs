@@ -151,8 +151,19 @@ pub(super) fn pass(
                     .find(|x| x.code == "silent-fallback")
                     .and_then(|x| x.fix.as_deref()?.split_once(", then restart its owner"))
                     .map(|(pool, _)| pool.to_owned());
+                // And the collapse that needs no restart, where it applies
+                // (THP is charged to the memory cgroup, not hugetlb's).
+                let now = seg
+                    .findings
+                    .iter()
+                    .find(|x| x.code == "silent-fallback")
+                    .and_then(|x| x.fix.as_deref()?.split_once("; or hugeshm collapse"))
+                    .map(|(_, rest)| format!("; or hugeshm collapse{rest}"));
                 if let (Some(pool), Some(fix)) = (pool, f.fix.as_mut()) {
                     *fix = format!("{pool}, and {fix}");
+                }
+                if let (Some(now), Some(fix)) = (now, f.fix.as_mut()) {
+                    fix.push_str(&now);
                 }
                 seg.findings.retain(|x| x.code != "silent-fallback");
             }
