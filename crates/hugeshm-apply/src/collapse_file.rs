@@ -25,8 +25,8 @@ const TMPFS_MAGIC: u64 = 0x0102_1994;
 /// What `collapse --path` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct FileCollapse {
-    /// The file, as given.
-    pub path: String,
+    /// The file as given, or `sysv SHMID`.
+    pub object: String,
     /// Its owner.
     pub owner_uid: u32,
     /// Its size.
@@ -87,6 +87,25 @@ pub enum FileCollapseError {
         /// `MemAvailable`.
         available: u64,
     },
+    /// Another user's SysV segment: never attached.
+    #[error(
+        "{object} belongs to uid {uid}: hugeshm attaches only root's and its own segments; \
+         collapse the process that maps it (--pid)"
+    )]
+    Foreign {
+        /// `sysv SHMID`.
+        object: String,
+        /// Its owner.
+        uid: u32,
+    },
+    /// On hugetlb pages already.
+    #[error("{object} is on {page_size}-byte hugetlb pages already: nothing to collapse")]
+    Hugetlb {
+        /// `sysv SHMID`.
+        object: String,
+        /// Its page size.
+        page_size: u64,
+    },
     /// A system call failed (mapping it, no free 2 MiB page: `ENOMEM`).
     #[error("{0}")]
     Sys(SysError),
@@ -133,14 +152,40 @@ pub fn collapse_file(probe: &Probe, path: &Path) -> Result<FileCollapse, FileCol
         .align(Some(BLOCK as usize))
         .map(&file)
         .map_err(FileCollapseError::Sys)?;
+    let (collapsed, not, seconds) = collapse_blocks(&map)?;
+    drop(map);
+    let dev = (
+        rustix::fs::major(st.st_dev as u64),
+        rustix::fs::minor(st.st_dev as u64),
+    );
+    Ok(FileCollapse {
+        object: shown,
+        owner_uid: file.uid(),
+        size_bytes: size,
+        allocated_bytes: allocated,
+        blocks,
+        collapsed,
+        not_collapsed: not,
+        seconds,
+        mappers: mappers(probe, &[(dev, st.st_ino as u64)]),
+    })
+}
+
+/// Asks `MADV_COLLAPSE` of each whole 2 MiB block of `map` (this process's
+/// own mapping, 2 MiB-aligned): the blocks collapsed, the others by cause,
+/// and the seconds it took. `EINVAL` (no page in it) and `EAGAIN` are
+/// counted; any other error ends it.
+fn collapse_blocks(
+    map: &hugeshm_sys::Mapping,
+) -> Result<(u64, NotCollapsed, f64), FileCollapseError> {
+    use rustix::io::Errno;
     let t = Instant::now();
     let mut collapsed = 0;
     let mut not = NotCollapsed::default();
-    for b in 0..blocks as usize {
+    for b in 0..map.len() / BLOCK as usize {
         match map.collapse_range(b * BLOCK as usize, BLOCK as usize) {
             Ok(()) => collapsed += 1,
             Err(e) => {
-                use rustix::io::Errno;
                 match e.errno() {
                     Some(n) if n == Errno::INVAL.raw_os_error() => not.refused += 1,
                     Some(n) if n == Errno::AGAIN.raw_os_error() => not.busy += 1,
@@ -152,21 +197,68 @@ pub fn collapse_file(probe: &Probe, path: &Path) -> Result<FileCollapse, FileCol
             }
         }
     }
-    let seconds = t.elapsed().as_secs_f64();
+    Ok((collapsed, not, t.elapsed().as_secs_f64()))
+}
+
+/// Collapses SysV segment `shmid` whether or not a process has it attached
+/// (a region made to be kept that waits for its server): attached here
+/// 2 MiB-aligned for the call, each block with a page collapsed, detached.
+/// Only a segment of root's or of the caller's (owner and creator), on
+/// base pages: another user's segment is never attached.
+pub fn collapse_sysv(probe: &Probe, shmid: i32) -> Result<FileCollapse, FileCollapseError> {
+    let host = probe.host();
+    if let Some(r) = host_refusal(&host) {
+        return Err(FileCollapseError::Host(r));
+    }
+    let object = format!("sysv {shmid}");
+    let st = hugeshm_sys::shm_stat(shmid).map_err(FileCollapseError::Open)?;
+    let me = rustix::process::geteuid().as_raw();
+    if ![0, me].contains(&st.uid) || ![0, me].contains(&st.cuid) {
+        return Err(FileCollapseError::Foreign {
+            object,
+            uid: st.uid,
+        });
+    }
+    if st.size < BLOCK {
+        return Err(FileCollapseError::TooSmall {
+            path: object,
+            size: st.size,
+        });
+    }
+    let map = hugeshm_sys::shm_attach_placed(shmid, Some(BLOCK as usize))
+        .map_err(FileCollapseError::Sys)?;
+    if map.page_size() > hugeshm_sys::base_page_size() {
+        return Err(FileCollapseError::Hugetlb {
+            object,
+            page_size: map.page_size() as u64,
+        });
+    }
+    let (dev, inode) = probe
+        .pid(std::process::id())
+        .maps()
+        .ok()
+        .and_then(|maps| {
+            let m = maps.into_iter().find(|m| m.start == map.addr() as u64)?;
+            Some(((m.dev_major, m.dev_minor), m.inode))
+        })
+        .unwrap_or(((0, 0), 0));
+    let (collapsed, not, seconds) = collapse_blocks(&map)?;
+    let blocks = (map.len() / BLOCK as usize) as u64;
     drop(map);
-    let dev = (
-        rustix::fs::major(st.st_dev as u64),
-        rustix::fs::minor(st.st_dev as u64),
-    );
     Ok(FileCollapse {
-        path: shown,
-        owner_uid: file.uid(),
-        size_bytes: size,
-        allocated_bytes: allocated,
+        object,
+        owner_uid: st.uid,
+        size_bytes: st.size,
+        allocated_bytes: host
+            .shm
+            .iter()
+            .find(|s| s.shmid == shmid)
+            .and_then(|s| s.rss_bytes)
+            .unwrap_or(0),
         blocks,
         collapsed,
         not_collapsed: not,
         seconds,
-        mappers: mappers(probe, &[(dev, st.st_ino as u64)]),
+        mappers: mappers(probe, &[(dev, inode)]),
     })
 }

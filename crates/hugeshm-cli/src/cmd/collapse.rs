@@ -3,6 +3,7 @@
 
 use crate::output::{Out, Table, Usage};
 use hugeshm_apply::collapse::{collapse, CollapseOptions, CollapseReport, Mapper};
+use hugeshm_apply::collapse_file::FileCollapse;
 use hugeshm_doctor::collapse::{plan, CollapsePlan, Selection, Skip};
 use hugeshm_parse::size::format_bytes;
 use hugeshm_probe::Roots;
@@ -16,14 +17,15 @@ pub struct Args {
     /// The process whose shared memory (SysV, shared anonymous, memfd,
     /// tmpfs files such as /dev/shm) moves onto 2 MiB pages: every mapping
     /// of at least 2 MiB, or the one --shmid or --address names.
-    #[arg(long, value_name = "PID", required_unless_present = "path")]
+    #[arg(long, value_name = "PID", required_unless_present_any = ["path", "shmid"])]
     pub pid: Option<u32>,
     /// A file of a tmpfs (/dev/shm/NAME) instead, mapped by nobody or
     /// anyone: hugeshm maps it 2 MiB-aligned, collapses it and unmaps it;
     /// whoever maps it aligned then maps its 2 MiB pages.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["pid", "shmid", "address", "dry_run"])]
     pub path: Option<std::path::PathBuf>,
-    /// Only the attachments of this SysV segment.
+    /// Only the attachments of this SysV segment; without --pid, the
+    /// segment itself (root's or yours), attached here for the call.
     #[arg(long, value_name = "SHMID", conflicts_with = "address")]
     pub shmid: Option<u64>,
     /// Only the mapping that holds this address (0x7f...).
@@ -56,8 +58,13 @@ struct Doc<'a> {
 /// stopped on an error, 0 otherwise.
 pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     let probe = crate::cmd::doctor_probe(roots);
+    use hugeshm_apply::collapse_file::{collapse_file, collapse_sysv};
     if let Some(path) = &a.path {
-        return collapse_path(&probe, path, a.json, out);
+        return print_object(collapse_file(&probe, path), a.json, out);
+    }
+    if let (None, Some(id)) = (a.pid, a.shmid) {
+        let id = i32::try_from(id).map_err(|_| Usage(format!("no SysV segment {id}")))?;
+        return print_object(collapse_sysv(&probe, id), a.json, out);
     }
     let selection = match (a.shmid, a.address) {
         (Some(id), _) => Selection::Shmid(id),
@@ -129,15 +136,15 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `--path`: a tmpfs file; its refusals exit 2.
-fn collapse_path(
-    probe: &hugeshm_probe::Probe,
-    path: &std::path::Path,
+/// `--path` or `--shmid` alone: a tmpfs file or a SysV segment, mapped
+/// here for the call; refusals exit 2.
+fn print_object(
+    done: Result<FileCollapse, hugeshm_apply::collapse_file::FileCollapseError>,
     json: bool,
     out: &mut Out,
 ) -> anyhow::Result<ExitCode> {
-    use hugeshm_apply::collapse_file::{collapse_file, FileCollapseError as E};
-    let r = match collapse_file(probe, path) {
+    use hugeshm_apply::collapse_file::FileCollapseError as E;
+    let r = match done {
         Ok(r) => r,
         Err(e @ E::Sys(_)) => return Err(e.into()),
         Err(e) => {
@@ -157,7 +164,7 @@ fn collapse_path(
         out.line(format!(
             "{}: {} of {} blocks on 2 MiB pages in {:.2} s; {} refused (never touched: nothing to \
              move), {} busy; mapped by {} process(es), which map the 2 MiB pages on their next access",
-            r.path, r.collapsed, r.blocks, r.seconds, n.refused, n.busy, r.mappers.len()
+            r.object, r.collapsed, r.blocks, r.seconds, n.refused, n.busy, r.mappers.len()
         ))?;
     }
     out.flush()?;

@@ -278,6 +278,76 @@ fn a_dev_shm_file_moves_onto_2m_pages_by_its_path() {
     live.finish();
 }
 
+/// `ShmemHugePages` of /proc/meminfo, in bytes: the host's shmem on THP.
+fn shmem_huge_bytes() -> u64 {
+    let m = std::fs::read_to_string("/proc/meminfo").unwrap();
+    hugeshm_parse::meminfo::parse(&m)
+        .unwrap()
+        .shmem_huge_pages_bytes
+        .unwrap()
+}
+
+/// `collapse --shmid ID` alone: a SysV segment nobody has attached (root's,
+/// left as a kept region is) is attached for the call and its blocks move
+/// onto 2 MiB pages (the host's ShmemHugePages grows by its size); another
+/// user's segment is refused with exit 2 and never attached.
+#[test]
+fn a_segment_nobody_attaches_moves_by_its_shmid() {
+    let Some(live) = live!() else { return };
+    let tp = TestProc::spawn(["--orphan-sysv", "--touch", "sysv-plain:16M"]).unwrap();
+    let shmid = tp.objects()[0].shmid.unwrap();
+    assert!(tp.finish().unwrap().success());
+    let before = shmem_huge_bytes();
+    let id = shmid.to_string();
+    let out = hugeshm(&["collapse", "--shmid", &id, "--json"]);
+    let after = shmem_huge_bytes();
+    std::process::Command::new("ipcrm")
+        .args(["-m", &id])
+        .status()
+        .unwrap();
+    let v = json(out);
+    assert_eq!(
+        (v["blocks"].as_u64(), v["collapsed"].as_u64()),
+        (Some(8), Some(8)),
+        "{v:#}"
+    );
+    assert!(
+        after >= before + 16 * M,
+        "ShmemHugePages {before} -> {after}: {v:#}"
+    );
+
+    if !cannot_act_as_nobody("a_segment_nobody_attaches_moves_by_its_shmid [65534]") {
+        let testproc = hugeshm_testkit::testproc_built().unwrap();
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&testproc)
+            .args(["--orphan-sysv", "--touch", "sysv-plain:4M"])
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let theirs = report["objects"][0]["shmid"].as_i64().unwrap().to_string();
+        let r = hugeshm(&["collapse", "--shmid", &theirs]);
+        let stat = std::fs::read_to_string("/proc/sysvipc/shm").unwrap();
+        std::process::Command::new("ipcrm")
+            .args(["-m", &theirs])
+            .status()
+            .unwrap();
+        assert_eq!(r.status.code(), Some(2), "{r:?}");
+        assert!(
+            String::from_utf8_lossy(&r.stderr).contains("belongs to uid 65534"),
+            "{r:?}"
+        );
+        // Never attached: its last attach/detach pid is still its creator's.
+        let line = stat
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(theirs.as_str()))
+            .unwrap();
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f[4], f[5], "cpid and lpid: {line}");
+    }
+    live.finish();
+}
+
 #[test]
 fn another_user_cannot_collapse_roots_process() {
     let Some(live) = live!() else { return };

@@ -533,18 +533,11 @@ fn fallback_thp_collapses_what_fell_back() {
         let addr = held.addr(op);
         assert_eq!(addr % M2, 0, "{op} at {addr:#x}");
         let smaps = std::fs::read_to_string(format!("/proc/{}/smaps", held.pid())).unwrap();
-        let pmd = smaps
-            .lines()
-            .skip_while(|l| !l.starts_with(&format!("{addr:x}-")))
-            .find_map(|l| l.strip_prefix("ShmemPmdMapped:"))
-            .map(|v| {
-                v.trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<u64>()
-                    .unwrap()
-                    * 1024
-            });
+        let pmd = hugeshm_parse::smaps::parse(&smaps)
+            .unwrap()
+            .into_iter()
+            .find(|e| e.map.start == addr)
+            .and_then(|e| e.shmem_pmd_mapped_bytes);
         assert_eq!(pmd, Some(want), "{op}: every block on a 2 MiB page");
     }
     drop(held);
