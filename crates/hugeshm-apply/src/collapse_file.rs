@@ -111,6 +111,16 @@ pub enum FileCollapseError {
     Sys(SysError),
 }
 
+impl FileCollapseError {
+    /// What to do about it, where a setting refuses it.
+    pub fn fix(&self) -> Option<hugeshm_fix::Fix> {
+        match self {
+            FileCollapseError::Host(r) => r.fix(),
+            _ => None,
+        }
+    }
+}
+
 /// Collapses the tmpfs file at `path` (see the module's text), on the host
 /// `probe` reads.
 // stat's field types differ between architectures.

@@ -17,13 +17,18 @@ pub struct Args {
     /// The process whose shared memory (SysV, shared anonymous, memfd,
     /// tmpfs files such as /dev/shm) moves onto 2 MiB pages: every mapping
     /// of at least 2 MiB, or the one --shmid or --address names.
-    #[arg(long, value_name = "PID", required_unless_present_any = ["path", "shmid"])]
+    #[arg(long, value_name = "PID", required_unless_present_any = ["path", "shmid", "region"])]
     pub pid: Option<u32>,
     /// A file of a tmpfs (/dev/shm/NAME) instead, mapped by nobody or
     /// anyone: hugeshm maps it 2 MiB-aligned, collapses it and unmaps it;
     /// whoever maps it aligned then maps its 2 MiB pages.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["pid", "shmid", "address", "dry_run"])]
     pub path: Option<std::path::PathBuf>,
+    /// A hugeshm region by name instead (a SysV one, or a file in a tmpfs),
+    /// as `hugeshm ls` lists it: collapsed as --shmid or --path would.
+    #[arg(long, value_name = "NAME", value_parser = crate::cmd::region::parse_region_name,
+          conflicts_with_all = ["pid", "shmid", "address", "path", "dry_run"])]
+    pub region: Option<String>,
     /// Only the attachments of this SysV segment; without --pid, the
     /// segment itself (root's or yours), attached here for the call.
     #[arg(long, value_name = "SHMID", conflicts_with = "address")]
@@ -61,6 +66,26 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
     use hugeshm_apply::collapse_file::{collapse_file, collapse_sysv};
     if let Some(path) = &a.path {
         return print_object(collapse_file(&probe, path), a.json, out);
+    }
+    if let Some(name) = &a.region {
+        use hugeshm_region::{Locator, NamedObject, SEARCH_ORDER};
+        let found = SEARCH_ORDER.into_iter().find_map(|b| {
+            let l = Locator::new(name, b).probe(probe.clone());
+            l.inspect().ok().map(|i| i.object)
+        });
+        return print_object(
+            match found {
+                Some(NamedObject::Sysv { shmid, .. }) => collapse_sysv(&probe, shmid),
+                Some(NamedObject::File { path, .. }) => collapse_file(&probe, path.as_ref()),
+                _ => {
+                    return Err(
+                        Usage(format!("no SysV or tmpfs-file region named {name:?}")).into(),
+                    )
+                }
+            },
+            a.json,
+            out,
+        );
     }
     if let (None, Some(id)) = (a.pid, a.shmid) {
         let id = i32::try_from(id).map_err(|_| Usage(format!("no SysV segment {id}")))?;
@@ -148,12 +173,9 @@ fn print_object(
         Ok(r) => r,
         Err(e @ E::Sys(_)) => return Err(e.into()),
         Err(e) => {
-            let fix = match &e {
-                E::Host(r) => r
-                    .fix()
-                    .map(|f| format!("; fix: {}", f.render(hugeshm_fix::Renderer::Cli))),
-                _ => None,
-            };
+            let fix = e
+                .fix()
+                .map(|f| format!("; fix: {}", f.render(hugeshm_fix::Renderer::Cli)));
             return Err(Usage(format!("{e}{}", fix.unwrap_or_default())).into());
         }
     };

@@ -316,6 +316,18 @@ fn a_segment_nobody_attaches_moves_by_its_shmid() {
         "ShmemHugePages {before} -> {after}: {v:#}"
     );
 
+    // A kept region, by its name: the same through `hugeshm ls`'s object.
+    let name = format!("collapse-region-{}", std::process::id());
+    let made = hugeshm(&["create", &name, "--size", "16M", "--page-size", "4k"]);
+    assert!(made.status.success(), "{made:?}");
+    let out = hugeshm(&["collapse", "--region", &name, "--json"]);
+    let rm = hugeshm(&["rm", &name]);
+    let v = json(out);
+    assert!(rm.status.success(), "{rm:?}");
+    assert!(v["object"].as_str().unwrap().starts_with("sysv "), "{v:#}");
+    assert!(v["blocks"].as_u64().unwrap() >= 8, "{v:#}");
+    assert_eq!(v["collapsed"], v["blocks"], "{v:#}");
+
     if !cannot_act_as_nobody("a_segment_nobody_attaches_moves_by_its_shmid [65534]") {
         let testproc = hugeshm_testkit::testproc_built().unwrap();
         let out = std::process::Command::new("setpriv")
