@@ -209,59 +209,71 @@ pub fn collapse(
         .flat_map(|m: &ShmemMapping| (0..m.blocks).map(move |i| m.first_block + i * BLOCK))
         .collect();
     let total = blocks.len() as u64 * BLOCK;
-    let threads = threads(opts.threads).clamp(1, blocks.len().max(1));
+    let threads = match opts.threads {
+        0 if !plan.cpus.is_empty() => plan.cpus.len(),
+        n => threads(n),
+    }
+    .clamp(1, blocks.len().max(1));
     let next = AtomicUsize::new(0);
     let done = AtomicU64::new(0);
     let collapsed = AtomicU64::new(0);
     let not = Mutex::new(NotCollapsed::default());
     let stopped: Mutex<Option<String>> = Mutex::new(None);
     let t = Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| loop {
-                if opts.stop.is_some_and(|f| f.load(Ordering::Relaxed))
-                    || stopped.lock().is_ok_and(|s| s.is_some())
-                {
+    let worker = || loop {
+        if opts.stop.is_some_and(|f| f.load(Ordering::Relaxed))
+            || stopped.lock().is_ok_and(|s| s.is_some())
+        {
+            return;
+        }
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(&addr) = blocks.get(i) else { return };
+        let mut tries = 0;
+        let result = loop {
+            tries += 1;
+            match hugeshm_sys::collapse_block(&target, addr, BLOCK) {
+                Err(e) if e.errno() == Some(libc_errno::EAGAIN) && tries < TRIES => {
+                    std::thread::sleep(Duration::from_millis(u64::from(tries)));
+                }
+                r => break r,
+            }
+        };
+        match result {
+            Ok(()) => {
+                collapsed.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                let errno = e.errno().unwrap_or(0);
+                if let Some(why) = fatal(errno) {
+                    let mut s = stopped.lock().unwrap_or_else(|e| e.into_inner());
+                    s.get_or_insert_with(|| why.to_owned());
                     return;
                 }
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&addr) = blocks.get(i) else { return };
-                let mut tries = 0;
-                let result = loop {
-                    tries += 1;
-                    match hugeshm_sys::collapse_block(&target, addr, BLOCK) {
-                        Err(e) if e.errno() == Some(libc_errno::EAGAIN) && tries < TRIES => {
-                            std::thread::sleep(Duration::from_millis(u64::from(tries)));
-                        }
-                        r => break r,
-                    }
-                };
-                match result {
-                    Ok(()) => {
-                        collapsed.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        let errno = e.errno().unwrap_or(0);
-                        if let Some(why) = fatal(errno) {
-                            let mut s = stopped.lock().unwrap_or_else(|e| e.into_inner());
-                            s.get_or_insert_with(|| why.to_owned());
-                            return;
-                        }
-                        let mut n = not.lock().unwrap_or_else(|e| e.into_inner());
-                        if errno == libc_errno::EAGAIN {
-                            n.busy += 1;
-                        } else {
-                            n.refused += 1;
-                        }
-                        if n.examples.len() < 8 {
-                            n.examples.push((addr, e.to_string()));
-                        }
-                    }
+                let mut n = not.lock().unwrap_or_else(|e| e.into_inner());
+                if errno == libc_errno::EAGAIN {
+                    n.busy += 1;
+                } else {
+                    n.refused += 1;
                 }
-                let d = done.fetch_add(BLOCK, Ordering::Relaxed) + BLOCK;
-                if let Some(p) = opts.on_progress {
-                    p(d, total);
+                if n.examples.len() < 8 {
+                    n.examples.push((addr, e.to_string()));
                 }
+            }
+        }
+        let d = done.fetch_add(BLOCK, Ordering::Relaxed) + BLOCK;
+        if let Some(p) = opts.on_progress {
+            p(d, total);
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                // On the CPUs of the memory's nodes (a failure leaves the
+                // thread where it is).
+                if !plan.cpus.is_empty() {
+                    let _ = hugeshm_sys::set_affinity(&plan.cpus);
+                }
+                worker()
             });
         }
     });

@@ -262,6 +262,13 @@ pub struct CollapsePlan {
     /// Bytes of the shared hugetlb mappings the selection names: on huge
     /// pages already, nothing a collapse does.
     pub hugetlb_bytes: u64,
+    /// Bytes of the collapsible mappings on each NUMA node (the process's
+    /// numa_maps): the kernel puts each new 2 MiB page on the node that
+    /// holds most of its block.
+    pub node_bytes: Vec<(u32, u64)>,
+    /// The CPUs of those nodes, where the copies run (one thread per CPU
+    /// by default, as the pre-fault); empty where the host does not say.
+    pub cpus: Vec<u32>,
     /// The most the collapse may add to memory (the untouched pages its
     /// blocks are filled with).
     pub growth_bytes: u64,
@@ -399,7 +406,8 @@ fn host_side(host: &HostSnapshot) -> CollapseHost {
 
 /// What a collapse of `pid`'s shmem (the `selection` of it) would do, and
 /// why it cannot start, if so. `threads`: blocks copied at once (each needs
-/// a free 2 MiB page before it frees its small ones).
+/// a free 2 MiB page before it frees its small ones); 0: one per CPU of the
+/// nodes that hold the memory, else one per CPU.
 pub fn plan(probe: &Probe, pid: u32, selection: Selection, threads: usize) -> CollapsePlan {
     let host = probe.host();
     let files = probe.pid(pid);
@@ -411,6 +419,8 @@ pub fn plan(probe: &Probe, pid: u32, selection: Selection, threads: usize) -> Co
         host: host_side(&host),
         mappings: Vec::new(),
         hugetlb_bytes: 0,
+        node_bytes: Vec::new(),
+        cpus: Vec::new(),
         growth_bytes: 0,
         refusal: None,
     };
@@ -469,6 +479,25 @@ pub fn plan(probe: &Probe, pid: u32, selection: Selection, threads: usize) -> Co
         }
         plan.mappings.push(judge(e, &kind, per_size_never));
     }
+    // Where the memory is, and the CPUs there.
+    if let Ok(numa) = files.numa_maps() {
+        let mut nodes: std::collections::BTreeMap<u32, u64> = Default::default();
+        for e in numa
+            .iter()
+            .filter(|e| plan.collapsible().any(|m| m.start == e.start))
+        {
+            for (n, b) in e.node_bytes() {
+                *nodes.entry(n).or_default() += b;
+            }
+        }
+        plan.cpus = host
+            .nodes
+            .iter()
+            .filter(|n| nodes.contains_key(&n.node))
+            .flat_map(|n| n.cpus.iter().copied())
+            .collect();
+        plan.node_bytes = nodes.into_iter().collect();
+    }
     // The untouched part of each block is filled: at most what this
     // process does not map (other processes may have touched more; a SysV
     // segment's own resident size says how much).
@@ -486,6 +515,12 @@ pub fn plan(probe: &Probe, pid: u32, selection: Selection, threads: usize) -> Co
         .collapsible()
         .map(|m| m.block_bytes().saturating_sub(resident(m)))
         .sum();
+    // 0: one thread per CPU of the memory's nodes, else per CPU.
+    let threads = match threads {
+        0 if !plan.cpus.is_empty() => plan.cpus.len(),
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
     plan.refusal = refusal(&plan, status.and_then(|s| s.thp_enabled), threads);
     if plan.refusal.is_none() && !may_advise_others(probe, pid) {
         plan.refusal = Some(Refusal::NotPermitted {

@@ -96,7 +96,7 @@ pub fn run(roots: &Roots, a: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
         (_, Some(addr)) => Selection::Address(addr),
         _ => Selection::All,
     };
-    let threads = hugeshm_apply::collapse::threads(a.threads.map_or(0, usize::from));
+    let threads = a.threads.map_or(0, usize::from);
     let p = plan(
         &probe,
         a.pid.expect("clap: --pid or --path"),

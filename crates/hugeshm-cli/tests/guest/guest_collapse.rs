@@ -51,7 +51,17 @@ fn guest_collapse_on_6_1_keeps_the_pages_on_their_node() {
         "{before:?}"
     );
     let v = json_v1(run, "collapse.json");
+    // The plan knows where the memory is; the copies run on that node's
+    // CPUs, one thread each.
+    assert_eq!(
+        v["plan"]["node_bytes"],
+        serde_json::json!([[1, 32 * M]]),
+        "{v:#}"
+    );
+    let cpus = v["plan"]["cpus"].as_array().unwrap().len();
+    assert!(cpus > 0, "{v:#}");
     let r = &v["result"];
+    assert_eq!(r["threads"].as_u64(), Some(cpus as u64), "{v:#}");
     assert_eq!(r["blocks"].as_u64(), Some(16), "{v:#}");
     assert_eq!(r["collapsed"].as_u64(), Some(16), "{v:#}");
     assert!(r["stopped"].is_null(), "{v:#}");
