@@ -50,6 +50,7 @@ pub const CODES: &[(&str, &[Severity])] = {
         ("min-free-kbytes-low", &[Info]),
         ("hvo-off", &[Info]),
         ("thp-always", &[Warning]),
+        ("thp-split", &[Info]),
         ("shmmax-small", &[Warning]),
         ("shmall-small", &[Warning]),
         ("memlock-small", &[Warning]),

@@ -53,5 +53,6 @@ pub mod sysctl;
 pub mod sysctl_conf;
 pub mod sysvipc_shm;
 pub mod thp;
+pub mod vmstat;
 
 pub use error::ParseError;

@@ -154,6 +154,9 @@ pub struct HostSnapshot {
     /// cannot be demoted.
     #[serde(default)]
     pub demote: Vec<DemoteSize>,
+    /// `/proc/vmstat`'s THP counters.
+    #[serde(default)]
+    pub vmstat: Option<hugeshm_parse::vmstat::Vmstat>,
     /// Files that could not be read or parsed.
     pub problems: Vec<Problem>,
 }
@@ -284,6 +287,10 @@ impl Probe {
         };
 
         snap.meminfo = c.need(read_parse(&self.proc_path("meminfo"), meminfo::parse));
+        snap.vmstat = c.keep(read_parse(
+            &self.proc_path("vmstat"),
+            hugeshm_parse::vmstat::parse,
+        ));
 
         // Host-wide pools per size.
         let hp = self.sys_path("kernel/mm/hugepages");

@@ -221,7 +221,8 @@ fn an_unaligned_mapping_is_refused_with_the_reason() {
 
 /// `collapse --path`: a /dev/shm file written by its holder and mapped by
 /// a child that keeps writing moves onto 2 MiB pages though hugeshm maps it
-/// only for the call; the child then maps every block by PMD. A link, a
+/// only for the call; the child then maps every block by PMD; a hole
+/// punched in it splits a huge page, which status notices. A link, a
 /// FIFO and a file outside a tmpfs are refused (exit 2), never followed or
 /// waited on.
 #[test]
@@ -250,6 +251,44 @@ fn a_dev_shm_file_moves_onto_2m_pages_by_its_path() {
     assert!(pids.contains(&u64::from(holder.pid())), "{v:#}");
     let after = all_on_2m(&holder);
     assert!(after.iter().any(|(_, pmd, _)| *pmd == 16 * M), "{after:?}");
+    // A hole punched in the file splits the huge page that holds it: the
+    // kernel counts it, and status says so while shmem sits on THP.
+    let split = || {
+        let v = std::fs::read_to_string("/proc/vmstat").unwrap();
+        hugeshm_parse::vmstat::parse(&v)
+            .unwrap()
+            .thp_split_page
+            .unwrap()
+    };
+    let splits = split();
+    let punched = std::process::Command::new("fallocate")
+        .args([
+            "--punch-hole",
+            "--offset",
+            "1MiB",
+            "--length",
+            "4KiB",
+            &path,
+        ])
+        .status()
+        .unwrap();
+    assert!(punched.success());
+    let st = json(hugeshm(&["status", "--json"]));
+    assert!(split() > splits, "the punched hole split nothing");
+    assert!(
+        st["thp"]["split_since_boot"].as_u64().unwrap() > splits,
+        "{:#}",
+        st["thp"]
+    );
+    assert!(
+        st["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["code"] == "thp-split"),
+        "{:#}",
+        st["findings"]
+    );
     holder.finish().unwrap();
 
     let dir = hugeshm_testkit::TempDir::new("collapse-path");

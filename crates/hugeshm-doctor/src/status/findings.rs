@@ -192,11 +192,33 @@ fn pool_total_bytes(r: &StatusReport) -> u64 {
 
 /// THP: `thp-always` on a host with a huge page pool.
 fn thp(r: &StatusReport) -> Vec<Finding> {
+    let mut out = Vec::new();
+    if let (Some(split), Some(huge)) = (r.thp.split_since_boot, r.thp.shmem_huge_bytes) {
+        if split > 0 && huge > 0 {
+            out.push(Finding::new(
+                Severity::Info,
+                "thp-split",
+                format!(
+                    "{split} transparent huge pages were split since boot (thp_split_page) while \
+                     {} of shared memory sits on 2 MiB THP (ShmemHugePages): pages that hugeshm \
+                     collapse made are split again under memory pressure, when shmem is swapped \
+                     out or a hole is punched in a tmpfs file; hugeshm segments shows what each \
+                     segment has left on 2 MiB pages",
+                    format_bytes(huge)
+                ),
+                Some(
+                    "hugeshm collapse --pid PID   # again, for what was split; hugetlb pages \
+                     (hugeshm advise) are never split"
+                        .to_owned(),
+                ),
+            ));
+        }
+    }
     let pool_total_bytes = pool_total_bytes(r);
     if pool_total_bytes == 0 || r.thp.enabled.as_deref() != Some("always") {
-        return Vec::new();
+        return out;
     }
-    vec![Finding::new(
+    out.push(Finding::new(
         Severity::Warning,
         "thp-always",
         format!(
@@ -204,7 +226,8 @@ fn thp(r: &StatusReport) -> Vec<Finding> {
             format_bytes(pool_total_bytes)
         ),
         Some("echo madvise > /sys/kernel/mm/transparent_hugepage/enabled   # and transparent_hugepage=madvise on the kernel command line".to_string()),
-    )]
+    ));
+    out
 }
 
 /// The SysV limits against the pools: `shmmax-small`, `shmall-small`.

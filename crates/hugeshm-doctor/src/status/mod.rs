@@ -61,6 +61,13 @@ pub struct ThpReport {
     pub khugepaged_defrag: Option<bool>,
     /// One line for a database host.
     pub verdict: String,
+    /// `ShmemHugePages`: shared memory on 2 MiB THP now (collapsed in
+    /// place, or THP shmem).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shmem_huge_bytes: Option<u64>,
+    /// `thp_split_page` of /proc/vmstat: huge pages split since boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_since_boot: Option<u64>,
 }
 
 /// SysV limits against the pool.
@@ -400,6 +407,8 @@ pub fn build_from(host: &HostSnapshot, segs: Option<&SegmentsReport>) -> StatusR
         defrag: host.thp.defrag.as_ref().map(|s| s.selected.clone()),
         shmem_enabled: host.thp.shmem_enabled.as_ref().map(|s| s.selected.clone()),
         khugepaged_defrag: host.thp.khugepaged_defrag,
+        shmem_huge_bytes: host.meminfo.as_ref().and_then(|m| m.shmem_huge_pages_bytes),
+        split_since_boot: host.vmstat.as_ref().and_then(|v| v.thp_split_page),
         verdict: if host.thp.enabled.is_none()
             && host
                 .problems
