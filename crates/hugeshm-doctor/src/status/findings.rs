@@ -105,7 +105,9 @@ fn pools(r: &StatusReport, needs: &Needs) -> Vec<Finding> {
                     who.join(", ")
                 ),
                 Some(format!(
-                    "hugeshm apply --live   # or: {}",
+                    "hugeshm apply --live   # or: {}; for the next start. Those on 4 KiB pages \
+                     now move without a restart where their silent-fallback names hugeshm \
+                     collapse",
                     pool_fix(p.page_size_bytes, default, want)
                 )),
             ));
@@ -893,7 +895,11 @@ mod tests {
         );
         assert_eq!(
             f[0].fix.as_deref(),
-            Some("hugeshm apply --live   # or: sysctl -w vm.nr_hugepages=32")
+            Some(
+                "hugeshm apply --live   # or: sysctl -w vm.nr_hugepages=32; for the next start. \
+                 Those on 4 KiB pages now move without a restart where their silent-fallback \
+                 names hugeshm collapse"
+            )
         );
         assert_eq!(f[1].fix.as_deref(), Some("sysctl -w vm.nr_hugepages=20"));
         // Nothing needed: the free pool is unused instead of short.
