@@ -43,7 +43,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
     if args.json {
         out.json_doc(&plan)?;
     } else {
-        print(&plan, &args.source.apply_command(), out)?;
+        print(&plan, &args.source.sources().apply_command(), out)?;
         if let Some(name) = &args.run {
             print_run_dropin(&plan, name, args.source.postgres.is_some(), out)?;
         }

@@ -4,7 +4,6 @@
 use crate::cmd::input_file;
 use crate::output::Usage;
 use hugeshm_doctor::advise::{self, Placement, Plan, SourceError, Sources, DEFAULT_SPARE_PAGES};
-use hugeshm_parse::size::page_size_short;
 use hugeshm_probe::{HostSnapshot, Probe};
 use std::path::PathBuf;
 
@@ -65,64 +64,9 @@ pub struct SourceArgs {
 }
 
 impl SourceArgs {
-    /// `hugeshm apply` with these sources, one shell word per value: the
-    /// command that reserves the plan advise printed (advise's own options,
-    /// `--container`, `--run` and `--json`, are not apply's).
-    pub fn apply_command(&self) -> String {
-        use hugeshm_fix::shell_quote as q;
-        let path = |p: &PathBuf| q(&p.to_string_lossy()).into_owned();
-        let mut w = vec!["hugeshm apply".to_owned()];
-        let mut opt = |name: &str, value: Option<String>| {
-            w.push(match value {
-                Some(v) => format!("--{name} {v}"),
-                None => format!("--{name}"),
-            })
-        };
-        if let Some(s) = self.size {
-            opt("size", Some(page_size_short(s)));
-        }
-        if let Some(p) = self.page_size {
-            opt("page-size", Some(page_size_short(p)));
-        }
-        if let Some(n) = self.node {
-            opt("node", Some(n.to_string()));
-        }
-        if self.spread {
-            opt("spread", None);
-        }
-        if let Some(p) = &self.postgres {
-            opt("postgres", Some(path(p)));
-        }
-        if let Some(p) = &self.postgres_bin {
-            opt("postgres-bin", Some(path(p)));
-        }
-        if let Some(p) = &self.spec {
-            opt("spec", Some(path(p)));
-        }
-        if self.live {
-            opt("live", None);
-        }
-        if self.spare != DEFAULT_SPARE_PAGES {
-            opt("spare", Some(self.spare.to_string()));
-        }
-        if self.demote {
-            opt("demote", None);
-        }
-        if let Some(u) = &self.memlock_user {
-            opt("memlock-user", Some(q(u).into_owned()));
-        }
-        for u in &self.systemd_unit {
-            opt("systemd-unit", Some(q(u).into_owned()));
-        }
-        w.join(" ")
-    }
-
-    /// The plan of these sources on `host`: the doctor's
-    /// [`Sources::plan`], the spec read by `--spec`'s rules
-    /// (`cmd/input_file.rs`); a source the host cannot have (a page size
-    /// it does not offer, a bad spec, a number too large) is a usage error.
-    pub fn plan(&self, probe: &Probe, host: &HostSnapshot) -> anyhow::Result<Plan> {
-        let sources = Sources {
+    /// The doctor's sources these options name.
+    pub fn sources(&self) -> Sources {
+        Sources {
             size: self.size,
             page_size: self.page_size,
             placement: Placement::of(self.node, self.spread),
@@ -134,7 +78,15 @@ impl SourceArgs {
             demote: self.demote,
             memlock_user: self.memlock_user.clone(),
             systemd_units: self.systemd_unit.clone(),
-        };
+        }
+    }
+
+    /// The plan of these sources on `host`: the doctor's
+    /// [`Sources::plan`], the spec read by `--spec`'s rules
+    /// (`cmd/input_file.rs`); a source the host cannot have (a page size
+    /// it does not offer, a bad spec, a number too large) is a usage error.
+    pub fn plan(&self, probe: &Probe, host: &HostSnapshot) -> anyhow::Result<Plan> {
+        let sources = self.sources();
         let read = |p: &std::path::Path| input_file::read("--spec", p, "a spec").map_err(|u| u.0);
         sources.plan(probe, host, read).map_err(|e| match e {
             SourceError::PageSize { .. } | SourceError::Spec(_) | SourceError::TooLarge(_) => {

@@ -73,6 +73,57 @@ impl Default for Sources {
 }
 
 impl Sources {
+    /// `hugeshm apply` with these sources, one shell word per value: the
+    /// command that reserves the plan advise printed.
+    pub fn apply_command(&self) -> String {
+        use hugeshm_fix::shell_quote as q;
+        use hugeshm_parse::size::page_size_short;
+        let path = |p: &PathBuf| q(&p.to_string_lossy()).into_owned();
+        let mut w = vec!["hugeshm apply".to_owned()];
+        let mut opt = |name: &str, value: Option<String>| {
+            w.push(match value {
+                Some(v) => format!("--{name} {v}"),
+                None => format!("--{name}"),
+            })
+        };
+        if let Some(s) = self.size {
+            opt("size", Some(page_size_short(s)));
+        }
+        if let Some(p) = self.page_size {
+            opt("page-size", Some(page_size_short(p)));
+        }
+        match self.placement {
+            Placement::Node(n) => opt("node", Some(n.to_string())),
+            Placement::Spread => opt("spread", None),
+            Placement::Any => {}
+        }
+        if let Some(p) = &self.postgres {
+            opt("postgres", Some(path(p)));
+        }
+        if let Some(p) = &self.postgres_bin {
+            opt("postgres-bin", Some(path(p)));
+        }
+        if let Some(p) = &self.spec {
+            opt("spec", Some(path(p)));
+        }
+        if self.live {
+            opt("live", None);
+        }
+        if self.spare != super::DEFAULT_SPARE_PAGES {
+            opt("spare", Some(self.spare.to_string()));
+        }
+        if self.demote {
+            opt("demote", None);
+        }
+        if let Some(u) = &self.memlock_user {
+            opt("memlock-user", Some(q(u).into_owned()));
+        }
+        for u in &self.systemd_units {
+            opt("systemd-unit", Some(q(u).into_owned()));
+        }
+        w.join(" ")
+    }
+
     /// The plan of these sources on `host` (read through `probe`), in this
     /// order: the region of `size`, PostgreSQL, the spec (its file read by
     /// `read_spec`, whose error is the reason, naming the file), the live
