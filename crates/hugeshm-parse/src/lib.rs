@@ -40,6 +40,7 @@ pub mod mounts;
 pub mod nd;
 pub mod node;
 pub mod numa_maps;
+pub mod oracle_pfile;
 pub mod pagemap;
 pub mod pagetypeinfo;
 pub mod passwd;

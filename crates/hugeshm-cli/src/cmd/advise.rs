@@ -134,6 +134,16 @@ fn memory_and_warnings(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn skipped(plan: &Plan, out: &mut Out) -> anyhow::Result<()> {
+    if !plan.skipped.is_empty() {
+        out.line(out.bold("Skipped"))?;
+        for s in &plan.skipped {
+            out.line(format!("  {}: {}", s.label, s.reason))?;
+        }
+    }
+    Ok(())
+}
+
 /// Prints a plan.
 pub fn print(plan: &Plan, apply: &str, out: &mut Out) -> anyhow::Result<()> {
     if plan.counted.is_empty() {
@@ -141,7 +151,10 @@ pub fn print(plan: &Plan, apply: &str, out: &mut Out) -> anyhow::Result<()> {
         // to limits.d, would take away the 8 MiB servers have by default).
         out.line(format!("{} nothing counted", out.bold("Plan:")))?;
         out.line("")?;
-        out.line("Nothing to count: no huge page segments on this host (use --size, --postgres or --spec).")?;
+        if plan.skipped.is_empty() {
+            out.line("Nothing to count: no huge page segments on this host (use --size, --postgres, --spec or --oracle).")?;
+        }
+        skipped(plan, out)?;
         return memory_and_warnings(plan, out);
     }
     out.line(format!("{} {}", out.bold("Plan:"), advise::summary(plan)))?;
@@ -161,12 +174,7 @@ pub fn print(plan: &Plan, apply: &str, out: &mut Out) -> anyhow::Result<()> {
         }
         t.render(out, "  ")?;
     }
-    if !plan.skipped.is_empty() {
-        out.line(out.bold("Skipped"))?;
-        for s in &plan.skipped {
-            out.line(format!("  {}: {}", s.label, s.reason))?;
-        }
-    }
+    skipped(plan, out)?;
     out.line("")?;
     out.line(out.bold("Pools"))?;
     let mut t = Table::new(&[

@@ -35,6 +35,10 @@ pub struct SourceArgs {
     /// Regions listed in a hugeshm spec file (TOML, see docs/advise.md).
     #[arg(long, value_name = "FILE")]
     pub spec: Option<PathBuf>,
+    /// An Oracle Database pfile (init<SID>.ora, text): its SGA rounded up to
+    /// its granule; under AMM (memory_target), what turns AMM off.
+    #[arg(long, value_name = "PFILE")]
+    pub oracle: Option<PathBuf>,
     /// Also count the shared memory live on this host (the default when no
     /// other source is given). Without it, a plan of --size or --spec
     /// regions keeps room for the huge pages live segments use: advise
@@ -73,6 +77,7 @@ impl SourceArgs {
             postgres: self.postgres.clone(),
             postgres_bin: self.postgres_bin.clone(),
             spec: self.spec.clone(),
+            oracle: self.oracle.clone(),
             live: self.live,
             spare: self.spare,
             demote: self.demote,
@@ -87,7 +92,9 @@ impl SourceArgs {
     /// it does not offer, a bad spec, a number too large) is a usage error.
     pub fn plan(&self, probe: &Probe, host: &HostSnapshot) -> anyhow::Result<Plan> {
         let sources = self.sources();
-        let read = |p: &std::path::Path| input_file::read("--spec", p, "a spec").map_err(|u| u.0);
+        let read = |flag: &str, p: &std::path::Path, what: &str| {
+            input_file::read(flag, p, what).map_err(|u| u.0)
+        };
         sources.plan(probe, host, read).map_err(|e| match e {
             SourceError::PageSize { .. } | SourceError::Spec(_) | SourceError::TooLarge(_) => {
                 Usage(e.to_string()).into()

@@ -2844,3 +2844,53 @@ fn collapse_plans_a_4k_segment_and_refuses_without_memory() {
     );
     assert!(r.stderr.contains("2 MiB is available"), "{}", r.stderr);
 }
+
+/// `advise --oracle PFILE`: the SGA rounded up to its granule (My Oracle
+/// Support Doc ID 947152.1, 11gR2 and later: 10,000 MiB is over 8 GiB, so a
+/// 32 MiB granule: 10,016 MiB, 5,008 pages of 2 MiB), split over both nodes
+/// with `_enable_NUMA_support`; the apply command names the pfile. Under
+/// AMM nothing is counted and the plan says what replaces AMM; a pfile
+/// without an SGA size is a usage error.
+#[test]
+fn advise_sizes_an_oracle_sga_from_its_pfile() {
+    let name = "two-nodes-uneven";
+    let tmp = hugeshm_testkit::TempDir::new("advise-oracle");
+    let pfile = |file: &str, text: &str| {
+        let p = tmp.path().join(file);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let sga = pfile(
+        "initorcl.ora",
+        "*.db_name=orcl\n*.sga_max_size=10000M\n*._enable_NUMA_support=TRUE\n\
+         *.use_large_pages='ONLY'\n",
+    );
+    let args = ["advise", "--oracle", &sga, "--spare", "0", "--json"];
+    let v = doc("advise --oracle", &run(name, &args));
+    let c = &v["counted"][0];
+    assert_eq!(c["pages"].as_u64(), Some(5008), "{v:#}");
+    assert_eq!(c["bytes"].as_u64(), Some(10_016 << 20), "{v:#}");
+    assert_eq!(c["placement"]["placement"], "spread", "{v:#}");
+    assert!(c["note"].as_str().unwrap().contains("use_large_pages=ONLY"), "{c}");
+    let nodes: u64 = v["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["node"].is_u64())
+        .map(|p| p["pages"].as_u64().unwrap())
+        .sum();
+    assert!(nodes >= 5008, "{v:#}");
+    let text = run(name, &args[..5]);
+    assert!(text.stdout.contains(&format!("hugeshm apply --oracle {sga}")), "{}", text.stdout);
+
+    let amm = pfile("initamm.ora", "*.memory_target=6G\n");
+    let v = doc("advise --oracle (AMM)", &run(name, &["advise", "--oracle", &amm, "--json"]));
+    assert!(v["counted"].as_array().unwrap().is_empty(), "{v:#}");
+    let why = v["skipped"][0]["reason"].as_str().unwrap();
+    assert!(why.contains("memory_target=0") && why.contains("/dev/shm"), "{why}");
+
+    let none = pfile("initnone.ora", "*.db_name=orcl\n");
+    let r = run(name, &["advise", "--oracle", &none]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("neither sga_max_size nor sga_target"), "{}", r.stderr);
+}

@@ -40,6 +40,7 @@ mod container;
 mod error;
 mod input;
 mod model;
+mod oracle;
 mod plan;
 mod sources;
 mod spec;
@@ -56,6 +57,7 @@ pub use model::{
     pool_name, summary, ConfigFile, ContainerAdvice, Counted, Demand, Placement, Plan, PlanConfig,
     PlanDemote, PlanPool, PodResource, Skipped,
 };
+pub use oracle::granule;
 pub(crate) use plan::{add_demotion, demands_from_segments, keep_room_for_live, live_pages};
 pub use plan::{crowded_pools, min_left_bytes, plan, DEFAULT_SPARE_PAGES};
 pub use sources::Sources;

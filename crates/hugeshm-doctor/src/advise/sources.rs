@@ -35,8 +35,11 @@ pub struct Sources {
     pub postgres: Option<PathBuf>,
     /// The postgres binary (default: found from `PG_VERSION`).
     pub postgres_bin: Option<PathBuf>,
-    /// A spec file (TOML), read by the `read_spec` of [`Sources::plan`].
+    /// A spec file (TOML), read by the `read_file` of [`Sources::plan`].
     pub spec: Option<PathBuf>,
+    /// An Oracle Database text parameter file (pfile), read the same way:
+    /// its SGA rounded to its granule, or (under AMM) what replaces AMM.
+    pub oracle: Option<PathBuf>,
     /// Also count the shared memory live on the host (the default when no
     /// other source is given).
     pub live: bool,
@@ -63,6 +66,7 @@ impl Default for Sources {
             postgres: None,
             postgres_bin: None,
             spec: None,
+            oracle: None,
             live: false,
             spare: DEFAULT_SPARE_PAGES,
             demote: false,
@@ -106,6 +110,9 @@ impl Sources {
         if let Some(p) = &self.spec {
             opt("spec", Some(path(p)));
         }
+        if let Some(p) = &self.oracle {
+            opt("oracle", Some(path(p)));
+        }
         if self.live {
             opt("live", None);
         }
@@ -125,15 +132,16 @@ impl Sources {
     }
 
     /// The plan of these sources on `host` (read through `probe`), in this
-    /// order: the region of `size`, PostgreSQL, the spec (its file read by
-    /// `read_spec`, whose error is the reason, naming the file), the live
+    /// order: the region of `size`, PostgreSQL, the spec and the Oracle pfile
+    /// (each file read by `read_file(flag, path, what)`, whose error is the
+    /// reason, naming the file), the live
     /// segments; then the pools, the room a plan of new regions leaves for
     /// live segments, demotion, the systemd units and the memlock users.
     pub fn plan(
         &self,
         probe: &Probe,
         host: &HostSnapshot,
-        read_spec: impl FnOnce(&Path) -> Result<InputText, String>,
+        read_file: impl Fn(&str, &Path, &str) -> Result<InputText, String>,
     ) -> Result<Plan, SourceError> {
         if !host.hugetlb_supported() {
             return Err(SourceError::NoHugetlb);
@@ -161,7 +169,7 @@ impl Sources {
             )?);
         }
         if let Some(path) = &self.spec {
-            let file = read_spec(path).map_err(SourceError::Spec)?;
+            let file = read_file("--spec", path, "a spec").map_err(SourceError::Spec)?;
             let spec = super::spec::spec_demands(host, &file, default)?;
             demands.extend(spec.demands);
             if let Some(s) = spec.spare_pages {
@@ -173,8 +181,14 @@ impl Sources {
                 units.extend(spec.systemd_unit);
             }
         }
+        if let Some(path) = &self.oracle {
+            let file = read_file("--oracle", path, "an Oracle pfile").map_err(SourceError::Spec)?;
+            let (d, s) = super::oracle::oracle_demands(&file, default)?;
+            demands.extend(d);
+            skipped.extend(s);
+        }
         let new_regions_only = !demands.is_empty() && !self.live && self.postgres.is_none();
-        if self.live || demands.is_empty() {
+        if self.live || (demands.is_empty() && self.oracle.is_none()) {
             // For their sizes and processes: findings are not advise's.
             let segs = crate::segments::build_with(probe, host, &Default::default());
             let units_of = ServiceLookup::new(probe);
