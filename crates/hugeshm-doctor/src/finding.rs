@@ -58,6 +58,7 @@ pub const CODES: &[(&str, &[Severity])] = {
         ("segment-findings", &[Warning]),
         ("silent-fallback", &[Warning]),
         ("shm-file-4k", &[Info]),
+        ("oracle-amm", &[Warning]),
         ("page-tables", &[Info]),
         ("thp-shmem", &[Info]),
         ("reserved-untouched", &[Info]),

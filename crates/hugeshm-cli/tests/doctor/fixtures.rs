@@ -2871,7 +2871,10 @@ fn advise_sizes_an_oracle_sga_from_its_pfile() {
     assert_eq!(c["pages"].as_u64(), Some(5008), "{v:#}");
     assert_eq!(c["bytes"].as_u64(), Some(10_016 << 20), "{v:#}");
     assert_eq!(c["placement"]["placement"], "spread", "{v:#}");
-    assert!(c["note"].as_str().unwrap().contains("use_large_pages=ONLY"), "{c}");
+    assert!(
+        c["note"].as_str().unwrap().contains("use_large_pages=ONLY"),
+        "{c}"
+    );
     let nodes: u64 = v["pools"]
         .as_array()
         .unwrap()
@@ -2881,16 +2884,31 @@ fn advise_sizes_an_oracle_sga_from_its_pfile() {
         .sum();
     assert!(nodes >= 5008, "{v:#}");
     let text = run(name, &args[..5]);
-    assert!(text.stdout.contains(&format!("hugeshm apply --oracle {sga}")), "{}", text.stdout);
+    assert!(
+        text.stdout
+            .contains(&format!("hugeshm apply --oracle {sga}")),
+        "{}",
+        text.stdout
+    );
 
     let amm = pfile("initamm.ora", "*.memory_target=6G\n");
-    let v = doc("advise --oracle (AMM)", &run(name, &["advise", "--oracle", &amm, "--json"]));
+    let v = doc(
+        "advise --oracle (AMM)",
+        &run(name, &["advise", "--oracle", &amm, "--json"]),
+    );
     assert!(v["counted"].as_array().unwrap().is_empty(), "{v:#}");
     let why = v["skipped"][0]["reason"].as_str().unwrap();
-    assert!(why.contains("memory_target=0") && why.contains("/dev/shm"), "{why}");
+    assert!(
+        why.contains("memory_target=0") && why.contains("/dev/shm"),
+        "{why}"
+    );
 
     let none = pfile("initnone.ora", "*.db_name=orcl\n");
     let r = run(name, &["advise", "--oracle", &none]);
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("neither sga_max_size nor sga_target"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("neither sga_max_size nor sga_target"),
+        "{}",
+        r.stderr
+    );
 }

@@ -927,3 +927,61 @@ fn hugetlbfs_file_and_orphan_file() {
     );
     pool.finish();
 }
+
+/// An Oracle instance under AMM, as far as the kernel can tell: /dev/shm
+/// files named as AMM names them, mapped by a process whose executable is
+/// named `oracle` (a copy of the test process), give `oracle-amm` with the
+/// instance's SID and files; the same files held by a process of another
+/// name give nothing (a name another user writes proves nothing).
+#[test]
+fn oracle_amm_files_are_named_only_when_oracle_maps_them() {
+    use std::io::{BufRead, BufReader};
+    let Some(pool) = live!() else { return };
+    let tmp = hugeshm_testkit::TempDir::new("oracle-amm");
+    let testproc = hugeshm_testkit::testproc_built().unwrap();
+    let oracle = tmp.path().join("oracle");
+    std::fs::copy(&testproc, &oracle).unwrap();
+    let id = std::process::id();
+    let files = [format!("ora_orcl{id}_1_0"), format!("ora_orcl{id}_1_1")];
+    let amm = |exe: &Path| {
+        let mut c = Command::new(exe)
+            .args(["--touch"])
+            .args(files.iter().map(|f| format!("devshm:{f}:4M")))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(c.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("\"pid\""), "{line}");
+        let out = run_hugeshm_with(&[], &[], &["segments", "--json"]);
+        let v = document("segments --json", &out);
+        drop(c.stdin.take());
+        assert!(c.wait().unwrap().success());
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["code"] == "oracle-amm")
+            .filter(|f| {
+                f["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&format!("orcl{id} "))
+            })
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let found = amm(&oracle);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let m = found[0]["message"].as_str().unwrap();
+    assert!(m.contains("2 /dev/shm files (8 MiB)"), "{m}");
+    assert!(found[0]["fix"]
+        .as_str()
+        .unwrap()
+        .contains("memory_target=0"));
+    assert!(amm(&testproc).is_empty(), "a process not named oracle");
+    pool.finish();
+}

@@ -33,6 +33,7 @@ mod cgroups;
 mod findings;
 mod in_place;
 mod kept;
+mod oracle;
 pub mod run_record;
 mod sample;
 mod scan;
@@ -361,6 +362,7 @@ pub(crate) fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions)
     // Those first, then what the phases found of the scan itself (mounts
     // whose listing was cut short, records not shown).
     let mut scan_wide = findings::scan_findings(&report.unreadable, host);
+    scan_wide.extend(oracle::amm_findings(probe, &report.segments));
     scan_wide.append(&mut report.findings);
     report.findings = scan_wide;
     // 7. SysV first, then by size.
