@@ -37,10 +37,16 @@ pub fn parse(text: &str, sid: Option<&str>) -> Result<OraclePfile, ParseError> {
     let mut p = OraclePfile::default();
     // (parameter, value, whether it was for the one SID)
     let mut set: Vec<(String, String, bool)> = Vec::new();
+    // A list value may go on over lines that end in a comma.
+    let mut continued = false;
     for (i, raw) in text.lines().enumerate() {
         let n = i + 1;
         let line = raw.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
+            continue;
+        }
+        let was_continued = std::mem::replace(&mut continued, line.ends_with(','));
+        if was_continued && !line.contains('=') {
             continue;
         }
         let (key, value) = line.split_once('=').ok_or_else(|| {
@@ -115,6 +121,8 @@ other.sga_target=1G
 *.use_large_pages='only'
 *._enable_NUMA_support=TRUE
 *.pga_aggregate_target=1024m
+*.control_files='/u01/control01.ctl',
+  '/u02/control02.ctl'
 ";
         let all = parse(text, None).unwrap();
         assert_eq!(all.sga_max_size, Some(4 << 30));
