@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 /// How a collapse runs.
 #[derive(Default)]
 pub struct CollapseOptions<'a> {
-    /// Blocks copied at once (0: one per CPU this process may use).
+    /// Blocks copied at once (0: the plan's count).
     pub threads: usize,
     /// Told `(bytes done, bytes in all)` after each block.
     pub on_progress: Option<&'a (dyn Fn(u64, u64) + Sync)>,
@@ -178,15 +178,6 @@ fn mappers_among(probe: &Probe, pids: &[u32], objects: &[((u32, u32), u64)]) -> 
     out
 }
 
-/// Blocks copied at once for `asked` (0: one per CPU this process may
-/// use): what the plan's memory check counts and the run starts.
-pub fn threads(asked: usize) -> usize {
-    match asked {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    }
-}
-
 /// The objects of a plan's collapsible mappings.
 fn objects(plan: &CollapsePlan) -> Vec<((u32, u32), u64)> {
     let mut v: Vec<_> = plan.collapsible().map(|m| (m.dev, m.inode)).collect();
@@ -210,8 +201,8 @@ pub fn collapse(
         .collect();
     let total = blocks.len() as u64 * BLOCK;
     let threads = match opts.threads {
-        0 if !plan.cpus.is_empty() => plan.cpus.len(),
-        n => threads(n),
+        0 => plan.threads,
+        n => n,
     }
     .clamp(1, blocks.len().max(1));
     let next = AtomicUsize::new(0);

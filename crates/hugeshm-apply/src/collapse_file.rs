@@ -181,33 +181,28 @@ pub fn collapse_file(probe: &Probe, path: &Path) -> Result<FileCollapse, FileCol
     })
 }
 
-/// Asks `MADV_COLLAPSE` of each whole 2 MiB block of `map` (this process's
-/// own mapping, 2 MiB-aligned): the blocks collapsed, the others by cause,
-/// and the seconds it took. `EINVAL` (no page in it) and `EAGAIN` are
-/// counted; any other error ends it.
+/// [`Mapping::collapse_blocks`](hugeshm_sys::Mapping::collapse_blocks)
+/// of `map` (this process's own mapping, 2 MiB-aligned): the blocks
+/// collapsed, the others by cause, the seconds it took; an error that
+/// stops it ends the run.
 fn collapse_blocks(
     map: &hugeshm_sys::Mapping,
 ) -> Result<(u64, NotCollapsed, f64), FileCollapseError> {
-    use rustix::io::Errno;
     let t = Instant::now();
-    let mut collapsed = 0;
-    let mut not = NotCollapsed::default();
-    for b in 0..map.len() / BLOCK as usize {
-        match map.collapse_range(b * BLOCK as usize, BLOCK as usize) {
-            Ok(()) => collapsed += 1,
-            Err(e) => {
-                match e.errno() {
-                    Some(n) if n == Errno::INVAL.raw_os_error() => not.refused += 1,
-                    Some(n) if n == Errno::AGAIN.raw_os_error() => not.busy += 1,
-                    _ => return Err(FileCollapseError::Sys(e)),
-                }
-                if not.examples.len() < 3 {
-                    not.examples.push(((b as u64) * BLOCK, e.to_string()));
-                }
-            }
-        }
+    let r = map.collapse_blocks();
+    if let Some(e) = r.stopped {
+        return Err(FileCollapseError::Sys(e));
     }
-    Ok((collapsed, not, t.elapsed().as_secs_f64()))
+    let not = NotCollapsed {
+        refused: r.refused,
+        busy: r.busy,
+        examples: r
+            .examples
+            .iter()
+            .map(|(at, e)| (*at as u64, e.to_string()))
+            .collect(),
+    };
+    Ok((r.collapsed, not, t.elapsed().as_secs_f64()))
 }
 
 /// Collapses SysV segment `shmid` whether or not a process has it attached

@@ -269,6 +269,10 @@ pub struct CollapsePlan {
     /// The CPUs of those nodes, where the copies run (one thread per CPU
     /// by default, as the pre-fault); empty where the host does not say.
     pub cpus: Vec<u32>,
+    /// Blocks copied at once: the count asked for, else one per CPU of
+    /// `cpus`, else one per CPU (what the memory check counted).
+    #[serde(skip)]
+    pub threads: usize,
     /// The most the collapse may add to memory (the untouched pages its
     /// blocks are filled with).
     pub growth_bytes: u64,
@@ -421,6 +425,7 @@ pub fn plan(probe: &Probe, pid: u32, selection: Selection, threads: usize) -> Co
         hugetlb_bytes: 0,
         node_bytes: Vec::new(),
         cpus: Vec::new(),
+        threads,
         growth_bytes: 0,
         refusal: None,
     };
@@ -516,12 +521,13 @@ pub fn plan(probe: &Probe, pid: u32, selection: Selection, threads: usize) -> Co
         .map(|m| m.block_bytes().saturating_sub(resident(m)))
         .sum();
     // 0: one thread per CPU of the memory's nodes, else per CPU.
-    let threads = match threads {
-        0 if !plan.cpus.is_empty() => plan.cpus.len(),
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
-    plan.refusal = refusal(&plan, status.and_then(|s| s.thp_enabled), threads);
+    if plan.threads == 0 {
+        plan.threads = match plan.cpus.len() {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+    }
+    plan.refusal = refusal(&plan, status.and_then(|s| s.thp_enabled));
     if plan.refusal.is_none() && !may_advise_others(probe, pid) {
         plan.refusal = Some(Refusal::NotPermitted {
             pid,
@@ -559,7 +565,7 @@ fn refuse_host(h: &CollapseHost) -> Option<Refusal> {
     (h.shmem_enabled.as_deref() == Some("deny")).then_some(Refusal::ShmemDeny)
 }
 
-fn refusal(plan: &CollapsePlan, thp_enabled: Option<bool>, threads: usize) -> Option<Refusal> {
+fn refusal(plan: &CollapsePlan, thp_enabled: Option<bool>) -> Option<Refusal> {
     let h = &plan.host;
     if let Some(r) = refuse_host(h) {
         return Some(r);
@@ -609,7 +615,7 @@ fn refusal(plan: &CollapsePlan, thp_enabled: Option<bool>, threads: usize) -> Op
         };
         return Some(Refusal::Nothing { what });
     }
-    let need = plan.growth_bytes + BLOCK * threads.max(1) as u64;
+    let need = plan.growth_bytes + BLOCK * plan.threads.max(1) as u64;
     match h.available_bytes {
         Some(available) if available < need => Some(Refusal::Memory {
             need_bytes: need,

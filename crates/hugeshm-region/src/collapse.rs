@@ -4,14 +4,8 @@
 //! every process that maps it: they refault each block as one 2 MiB page.
 
 use crate::{Backend, Region, RegionError};
+use hugeshm_sys::COLLAPSE_BLOCK;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
-
-/// A 2 MiB block: what one `MADV_COLLAPSE` call makes one huge page of.
-const BLOCK: usize = 2 << 20;
-
-/// How often a block the kernel finds busy (`EAGAIN`) is tried.
-const TRIES: u32 = 3;
 
 /// What [`Region::collapse`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,7 +58,7 @@ impl Region {
             )));
         }
         let m = self.mapping();
-        if m.addr() % BLOCK != 0 {
+        if m.addr() % COLLAPSE_BLOCK != 0 {
             return Err(RegionError::Unsupported(format!(
                 "region {} is mapped at {:#x}, not 2 MiB-aligned: its pages cannot be mapped as \
                  2 MiB pages (attach it again to map it aligned)",
@@ -72,29 +66,15 @@ impl Region {
                 m.addr()
             )));
         }
-        let mut done = Collapsed {
-            blocks: (m.len() / BLOCK) as u64,
-            collapsed: 0,
-            refused: 0,
-            busy: 0,
-        };
-        for b in 0..m.len() / BLOCK {
-            let mut tries = 0;
-            loop {
-                match m.collapse_range(b * BLOCK, BLOCK) {
-                    Ok(()) => done.collapsed += 1,
-                    Err(e) if e.errno() == Some(libc::EINVAL) => done.refused += 1,
-                    Err(e) if e.errno() == Some(libc::EAGAIN) && tries + 1 < TRIES => {
-                        tries += 1;
-                        std::thread::sleep(Duration::from_millis(10));
-                        continue;
-                    }
-                    Err(e) if e.errno() == Some(libc::EAGAIN) => done.busy += 1,
-                    Err(e) => return Err(e.into()),
-                }
-                break;
-            }
+        let r = m.collapse_blocks();
+        if let Some(e) = r.stopped {
+            return Err(e.into());
         }
-        Ok(done)
+        Ok(Collapsed {
+            blocks: r.blocks,
+            collapsed: r.collapsed,
+            refused: r.refused,
+            busy: r.busy,
+        })
     }
 }

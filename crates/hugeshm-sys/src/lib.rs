@@ -84,8 +84,8 @@ pub use fs::{
 };
 pub use mm::{
     affinity, collapse_block, even_runs, pmd_shareable_bytes, populate_write_supported,
-    set_affinity, thread_mempolicy, MapOptions, Mapping, MemPolicy, PersistMethod, PidFd, Piece,
-    PMD_SHARE_ALIGN,
+    set_affinity, thread_mempolicy, BlocksCollapsed, MapOptions, Mapping, MemPolicy, PersistMethod,
+    PidFd, Piece, COLLAPSE_BLOCK, PMD_SHARE_ALIGN,
 };
 pub use page::{base_page_size, HUGE_SHIFT};
 pub use perf::{PerfCounter, PerfEvent};

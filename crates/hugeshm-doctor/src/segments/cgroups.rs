@@ -107,6 +107,7 @@ impl Cgroups {
 /// findings added or replaced) and returns the limited cgroups seen.
 pub(super) fn pass(
     probe: &Probe,
+    host: &hugeshm_probe::HostSnapshot,
     segments: &mut [Segment],
     default_huge: Option<u64>,
 ) -> Vec<LimitedCgroup> {
@@ -153,12 +154,8 @@ pub(super) fn pass(
                     .map(|(pool, _)| pool.to_owned());
                 // And the collapse that needs no restart, where it applies
                 // (THP is charged to the memory cgroup, not hugetlb's).
-                let now = seg
-                    .findings
-                    .iter()
-                    .find(|x| x.code == "silent-fallback")
-                    .and_then(|x| x.fix.as_deref()?.split_once("; or hugeshm collapse"))
-                    .map(|(_, rest)| format!("; or hugeshm collapse{rest}"));
+                let now = super::in_place::collapse_fix(super::in_place::in_place(seg, host))
+                    .map(|c| format!("; or {c}"));
                 if let (Some(pool), Some(fix)) = (pool, f.fix.as_mut()) {
                     *fix = format!("{pool}, and {fix}");
                 }

@@ -353,7 +353,7 @@ pub(crate) fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions)
     }
 
     // 5. The hugetlb cgroups of their processes.
-    report.limited_cgroups = cgroups::pass(probe, &mut report.segments, default_huge);
+    report.limited_cgroups = cgroups::pass(probe, host, &mut report.segments, default_huge);
     // Their `hugeshm run` records, looked up from the live mappings.
     run_record::attach(probe, host, &mut report, &run_candidates);
     // 6. What the scan could not read.

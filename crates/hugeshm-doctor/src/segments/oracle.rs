@@ -9,13 +9,17 @@ use super::{Segment, SegmentKind};
 use crate::finding::{Finding, Severity};
 use hugeshm_parse::size::format_bytes;
 use hugeshm_probe::Probe;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// `oracle-amm`, one per instance whose AMM files an `oracle` process maps.
 pub(super) fn amm_findings(probe: &Probe, segs: &[Segment]) -> Vec<Finding> {
-    let is_oracle = |pid: u32| {
-        std::fs::read_link(probe.proc_path(&format!("{pid}/exe")))
-            .is_ok_and(|exe| exe.file_name().is_some_and(|n| n == "oracle"))
+    // One exe read per process, however many granule files it maps.
+    let mut known: HashMap<u32, bool> = HashMap::new();
+    let mut is_oracle = |pid: u32| {
+        *known.entry(pid).or_insert_with(|| {
+            std::fs::read_link(probe.proc_path(&format!("{pid}/exe")))
+                .is_ok_and(|exe| exe.file_name().is_some_and(|n| n == "oracle"))
+        })
     };
     // SID -> (files, bytes, a pid of the instance)
     let mut by_sid: BTreeMap<String, (usize, u64, u32)> = BTreeMap::new();

@@ -124,7 +124,7 @@ pub(crate) fn map_region_file(
     }
     // Base pages (a tmpfs file, a memfd) of at least 2 MiB: 2 MiB-aligned,
     // so that each block can be one 2 MiB page (Region::collapse).
-    let block = (hugetlb_page.is_none() && size >= 2 << 20).then_some(2 << 20);
+    let block = crate::pool::block_align(size).filter(|_| hugetlb_page.is_none());
     let map = sys::MapOptions::new(len)
         .align(align.or(block))
         .map(fd.as_fd())?;

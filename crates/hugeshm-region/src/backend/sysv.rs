@@ -559,7 +559,7 @@ pub(crate) fn open_shmid(
     )?;
     let align = (pmd_sharing && stat.size >= PMD_SHARE_ALIGN as u64)
         .then_some(PMD_SHARE_ALIGN)
-        .or((stat.size >= 2 << 20).then_some(2 << 20));
+        .or(crate::pool::block_align(stat.size));
     let mem = sys::shm_attach_placed(shmid, align)
         .map_err(|e| RegionError::sys_or_permission(|| format!("attach {object}"), e))?;
     let mut head = vec![0u8; USED_BYTES.min(mem.len())];

@@ -149,9 +149,8 @@ impl Plan {
     /// 2 MiB, so that each whole block can be one 2 MiB page (a THP fault,
     /// or a later `Region::collapse`).
     pub fn block_align(&self) -> Option<usize> {
-        let block = 2 << 20;
-        (matches!(self.backing, Backing::Base | Backing::Thp(_)) && self.size_bytes >= block as u64)
-            .then_some(block)
+        block_align(self.size_bytes)
+            .filter(|_| matches!(self.backing, Backing::Base | Backing::Thp(_)))
     }
 
     pub fn pmd_share_align(&self) -> Option<usize> {
@@ -161,6 +160,14 @@ impl Plan {
             && self.size_bytes >= align as u64)
             .then_some(align)
     }
+}
+
+/// 2 MiB for a mapping of `size` bytes on base pages of at least one
+/// block: then each whole block can be one 2 MiB page (a THP fault, a
+/// collapse).
+pub(crate) fn block_align(size: u64) -> Option<usize> {
+    let block = hugeshm_sys::COLLAPSE_BLOCK;
+    (size >= block as u64).then_some(block)
 }
 
 pub(super) fn size_for(requested: u64, page: u64) -> Result<u64, RegionError> {

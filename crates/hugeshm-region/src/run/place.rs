@@ -183,27 +183,19 @@ impl<'a> Placer<'a> {
         {
             return None;
         }
-        let block = 2 << 20;
-        if map.addr() % block != 0 {
+        if map.addr() % sys::COLLAPSE_BLOCK != 0 {
             return Some("not collapsed: the mapping is not 2 MiB-aligned".to_owned());
         }
-        let blocks = map.len() / block;
-        let mut done = 0;
-        let mut first_error = None;
-        for b in 0..blocks {
-            match map.collapse_range(b * block, block) {
-                Ok(()) => done += 1,
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        let why = first_error
+        let r = map.collapse_blocks();
+        let why = r
+            .stopped
+            .as_ref()
+            .or(r.examples.first().map(|(_, e)| e))
             .map(|e| format!(" (the first refused: {e})"))
             .unwrap_or_default();
         Some(format!(
-            "{done} of {blocks} 2 MiB blocks collapsed onto transparent huge pages (--fallback \
-             thp){why}"
+            "{} of {} 2 MiB blocks collapsed onto transparent huge pages (--fallback thp){why}",
+            r.collapsed, r.blocks
         ))
     }
 

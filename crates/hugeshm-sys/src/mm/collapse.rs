@@ -84,7 +84,76 @@ pub fn collapse_block(target: &PidFd, addr: u64, len: u64) -> Result<(), SysErro
     Ok(())
 }
 
+/// A block: what one `MADV_COLLAPSE` makes one 2 MiB page of, and the
+/// alignment (to its offset in the object) a mapping needs for it.
+pub const COLLAPSE_BLOCK: usize = 2 << 20;
+
+/// How often [`Mapping::collapse_blocks`] tries a block found busy.
+const TRIES: u32 = 3;
+
+/// What [`Mapping::collapse_blocks`] did.
+#[derive(Debug, Default)]
+pub struct BlocksCollapsed {
+    /// Whole blocks of the mapping.
+    pub blocks: u64,
+    /// Blocks now one 2 MiB page each (or found so).
+    pub collapsed: u64,
+    /// `EINVAL`: mostly blocks no process has touched yet (nothing to
+    /// move), or not eligible.
+    pub refused: u64,
+    /// `EAGAIN` after every try: pages locked or pinned.
+    pub busy: u64,
+    /// The first few blocks left as they were: offset and error.
+    pub examples: Vec<(usize, SysError)>,
+    /// The error that stopped it (`ENOMEM`: no free 2 MiB page; `EBUSY`:
+    /// the memory cgroup is full; ...); what was done before stays.
+    pub stopped: Option<SysError>,
+}
+
 impl super::mapping::Mapping {
+    /// [`collapse_range`](Self::collapse_range) of each whole
+    /// [`COLLAPSE_BLOCK`] of this mapping (which must start 2 MiB from its
+    /// offset in the object for any to succeed), in order: `EAGAIN` is tried
+    /// again a few times 10 ms apart, `EINVAL` and a lasting `EAGAIN` are
+    /// counted and passed over, any other error stops it.
+    pub fn collapse_blocks(&self) -> BlocksCollapsed {
+        let mut r = BlocksCollapsed {
+            blocks: (self.len() / COLLAPSE_BLOCK) as u64,
+            ..BlocksCollapsed::default()
+        };
+        for b in 0..self.len() / COLLAPSE_BLOCK {
+            let mut tries = 1;
+            let result = loop {
+                match self.collapse_range(b * COLLAPSE_BLOCK, COLLAPSE_BLOCK) {
+                    Err(e) if e.errno() == Some(libc::EAGAIN) && tries < TRIES => {
+                        tries += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    other => break other,
+                }
+            };
+            let e = match result {
+                Ok(()) => {
+                    r.collapsed += 1;
+                    continue;
+                }
+                Err(e) => e,
+            };
+            match e.errno() {
+                Some(libc::EINVAL) => r.refused += 1,
+                Some(libc::EAGAIN) => r.busy += 1,
+                _ => {
+                    r.stopped = Some(e);
+                    break;
+                }
+            }
+            if r.examples.len() < 3 {
+                r.examples.push((b * COLLAPSE_BLOCK, e));
+            }
+        }
+        r
+    }
+
     /// `madvise(MADV_COLLAPSE)` (Linux 6.1+) of `offset..offset + n` of this
     /// mapping: this process's own memory, so no capability is needed. The
     /// errors are [`collapse_block`]'s (`EINVAL` too on a kernel without the
@@ -109,12 +178,9 @@ impl super::mapping::Mapping {
             if rc == 0 {
                 return self.intact("MADV_COLLAPSE");
             }
-            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-            if errno != libc::EINTR {
-                return Err(SysError::Os {
-                    call: call(),
-                    errno,
-                });
+            let e = SysError::last_os(call());
+            if e.errno() != Some(libc::EINTR) {
+                return Err(e);
             }
         }
     }

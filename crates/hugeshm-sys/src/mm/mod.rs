@@ -30,7 +30,7 @@ pub(crate) mod vma;
 mod words;
 
 pub use affinity::{affinity, set_affinity};
-pub use collapse::{collapse_block, PidFd};
+pub use collapse::{collapse_block, BlocksCollapsed, PidFd, COLLAPSE_BLOCK};
 pub use map::MapOptions;
 pub use mapping::Mapping;
 pub use numa::{thread_mempolicy, MemPolicy};
