@@ -3,19 +3,20 @@
 shared_buffers, pgbench -S -c 16 -j 2 throughout; hugeshm collapse --pid
 POSTMASTER at t=20 s. Prints VmPTE sums, tps and p99 in windows
 (docs/collapse.md). As root, on a host with no free 2 MiB huge page and no
-cluster on port 5499; the cluster goes in /tmp/pgm (removed first).
+cluster on port 5499; the cluster goes in a new private directory under
+/tmp (mkdtemp), removed at the end.
 
     HUGESHM=target/release/hugeshm scripts/measure/collapse-postgres.py [THREADS]
 
 THREADS: collapse's --threads (0 or none: one per CPU). shmem_enabled is
 set to advise for the server's start only, under the test kit's lock, and
 put back."""
-import fcntl, glob, json, os, shutil, subprocess, sys, time
+import fcntl, glob, json, os, shutil, stat, subprocess, sys, tempfile, time
 
 THREADS = sys.argv[1] if len(sys.argv) > 1 else "0"
 HUGESHM = os.environ.get("HUGESHM", "hugeshm")
 PGBIN = os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin")
-D = "/tmp/pgm"
+D = tempfile.mkdtemp(prefix="hugeshm-pgm-")  # O_EXCL, mode 0700: nobody else's
 SHMEM = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
 
 def sh(cmd, **kw):
@@ -24,13 +25,16 @@ def sh(cmd, **kw):
 def pg(cmd):
     return sh(f"su postgres -c {json.dumps(cmd)}")
 
-shutil.rmtree(D, ignore_errors=True)
-os.makedirs(D); shutil.chown(D, "postgres", "postgres")
+shutil.chown(D, "postgres", "postgres")
 pg(f"{PGBIN}/initdb -D {D}/data -A trust")
 with open(f"{D}/data/postgresql.conf", "a") as f:
     f.write(f"shared_buffers = 2GB\nhuge_pages = try\nmax_connections = 40\nport = 5499\n"
             f"unix_socket_directories = '{D}'\nlisten_addresses = ''\n")
-lock = open("/tmp/hugeshm-test-pool.lock", "a")
+# The test kit's lock: no link followed, no FIFO waited on, a regular file.
+lock = os.open("/tmp/hugeshm-test-pool.lock",
+               os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+if not stat.S_ISREG(os.fstat(lock).st_mode):
+    sys.exit("/tmp/hugeshm-test-pool.lock is not a regular file")
 fcntl.flock(lock, fcntl.LOCK_EX)
 was = open(SHMEM).read().split("[")[1].split("]")[0]
 open(SHMEM, "w").write("advise")
@@ -94,3 +98,4 @@ try:
     print("server log errors:", [l for l in log.splitlines() if "ERROR" in l or "FATAL" in l or "PANIC" in l][:3])
 finally:
     pg(f"{PGBIN}/pg_ctl -D {D}/data -m fast -w stop")
+    shutil.rmtree(D)

@@ -87,13 +87,13 @@ pub enum FileCollapseError {
         /// `MemAvailable`.
         available: u64,
     },
-    /// Another user's SysV segment: never attached.
+    /// Another user's file or SysV segment: never mapped.
     #[error(
-        "{object} belongs to uid {uid}: hugeshm attaches only root's and its own segments; \
-         collapse the process that maps it (--pid)"
+        "{object} belongs to uid {uid}: hugeshm maps only root's and its own files and \
+         segments; collapse the process that maps it (--pid)"
     )]
     Foreign {
-        /// `sysv SHMID`.
+        /// The file, or `sysv SHMID`.
         object: String,
         /// Its owner.
         uid: u32,
@@ -134,6 +134,13 @@ pub fn collapse_file(probe: &Probe, path: &Path) -> Result<FileCollapse, FileCol
     let file = OpenCheck::read_write()
         .open(path)
         .map_err(FileCollapseError::Open)?;
+    // Another user's file: never mapped (as a SysV segment is not).
+    if ![0, rustix::process::geteuid().as_raw()].contains(&file.uid()) {
+        return Err(FileCollapseError::Foreign {
+            object: shown,
+            uid: file.uid(),
+        });
+    }
     let on_tmpfs = rustix::fs::fstatfs(&file).is_ok_and(|s| s.f_type as u64 == TMPFS_MAGIC);
     if !on_tmpfs {
         return Err(FileCollapseError::NotTmpfs { path: shown });

@@ -302,10 +302,25 @@ fn a_dev_shm_file_moves_onto_2m_pages_by_its_path() {
         .unwrap()
         .success());
     std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+    let theirs = format!("/dev/shm/{name}.nobody");
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        // O_EXCL, no link followed: a name in /dev/shm anyone may take.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&theirs)
+            .unwrap();
+        f.write_all(&vec![1u8; 4 << 20]).unwrap();
+    }
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
     for (p, want) in [
         (fifo.as_str(), "not a regular file"),
         (link.as_str(), "link"),
         (plain.to_str().unwrap(), "not on a tmpfs"),
+        (theirs.as_str(), "belongs to uid 65534"),
     ] {
         let out = output_within_20s(cmd(&["collapse", "--path", p]));
         assert_eq!(out.status.code(), Some(2), "{p}: {out:?}");
@@ -314,6 +329,7 @@ fn a_dev_shm_file_moves_onto_2m_pages_by_its_path() {
     }
     std::fs::remove_file(&fifo).unwrap();
     std::fs::remove_file(&link).unwrap();
+    std::fs::remove_file(&theirs).unwrap();
     live.finish();
 }
 
