@@ -8,7 +8,6 @@
 #![deny(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
 
 mod cmd;
-mod metrics;
 mod output;
 mod progress;
 mod terminal;

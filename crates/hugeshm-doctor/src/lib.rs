@@ -26,6 +26,8 @@
 //! example [`status::StatusReport`] holds its pools as [`status::PoolRow`]s,
 //! its nodes as [`status::NodeRow`]s and its mounts as [`status::MountRow`]s;
 //! [`segments::SegmentsReport`] its segments as [`segments::Segment`]s.
+//! [`metrics::registry`] makes the two reports Prometheus metrics (text, for
+//! the exporter to serve), with a sample for each of [`finding::CODES`].
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -35,6 +37,7 @@ pub mod checked;
 pub mod collapse;
 pub mod dax;
 pub mod finding;
+pub mod metrics;
 pub mod numa;
 pub mod pmem;
 pub mod scrape;

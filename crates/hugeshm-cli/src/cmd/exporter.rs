@@ -7,8 +7,8 @@
 //! the error counter raised).
 
 use super::exporter_http::{self, Limits, Request, Response};
-use crate::metrics::{self, ScrapeInfo, OPENMETRICS_TYPE, PROMETHEUS_TYPE};
 use crate::output::Out;
+use hugeshm_doctor::metrics::{self, ScrapeInfo, OPENMETRICS_TYPE, PROMETHEUS_TYPE};
 use hugeshm_doctor::scrape::Scraper;
 use hugeshm_probe::Roots;
 use std::net::SocketAddr;

@@ -248,7 +248,8 @@ fn the_manual_lists_each_metric_with_the_labels_a_scrape_has() {
         );
     }
     // What no fixture has (a run record's) is a metric the printer makes.
-    let printer = std::fs::read_to_string(repo.join("crates/hugeshm-cli/src/metrics.rs")).unwrap();
+    let printer =
+        std::fs::read_to_string(repo.join("crates/hugeshm-doctor/src/metrics.rs")).unwrap();
     for name in documented.keys().filter(|n| !emitted.contains_key(*n)) {
         let registered = name.strip_suffix("_total").unwrap_or(name);
         assert!(

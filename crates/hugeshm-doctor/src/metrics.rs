@@ -13,10 +13,10 @@
 //! (`hugeshm_doctor::finding::CODES`), 0 when not found, so that an alert
 //! resolves and a graph drops when a finding clears.
 
-use hugeshm_doctor::finding::CODES;
-use hugeshm_doctor::segments::{Segment, SegmentsReport};
-use hugeshm_doctor::status::StatusReport;
-use hugeshm_doctor::Finding;
+use crate::finding::CODES;
+use crate::segments::{Segment, SegmentsReport};
+use crate::status::StatusReport;
+use crate::Finding;
 use hugeshm_parse::size::format_exact;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
