@@ -31,7 +31,7 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode> {
-    if args.run.as_deref() == Some("") && args.source.postgres.is_none() {
+    if args.run.as_deref() == Some("") && args.source.postgres.is_empty() {
         return Err(Usage("--run: name the server's executable (--run=NAME)".into()).into());
     }
     let probe = crate::cmd::doctor_probe(roots);
@@ -45,7 +45,7 @@ pub fn run(roots: &Roots, args: &Args, out: &mut Out) -> anyhow::Result<ExitCode
     } else {
         print(&plan, &args.source.sources().apply_command(), out)?;
         if let Some(name) = &args.run {
-            print_run_dropin(&plan, name, args.source.postgres.is_some(), out)?;
+            print_run_dropin(&plan, name, !args.source.postgres.is_empty(), out)?;
         }
         out.flush()?;
     }

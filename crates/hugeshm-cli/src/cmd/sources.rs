@@ -23,9 +23,9 @@ pub struct SourceArgs {
     #[arg(long, requires = "size")]
     pub spread: bool,
     /// Ask the PostgreSQL cluster in this data directory (postgres -C while it is
-    /// down, the running server otherwise).
+    /// down, the running server otherwise); repeat for more clusters.
     #[arg(long, value_name = "DATADIR")]
-    pub postgres: Option<PathBuf>,
+    pub postgres: Vec<PathBuf>,
     /// The postgres binary (default: /usr/lib/postgresql/N/bin/postgres or
     /// /usr/pgsql-N/bin/postgres for the major version N in PG_VERSION). It
     /// must be a regular file of root's (or the caller's) that nobody else

@@ -30,9 +30,9 @@ pub struct Sources {
     pub page_size: Option<u64>,
     /// Where that region goes.
     pub placement: Placement,
-    /// A PostgreSQL data directory whose cluster is asked (`postgres -C`
-    /// while it is down, the running server otherwise).
-    pub postgres: Option<PathBuf>,
+    /// PostgreSQL data directories whose clusters are asked (`postgres -C`
+    /// while one is down, the running server otherwise), each counted.
+    pub postgres: Vec<PathBuf>,
     /// The postgres binary (default: found from `PG_VERSION`).
     pub postgres_bin: Option<PathBuf>,
     /// A spec file (TOML), read by the `read_file` of [`Sources::plan`].
@@ -63,7 +63,7 @@ impl Default for Sources {
             size: None,
             page_size: None,
             placement: Placement::Any,
-            postgres: None,
+            postgres: Vec::new(),
             postgres_bin: None,
             spec: None,
             oracle: None,
@@ -101,7 +101,7 @@ impl Sources {
             Placement::Spread => opt("spread", None),
             Placement::Any => {}
         }
-        if let Some(p) = &self.postgres {
+        for p in &self.postgres {
             opt("postgres", Some(path(p)));
         }
         if let Some(p) = &self.postgres_bin {
@@ -160,7 +160,7 @@ impl Sources {
                     .placed(self.placement),
             );
         }
-        if let Some(dd) = &self.postgres {
+        for dd in &self.postgres {
             demands.push(postgres_demand(
                 probe,
                 dd,
@@ -187,7 +187,7 @@ impl Sources {
             demands.extend(d);
             skipped.extend(s);
         }
-        let new_regions_only = !demands.is_empty() && !self.live && self.postgres.is_none();
+        let new_regions_only = !demands.is_empty() && !self.live && self.postgres.is_empty();
         if self.live || (demands.is_empty() && self.oracle.is_none()) {
             // For their sizes and processes: findings are not advise's.
             let segs = crate::segments::build_with(probe, host, &Default::default());
