@@ -14,6 +14,7 @@
 mod common;
 
 mod advise_limits;
+mod ansible;
 mod apply;
 mod cgroup;
 mod cli_usage;
