@@ -7,10 +7,11 @@
 //! reserves what `advise --postgres` says, the server then starts with
 //! `huge_pages = on` and the facts module sees its segment on 2 MiB pages;
 //! a second run changes nothing; `--check --diff` on a host that needs
-//! more shows the diff and changes nothing; a plan the host cannot hold
-//! fails with hugeshm's numbers and leaves the pool; `persist` writes under
-//! a temporary root, once. `ansible-lint` passes on every playbook run.
-//! The role, with the `.deb`, is `scripts/check-ansible-role.sh` in CI.
+//! more (a second cluster: both counted) shows the diff and changes
+//! nothing; a plan the host cannot hold fails with hugeshm's numbers and
+//! leaves the pool; `persist` writes under a temporary root, once.
+//! `ansible-lint` passes on every playbook run. The role, with the `.deb`,
+//! is `scripts/check-ansible-role.py` in CI.
 
 use crate::common::{hugeshm, json, nr_2m};
 
@@ -256,12 +257,22 @@ fn collection_sizes_reserves_and_reports_a_postgres_cluster() {
         assert_eq!(second.changed(), 0, "second run: {:#}", second.doc);
         assert_eq!(nr_2m(), own);
 
-        // A host that needs more: --check --diff shows it, changes nothing.
+        // A host that needs more (a second cluster, down: postgres -C):
+        // --check --diff shows it, changes nothing.
+        let pg2 = PgCluster::init("128MB").expect("initdb");
+        let dd2 = pg2.datadir().display().to_string();
+        let own2: u64 = pg2
+            .postgres_c("shared_memory_size_in_huge_pages")
+            .expect("postgres -C")
+            .parse()
+            .expect("a page count");
         let root = TempDir::new("ansible-root");
         let more = format!(
-            "{options}        size: 64M\n        persist: true\n        root: {}\n",
+            "{}          - {dd2}\n        persist: true\n        root: {}\n",
+            options.replace("        spare: 0\n", ""),
             root.path().display()
         );
+        let more = format!("{more}        spare: 0\n");
         let check = ans.play("more", &pools_play(&more), &["--check", "--diff"]);
         assert!(check.ok, "{:#}", check.doc);
         let task = check.task("Pools");
@@ -270,7 +281,7 @@ fn collection_sizes_reserves_and_reports_a_postgres_cluster() {
         assert_eq!(diff[0]["before"], format!("2M all: {own}\n"), "{diff:#}");
         assert_eq!(
             diff[0]["after"],
-            format!("2M all: {}\n", own + 32),
+            format!("2M all: {}\n", own + own2),
             "{diff:#}"
         );
         let sysctl = root.join("etc/sysctl.d/60-hugeshm.conf");
@@ -284,7 +295,7 @@ fn collection_sizes_reserves_and_reports_a_postgres_cluster() {
             d["after"]
                 .as_str()
                 .unwrap()
-                .contains(&format!("vm.nr_hugepages = {}", own + 32)),
+                .contains(&format!("vm.nr_hugepages = {}", own + own2)),
             "{d:#}"
         );
         assert_eq!(nr_2m(), own, "--check changed the pool");
