@@ -7,7 +7,8 @@ Runs after scripts/build-deb.sh in CI (.ci/run), as root:
     docs/fleet.md ("Many hosts"), the collection built with ansible-galaxy
     and installed into a temporary collections path;
   * that exact playbook, against localhost (-c local), as group `db`, with
-    the .deb for hugeshm_deb and a temporary root for the persisted files:
+    the .deb for hugeshm_deb, a temporary root for the persisted files and a
+    16 MiB region (hugeshm_size: the host's clusters are down in CI):
     the package is installed, the pools are what the role's plan says, the
     exporter's unit is enabled, the files are written under the root;
   * the same playbook again: changed=0 in the PLAY RECAP;
@@ -139,7 +140,9 @@ def main():
             fail("ansible-lint on docs/fleet.md's playbook failed")
         with open(work + "/hosts", "w") as f:
             f.write("[db]\nlocalhost ansible_connection=local\n")
-        extra = {"hugeshm_deb": deb, "hugeshm_root": work + "/root"}
+        # The host's clusters are down in CI (.ci/run stops them): a region
+        # of 16 MiB beside them, so that the role reserves pages for real.
+        extra = {"hugeshm_deb": deb, "hugeshm_root": work + "/root", "hugeshm_size": "16M"}
         with open(work + "/vars.json", "w") as f:
             json.dump(extra, f)
         os.mkdir(work + "/root", 0o755)
@@ -151,7 +154,9 @@ def main():
         doc = json.loads(p.stdout)
         if p.returncode != 0:
             fail("first run failed: " + json.dumps(doc["stats"]) + p.stdout[-6000:] + p.stderr)
-        tasks = dict((t["task"]["name"], t["hosts"].get("localhost", {})) for t in doc["plays"][0]["tasks"])
+        # Role tasks are named "hugeshm.hugeshm.hugeshm : NAME".
+        tasks = dict((t["task"]["name"].split(" : ")[-1], t["hosts"].get("localhost", {}))
+                     for t in doc["plays"][0]["tasks"])
         res = tasks["Size the pools from the host's servers and reserve them live"]
         print("   stats %s; plan %s; pools %s; files %s" % (
             doc["stats"]["localhost"], res["command"], res["pools"], [f["action"] for f in res["files"]]))
