@@ -228,8 +228,8 @@ def source_args(p):
 
 def read_existing(path):
     """A configuration file's text, or None when absent. Not through a
-    link, nothing but a regular file, at most 1 MiB (apply refuses the
-    rest, with the reason)."""
+    link, nothing but a regular file of root's or the caller's, at most
+    1 MiB (apply refuses the rest, with the reason)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -240,6 +240,9 @@ def read_existing(path):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE:
             return "(not a regular file of at most 1 MiB)\n"
+        if st.st_uid not in (0, os.geteuid()):
+            # Shown in the diff: only root's or the caller's own text.
+            return "(not shown: owned by uid %d)\n" % st.st_uid
         return to_text(os.read(fd, MAX_FILE), errors="surrogate_or_replace")
     finally:
         os.close(fd)
