@@ -109,7 +109,7 @@ def main():
     work = tempfile.mkdtemp(prefix="hugeshm-ansible-role.")
     env = dict(os.environ,
                ANSIBLE_COLLECTIONS_PATH=work + "/coll",
-               ANSIBLE_HOME=work + "/home",
+               ANSIBLE_HOME=work + "/home", XDG_CACHE_HOME=work + "/cache",
                ANSIBLE_LOCAL_TEMP=work + "/local-tmp",
                ANSIBLE_REMOTE_TEMP=work + "/remote-tmp",
                ANSIBLE_NOCOLOR="1",

@@ -79,6 +79,7 @@ def main():
     before = open(NR).read().strip()
     work = tempfile.mkdtemp(prefix="hugeshm-ansible-measure-")
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=work + "/coll", ANSIBLE_HOME=work + "/home",
+               XDG_CACHE_HOME=work + "/cache",
                ANSIBLE_LOCAL_TEMP=work + "/lt", ANSIBLE_REMOTE_TEMP=work + "/rt",
                ANSIBLE_NOCOLOR="1", ANSIBLE_PYTHON_INTERPRETER="auto_silent",
                ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")

@@ -113,6 +113,7 @@ impl Ansible {
         let d = self.dir.path();
         c.env("ANSIBLE_COLLECTIONS_PATH", d.join("coll"))
             .env("ANSIBLE_HOME", d.join("home"))
+            .env("XDG_CACHE_HOME", d.join("cache"))
             .env("ANSIBLE_LOCAL_TEMP", d.join("local-tmp"))
             .env("ANSIBLE_REMOTE_TEMP", d.join("remote-tmp"))
             .env("ANSIBLE_NOCOLOR", "1")
