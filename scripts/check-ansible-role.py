@@ -8,7 +8,8 @@ Runs after scripts/build-deb.sh in CI (.ci/run), as root:
     and installed into a temporary collections path;
   * that exact playbook, against localhost (-c local), as group `db`, with
     the .deb for hugeshm_deb, a temporary root for the persisted files and a
-    16 MiB region (hugeshm_size: the host's clusters are down in CI):
+    16 MiB region (hugeshm_size) beside the host's clusters (down in CI,
+    sized by postgres -C with their /etc configuration):
     the package is installed, the pools are what the role's plan says, the
     exporter's unit is enabled, the files are written under the root;
   * the same playbook again: changed=0 in the PLAY RECAP;
@@ -140,8 +141,9 @@ def main():
             fail("ansible-lint on docs/fleet.md's playbook failed")
         with open(work + "/hosts", "w") as f:
             f.write("[db]\nlocalhost ansible_connection=local\n")
-        # The host's clusters are down in CI (.ci/run stops them): a region
-        # of 16 MiB beside them, so that the role reserves pages for real.
+        # The host's clusters are down in CI (.ci/run stops them) and sized
+        # by postgres -C; a region of 16 MiB beside them, so that the role
+        # reserves pages even on a host without a cluster.
         extra = {"hugeshm_deb": deb, "hugeshm_root": work + "/root", "hugeshm_size": "16M"}
         with open(work + "/vars.json", "w") as f:
             json.dump(extra, f)

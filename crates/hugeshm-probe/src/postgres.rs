@@ -184,6 +184,9 @@ enum Asker {
     },
     Down {
         postgres: PathBuf,
+        /// Where the configuration is not in the data directory (Debian's
+        /// /etc/postgresql/VERSION/NAME): its postgresql.conf.
+        config_file: Option<PathBuf>,
     },
 }
 
@@ -197,12 +200,69 @@ impl Asker {
                     &["-X", "-h", host, "-p", port, "-d", "postgres", "-Atc", &q],
                 )
             }
-            Asker::Down { postgres } => {
+            Asker::Down {
+                postgres,
+                config_file,
+            } => {
                 let dd = runner.datadir.display().to_string();
-                runner.run(postgres, &["-D", &dd, "-C", setting])
+                match config_file {
+                    // ssl=off: -C computes sizes; the key file Debian's
+                    // configuration names is readable only by ssl-cert.
+                    Some(conf) => {
+                        let conf = format!("config_file={}", conf.display());
+                        let args = ["-D", &dd, "-c", &conf, "-c", "ssl=off", "-C", setting];
+                        runner.run(postgres, &args)
+                    }
+                    None => runner.run(postgres, &["-D", &dd, "-C", setting]),
+                }
             }
         }
     }
+}
+
+/// Where Debian's clusters keep their configuration: VERSION/NAME/postgresql.conf.
+const DEBIAN_CONF_ROOT: &str = "/etc/postgresql";
+/// The most bytes of a postgresql.conf read to find its `data_directory`.
+const CONF_MAX: u64 = 1 << 20;
+
+/// A Debian cluster's postgresql.conf (`conf_root/VERSION/NAME/`) whose
+/// `data_directory` is `datadir`: `postgres -C` of the data directory alone
+/// cannot find it, as `pg_ctlcluster` passes it as `config_file`. Only a
+/// file of root's or of the data directory's owner (who runs `-C` and owns
+/// the data anyway) that nobody else can write.
+fn debian_config_file(
+    conf_root: &Path,
+    version: u32,
+    datadir: &Path,
+    owner: u32,
+) -> Option<PathBuf> {
+    let base = conf_root.join(version.to_string());
+    let want = std::fs::canonicalize(datadir).ok()?;
+    let mut names: Vec<String> = std::fs::read_dir(&base)
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names.into_iter().find_map(|name| {
+        let dir = DirHandle::open(&base.join(&name)).ok()?;
+        let (text, own) = dir.read_regular("postgresql.conf", CONF_MAX).ok()??;
+        if (own.uid != 0 && own.uid != owner) || own.mode & 0o022 != 0 {
+            return None;
+        }
+        let named = data_directory(&String::from_utf8_lossy(&text))?;
+        (std::fs::canonicalize(named).ok()? == want).then(|| dir.path().join("postgresql.conf"))
+    })
+}
+
+/// The last `data_directory = '...'` of a postgresql.conf's text.
+fn data_directory(conf: &str) -> Option<String> {
+    conf.lines().rev().find_map(|line| {
+        let rest = line.trim_start().strip_prefix("data_directory")?;
+        let rest = rest.trim_start();
+        let rest = rest.strip_prefix('=').unwrap_or(rest).trim_start();
+        let value = rest.strip_prefix('\'')?;
+        Some(value[..value.find('\'')?].to_owned())
+    })
 }
 
 /// The major version in the text of `PG_VERSION`: digits ("16"), or the
@@ -326,6 +386,15 @@ pub fn pg_sizing(
         }
         None => Asker::Down {
             postgres: postgres.clone(),
+            config_file: dir
+                .read_regular("postgresql.conf", CONF_MAX)
+                .ok()
+                .flatten()
+                .is_none()
+                .then(|| {
+                    debian_config_file(Path::new(DEBIAN_CONF_ROOT), version, datadir, owner.uid)
+                })
+                .flatten(),
         },
     };
     let source = match asker {
@@ -444,6 +513,31 @@ mod tests {
             ]
         );
         assert_eq!(c.get_current_dir(), Some(Path::new("/")));
+    }
+
+    #[test]
+    fn a_debian_cluster_is_found_by_its_data_directory() {
+        let conf = "#data_directory = '/nope'\ndata_directory = '/srv/pg'\t\t# use data in another directory\n";
+        assert_eq!(data_directory(conf).as_deref(), Some("/srv/pg"));
+        assert_eq!(data_directory("data_directory = unquoted\n"), None);
+        let t = hugeshm_testkit::TempDir::new("pg-conf");
+        let dd = t.path().join("data");
+        std::fs::create_dir(&dd).unwrap();
+        let me = hugeshm_sys::euid();
+        for (name, target) in [("other", "/elsewhere"), ("main", dd.to_str().unwrap())] {
+            let d = t.path().join("etc/15").join(name);
+            std::fs::create_dir_all(&d).unwrap();
+            let text = format!("data_directory = '{target}'\n");
+            std::fs::write(d.join("postgresql.conf"), text).unwrap();
+        }
+        let found = debian_config_file(&t.path().join("etc"), 15, &dd, me);
+        assert_eq!(found, Some(t.path().join("etc/15/main/postgresql.conf")));
+        assert_eq!(debian_config_file(&t.path().join("etc"), 16, &dd, me), None);
+        // A file others can write names nothing.
+        let conf = t.path().join("etc/15/main/postgresql.conf");
+        std::fs::set_permissions(&conf, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+            .unwrap();
+        assert_eq!(debian_config_file(&t.path().join("etc"), 15, &dd, me), None);
     }
 
     #[test]

@@ -160,3 +160,25 @@ fn advise_apply_and_see_postgres_on_huge_pages() {
     }
     pool.finish();
 }
+
+/// Debian's own cluster (`15/main`, made by the postgresql package and kept
+/// down in CI) keeps its postgresql.conf in /etc/postgresql/15/main, not in
+/// its data directory: `advise --postgres` finds it there, as
+/// `pg_ctlcluster` does, and asks `postgres -C` with it.
+#[test]
+fn a_debian_cluster_is_sized_from_its_etc_configuration() {
+    const T: &str = "a_debian_cluster_is_sized_from_its_etc_configuration";
+    if skip_unless_postgres(T) {
+        return;
+    }
+    let conf = std::path::Path::new("/etc/postgresql/15/main/postgresql.conf");
+    let dd = "/var/lib/postgresql/15/main";
+    if !conf.exists() || std::path::Path::new(dd).join("postgresql.conf").exists() {
+        return hugeshm_testkit::skip(T, "no Debian cluster 15/main configured in /etc");
+    }
+    let plan = json(hugeshm(&["advise", "--postgres", dd, "--json"]));
+    let counted = &plan["counted"][0];
+    assert!(counted["pages"].as_u64().unwrap() > 0, "{plan:#}");
+    let note = counted["note"].as_str().unwrap();
+    assert!(note.contains("PostgreSQL 15"), "{note}");
+}
