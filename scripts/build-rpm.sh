@@ -54,15 +54,19 @@ pc="$stage/usr/lib64/pkgconfig/hugeshm.pc"
 sed -i 's#^libdir=.*#libdir=${exec_prefix}/lib64#' "$pc"
 grep -qx 'libdir=${exec_prefix}/lib64' "$pc" || { echo "build-rpm.sh: $pc has no libdir line" >&2; exit 1; }
 
-# The file list: every file (no directory the system owns), man pages and
-# docs marked as such.
-(cd "$stage" && find . -type f -o -type l) | sed 's#^\.##' | sort | while read -r f; do
-    case "$f" in
-        /usr/share/man/*) echo "%doc $f" ;;
-        /usr/share/doc/*) echo "%doc $f" ;;
-        *) echo "$f" ;;
-    esac
-done >"$work/files"
+# The file list: every file, and hugeshm's own directories (those named
+# hugeshm and below them: removed with the package; none the system owns),
+# man pages and docs marked as such.
+{
+    (cd "$stage" && find . -type d) | sed 's#^\.##' | grep -E '/hugeshm(/|$)' | sed 's#^#%dir #'
+    (cd "$stage" && find . -type f -o -type l) | sed 's#^\.##' | sort | while read -r f; do
+        case "$f" in
+            /usr/share/man/*) echo "%doc $f" ;;
+            /usr/share/doc/*) echo "%doc $f" ;;
+            *) echo "$f" ;;
+        esac
+    done
+} >"$work/files"
 
 echo "== rpmbuild -bb contrib/rpm/hugeshm.spec ($version, $arch)"
 rpmbuild -bb --quiet \

@@ -30,13 +30,14 @@ trap 'rm -rf "$work"' EXIT
 
 echo "== rpm -qlp against dpkg-deb -c"
 rpm -qlp "$rpm" | sort >"$work/rpm-files"
-# Files and links of the .deb (not its directories), as the RPM names them.
-dpkg-deb -c "$deb" | awk '$1 !~ /^d/ {print $6}' | sed 's#^\.##' |
+# Files and links of the .deb and its own directories (named hugeshm and
+# below: not those the system owns), as the RPM names them.
+dpkg-deb -c "$deb" | awk '$1 !~ /^d/ || $6 ~ /\/hugeshm\// {print $6}' | sed 's#^\.##; s#/$##' |
     sed -f "$root/contrib/rpm/deb-to-rpm.sed" | sort >"$work/deb-files"
 if ! diff -u "$work/deb-files" "$work/rpm-files"; then
     fail "the RPM's files differ from the .deb's (- .deb, + RPM)"
 fi
-echo "$(wc -l <"$work/rpm-files") files, the same as the .deb's"
+echo "$(wc -l <"$work/rpm-files") files and directories of its own, the same as the .deb's"
 for f in /usr/bin/hugeshm /usr/lib64/libhugeshm.so /usr/include/hugeshm.h \
     /usr/lib64/pkgconfig/hugeshm.pc /usr/lib/hugeshm/libhugeshm-run.so \
     /usr/share/man/man1/hugeshm.1.gz /usr/share/man/man8/hugeshm.8.gz \
@@ -55,11 +56,12 @@ rpm --root "$work/root" --dbpath /var/lib/rpm -i --nodeps --noscripts "$rpm"
 rpm --root "$work/root" --dbpath /var/lib/rpm -q hugeshm
 rpm --root "$work/root" --dbpath /var/lib/rpm -V --nodeps hugeshm || fail "rpm -V: files differ from the package"
 installed="$(cd "$work/root" && find . -type f -not -path './var/lib/rpm/*' | sed 's#^\.##' | sort)"
-diff -u "$work/rpm-files" <(echo "$installed") || fail "the scratch root holds other files than rpm -qlp lists"
+diff -u <(grep -vxFf <(cd "$work/root" && find . -type d | sed 's#^\.##') "$work/rpm-files") <(echo "$installed") ||
+    fail "the scratch root holds other files than rpm -qlp lists"
 "$work/root/usr/bin/hugeshm" --version
 env="$("$work/root/usr/bin/hugeshm" run --target sh --print-env)"
 grep -qxF "LD_PRELOAD=$work/root/usr/lib/hugeshm/libhugeshm-run.so" <<<"$env" ||
     fail "hugeshm run does not find its library beside it: $env"
 grep -qx 'libdir=${exec_prefix}/lib64' "$work/root/usr/lib64/pkgconfig/hugeshm.pc" ||
     fail "hugeshm.pc: $(grep libdir= "$work/root/usr/lib64/pkgconfig/hugeshm.pc")"
-echo "RPM checked: $(wc -l <"$work/rpm-files") files installed into a scratch root, hugeshm runs from there"
+echo "RPM checked: $(wc -l <"$work/rpm-files") paths installed into a scratch root, hugeshm runs from there"
