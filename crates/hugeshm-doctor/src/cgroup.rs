@@ -30,7 +30,7 @@ pub(crate) fn needed_page_size(seg: &Segment, default: Option<u64>) -> Option<u6
 }
 
 /// A Kubernetes resource name and quantity: `hugepages-2Mi`, `64Mi`.
-fn k8s(page: u64, bytes: u64) -> (String, String) {
+pub(crate) fn k8s(page: u64, bytes: u64) -> (String, String) {
     let q = |b: u64| {
         if b > 0 && b % GIB == 0 {
             format!("{}Gi", b / GIB)

@@ -75,6 +75,8 @@ pub const CODES: &[(&str, &[Severity])] = {
         ("cgroup-faults-refused", &[Warning]),
         ("cgroup-fallback", &[Warning]),
         ("segment-cgroup-short", &[Warning]),
+        ("kubelet-capacity-stale", &[Info, Warning]),
+        ("kubelet-capacity-held", &[Warning]),
         ("run-record-ignored", &[Warning]),
         ("run-pages-moved", &[Warning]),
         ("run-pool-shrunk", &[Warning]),

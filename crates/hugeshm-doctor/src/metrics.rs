@@ -382,6 +382,29 @@ pub fn registry(status: &StatusReport, segs: &SegmentsReport, info: ScrapeInfo) 
         );
     }
 
+    // The kubelet's kubepods cgroup against the pools.
+    if let Some(k) = &status.kubelet {
+        let alloc = Family::<Labels, Gauge>::default();
+        let outside = Family::<Labels, Gauge>::default();
+        for s in &k.sizes {
+            let l = sized(Some(s.page_size_bytes), &[("cgroup", k.path.clone())]);
+            if let Some(n) = s.allocatable_pages {
+                alloc.get_or_create(&l).set(gauge_value(n));
+            }
+            outside.get_or_create(&l).set(gauge_value(s.outside_pages));
+        }
+        reg.register(
+            "hugeshm_kubelet_allocatable_pages",
+            "Huge pages the kubelet limited kubepods to when it started: the node's allocatable (finding kubelet-capacity-stale when it differs from hugeshm_pool_pages total)",
+            alloc,
+        );
+        reg.register(
+            "hugeshm_kubelet_outside_pages",
+            "Pool pages taken by processes outside kubepods (host daemons); finding kubelet-capacity-held when the allocatable still counts them",
+            outside,
+        );
+    }
+
     // Findings: every code the doctor knows, 0 where not found.
     let findings = Family::<Labels, Gauge>::default();
     let mut by: BTreeMap<Labels, i64> = BTreeMap::new();

@@ -86,6 +86,26 @@ pub fn is_within(path: &str, ancestor: &str) -> bool {
     a.is_empty() || p == a || p.strip_prefix(a).is_some_and(|rest| rest.starts_with('/'))
 }
 
+/// The cgroups the kubelet puts every pod under, at the root of each
+/// hierarchy, with the cgroup driver that names them so: `kubepods.slice`
+/// (systemd) and `kubepods` (cgroupfs). The kubelet sets their hugetlb
+/// limits to the node's allocatable huge pages when it starts.
+pub const KUBEPODS: [(&str, &str); 2] = [("/kubepods.slice", "systemd"), ("/kubepods", "cgroupfs")];
+
+/// The kubelet's cgroup driver that names a cgroup `path` at the root of
+/// a hierarchy so, from [`KUBEPODS`]; `None` for any other path.
+///
+/// ```
+/// use hugeshm_parse::cgroup::kubelet_driver;
+/// assert_eq!(kubelet_driver("/kubepods.slice"), Some("systemd"));
+/// assert_eq!(kubelet_driver("/kubepods/"), Some("cgroupfs"));
+/// assert_eq!(kubelet_driver("/kubepods/pod1"), None);
+/// ```
+pub fn kubelet_driver(path: &str) -> Option<&'static str> {
+    let p = path.trim_end_matches('/');
+    KUBEPODS.iter().find(|(k, _)| *k == p).map(|(_, d)| *d)
+}
+
 /// Parses `/proc/PID/cgroup`.
 pub fn parse(text: &str) -> Result<Vec<CgroupEntry>, ParseError> {
     let mut out = Vec::new();

@@ -157,7 +157,7 @@ fn limit_file_name(version: u8, page: u64, rsvd: bool) -> String {
 
 /// `a` + `/` + `b`, for host paths (`/sys/fs/cgroup` + `/kubepods` →
 /// `/sys/fs/cgroup/kubepods`; `b` empty → `a`).
-fn join_host(a: &str, b: &str) -> String {
+pub(crate) fn join_host(a: &str, b: &str) -> String {
     let b = b.trim_matches('/');
     if b.is_empty() {
         a.to_string()
@@ -199,7 +199,7 @@ fn absent_ok<T>(r: Result<T, ReadError>) -> Result<Option<T>, ReadError> {
 }
 
 /// Reads one level's files for one size; `Ok(None)` when it has none.
-fn read_level(
+pub(crate) fn read_level(
     version: u8,
     page: u64,
     fs_dir: &Path,
@@ -300,14 +300,33 @@ impl Probe {
     }
 
     /// A host path (a mount point, a cgroup directory) under the fs root.
-    fn fs_path(&self, host_path: &str) -> PathBuf {
+    pub(crate) fn fs_path(&self, host_path: &str) -> PathBuf {
         self.roots.fs.join(host_path.trim_start_matches('/'))
+    }
+
+    /// Page sizes, smallest first: the kernel's pools, and any that the
+    /// hugetlb files of the cgroup directories `dirs` (host paths) name.
+    pub(crate) fn hugetlb_sizes<'a>(&self, dirs: impl Iterator<Item = &'a str>) -> Vec<u64> {
+        let mut sizes: Vec<u64> = size_dirs(&self.sys_path("kernel/mm/hugepages"))
+            .map(|d| d.into_iter().map(|(s, _)| s).collect())
+            .unwrap_or_default();
+        for d in dirs {
+            if let Ok(rd) = std::fs::read_dir(self.fs_path(d)) {
+                sizes.extend(
+                    rd.filter_map(|e| e.ok())
+                        .filter_map(|e| split_file_name(e.file_name().to_str()?).map(|(s, _)| s)),
+                );
+            }
+        }
+        sizes.sort_unstable();
+        sizes.dedup();
+        sizes
     }
 
     /// The hugetlb controller's hierarchy: a cgroup v1 mount with `hugetlb`
     /// in its super options, else a cgroup2 mount whose `cgroup.controllers`
     /// lists `hugetlb`. Mounts of the whole hierarchy (root `/`) first.
-    fn hugetlb_hierarchy(
+    pub(crate) fn hugetlb_hierarchy(
         &self,
         mounts: &[MountInfo],
     ) -> Result<Option<(u8, MountInfo)>, ReadError> {
@@ -411,20 +430,7 @@ impl Probe {
             chain.push((cg, join_host(&mount.mount_point, &sub)));
         }
 
-        // Page sizes: the kernel's pools, and any the files name.
-        let mut sizes: Vec<u64> = size_dirs(&self.sys_path("kernel/mm/hugepages"))
-            .map(|d| d.into_iter().map(|(s, _)| s).collect())
-            .unwrap_or_default();
-        for (_, d) in &chain {
-            if let Ok(rd) = std::fs::read_dir(self.fs_path(d)) {
-                sizes.extend(
-                    rd.filter_map(|e| e.ok())
-                        .filter_map(|e| split_file_name(e.file_name().to_str()?).map(|(s, _)| s)),
-                );
-            }
-        }
-        sizes.sort_unstable();
-        sizes.dedup();
+        let sizes = self.hugetlb_sizes(chain.iter().map(|(_, d)| d.as_str()));
 
         let mut out = Vec::new();
         for page in sizes {

@@ -21,6 +21,7 @@
 mod cgroup;
 mod file_dax;
 mod host;
+mod kubepods;
 mod maps;
 mod named_file;
 mod persisted;
@@ -35,6 +36,7 @@ mod users;
 pub use cgroup::{HugetlbCgroup, HugetlbCgroupLevel, HugetlbCgroupSize};
 pub use file_dax::{FileDax, FileDaxReader, SysFileDax};
 pub use host::{DemoteSize, HostSnapshot, NodeInfo, NodePool, Sysctls, ThpState};
+pub use kubepods::{Kubepods, KubepodsSize};
 pub use maps::{MapsRead, MapsSource, MAPS_ENV};
 pub use named_file::{read_named, NamedFile, NamedFileError};
 pub use persisted::{Persisted, PersistedValue};

@@ -44,7 +44,37 @@ impl TestCgroup {
         Self::named(test, ".service", limits)
     }
 
+    /// The cgroup the kubelet puts every pod under, made as the kubelet
+    /// makes it: `name` (`kubepods.slice` for the systemd driver,
+    /// `kubepods` for cgroupfs) at the root of the hierarchy, with
+    /// `hugetlb.<size>.max` = `limits`. Panics where it exists already (a
+    /// kubelet runs here: its limits are not the test's to change).
+    pub fn kubepods(test: &str, name: &str, limits: &[(u64, u64)]) -> Option<TestCgroup> {
+        Self::at(test, |_| name.to_string(), limits)
+    }
+
     fn named(test: &str, suffix: &str, limits: &[(u64, u64)]) -> Option<TestCgroup> {
+        Self::at(
+            test,
+            |test| {
+                // A test's name as libtest gives it (`module::test`), as one word.
+                let word: String = test
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || c == '_' {
+                            c
+                        } else {
+                            '-'
+                        }
+                    })
+                    .collect();
+                format!("hugeshm-test-{word}-{}{suffix}", std::process::id())
+            },
+            limits,
+        )
+    }
+
+    fn at(test: &str, name: impl Fn(&str) -> String, limits: &[(u64, u64)]) -> Option<TestCgroup> {
         let Some(mount) = cgroup2_mount() else {
             crate::skip(test, "no cgroup v2 hierarchy mounted");
             return None;
@@ -62,27 +92,18 @@ impl TestCgroup {
         if enabled_controller {
             std::fs::write(&subtree, "+hugetlb").expect("enable the hugetlb controller");
         }
-        // A test's name as libtest gives it (`module::test`), as one word.
-        let word: String = test
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' {
-                    c
-                } else {
-                    '-'
-                }
-            })
-            .collect();
-        let dir = parent.join(format!(
-            "hugeshm-test-{word}-{}{suffix}",
-            std::process::id()
-        ));
+        let dir = parent.join(name(test));
+        if let Err(e) = std::fs::create_dir(&dir) {
+            if enabled_controller {
+                let _ = std::fs::write(&subtree, "-hugetlb");
+            }
+            panic!("create the test cgroup {}: {e}", dir.display());
+        }
         let cg = TestCgroup {
             dir,
             parent,
             enabled_controller,
         };
-        std::fs::create_dir(&cg.dir).expect("create the test cgroup");
         for &(page, bytes) in limits {
             std::fs::write(
                 cg.dir

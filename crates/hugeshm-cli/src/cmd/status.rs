@@ -224,6 +224,7 @@ pub fn print(r: &StatusReport, out: &mut Out) -> anyhow::Result<()> {
     out.line("")?;
     super::status_pmem::print(r.pmem.as_ref(), out)?;
     print_cgroup(r, out)?;
+    print_kubelet(r, out)?;
     out.line("")?;
     if r.findings.is_empty() {
         out.line(format!(
@@ -395,6 +396,28 @@ fn print_server_cgroups(r: &StatusReport, shown: &str, out: &mut Out) -> anyhow:
                 s.binding_file.as_deref().unwrap_or_default()
             ))?;
         }
+    }
+    Ok(())
+}
+
+/// The kubelet's kubepods cgroup against the pools: a line per page size.
+fn print_kubelet(r: &StatusReport, out: &mut Out) -> anyhow::Result<()> {
+    let Some(k) = &r.kubelet else { return Ok(()) };
+    out.line(format!(
+        "  kubelet ({} driver, {}), in pages:",
+        k.driver, k.path
+    ))?;
+    for s in &k.sizes {
+        out.line(format!(
+            "    {}: allocatable {}, pool {}, taken {}: {} by pods, {} outside",
+            page_size_short(s.page_size_bytes),
+            s.allocatable_pages
+                .map_or_else(|| "max".to_owned(), |n| n.to_string()),
+            s.pool_pages,
+            s.pool_taken_pages,
+            s.pods_pages,
+            s.outside_pages
+        ))?;
     }
     Ok(())
 }

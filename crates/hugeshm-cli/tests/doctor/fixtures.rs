@@ -51,6 +51,7 @@ const FIXTURES: &[&str] = &[
     "clean",
     "cgroup-v2",
     "cgroup-v1",
+    "kubelet-v1",
     "explain",
     "pmem-dax",
 ];
@@ -412,6 +413,7 @@ golden_tests! {
     golden_clean => "clean",
     golden_cgroup_v2 => "cgroup-v2",
     golden_cgroup_v1 => "cgroup-v1",
+    golden_kubelet_v1 => "kubelet-v1",
     golden_explain => "explain",
     golden_pmem_dax => "pmem-dax",
 }
@@ -1644,6 +1646,15 @@ fn layout_free(mut st: Value) -> Value {
         .map(|c| serde_json::json!([c["cgroup"]["path"], c["pids"]]))
         .collect();
     o.insert("server_cgroups".into(), Value::Array(servers));
+    // The kubelet's kubepods: its numbers, not where the layout puts it.
+    if let Some(k) = o.get_mut("kubelet").and_then(Value::as_object_mut) {
+        for key in ["version", "dir"] {
+            k.remove(key);
+        }
+        for s in k["sizes"].as_array_mut().unwrap() {
+            s.as_object_mut().unwrap().remove("limit_file");
+        }
+    }
     // Findings: codes, severities and the numbers in the messages.
     let findings: Vec<Value> = o["findings"]
         .as_array()
@@ -1674,6 +1685,66 @@ fn cgroup_v1_and_v2_give_the_same_results() {
         d.is_empty(),
         "v1 (now) differs from v2 (golden):\n  {}",
         d.join("\n  ")
+    );
+}
+
+/// The kubelet's kubepods cgroup on a cgroup v1 node (systemd driver: the
+/// hugetlb hierarchy's `kubepods.slice`), the pool grown by 20 pages since
+/// the kubelet started and 40 held by a process outside kubepods.
+#[test]
+fn kubelet_capacity_on_a_v1_node() {
+    let st = status("kubelet-v1");
+    let k = &st["kubelet"];
+    assert_eq!(
+        (&k["version"], &k["driver"]),
+        (&Value::from(1), &Value::from("systemd"))
+    );
+    let s = &k["sizes"][0];
+    assert_eq!(
+        s["limit_file"],
+        "/sys/fs/cgroup/hugetlb/kubepods.slice/hugetlb.2MB.limit_in_bytes"
+    );
+    let n = |key: &str| u(&s[key]);
+    assert_eq!(
+        [
+            n("allocatable_pages"),
+            n("pool_pages"),
+            n("pool_taken_pages"),
+            n("pods_pages"),
+            n("outside_pages")
+        ],
+        [600, 620, 552, 512, 40]
+    );
+    let f = |code: &str| {
+        st["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["code"] == code)
+            .unwrap_or_else(|| panic!("no {code}: {st:#}"))
+            .clone()
+    };
+    let stale = f("kubelet-capacity-stale");
+    let msg = stale["message"].as_str().unwrap();
+    assert!(msg.contains("advertises 600 2 MiB pages (hugepages-2Mi, hugetlb.2MB.limit_in_bytes of /kubepods.slice) but the pool holds 620"), "{msg}");
+    assert!(stale["fix"]
+        .as_str()
+        .unwrap()
+        .contains("systemctl restart kubelet"));
+    let held = f("kubelet-capacity-held");
+    let msg = held["message"].as_str().unwrap();
+    assert!(msg.starts_with("40 2 MiB pages"), "{msg}");
+    assert!(
+        msg.contains("allows pods 600 pages where 580 are left"),
+        "{msg}"
+    );
+    // The cgroup-v1 tree, as the kubelet counted it: neither.
+    let clean = status("cgroup-v1");
+    assert_eq!(u(&clean["kubelet"]["sizes"][0]["outside_pages"]), 0);
+    assert!(
+        !codes(&clean).iter().any(|c| c.starts_with("kubelet-")),
+        "{:?}",
+        codes(&clean)
     );
 }
 

@@ -25,6 +25,7 @@ mod exporter;
 mod exporter_grafana;
 mod fixtures;
 mod generate;
+mod kubelet;
 mod live;
 mod planted_inputs;
 mod postgres;

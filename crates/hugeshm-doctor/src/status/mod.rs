@@ -213,6 +213,11 @@ pub struct StatusReport {
     /// the cgroup of `cgroup_pid` or hugeshm's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub server_cgroups: Vec<segments::LimitedCgroup>,
+    /// The kubelet's `kubepods` cgroup (its hugetlb limits: the node's
+    /// allocatable huge pages when the kubelet started) against the pools;
+    /// absent on a host without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<crate::kubelet::KubeletReport>,
     /// Processes the scan could not read; those that matter are also a
     /// `processes-unreadable` finding, the rest a footnote.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -273,21 +278,52 @@ pub fn build_with_segments(
         // A tree without mountinfo (a fixture from before cgroups were
         // read) has no cgroup section; anything else is a problem.
         Err(e) if e.is_not_found() && e.path().ends_with("/mountinfo") => {}
-        Err(e) => {
-            let p = e.to_problem();
-            report.findings.push(Finding::new(
-                Severity::Warning,
-                "unreadable-file",
-                p.reason.clone(),
-                Some(p.fix(host.self_uid)),
-            ));
-            report.problems.push(p);
-        }
+        Err(e) => unreadable(&mut report, &e, host.self_uid),
     }
+    add_kubelet(&mut report, probe, &host);
     report
         .findings
         .sort_by_key(|f| std::cmp::Reverse(f.severity));
     (report, segs)
+}
+
+/// A file that could not be read: an `unreadable-file` finding and a problem.
+fn unreadable(report: &mut StatusReport, e: &hugeshm_probe::ReadError, self_uid: Option<u32>) {
+    let p = e.to_problem();
+    report.findings.push(Finding::new(
+        Severity::Warning,
+        "unreadable-file",
+        p.reason.clone(),
+        Some(p.fix(self_uid)),
+    ));
+    report.problems.push(p);
+}
+
+/// The kubelet's `kubepods` cgroup against the pools, and its findings.
+fn add_kubelet(report: &mut StatusReport, probe: &Probe, host: &HostSnapshot) {
+    match probe.kubepods() {
+        Ok(Some(kp)) => {
+            let pools: Vec<crate::kubelet::PoolNow> = report
+                .pools
+                .iter()
+                .filter(|p| p.node.is_none())
+                .map(|p| crate::kubelet::PoolNow {
+                    page_size_bytes: p.page_size_bytes,
+                    total: p.total,
+                    free: p.free,
+                    reserved: p.reserved,
+                })
+                .collect();
+            let (k, findings) = crate::kubelet::build(&kp, &pools);
+            report.kubelet = Some(k);
+            report.findings.extend(findings);
+        }
+        Ok(None) => {}
+        // Read where the cgroup section was (a tree without mountinfo has
+        // neither); anything else is a problem.
+        Err(e) if e.is_not_found() && e.path().ends_with("/mountinfo") => {}
+        Err(e) => unreadable(report, &e, host.self_uid),
+    }
 }
 
 /// Puts the cgroup into the report: what each pool row can get under it,
@@ -514,6 +550,7 @@ pub fn build_from(host: &HostSnapshot, segs: Option<&SegmentsReport>) -> StatusR
         pmem: None,
         tuning: crate::tuning::build(host),
         server_cgroups: segs.map(|s| s.limited_cgroups.clone()).unwrap_or_default(),
+        kubelet: None,
         unreadable: segs.map(|s| s.unreadable.clone()).unwrap_or_default(),
     };
     report.findings = findings::findings(host, &report, segs);
