@@ -43,8 +43,8 @@ pub struct SourceArgs {
     /// `oracle`, ora_pmon_SID / oracleSID) attach, each rounded to its page size.
     #[arg(long, value_name = "SID")]
     pub oracle_sid: Option<String>,
-    /// A DPDK application's EAL arguments, one string ("-m 1024 --in-memory"):
-    /// the -m or --socket-mem its EAL preallocates at start.
+    /// A DPDK application's EAL arguments as one string ("-l 0-3 -m 1024"):
+    /// what its EAL preallocates at start (-m, or socket-mem per node).
     #[arg(long, value_name = "EAL ARGS", allow_hyphen_values = true)]
     pub dpdk: Option<String>,
     /// Also count the shared memory live on this host (the default when no
