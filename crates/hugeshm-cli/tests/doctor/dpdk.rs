@@ -9,8 +9,8 @@
 //!   not bind it, so no `memlock-small`; run as a user whose limit is
 //!   lowered below what it locked, it gets one, sized from its locked
 //!   mappings that can be accessed, not from `VmLck`;
-//! * `advise --dpdk "EAL ARGS"` gives the pages it starts with and not one
-//!   fewer (`-m 64`, `--socket-mem 64`, in memory or in a hugetlbfs mount),
+//! * `advise --dpdk "EAL ARGS"` gives the pages (`apply` reserves them) it
+//!   starts with and not one fewer (`-m 64`, `--socket-mem 64`, in memory or in a hugetlbfs mount),
 //!   and with one page fewer says how many are short, as testpmd fails
 //!   with the EAL's "Not enough memory available".
 
@@ -342,8 +342,11 @@ fn advise_dpdk_gives_the_pages_testpmd_starts_with_and_not_one_fewer() {
         let (pages, warnings) = advise_dpdk(&args);
         // 64 MB: 32 pages of 2 MiB, the -m the EAL preallocates.
         assert_eq!(pages, 32, "advise --dpdk {args:?}");
-        pool.set_available(M2, pages)
-            .expect("exactly the advised pages");
+        // The plan applied (the pool restored by the guard), where no other
+        // page is free.
+        pool.set_available(M2, 0).expect("an empty pool");
+        let applied = common::hugeshm(&["apply", "--dpdk", &args, "--spare", "0"]);
+        assert!(applied.status.success(), "apply: {applied:?}");
         let (_, warnings_now) = advise_dpdk(&args);
         assert!(
             warnings_now.iter().all(|w| !w.contains(" short")),
@@ -355,7 +358,9 @@ fn advise_dpdk_gives_the_pages_testpmd_starts_with_and_not_one_fewer() {
             .filter(|s| s["page_size_bytes"].as_u64() == Some(M2))
             .map(|s| s["size_bytes"].as_u64().unwrap())
             .sum();
-        println!("{args}: advise {pages} pages; started with {pages} available, mapped {huge} bytes on 2 MiB pages");
+        println!(
+            "{args}: advise and apply {pages} pages; started, mapped {huge} bytes on 2 MiB pages"
+        );
         assert_eq!(huge, 64 * MIB, "{args}");
         drop(pmd);
         // One page fewer: advise says so before the start, in DPDK's words,
