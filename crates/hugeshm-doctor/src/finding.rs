@@ -59,6 +59,7 @@ pub const CODES: &[(&str, &[Severity])] = {
         ("silent-fallback", &[Warning]),
         ("shm-file-4k", &[Info]),
         ("oracle-amm", &[Warning]),
+        ("oracle-sga-4k", &[Warning]),
         ("page-tables", &[Info]),
         ("thp-shmem", &[Info]),
         ("reserved-untouched", &[Info]),

@@ -29,6 +29,7 @@
 pub mod buddyinfo;
 pub mod cgroup;
 pub mod cmdline;
+pub mod dpdk_eal;
 pub mod elf;
 pub mod error;
 pub mod hugepages;

@@ -5,7 +5,11 @@
 //! `--in-memory` keeps its huge pages in memfds (no hugetlbfs mount, no
 //! files left behind); `--single-file-segments` makes one memfd per memory
 //! segment list, mapped page by page at growing offsets. 2048 mbufs keep it
-//! within a 64 MiB `-m`.
+//! within a 64 MiB `-m`. Without `--in-memory` it keeps its pages in files
+//! of a hugetlbfs mount ([`crate::HugetlbfsMount`], made and removed by the test).
+//!
+//! Each start has its own `--file-prefix`; its runtime directory
+//! (`/var/run/dpdk/PREFIX`) and its page files are removed on drop.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -38,6 +42,10 @@ pub fn skip_unless_testpmd(test: &str) -> bool {
 pub struct TestpmdOptions {
     /// `-m`: MiB of huge page memory.
     pub memory_mib: u32,
+    /// `--socket-mem MIB` (node 0) instead of `-m`.
+    pub socket_mem: bool,
+    /// `--huge-dir DIR` (a hugetlbfs mount, [`crate::HugetlbfsMount`]) instead of `--in-memory`.
+    pub huge_dir: Option<PathBuf>,
     /// `--single-file-segments`.
     pub single_file_segments: bool,
     /// Run as this uid and gid (through `setpriv`, no supplementary groups);
@@ -52,10 +60,32 @@ impl Default for TestpmdOptions {
     fn default() -> Self {
         TestpmdOptions {
             memory_mib: 64,
+            socket_mem: false,
+            huge_dir: None,
             single_file_segments: true,
             user: None,
             memlock: None,
         }
+    }
+}
+
+impl TestpmdOptions {
+    /// The memory part of its EAL arguments (as `advise --dpdk` reads them).
+    pub fn eal_memory_args(&self) -> Vec<String> {
+        let mut a: Vec<String> = match &self.huge_dir {
+            Some(d) => vec!["--huge-dir".into(), d.display().to_string()],
+            None => vec!["--in-memory".into()],
+        };
+        let opt = if self.socket_mem {
+            "--socket-mem"
+        } else {
+            "-m"
+        };
+        a.extend([opt.to_owned(), self.memory_mib.to_string()]);
+        if self.single_file_segments {
+            a.push("--single-file-segments".into());
+        }
+        a
     }
 }
 
@@ -64,8 +94,12 @@ pub struct Testpmd {
     child: Child,
     pid: u32,
     log: PathBuf,
+    prefix: String,
+    huge_dir: Option<PathBuf>,
     _dir: crate::TempDir,
 }
+
+static STARTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 impl Testpmd {
     /// Starts it and waits (up to 60 s) until its huge page memory is
@@ -78,7 +112,8 @@ impl Testpmd {
                 .map_err(|e| format!("chown {}: {e}", dir.path().display()))?;
         }
         let log = dir.path().join("testpmd.log");
-        let prefix = format!("hugeshm-test-{}", std::process::id());
+        let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let prefix = format!("hugeshm-test-{}-{n}", std::process::id());
         let mut cmd = Command::new("prlimit");
         match o.memlock {
             Some(Some(b)) => {
@@ -100,18 +135,9 @@ impl Testpmd {
             ]);
         }
         cmd.arg(&bin)
-            .args([
-                "-l",
-                "0-1",
-                "--no-pci",
-                "--vdev",
-                "net_null0",
-                "--in-memory",
-            ])
-            .args(["--file-prefix", &prefix, "-m", &o.memory_mib.to_string()]);
-        if o.single_file_segments {
-            cmd.arg("--single-file-segments");
-        }
+            .args(["-l", "0-1", "--no-pci", "--vdev", "net_null0"])
+            .args(["--file-prefix", &prefix])
+            .args(o.eal_memory_args());
         cmd.args(["--", "-i", "--total-num-mbufs=2048"])
             .current_dir(dir.path())
             .stdin(Stdio::piped())
@@ -129,6 +155,8 @@ impl Testpmd {
             child,
             pid,
             log,
+            prefix,
+            huge_dir: o.huge_dir.clone(),
             _dir: dir,
         };
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -166,13 +194,24 @@ impl Drop for Testpmd {
         // Closing stdin ends interactive mode; kill in case it does not.
         drop(self.child.stdin.take());
         let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
+        while Instant::now() < deadline && !matches!(self.child.try_wait(), Ok(Some(_))) {
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        // What it leaves: its runtime directory (as root) and, without
+        // --in-memory, its page files, which keep their pages.
+        let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.prefix));
+        if let Some(dir) = &self.huge_dir {
+            if let Ok(rd) = std::fs::read_dir(dir) {
+                for e in rd.flatten() {
+                    if e.file_name().to_string_lossy().starts_with(&self.prefix) {
+                        let _ = std::fs::remove_file(e.path());
+                    }
+                }
+            }
+        }
     }
 }

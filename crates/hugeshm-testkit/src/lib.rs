@@ -55,6 +55,7 @@ pub mod guest;
 mod helper;
 mod host;
 pub mod live;
+mod mount;
 mod pool;
 pub mod postgres;
 mod skip;
@@ -65,6 +66,7 @@ pub use cgroup::TestCgroup;
 pub use helper::{helper_args, helper_command, helper_spec};
 pub use host::{HostState, PoolCounts, SysvSegment};
 pub use live::{assert_no_leaks, Live};
+pub use mount::HugetlbfsMount;
 pub use pool::{NotFree, PoolGuard, PoolLock, HUGEPAGES_SYSFS, NODE_SYSFS, POOL_LOCK_PATH};
 pub use skip::{
     skip, skip_lacking, skip_part, skips_file, strict, Lack, SKIPS_FILE_ENV, STRICT_ENV,

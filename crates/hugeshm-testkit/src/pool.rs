@@ -335,6 +335,26 @@ impl PoolGuard {
         Ok(())
     }
 
+    /// Makes exactly `pages` pages of `page_size_bytes` available (free
+    /// less reserved), growing or shrinking the pool (pages in use stay):
+    /// what a test of "one page too few" needs. Restored by the guard.
+    pub fn set_available(&self, page_size_bytes: u64, pages: u64) -> Result<(), NotFree> {
+        self.ensure_free(page_size_bytes, pages)?;
+        let dir = self.size_dir(page_size_bytes / 1024);
+        let read = |f: &str| read_u64(&dir.join(f)).map_err(NotFree::Sysfs);
+        let avail = read("free_hugepages")?.saturating_sub(read("resv_hugepages")?);
+        let target = read("nr_hugepages")?.saturating_sub(avail.saturating_sub(pages));
+        write_u64(&dir.join("nr_hugepages"), target).map_err(NotFree::Sysfs)?;
+        let now = read("free_hugepages")?.saturating_sub(read("resv_hugepages")?);
+        if now != pages {
+            return Err(NotFree::NoSuchPages(format!(
+                "{} bytes: wanted {pages} available pages, have {now}",
+                page_size_bytes
+            )));
+        }
+        Ok(())
+    }
+
     /// Restores the recorded pool now and reports whether it took: an error
     /// lists every value that differs afterwards (e.g. pages still in use
     /// by a leaked segment show up as surplus).

@@ -39,6 +39,14 @@ pub struct SourceArgs {
     /// its granule; under AMM (memory_target), what turns AMM off.
     #[arg(long, value_name = "PFILE")]
     pub oracle: Option<PathBuf>,
+    /// A running Oracle instance: the SysV segments its own processes (exe
+    /// `oracle`, ora_pmon_SID / oracleSID) attach, each rounded to its page size.
+    #[arg(long, value_name = "SID")]
+    pub oracle_sid: Option<String>,
+    /// A DPDK application's EAL arguments as one string ("-l 0-3 -m 1024"):
+    /// what its EAL preallocates at start (-m, or socket-mem per node).
+    #[arg(long, value_name = "EAL ARGS", allow_hyphen_values = true)]
+    pub dpdk: Option<String>,
     /// Also count the shared memory live on this host (the default when no
     /// other source is given). Without it, a plan of --size or --spec
     /// regions keeps room for the huge pages live segments use: advise
@@ -78,6 +86,8 @@ impl SourceArgs {
             postgres_bin: self.postgres_bin.clone(),
             spec: self.spec.clone(),
             oracle: self.oracle.clone(),
+            oracle_sid: self.oracle_sid.clone(),
+            dpdk: self.dpdk.clone(),
             live: self.live,
             spare: self.spare,
             demote: self.demote,

@@ -8,12 +8,17 @@
 //!   counting 128 GiB of `PROT_NONE` reservations: the memlock limit does
 //!   not bind it, so no `memlock-small`; run as a user whose limit is
 //!   lowered below what it locked, it gets one, sized from its locked
-//!   mappings that can be accessed, not from `VmLck`.
+//!   mappings that can be accessed, not from `VmLck`;
+//! * `advise --dpdk "EAL ARGS"` gives the pages (`apply` reserves them) it
+//!   starts with and not one fewer (`-m 64`, `--socket-mem 64`, in memory or in a hugetlbfs mount),
+//!   and with one page fewer says how many are short, as testpmd fails
+//!   with the EAL's "Not enough memory available".
 
 use crate::common;
 
 use hugeshm_testkit::dpdk::{skip_unless_testpmd, Testpmd, TestpmdOptions};
 use hugeshm_testkit::live;
+use hugeshm_testkit::HugetlbfsMount;
 use serde_json::Value;
 
 const M2: u64 = 2 << 20;
@@ -289,4 +294,93 @@ impl Drop for Locker {
         drop(self.child.stdin.take());
         let _ = self.child.wait();
     }
+}
+
+/// `advise --dpdk ARGS --json`: the pages counted for the EAL, and the
+/// plan's warnings.
+fn advise_dpdk(args: &str) -> (u64, Vec<String>) {
+    let plan = common::json(common::hugeshm(&[
+        "advise", "--dpdk", args, "--spare", "0", "--json",
+    ]));
+    let pages = plan["counted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["label"].as_str().unwrap().starts_with("dpdk "))
+        .map(|c| c["pages"].as_u64().unwrap())
+        .sum();
+    let warnings = plan["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap().to_owned())
+        .collect();
+    (pages, warnings)
+}
+
+#[test]
+fn advise_dpdk_gives_the_pages_testpmd_starts_with_and_not_one_fewer() {
+    let Some(pool) = live!() else { return };
+    if skip_unless_testpmd(pool.name()) {
+        return;
+    }
+    let mount = HugetlbfsMount::new().expect("a hugetlbfs mount");
+    let cases = [
+        TestpmdOptions::default(),
+        TestpmdOptions {
+            socket_mem: true,
+            ..TestpmdOptions::default()
+        },
+        TestpmdOptions {
+            huge_dir: Some(mount.path().to_owned()),
+            single_file_segments: false,
+            ..TestpmdOptions::default()
+        },
+    ];
+    for o in cases {
+        let args = o.eal_memory_args().join(" ");
+        let (pages, warnings) = advise_dpdk(&args);
+        // 64 MB: 32 pages of 2 MiB, the -m the EAL preallocates.
+        assert_eq!(pages, 32, "advise --dpdk {args:?}");
+        // The plan applied (the pool restored by the guard), where no other
+        // page is free.
+        pool.set_available(M2, 0).expect("an empty pool");
+        let applied = common::hugeshm(&["apply", "--dpdk", &args, "--spare", "0"]);
+        assert!(applied.status.success(), "apply: {applied:?}");
+        let (_, warnings_now) = advise_dpdk(&args);
+        assert!(
+            warnings_now.iter().all(|w| !w.contains(" short")),
+            "{args}: {warnings_now:?} (before: {warnings:?})"
+        );
+        let pmd = Testpmd::start(&o).expect("testpmd starts with the advised pages");
+        let huge: u64 = segments_of(pmd.pid())
+            .iter()
+            .filter(|s| s["page_size_bytes"].as_u64() == Some(M2))
+            .map(|s| s["size_bytes"].as_u64().unwrap())
+            .sum();
+        println!(
+            "{args}: advise and apply {pages} pages; started, mapped {huge} bytes on 2 MiB pages"
+        );
+        assert_eq!(huge, 64 * MIB, "{args}");
+        drop(pmd);
+        // One page fewer: advise says so before the start, in DPDK's words,
+        // and testpmd stops with them.
+        pool.set_available(M2, pages - 1).expect("one page fewer");
+        let (_, warnings) = advise_dpdk(&args);
+        let node = if o.socket_mem { " on socket 0" } else { "" };
+        let said =
+            format!("EAL: Not enough memory available{node}! Requested: 64MB, available: 62MB");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("31 free pages now, 32 needed: 1 short") && w.contains(&said)),
+            "{args}: {warnings:?}"
+        );
+        let err = Testpmd::start(&o)
+            .err()
+            .expect("testpmd fails one page short");
+        assert!(err.contains(&said), "{args}: {err}");
+    }
+    drop(mount);
+    pool.finish();
 }

@@ -2059,6 +2059,8 @@ fn every_json_output_is_a_document_of_this_schema() {
     assert_segments_doc(name, &segs);
     let plan = check(&["advise", "--json"]);
     assert!(plan["pools"].is_array(), "{plan:#}");
+    let dpdk = check(&["advise", "--dpdk", "--in-memory -m 64", "--json"]);
+    assert!(dpdk["counted"][0]["label"] == "dpdk -m 64", "{dpdk:#}");
     let applied = check(&["apply", "--dry-run", "--json"]);
     assert_eq!(applied["result"]["dry_run"], true, "{applied:#}");
     // run prints only with --print-env: the two variables of a drop-in.

@@ -833,55 +833,14 @@ fn orphan_flagged() {
     pool.finish();
 }
 
-/// A hugetlbfs mount in a temporary directory, unmounted (files removed
-/// first) on drop, whatever the test did.
-struct HugetlbfsMount {
-    dir: std::path::PathBuf,
-}
-
-impl HugetlbfsMount {
-    fn new(test: &str) -> HugetlbfsMount {
-        let dir = std::env::temp_dir().join(format!("hugeshm-{test}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create the mount point");
-        let st = Command::new("mount")
-            .args([
-                "-t",
-                "hugetlbfs",
-                "-o",
-                "pagesize=2M,mode=0700",
-                "hugeshm-test",
-            ])
-            .arg(&dir)
-            .status()
-            .expect("run mount");
-        assert!(st.success(), "mount -t hugetlbfs failed: {st}");
-        HugetlbfsMount { dir }
-    }
-}
-
-impl Drop for HugetlbfsMount {
-    fn drop(&mut self) {
-        if let Ok(rd) = std::fs::read_dir(&self.dir) {
-            for e in rd.flatten() {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-        let st = Command::new("umount").arg(&self.dir).status();
-        if !matches!(st, Ok(s) if s.success()) {
-            eprintln!("warning: umount {} failed: {st:?}", self.dir.display());
-        }
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
 #[test]
 fn hugetlbfs_file_and_orphan_file() {
     let Some(pool) = live!() else { return };
     pool.ensure_free(HUGE_2M, 2)
         .expect("2 available 2 MiB pages");
     {
-        let mnt = HugetlbfsMount::new("orphan-file");
-        let path = mnt.dir.join("pool");
+        let mnt = hugeshm_testkit::HugetlbfsMount::new().expect("a hugetlbfs mount");
+        let path = mnt.path().join("pool");
         let spec = format!("hugetlbfs:{}:4M", path.display());
         let tp =
             TestProc::spawn(["--touch", "--keep-files", spec.as_str()]).expect("spawn testproc");

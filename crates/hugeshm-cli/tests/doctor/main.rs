@@ -27,6 +27,7 @@ mod fixtures;
 mod generate;
 mod kubelet;
 mod live;
+mod oracle;
 mod planted_inputs;
 mod postgres;
 mod users;

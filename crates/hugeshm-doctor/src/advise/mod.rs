@@ -37,6 +37,7 @@
 mod check;
 mod config;
 mod container;
+mod dpdk;
 mod error;
 mod input;
 mod model;

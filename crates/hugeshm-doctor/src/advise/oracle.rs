@@ -5,6 +5,11 @@
 //! nodes with `_enable_NUMA_support`. An instance under Automatic Memory
 //! Management (`memory_target`) keeps its SGA in /dev/shm files, which are
 //! never on huge pages: no pages for it, and the plan says to turn AMM off.
+//!
+//! `advise --oracle-sid SID`: a running instance's SysV segments, as the
+//! MOS script counts them (Doc ID 401749.1, `hugepages_settings.sh`: every
+//! segment of `ipcs -m`), but only those that the instance's own processes
+//! attach (executable `oracle`, command line naming the SID).
 
 use super::error::SourceError;
 use super::input::InputText;
@@ -98,6 +103,48 @@ pub(super) fn oracle_demands(
             format_bytes(g)
         ));
     Ok((vec![d], Vec::new()))
+}
+
+/// What the running instance `sid` asks of pools: its SysV segments (each
+/// rounded up to its page size), or a skipped entry where no `oracle`
+/// process of that SID attaches one.
+pub(super) fn oracle_sid_demands(
+    probe: &hugeshm_probe::Probe,
+    host: &hugeshm_probe::HostSnapshot,
+    sid: &str,
+    units_of: impl Fn(&crate::segments::Segment) -> Vec<String>,
+) -> (Vec<Demand>, Vec<Skipped>) {
+    use crate::segments::oracle::OracleProcesses;
+    let mut segs = crate::segments::build_with(probe, host, &Default::default());
+    let mut oracle = OracleProcesses::new(probe);
+    segs.segments.retain(|s| {
+        s.kind == crate::segments::SegmentKind::Sysv
+            && s.attached
+                .iter()
+                .any(|a| oracle.of(a.pid).flatten() == Some(sid))
+    });
+    let label = format!("--oracle-sid {sid}");
+    if segs.segments.is_empty() {
+        let reason = format!(
+            "no SysV segment is attached by a process of instance {sid} (executable oracle, \
+             command line ora_pmon_{sid} or oracle{sid}): is it running, under this name?"
+        );
+        return (Vec::new(), vec![Skipped { label, reason }]);
+    }
+    let (demands, skipped) = super::demands_from_segments(host, &segs, units_of);
+    let demands = demands
+        .into_iter()
+        .map(|mut d| {
+            let how = d.note.take().map(|n| format!("; {n}")).unwrap_or_default();
+            d.note = Some(format!(
+                "instance {sid}'s SysV segment, rounded up to its page size (the MOS script, \
+                 Doc ID 401749.1, counts each as bytes / page + 1){how}"
+            ));
+            d.label = format!("oracle {sid}: {}", d.label);
+            d
+        })
+        .collect::<Vec<_>>();
+    (demands, skipped)
 }
 
 #[cfg(test)]

@@ -40,6 +40,12 @@ pub struct Sources {
     /// An Oracle Database text parameter file (pfile), read the same way:
     /// its SGA rounded to its granule, or (under AMM) what replaces AMM.
     pub oracle: Option<PathBuf>,
+    /// A running Oracle instance by its SID: the SysV segments its own
+    /// processes attach (executable `oracle`, command line naming the SID).
+    pub oracle_sid: Option<String>,
+    /// A DPDK application's EAL arguments, one string (`-m 1024
+    /// --in-memory`): what the EAL preallocates at start.
+    pub dpdk: Option<String>,
     /// Also count the shared memory live on the host (the default when no
     /// other source is given).
     pub live: bool,
@@ -67,6 +73,8 @@ impl Default for Sources {
             postgres_bin: None,
             spec: None,
             oracle: None,
+            oracle_sid: None,
+            dpdk: None,
             live: false,
             spare: DEFAULT_SPARE_PAGES,
             demote: false,
@@ -112,6 +120,12 @@ impl Sources {
         }
         if let Some(p) = &self.oracle {
             opt("oracle", Some(path(p)));
+        }
+        if let Some(s) = &self.oracle_sid {
+            opt("oracle-sid", Some(q(s).into_owned()));
+        }
+        if let Some(a) = &self.dpdk {
+            opt("dpdk", Some(q(a).into_owned()));
         }
         if self.live {
             opt("live", None);
@@ -187,8 +201,26 @@ impl Sources {
             demands.extend(d);
             skipped.extend(s);
         }
-        let new_regions_only = !demands.is_empty() && !self.live && self.postgres.is_empty();
-        if self.live || (demands.is_empty() && self.oracle.is_none()) {
+        let mut warnings = Vec::new();
+        if let Some(args) = &self.dpdk {
+            let (d, s, w) = super::dpdk::dpdk_demands(host, args, default)?;
+            demands.extend(d);
+            skipped.extend(s);
+            warnings = w;
+        }
+        if let Some(sid) = &self.oracle_sid {
+            let units_of = ServiceLookup::new(probe);
+            let (d, s) =
+                super::oracle::oracle_sid_demands(probe, host, sid, |seg| units_of.services(seg));
+            demands.extend(d);
+            skipped.extend(s);
+        }
+        let named = self.oracle.is_some() || self.dpdk.is_some() || self.oracle_sid.is_some();
+        let new_regions_only = !demands.is_empty()
+            && !self.live
+            && self.postgres.is_empty()
+            && self.oracle_sid.is_none();
+        if self.live || (demands.is_empty() && !named) {
             // For their sizes and processes: findings are not advise's.
             let segs = crate::segments::build_with(probe, host, &Default::default());
             let units_of = ServiceLookup::new(probe);
@@ -197,6 +229,7 @@ impl Sources {
             skipped.extend(s);
         }
         let mut plan = plan(host, &demands, skipped, spare).map_err(SourceError::TooLarge)?;
+        plan.warnings.extend(warnings);
         if new_regions_only {
             // Name the live segments only where a pool is crowded by them.
             let crowded = !crowded_pools(&plan, |s, n| live_pages(host, s, n)).is_empty();

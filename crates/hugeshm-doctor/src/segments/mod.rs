@@ -33,7 +33,7 @@ mod cgroups;
 mod findings;
 mod in_place;
 mod kept;
-mod oracle;
+pub(crate) mod oracle;
 pub mod run_record;
 mod sample;
 mod scan;
@@ -365,6 +365,8 @@ pub(crate) fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions)
     // whose listing was cut short, records not shown).
     let mut scan_wide = findings::scan_findings(&report.unreadable, host);
     scan_wide.extend(oracle::amm_findings(probe, &report.segments));
+    let huge = default_huge.unwrap_or(2 << 20);
+    scan_wide.extend(oracle::sga_findings(probe, &report.segments, huge));
     scan_wide.append(&mut report.findings);
     report.findings = scan_wide;
     // 7. SysV first, then by size.

@@ -34,14 +34,7 @@ pub(super) fn processes_named(probe: &Probe, names: &[&str]) -> Vec<ServerProces
             if !names.contains(&exe_name.as_str()) {
                 return None;
             }
-            let args = std::fs::read(probe.proc_path(&format!("{pid}/cmdline")))
-                .map(|raw| {
-                    raw.split(|&b| b == 0)
-                        .filter(|a| !a.is_empty())
-                        .map(|a| String::from_utf8_lossy(a).into_owned())
-                        .collect()
-                })
-                .unwrap_or_default();
+            let args = command_line(probe, pid);
             Some(ServerProcess {
                 pid,
                 exe_name,
@@ -49,6 +42,18 @@ pub(super) fn processes_named(probe: &Probe, names: &[&str]) -> Vec<ServerProces
             })
         })
         .collect()
+}
+
+/// `pid`'s command line, one string per argument (empty where unreadable).
+pub(super) fn command_line(probe: &Probe, pid: u32) -> Vec<String> {
+    std::fs::read(probe.proc_path(&format!("{pid}/cmdline")))
+        .map(|raw| {
+            raw.split(|&b| b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A private, writable mapping of anonymous memory (on base pages, THP, or
