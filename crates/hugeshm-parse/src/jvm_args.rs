@@ -44,9 +44,16 @@ impl Gc {
     }
 
     fn of_flag(name: &str) -> Option<Gc> {
-        [Gc::G1, Gc::Serial, Gc::Parallel, Gc::Z, Gc::Shenandoah, Gc::Epsilon]
-            .into_iter()
-            .find(|g| g.flag() == name)
+        [
+            Gc::G1,
+            Gc::Serial,
+            Gc::Parallel,
+            Gc::Z,
+            Gc::Shenandoah,
+            Gc::Epsilon,
+        ]
+        .into_iter()
+        .find(|g| g.flag() == name)
     }
 }
 
