@@ -31,6 +31,16 @@ pub enum Gc {
 }
 
 impl Gc {
+    /// Every collector, the default first.
+    pub const ALL: [Gc; 6] = [
+        Gc::G1,
+        Gc::Serial,
+        Gc::Parallel,
+        Gc::Z,
+        Gc::Shenandoah,
+        Gc::Epsilon,
+    ];
+
     /// The flag's name (`UseG1GC`).
     pub fn flag(self) -> &'static str {
         match self {
@@ -44,16 +54,7 @@ impl Gc {
     }
 
     fn of_flag(name: &str) -> Option<Gc> {
-        [
-            Gc::G1,
-            Gc::Serial,
-            Gc::Parallel,
-            Gc::Z,
-            Gc::Shenandoah,
-            Gc::Epsilon,
-        ]
-        .into_iter()
-        .find(|g| g.flag() == name)
+        Gc::ALL.into_iter().find(|g| g.flag() == name)
     }
 }
 
@@ -159,14 +160,11 @@ const WITH_VALUE: &[&str] = &[
 /// takes them: the last of each wins.
 pub fn parse<S: AsRef<str>>(words: &[S]) -> Result<JvmArgs, ParseError> {
     let mut a = JvmArgs::default();
-    let mut it = words.iter().map(AsRef::as_ref);
+    let mut it = vm_words(words).iter().map(AsRef::as_ref);
     while let Some(w) = it.next() {
         if WITH_VALUE.contains(&w) {
             it.next();
             continue;
-        }
-        if matches!(w, "-jar" | "-m" | "--module") || !w.starts_with(['-', '@']) {
-            break;
         }
         if let Some(file) = w.strip_prefix('@') {
             a.argfiles.push(file.to_owned());
@@ -175,6 +173,19 @@ pub fn parse<S: AsRef<str>>(words: &[S]) -> Result<JvmArgs, ParseError> {
         option(&mut a, w)?;
     }
     Ok(a)
+}
+
+/// The words of `words` before the main class, `-jar`, `-m` or a source
+/// file: the launcher's and the VM's options.
+pub fn vm_words<S: AsRef<str>>(words: &[S]) -> &[S] {
+    let mut i = 0;
+    while let Some(w) = words.get(i).map(AsRef::as_ref) {
+        if matches!(w, "-jar" | "-m" | "--module") || !w.starts_with(['-', '@']) {
+            break;
+        }
+        i += if WITH_VALUE.contains(&w) { 2 } else { 1 };
+    }
+    &words[..i.min(words.len())]
 }
 
 /// Reads one VM option into `a` (others are not hugeshm's business).

@@ -39,6 +39,10 @@ pub struct SourceArgs {
     /// its granule; under AMM (memory_target), what turns AMM off.
     #[arg(long, value_name = "PFILE")]
     pub oracle: Option<PathBuf>,
+    /// A JVM: a java command line (one quoted string) or a running JVM's
+    /// pid: its heap, code cache and GC tables on huge pages.
+    #[arg(long, value_name = "ARGS_OR_PID")]
+    pub jvm: Option<String>,
     /// Also count the shared memory live on this host (the default when no
     /// other source is given). Without it, a plan of --size or --spec
     /// regions keeps room for the huge pages live segments use: advise
@@ -78,6 +82,7 @@ impl SourceArgs {
             postgres_bin: self.postgres_bin.clone(),
             spec: self.spec.clone(),
             oracle: self.oracle.clone(),
+            jvm: self.jvm.clone(),
             live: self.live,
             spare: self.spare,
             demote: self.demote,

@@ -39,6 +39,7 @@ mod config;
 mod container;
 mod error;
 mod input;
+mod jvm;
 mod model;
 mod oracle;
 mod plan;

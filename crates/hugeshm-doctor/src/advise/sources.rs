@@ -40,6 +40,9 @@ pub struct Sources {
     /// An Oracle Database text parameter file (pfile), read the same way:
     /// its SGA rounded to its granule, or (under AMM) what replaces AMM.
     pub oracle: Option<PathBuf>,
+    /// A JVM: a java command line (one string, split as a shell splits
+    /// words) or a running JVM's pid: what it maps on huge pages.
+    pub jvm: Option<String>,
     /// Also count the shared memory live on the host (the default when no
     /// other source is given).
     pub live: bool,
@@ -67,6 +70,7 @@ impl Default for Sources {
             postgres_bin: None,
             spec: None,
             oracle: None,
+            jvm: None,
             live: false,
             spare: DEFAULT_SPARE_PAGES,
             demote: false,
@@ -112,6 +116,9 @@ impl Sources {
         }
         if let Some(p) = &self.oracle {
             opt("oracle", Some(path(p)));
+        }
+        if let Some(j) = &self.jvm {
+            opt("jvm", Some(q(j).into_owned()));
         }
         if self.live {
             opt("live", None);
@@ -187,8 +194,13 @@ impl Sources {
             demands.extend(d);
             skipped.extend(s);
         }
+        if let Some(spec) = &self.jvm {
+            let (d, s) = super::jvm::jvm_demands(probe, host, spec, default)?;
+            demands.extend(d);
+            skipped.extend(s);
+        }
         let new_regions_only = !demands.is_empty() && !self.live && self.postgres.is_none();
-        if self.live || (demands.is_empty() && self.oracle.is_none()) {
+        if self.live || (demands.is_empty() && self.oracle.is_none() && self.jvm.is_none()) {
             // For their sizes and processes: findings are not advise's.
             let segs = crate::segments::build_with(probe, host, &Default::default());
             let units_of = ServiceLookup::new(probe);

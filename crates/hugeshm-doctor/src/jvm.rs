@@ -1,0 +1,241 @@
+//! What an OpenJDK 17 JVM maps on explicit huge pages (`-XX:+UseLargePages`),
+//! mapping by mapping, as measured on OpenJDK 17.0.15 (Debian 12) against a
+//! 2 MiB pool (docs/advise.md, "The JVM"), and as its `os_linux.cpp` reserves
+//! them: every reservation of the JVM's "special" memory is one
+//! `mmap(MAP_HUGETLB)` (or one SysV segment with `-XX:+UseSHM`) of its whole
+//! size, made at start whatever `-Xms` says, so the pool's pages are taken
+//! (`HugePages_Rsvd`) at start. Which page size a mapping gets is the largest
+//! the JVM may use (`LargePageSizeInBytes`, else the kernel's default) that
+//! the mapping is not smaller than; it is rounded up to it.
+//!
+//! On huge pages: the Java heap (`MaxHeapSize`), the code cache
+//! (`ReservedCodeCacheSize`, its segments in one reservation; not with
+//! `-XX:+UseSHM`, measured: SysV memory is not executable) and, where
+//! each is at least a page: G1's two mark bitmaps (heap ÷ 64 each, in JDK
+//! 17), card table, block offset table and card counts (heap ÷ 512 each);
+//! Parallel's mark bitmap (heap ÷ 32) where it is a multiple of the page and
+//! at least 10 pages. Serial's and Parallel's card tables stay on base pages.
+//! Used by advise (`--jvm`) and by the segments' JVM finding, so that both
+//! count the same.
+
+use hugeshm_parse::jvm_args::{Gc, JvmArgs};
+use hugeshm_parse::size::MIB;
+use std::collections::BTreeMap;
+
+/// What sizes a JVM's huge page mappings, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JvmMemory {
+    /// `MaxHeapSize`, bytes.
+    pub heap: u64,
+    /// `ReservedCodeCacheSize`, bytes.
+    pub code_cache: u64,
+    /// The collector.
+    pub gc: Gc,
+    /// `UseLargePages`.
+    pub large_pages: bool,
+    /// `UseSHM`.
+    pub shm: bool,
+    /// `UseTransparentHugePages`.
+    pub thp: bool,
+    /// `LargePageSizeInBytes` (0: the kernel's default).
+    pub large_page_size: u64,
+    /// Where the values come from (`-XX:+PrintFlagsFinal of /usr/…/java`,
+    /// or the documented defaults).
+    pub source: String,
+}
+
+/// The documented default of a flag the command line leaves out, where no
+/// java could be asked: the heap a quarter of `mem_total`
+/// (`MaxRAMPercentage=25`), G1 on a server-class machine (2 CPUs and
+/// 1792 MiB), else Serial, a 240 MiB code cache with tiered compilation, else 48 MiB.
+pub fn resolve(
+    args: &JvmArgs,
+    flags: Option<(&BTreeMap<String, String>, &str)>,
+    mem_total: u64,
+    cpus: usize,
+) -> JvmMemory {
+    let num = |name: &str| {
+        flags
+            .and_then(|(f, _)| f.get(name))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    let on = |name: &str| flags.and_then(|(f, _)| f.get(name)).map(|v| v == "true");
+    let gc = args.gc.unwrap_or_else(|| {
+        Gc::ALL
+            .into_iter()
+            .find(|g| on(g.flag()) == Some(true))
+            .unwrap_or(if cpus >= 2 && mem_total >= 1792 * MIB {
+                Gc::G1
+            } else {
+                Gc::Serial
+            })
+    });
+    let tiered = args.tiered.or(on("TieredCompilation")).unwrap_or(true);
+    JvmMemory {
+        heap: num("MaxHeapSize")
+            .or(args.max_heap)
+            .unwrap_or(mem_total / 4),
+        code_cache: args
+            .code_cache
+            .or(num("ReservedCodeCacheSize"))
+            .unwrap_or(if tiered { 240 * MIB } else { 48 * MIB }),
+        gc,
+        large_pages: args.use_large_pages.unwrap_or(false),
+        shm: args.use_shm.unwrap_or(false),
+        thp: args.use_thp.unwrap_or(false),
+        large_page_size: args.large_page_size.unwrap_or(0),
+        source: match flags {
+            Some((_, s)) => s.to_owned(),
+            None => "the documented defaults (no java asked)".to_owned(),
+        },
+    }
+}
+
+/// One kind of mapping the JVM puts on huge pages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JvmPart {
+    /// What it is (`heap`, `code cache`, `G1 mark bitmaps`).
+    pub name: &'static str,
+    /// How many mappings of it.
+    pub mappings: u64,
+    /// Each mapping's bytes, rounded up to its page.
+    pub each: u64,
+    /// Its page size.
+    pub page: u64,
+    /// How its size follows (`MaxHeapSize`, `heap ÷ 64`).
+    pub from: &'static str,
+}
+
+impl JvmPart {
+    /// All its mappings' bytes.
+    pub fn bytes(&self) -> u64 {
+        self.each.saturating_mul(self.mappings)
+    }
+}
+
+/// The mappings `m` puts on huge pages, with the host's page sizes `offered`
+/// and its default `default_page`; none unless it uses explicit large pages.
+pub fn huge_parts(m: &JvmMemory, offered: &[u64], default_page: u64) -> Vec<JvmPart> {
+    if !m.large_pages || m.thp {
+        return Vec::new();
+    }
+    let top = if offered.contains(&m.large_page_size) {
+        m.large_page_size
+    } else {
+        default_page
+    };
+    let mut sizes: Vec<u64> = offered.iter().copied().filter(|&p| p <= top).collect();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    // The largest page the region is not smaller than (os::page_size_for_region_unaligned).
+    let page_for = |s: u64| sizes.iter().copied().find(|&p| s >= p);
+    let mut parts = Vec::new();
+    let mut add = |name, mappings, raw: u64, page: Option<u64>, from| {
+        if let Some(p) = page {
+            parts.push(JvmPart {
+                name,
+                mappings,
+                each: raw.div_ceil(p).saturating_mul(p),
+                page: p,
+                from,
+            });
+        }
+    };
+    let heap_page = page_for(m.heap);
+    let heap = heap_page.map_or(m.heap, |p| m.heap.div_ceil(p).saturating_mul(p));
+    add("heap", 1, m.heap, heap_page, "MaxHeapSize");
+    if !m.shm {
+        // With -XX:+UseSHM the code cache (executable) stays on base pages.
+        add(
+            "code cache",
+            1,
+            m.code_cache,
+            page_for(m.code_cache),
+            "ReservedCodeCacheSize",
+        );
+    }
+    match m.gc {
+        Gc::G1 => {
+            add(
+                "G1 mark bitmaps",
+                2,
+                heap / 64,
+                page_for(heap / 64),
+                "heap ÷ 64",
+            );
+            let t = heap / 512;
+            add(
+                "G1 card table, BOT, card counts",
+                3,
+                t,
+                page_for(t),
+                "heap ÷ 512",
+            );
+        }
+        Gc::Parallel => {
+            let b = heap / 32;
+            // os::page_size_for_region_aligned(b, 10).
+            let page = sizes.iter().copied().find(|&p| b % p == 0 && b / p >= 10);
+            add("Parallel mark bitmap", 1, b, page, "heap ÷ 32");
+        }
+        _ => {}
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mem(heap: u64, gc: Gc) -> JvmMemory {
+        JvmMemory {
+            heap,
+            code_cache: 240 * MIB,
+            gc,
+            large_pages: true,
+            shm: false,
+            thp: false,
+            large_page_size: 0,
+            source: String::new(),
+        }
+    }
+
+    fn pages(m: &JvmMemory) -> u64 {
+        huge_parts(m, &[2 * MIB, 1 << 30], 2 * MIB)
+            .iter()
+            .map(|p| p.bytes() / p.page)
+            .sum()
+    }
+
+    #[test]
+    fn the_pages_measured_on_openjdk_17() {
+        // HugePages_Total - Free + Rsvd with each JVM running (docs/advise.md).
+        assert_eq!(pages(&mem(256 * MIB, Gc::G1)), 252);
+        assert_eq!(pages(&mem(300 * MIB, Gc::G1)), 276);
+        assert_eq!(pages(&mem(1 << 30, Gc::G1)), 651);
+        assert_eq!(pages(&mem(256 * MIB, Gc::Serial)), 248);
+        assert_eq!(pages(&mem(256 * MIB, Gc::Parallel)), 248);
+        assert_eq!(pages(&mem(1 << 30, Gc::Parallel)), 648);
+        let mut shm = mem(256 * MIB, Gc::G1);
+        shm.shm = true;
+        assert_eq!(pages(&shm), 132);
+        let mut off = mem(1 << 30, Gc::G1);
+        off.large_pages = false;
+        assert!(huge_parts(&off, &[2 * MIB], 2 * MIB).is_empty());
+    }
+
+    #[test]
+    fn defaults_and_asked_flags() {
+        let args = hugeshm_parse::jvm_args::parse(&["-Xmx300m", "-XX:+UseLargePages"]).unwrap();
+        let m = resolve(&args, None, 8 << 30, 2);
+        assert_eq!((m.heap, m.code_cache, m.gc), (300 * MIB, 240 * MIB, Gc::G1));
+        let mut f = BTreeMap::new();
+        f.insert("MaxHeapSize".to_owned(), "314572800".to_owned());
+        f.insert("ReservedCodeCacheSize".to_owned(), "50331648".to_owned());
+        f.insert("UseSerialGC".to_owned(), "true".to_owned());
+        let m = resolve(&JvmArgs::default(), Some((&f, "java")), 8 << 30, 2);
+        assert_eq!(
+            (m.heap, m.code_cache, m.gc),
+            (300 * MIB, 48 * MIB, Gc::Serial)
+        );
+    }
+}
