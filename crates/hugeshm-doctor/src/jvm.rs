@@ -18,9 +18,61 @@
 //! Used by advise (`--jvm`) and by the segments' JVM finding, so that both
 //! count the same.
 
-use hugeshm_parse::jvm_args::{Gc, JvmArgs};
+use hugeshm_parse::jvm_args::{self, Gc, JvmArgs};
 use hugeshm_parse::size::MIB;
+use hugeshm_probe::jvm::{running_jvm, OPTION_VARIABLES};
+use hugeshm_probe::Probe;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// A JVM's options: the words its VM reads, in order, and who runs it.
+pub struct JvmOptions {
+    /// `pid N` or `command line`.
+    pub what: String,
+    /// The VM's words (env variables', the command line's VM options).
+    pub words: Vec<String>,
+    /// The java to ask first (the exe, or the command line's path).
+    pub java: Option<PathBuf>,
+    /// Uid and gid of a running JVM.
+    pub owner: Option<(u32, u32)>,
+}
+
+/// The options `spec` names: a pid of a running JVM, or a command line.
+pub fn jvm_options(probe: &Probe, spec: &str) -> Result<JvmOptions, String> {
+    let split = |s: &str| jvm_args::split_words(s).map_err(|e| e.message);
+    if let Ok(pid) = spec.trim().parse::<u32>() {
+        let j = running_jvm(&probe.roots.proc, pid).map_err(|e| e.to_string())?;
+        let env = |name: &str| -> Result<Vec<String>, String> {
+            match j.env_options.iter().find(|(k, _)| k == name) {
+                Some((_, v)) => split(v),
+                None => Ok(Vec::new()),
+            }
+        };
+        let [tool, jdk, late] = OPTION_VARIABLES;
+        let mut words = env(tool)?;
+        words.extend(env(jdk)?);
+        let rest = j.args.get(1..).unwrap_or_default();
+        words.extend(jvm_args::vm_words(rest).iter().cloned());
+        words.extend(env(late)?);
+        return Ok(JvmOptions {
+            what: format!("pid {pid}"),
+            words,
+            java: Some(j.exe),
+            owner: j.uid.zip(j.gid),
+        });
+    }
+    let all = split(spec)?;
+    let (java, rest) = match all.split_first() {
+        Some((first, rest)) if !first.starts_with(['-', '@']) => (Some(PathBuf::from(first)), rest),
+        _ => (None, &all[..]),
+    };
+    Ok(JvmOptions {
+        what: "command line".to_owned(),
+        words: jvm_args::vm_words(rest).to_vec(),
+        java,
+        owner: None,
+    })
+}
 
 /// What sizes a JVM's huge page mappings, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +94,17 @@ pub struct JvmMemory {
     /// Where the values come from (`-XX:+PrintFlagsFinal of /usr/…/java`,
     /// or the documented defaults).
     pub source: String,
+}
+
+/// The host's memory and CPUs, which the JVM's defaults follow.
+pub fn ram_and_cpus(host: &hugeshm_probe::HostSnapshot) -> (u64, usize) {
+    let mem_total = host
+        .meminfo
+        .as_ref()
+        .and_then(|m| m.mem_total_bytes)
+        .unwrap_or(0);
+    let cpus = host.nodes.iter().map(|n| n.cpus.len()).sum::<usize>();
+    (mem_total, cpus.max(1))
 }
 
 /// The documented default of a flag the command line leaves out, where no

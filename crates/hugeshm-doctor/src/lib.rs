@@ -37,7 +37,7 @@ pub mod checked;
 pub mod collapse;
 pub mod dax;
 pub mod finding;
-pub mod jvm;
+mod jvm;
 pub mod metrics;
 pub mod numa;
 pub mod pmem;

@@ -7,61 +7,11 @@
 
 use super::error::SourceError;
 use super::model::{Demand, Skipped};
-use crate::jvm::{huge_parts, resolve, JvmMemory, JvmPart};
+use crate::jvm::{huge_parts, jvm_options, resolve, JvmMemory, JvmOptions, JvmPart};
 use hugeshm_parse::jvm_args;
 use hugeshm_parse::size::format_bytes;
-use hugeshm_probe::jvm::{running_jvm, trusted_java, OPTION_VARIABLES};
+use hugeshm_probe::jvm::trusted_java;
 use hugeshm_probe::{HostSnapshot, Probe};
-use std::path::PathBuf;
-
-/// A JVM's options: the words its VM reads, in order, and who runs it.
-pub(crate) struct JvmOptions {
-    /// `pid N` or `command line`.
-    pub what: String,
-    /// The VM's words (env variables', the command line's VM options).
-    pub words: Vec<String>,
-    /// The java to ask first (the exe, or the command line's path).
-    pub java: Option<PathBuf>,
-    /// Uid and gid of a running JVM.
-    pub owner: Option<(u32, u32)>,
-}
-
-/// The options `spec` names: a pid of a running JVM, or a command line.
-pub(crate) fn jvm_options(probe: &Probe, spec: &str) -> Result<JvmOptions, String> {
-    let split = |s: &str| jvm_args::split_words(s).map_err(|e| e.message);
-    if let Ok(pid) = spec.trim().parse::<u32>() {
-        let j = running_jvm(&probe.roots.proc, pid).map_err(|e| e.to_string())?;
-        let env = |name: &str| -> Result<Vec<String>, String> {
-            match j.env_options.iter().find(|(k, _)| k == name) {
-                Some((_, v)) => split(v),
-                None => Ok(Vec::new()),
-            }
-        };
-        let [tool, jdk, late] = OPTION_VARIABLES;
-        let mut words = env(tool)?;
-        words.extend(env(jdk)?);
-        let rest = j.args.get(1..).unwrap_or_default();
-        words.extend(jvm_args::vm_words(rest).iter().cloned());
-        words.extend(env(late)?);
-        return Ok(JvmOptions {
-            what: format!("pid {pid}"),
-            words,
-            java: Some(j.exe),
-            owner: j.uid.zip(j.gid),
-        });
-    }
-    let all = split(spec)?;
-    let (java, rest) = match all.split_first() {
-        Some((first, rest)) if !first.starts_with(['-', '@']) => (Some(PathBuf::from(first)), rest),
-        _ => (None, &all[..]),
-    };
-    Ok(JvmOptions {
-        what: "command line".to_owned(),
-        words: jvm_args::vm_words(rest).to_vec(),
-        java,
-        owner: None,
-    })
-}
 
 /// The JVM's memory as `opts` size it on `host`: asked of a trusted java
 /// where one is there, else from the documented defaults.
@@ -70,17 +20,7 @@ pub(crate) fn jvm_memory(
     opts: &JvmOptions,
 ) -> Result<(JvmMemory, Option<String>), String> {
     let args = jvm_args::parse(&opts.words).map_err(|e| e.message)?;
-    let mem_total = host
-        .meminfo
-        .as_ref()
-        .and_then(|m| m.mem_total_bytes)
-        .unwrap_or(0);
-    let cpus = host
-        .nodes
-        .iter()
-        .map(|n| n.cpus.len())
-        .sum::<usize>()
-        .max(1);
+    let (mem_total, cpus) = crate::jvm::ram_and_cpus(host);
     let asked = trusted_java(opts.java.as_deref()).and_then(|java| {
         let out = hugeshm_probe::jvm::flags_final(&java, &opts.words)?;
         Ok((jvm_args::flags_final(&out), java))

@@ -32,6 +32,7 @@
 mod cgroups;
 mod findings;
 mod in_place;
+mod jvm;
 mod kept;
 mod oracle;
 pub mod run_record;
@@ -365,6 +366,7 @@ pub(crate) fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions)
     // whose listing was cut short, records not shown).
     let mut scan_wide = findings::scan_findings(&report.unreadable, host);
     scan_wide.extend(oracle::amm_findings(probe, &report.segments));
+    scan_wide.extend(jvm::jvm_findings(probe, host));
     scan_wide.append(&mut report.findings);
     report.findings = scan_wide;
     // 7. SysV first, then by size.
