@@ -24,6 +24,7 @@ mod exporter;
 mod exporter_grafana;
 mod fixtures;
 mod generate;
+mod jvm;
 mod live;
 mod planted_inputs;
 mod postgres;
