@@ -82,7 +82,9 @@ pub fn running_jvm(proc: &Path, pid: u32) -> Result<RunningJvm, JvmError> {
     let dir = proc.join(pid.to_string());
     let exe =
         std::fs::read_link(dir.join("exe")).map_err(|error| JvmError::NoProcess { pid, error })?;
-    if exe.file_name().is_none_or(|n| n != "java") {
+    // A java upgraded under a running JVM reads `…/java (deleted)`.
+    let name = exe.file_name().map(|n| n.to_string_lossy().into_owned());
+    if name.as_deref().map(|n| n.trim_end_matches(" (deleted)")) != Some("java") {
         return Err(JvmError::NotJava {
             pid,
             exe: exe.display().to_string(),

@@ -72,8 +72,13 @@ pub(super) fn jvm_findings(probe: &Probe, host: &HostSnapshot) -> Vec<Finding> {
 /// The finding of JVM `pid` whose parts `short` (each with its mappings on
 /// base pages) fell back.
 fn finding(pid: u32, short: &[(&JvmPart, u64)]) -> Finding {
-    let bytes: u64 = short.iter().map(|(p, n)| p.each.saturating_mul(*n)).sum();
-    let pages: u64 = short.iter().map(|(p, n)| p.each / p.page * n).sum();
+    // Sizes from another user's command line: sums that saturate.
+    let bytes = short.iter().fold(0u64, |a, (p, n)| {
+        a.saturating_add(p.each.saturating_mul(*n))
+    });
+    let pages = short.iter().fold(0u64, |a, (p, n)| {
+        a.saturating_add((p.each / p.page).saturating_mul(*n))
+    });
     let page = short[0].0.page;
     let parts: Vec<String> = short
         .iter()
