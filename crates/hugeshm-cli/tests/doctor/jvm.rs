@@ -123,6 +123,17 @@ fn advise_jvm_sizes_what_the_jvm_maps_on_huge_pages() {
         "{:#}",
         found[0]
     );
+    // status shows the segments' server findings.
+    let st = json(hugeshm(&["status", "--json"]));
+    assert!(
+        st["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["code"] == "jvm-base-pages"),
+        "{:#}",
+        st["findings"]
+    );
     drop(jvm);
     pool.finish();
 }

@@ -41,8 +41,10 @@ pub(super) fn jvm_findings(probe: &Probe, host: &HostSnapshot) -> Vec<Finding> {
         let mut m = resolve(&args, None, mem_total, cpus);
         if args.max_heap.is_none() {
             // The default heap is the JVM's own arithmetic: where a huge
-            // page mapping is there, the largest is the heap.
-            if let Some(&h) = on_huge.iter().max() {
+            // page mapping other than the code cache is there, the largest
+            // is the heap.
+            let code = m.code_cache.div_ceil(default_page) * default_page;
+            if let Some(&h) = on_huge.iter().filter(|&&s| s != code).max() {
                 m.heap = h;
             }
         }
