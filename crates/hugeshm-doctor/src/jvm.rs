@@ -15,6 +15,9 @@
 //! 17), card table, block offset table and card counts (heap ÷ 512 each);
 //! Parallel's mark bitmap (heap ÷ 32) where it is a multiple of the page and
 //! at least 10 pages. Serial's and Parallel's card tables stay on base pages.
+//! From JDK 20 on (measured on Temurin 25.0.3) G1 has one mark bitmap and
+//! two tables (no card counts), and the code cache is what
+//! `ReservedCodeCacheSize` says (240 MiB + 4 KiB there), rounded up.
 //! Used by advise (`--jvm`) and by the segments' JVM finding, so that both
 //! count the same.
 
@@ -91,6 +94,8 @@ pub struct JvmMemory {
     pub thp: bool,
     /// `LargePageSizeInBytes` (0: the kernel's default).
     pub large_page_size: u64,
+    /// The Java feature release (`None`: unknown, taken as 17).
+    pub major: Option<u32>,
     /// Where the values come from (`-XX:+PrintFlagsFinal of /usr/…/java`,
     /// or the documented defaults).
     pub source: String,
@@ -113,16 +118,16 @@ pub fn ram_and_cpus(host: &hugeshm_probe::HostSnapshot) -> (u64, usize) {
 /// 1792 MiB), else Serial, a 240 MiB code cache with tiered compilation, else 48 MiB.
 pub fn resolve(
     args: &JvmArgs,
-    flags: Option<(&BTreeMap<String, String>, &str)>,
+    flags: Option<(&BTreeMap<String, String>, &str, Option<u32>)>,
     mem_total: u64,
     cpus: usize,
 ) -> JvmMemory {
     let num = |name: &str| {
         flags
-            .and_then(|(f, _)| f.get(name))
+            .and_then(|(f, _, _)| f.get(name))
             .and_then(|v| v.parse::<u64>().ok())
     };
-    let on = |name: &str| flags.and_then(|(f, _)| f.get(name)).map(|v| v == "true");
+    let on = |name: &str| flags.and_then(|(f, _, _)| f.get(name)).map(|v| v == "true");
     let gc = args.gc.unwrap_or_else(|| {
         Gc::ALL
             .into_iter()
@@ -147,8 +152,9 @@ pub fn resolve(
         shm: args.use_shm.unwrap_or(false),
         thp: args.use_thp.unwrap_or(false),
         large_page_size: args.large_page_size.unwrap_or(0),
+        major: flags.and_then(|(_, _, v)| v),
         source: match flags {
-            Some((_, s)) => s.to_owned(),
+            Some((_, s, _)) => s.to_owned(),
             None => "the documented defaults (no java asked)".to_owned(),
         },
     }
@@ -217,28 +223,35 @@ pub fn huge_parts(m: &JvmMemory, offered: &[u64], default_page: u64) -> Vec<JvmP
         );
     }
     match m.gc {
+        // JDK 20 dropped G1's second mark bitmap and its card counts
+        // (measured: OpenJDK 17.0.15 and Temurin 25.0.3).
         Gc::G1 => {
+            let (bitmaps, tables, what) = if m.major.unwrap_or(17) >= 20 {
+                (1, 2, "G1 card table, BOT")
+            } else {
+                (2, 3, "G1 card table, BOT, card counts")
+            };
             add(
                 "G1 mark bitmaps",
-                2,
+                bitmaps,
                 heap / 64,
                 page_for(heap / 64),
                 "heap ÷ 64",
             );
             let t = heap / 512;
-            add(
-                "G1 card table, BOT, card counts",
-                3,
-                t,
-                page_for(t),
-                "heap ÷ 512",
-            );
+            add(what, tables, t, page_for(t), "heap ÷ 512");
         }
         Gc::Parallel => {
-            let b = heap / 32;
+            // heap ÷ 32 measured on 17; Temurin 25 put no bitmap of a 1 GiB
+            // heap on huge pages (measured), taken as heap ÷ 64 there.
+            let (b, from) = if m.major.unwrap_or(17) >= 20 {
+                (heap / 64, "heap ÷ 64")
+            } else {
+                (heap / 32, "heap ÷ 32")
+            };
             // os::page_size_for_region_aligned(b, 10).
             let page = sizes.iter().copied().find(|&p| b % p == 0 && b / p >= 10);
-            add("Parallel mark bitmap", 1, b, page, "heap ÷ 32");
+            add("Parallel mark bitmap", 1, b, page, from);
         }
         _ => {}
     }
@@ -258,6 +271,7 @@ mod tests {
             shm: false,
             thp: false,
             large_page_size: 0,
+            major: Some(17),
             source: String::new(),
         }
     }
@@ -278,6 +292,16 @@ mod tests {
         assert_eq!(pages(&mem(256 * MIB, Gc::Serial)), 248);
         assert_eq!(pages(&mem(256 * MIB, Gc::Parallel)), 248);
         assert_eq!(pages(&mem(1 << 30, Gc::Parallel)), 648);
+        // Temurin 25.0.3: one bitmap, two tables, a 240 MiB + 4 KiB code cache.
+        let mut j25 = mem(1 << 30, Gc::G1);
+        j25.major = Some(25);
+        j25.code_cache = 240 * MIB + 4096;
+        assert_eq!(pages(&j25), 643);
+        j25.heap = 256 * MIB;
+        assert_eq!(pages(&j25), 251);
+        j25.heap = 1 << 30;
+        j25.gc = Gc::Parallel;
+        assert_eq!(pages(&j25), 633);
         let mut shm = mem(256 * MIB, Gc::G1);
         shm.shm = true;
         assert_eq!(pages(&shm), 132);
@@ -295,7 +319,12 @@ mod tests {
         f.insert("MaxHeapSize".to_owned(), "314572800".to_owned());
         f.insert("ReservedCodeCacheSize".to_owned(), "50331648".to_owned());
         f.insert("UseSerialGC".to_owned(), "true".to_owned());
-        let m = resolve(&JvmArgs::default(), Some((&f, "java")), 8 << 30, 2);
+        let m = resolve(
+            &JvmArgs::default(),
+            Some((&f, "java", Some(17))),
+            8 << 30,
+            2,
+        );
         assert_eq!(
             (m.heap, m.code_cache, m.gc),
             (300 * MIB, 48 * MIB, Gc::Serial)

@@ -245,6 +245,21 @@ pub fn jvm_size(v: &str) -> Option<u64> {
     digits.parse::<u64>().ok()?.checked_mul(1u64 << shift)
 }
 
+/// The Java feature release `java -version` or a JDK's `release` file
+/// names (`openjdk version "17.0.15"` and `JAVA_VERSION="17.0.15"` are 17,
+/// `java version "1.8.0_402"` is 8).
+pub fn java_major(text: &str) -> Option<u32> {
+    let line = text.lines().find(|l| {
+        (l.contains(" version \"") && !l.contains(" = ")) || l.starts_with("JAVA_VERSION=\"")
+    })?;
+    let v = line.split('"').nth(1)?;
+    let mut parts = v.split(['.', '_', '-', '+']);
+    match parts.next()?.parse::<u32>().ok()? {
+        1 => parts.next()?.parse().ok(),
+        n => Some(n),
+    }
+}
+
 /// `java -XX:+PrintFlagsFinal`'s table: each flag's name and value as
 /// text (`MaxHeapSize` → `268435456`, `UseLargePages` → `true`). Lines
 /// that are not a flag (`[Global flags]`, `-version`'s lines) are passed over.
@@ -305,6 +320,24 @@ mod tests {
         assert_eq!(jvm_size("1t"), Some(1 << 40));
         assert_eq!(jvm_size("m"), None);
         assert_eq!(jvm_size("99999999999t"), None);
+    }
+
+    #[test]
+    fn java_versions() {
+        assert_eq!(
+            java_major("openjdk version \"17.0.15\" 2025-04-15\n"),
+            Some(17)
+        );
+        assert_eq!(
+            java_major("x\nopenjdk version \"25\" 2025-09-16 LTS\n"),
+            Some(25)
+        );
+        assert_eq!(java_major("java version \"1.8.0_402\"\n"), Some(8));
+        assert_eq!(
+            java_major("IMPLEMENTOR=\"x\"\nJAVA_VERSION=\"25.0.3\"\n"),
+            Some(25)
+        );
+        assert_eq!(java_major("nothing\n"), None);
     }
 
     #[test]

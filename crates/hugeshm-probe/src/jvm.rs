@@ -120,6 +120,20 @@ pub fn running_jvm(proc: &Path, pid: u32) -> Result<RunningJvm, JvmError> {
     })
 }
 
+/// The feature release of the JDK whose `bin/java` is `exe`, from its
+/// `release` file (`JAVA_VERSION="17.0.15"`): a regular file, at most
+/// 64 KiB read; it only picks which JDK's layout is counted.
+pub fn release_major(exe: &Path) -> Option<u32> {
+    let release = exe.parent()?.parent()?.join("release");
+    let f = std::fs::File::open(&release).ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    f.take(64 << 10).read_to_string(&mut text).ok()?;
+    hugeshm_parse::jvm_args::java_major(&text)
+}
+
 /// The `java` to ask: `exe` (a running JVM's executable, or a command
 /// line's absolute path to a `java`) where it passes the trust check, else
 /// `/usr/bin/java` resolved, else the first `/usr/lib/jvm/*/bin/java`, each
@@ -206,7 +220,8 @@ pub fn sizing_options<S: AsRef<str>>(words: &[S]) -> Vec<String> {
         .collect()
 }
 
-/// `java OPTIONS -XX:+PrintFlagsFinal -version`'s output, where `OPTIONS`
+/// `java OPTIONS -XX:+PrintFlagsFinal -version`'s output (the flags, then
+/// the version lines it prints on standard error), where `OPTIONS`
 /// are the [`sizing_options`] of `words` with large pages, pre-touch and
 /// the perf data file off (the question reserves and touches nothing).
 pub fn flags_final<S: AsRef<str>>(java: &Path, words: &[S]) -> Result<String, JvmError> {
@@ -244,7 +259,9 @@ pub fn flags_final<S: AsRef<str>>(java: &Path, words: &[S]) -> Result<String, Jv
             ),
         });
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    Ok(text)
 }
 
 #[cfg(test)]

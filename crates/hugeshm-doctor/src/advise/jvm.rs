@@ -23,17 +23,26 @@ pub(crate) fn jvm_memory(
     let (mem_total, cpus) = crate::jvm::ram_and_cpus(host);
     let asked = trusted_java(opts.java.as_deref()).and_then(|java| {
         let out = hugeshm_probe::jvm::flags_final(&java, &opts.words)?;
-        Ok((jvm_args::flags_final(&out), java))
+        Ok((
+            jvm_args::flags_final(&out),
+            jvm_args::java_major(&out),
+            java,
+        ))
     });
     Ok(match asked {
-        Ok((flags, java)) => {
+        Ok((flags, major, java)) => {
             let source = format!("-XX:+PrintFlagsFinal of {}", java.display());
-            (
-                resolve(&args, Some((&flags, &source)), mem_total, cpus),
-                None,
-            )
+            let m = resolve(&args, Some((&flags, &source, major)), mem_total, cpus);
+            (m, None)
         }
-        Err(e) => (resolve(&args, None, mem_total, cpus), Some(e.to_string())),
+        Err(e) => {
+            let mut m = resolve(&args, None, mem_total, cpus);
+            m.major = opts
+                .java
+                .as_deref()
+                .and_then(hugeshm_probe::jvm::release_major);
+            (m, Some(e.to_string()))
+        }
     })
 }
 

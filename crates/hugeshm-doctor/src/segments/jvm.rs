@@ -14,6 +14,7 @@ use crate::finding::{plural, Finding, Severity};
 use crate::jvm::{huge_parts, jvm_options, resolve, JvmPart};
 use hugeshm_parse::jvm_args;
 use hugeshm_parse::size::{format_bytes, MIB};
+use hugeshm_probe::jvm::release_major;
 use hugeshm_probe::{HostSnapshot, Probe};
 
 /// One `jvm-base-pages` per JVM that asked for large pages and has parts
@@ -39,6 +40,7 @@ pub(super) fn jvm_findings(probe: &Probe, host: &HostSnapshot) -> Vec<Finding> {
             .map(|m| m.size_bytes)
             .collect();
         let mut m = resolve(&args, None, mem_total, cpus);
+        m.major = opts.java.as_deref().and_then(release_major);
         if args.max_heap.is_none() {
             // The default heap is the JVM's own arithmetic: where a huge
             // page mapping other than the code cache is there, the largest
