@@ -311,6 +311,52 @@ mod tests {
     }
 
     #[test]
+    fn a_pids_options_in_the_jvms_order_and_a_command_lines() {
+        struct Gone(PathBuf);
+        impl Drop for Gone {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("hugeshm-jvm-{}", std::process::id()));
+        let _gone = Gone(dir.clone());
+        let pid = dir.join("proc/4242");
+        std::fs::create_dir_all(&pid).unwrap();
+        std::os::unix::fs::symlink("/opt/jdk/bin/java", pid.join("exe")).unwrap();
+        std::fs::write(
+            pid.join("cmdline"),
+            "java\0-Xmx2g\0-XX:+UseLargePages\0-jar\0app.jar\0-Xmx9g\0",
+        )
+        .unwrap();
+        std::fs::write(
+            pid.join("environ"),
+            "HOME=/x\0_JAVA_OPTIONS=-XX:ReservedCodeCacheSize=64m\0\
+             JAVA_TOOL_OPTIONS=-Xmx1g -XX:ReservedCodeCacheSize=32m -Xms1g\0",
+        )
+        .unwrap();
+        std::fs::write(dir.join("proc/4243"), "").unwrap();
+        let probe = Probe::new(hugeshm_probe::Roots::fixture(&dir));
+        let o = jvm_options(&probe, "4242").unwrap();
+        let a = jvm_args::parse(&o.words).unwrap();
+        // JAVA_TOOL_OPTIONS, then the command line, then _JAVA_OPTIONS.
+        assert_eq!(a.max_heap, Some(2 << 30), "{:?}", o.words);
+        assert_eq!(a.initial_heap, Some(1 << 30));
+        assert_eq!(a.code_cache, Some(64 * MIB));
+        assert_eq!(
+            o.java.as_deref(),
+            Some(std::path::Path::new("/opt/jdk/bin/java"))
+        );
+        assert!(jvm_options(&probe, "4243").is_err(), "not a process");
+        let o = jvm_options(&probe, "'/opt/jdk 17/bin/java' -Xmx1g -jar a.jar -Xmx9g").unwrap();
+        assert_eq!(o.words, ["-Xmx1g"]);
+        assert_eq!(
+            o.java.as_deref(),
+            Some(std::path::Path::new("/opt/jdk 17/bin/java"))
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn defaults_and_asked_flags() {
         let args = hugeshm_parse::jvm_args::parse(&["-Xmx300m", "-XX:+UseLargePages"]).unwrap();
         let m = resolve(&args, None, 8 << 30, 2);
