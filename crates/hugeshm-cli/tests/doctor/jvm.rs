@@ -5,7 +5,8 @@
 //! then has every one of those mappings on 2 MiB pages, the plan's pages
 //! exactly; `advise --jvm PID` of it gives the same pages. With one page
 //! too few, a part falls back to base pages and `segments` says so in the
-//! JVM's own words (`jvm-base-pages`).
+//! JVM's own words (`jvm-base-pages`); its fix, `apply --jvm PID` and a
+//! restart, puts the JVM wholly on huge pages again.
 
 use crate::common::{hugeshm, json};
 use hugeshm_testkit::jvm::{skip_unless_java, Jvm};
@@ -134,6 +135,17 @@ fn advise_jvm_sizes_what_the_jvm_maps_on_huge_pages() {
         "{:#}",
         st["findings"]
     );
+    // The fix, as the finding says it: apply for the running JVM (its own
+    // pages are its demand, not live segments in the way), then restart it.
+    let pid = jvm.pid().to_string();
+    let applied = json(hugeshm(&["apply", "--jvm", &pid, "--spare", "0", "--json"]));
+    assert_eq!(applied["result"]["complete"], true, "{applied:#}");
+    assert_eq!(counted_pages(&applied["plan"]), pages, "{applied:#}");
+    drop(jvm);
+    let jvm = Jvm::start(&OPTIONS).expect("java restarts");
+    let bytes: u64 = huge_mappings(jvm.pid()).iter().sum();
+    assert_eq!(bytes / M2, pages);
+    assert!(jvm_findings(jvm.pid()).is_empty());
     drop(jvm);
     pool.finish();
 }

@@ -199,7 +199,14 @@ impl Sources {
             demands.extend(d);
             skipped.extend(s);
         }
-        let new_regions_only = !demands.is_empty() && !self.live && self.postgres.is_none();
+        // A running server (PostgreSQL, a JVM's pid) holds its own pages:
+        // they are its demand, not live segments to keep room for.
+        let running_jvm = self
+            .jvm
+            .as_deref()
+            .is_some_and(|j| j.trim().parse::<u32>().is_ok());
+        let new_regions_only =
+            !demands.is_empty() && !self.live && self.postgres.is_none() && !running_jvm;
         if self.live || (demands.is_empty() && self.oracle.is_none() && self.jvm.is_none()) {
             // For their sizes and processes: findings are not advise's.
             let segs = crate::segments::build_with(probe, host, &Default::default());
