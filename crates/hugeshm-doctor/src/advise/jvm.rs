@@ -15,7 +15,7 @@ use hugeshm_probe::{HostSnapshot, Probe};
 
 /// The JVM's memory as `opts` size it on `host`: asked of a trusted java
 /// where one is there, else from the documented defaults.
-pub(crate) fn jvm_memory(
+pub(super) fn jvm_memory(
     host: &HostSnapshot,
     opts: &JvmOptions,
 ) -> Result<(JvmMemory, Option<String>), String> {
