@@ -60,6 +60,7 @@ pub const CODES: &[(&str, &[Severity])] = {
         ("shm-file-4k", &[Info]),
         ("oracle-amm", &[Warning]),
         ("oracle-sga-4k", &[Warning]),
+        ("jvm-base-pages", &[Warning]),
         ("page-tables", &[Info]),
         ("thp-shmem", &[Info]),
         ("reserved-untouched", &[Info]),

@@ -37,6 +37,7 @@ pub mod checked;
 pub mod collapse;
 pub mod dax;
 pub mod finding;
+mod jvm;
 pub mod kubelet;
 pub mod metrics;
 pub mod numa;

@@ -34,6 +34,7 @@ pub mod elf;
 pub mod error;
 pub mod hugepages;
 pub mod hugetlb_cgroup;
+pub mod jvm_args;
 pub mod maps;
 pub mod meminfo;
 pub mod mountinfo;

@@ -21,6 +21,7 @@
 mod cgroup;
 mod file_dax;
 mod host;
+pub mod jvm;
 mod kubepods;
 mod maps;
 mod named_file;

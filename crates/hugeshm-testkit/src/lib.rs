@@ -54,6 +54,7 @@ pub mod dpdk;
 pub mod guest;
 mod helper;
 mod host;
+pub mod jvm;
 pub mod live;
 mod mount;
 mod pool;

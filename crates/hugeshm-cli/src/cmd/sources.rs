@@ -47,6 +47,10 @@ pub struct SourceArgs {
     /// what its EAL preallocates at start (-m, or socket-mem per node).
     #[arg(long, value_name = "EAL ARGS", allow_hyphen_values = true)]
     pub dpdk: Option<String>,
+    /// A JVM: a java command line (one quoted string) or a running JVM's
+    /// pid: its heap, code cache and GC tables on huge pages.
+    #[arg(long, value_name = "ARGS_OR_PID")]
+    pub jvm: Option<String>,
     /// Also count the shared memory live on this host (the default when no
     /// other source is given). Without it, a plan of --size or --spec
     /// regions keeps room for the huge pages live segments use: advise
@@ -88,6 +92,7 @@ impl SourceArgs {
             oracle: self.oracle.clone(),
             oracle_sid: self.oracle_sid.clone(),
             dpdk: self.dpdk.clone(),
+            jvm: self.jvm.clone(),
             live: self.live,
             spare: self.spare,
             demote: self.demote,

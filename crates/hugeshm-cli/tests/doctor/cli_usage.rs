@@ -499,6 +499,10 @@ fn the_apply_command_advise_prints_runs_as_printed() {
             ])
             .args(["--live", "--spare", "3", "--memlock-user", "@dba", "--spec"])
             .arg(&spec)
+            .args([
+                "--jvm",
+                "java -XX:+UseLargePages -Xmx64m '-Dname=a b' -jar x.jar",
+            ])
             .args(extra)
             .output()
             .unwrap()
@@ -521,6 +525,10 @@ fn the_apply_command_advise_prints_runs_as_printed() {
         "{cmd}"
     );
     assert!(!cmd.contains("--container"), "{cmd}");
+    assert!(
+        cmd.contains(r"--jvm 'java -XX:+UseLargePages -Xmx64m '\''-Dname=a b'\'' -jar x.jar'"),
+        "{cmd}"
+    );
     // A shell runs it as printed (the spec's name quoted), on the fixture.
     let script = format!("hugeshm() {{ \"$HUGESHM\" \"$@\"; }}; {cmd} --dry-run --json");
     let out = std::process::Command::new("sh")

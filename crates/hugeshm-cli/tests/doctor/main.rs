@@ -25,6 +25,7 @@ mod exporter;
 mod exporter_grafana;
 mod fixtures;
 mod generate;
+mod jvm;
 mod kubelet;
 mod live;
 mod oracle;

@@ -40,6 +40,7 @@ mod container;
 mod dpdk;
 mod error;
 mod input;
+mod jvm;
 mod model;
 mod oracle;
 mod plan;

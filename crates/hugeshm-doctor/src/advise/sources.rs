@@ -46,6 +46,9 @@ pub struct Sources {
     /// A DPDK application's EAL arguments, one string (`-m 1024
     /// --in-memory`): what the EAL preallocates at start.
     pub dpdk: Option<String>,
+    /// A JVM: a java command line (one string, split as a shell splits
+    /// words) or a running JVM's pid: what it maps on huge pages.
+    pub jvm: Option<String>,
     /// Also count the shared memory live on the host (the default when no
     /// other source is given).
     pub live: bool,
@@ -75,6 +78,7 @@ impl Default for Sources {
             oracle: None,
             oracle_sid: None,
             dpdk: None,
+            jvm: None,
             live: false,
             spare: DEFAULT_SPARE_PAGES,
             demote: false,
@@ -126,6 +130,9 @@ impl Sources {
         }
         if let Some(a) = &self.dpdk {
             opt("dpdk", Some(q(a).into_owned()));
+        }
+        if let Some(j) = &self.jvm {
+            opt("jvm", Some(q(j).into_owned()));
         }
         if self.live {
             opt("live", None);
@@ -215,11 +222,27 @@ impl Sources {
             demands.extend(d);
             skipped.extend(s);
         }
-        let named = self.oracle.is_some() || self.dpdk.is_some() || self.oracle_sid.is_some();
+        if let Some(spec) = &self.jvm {
+            let (d, s) = super::jvm::jvm_demands(probe, host, spec, default)?;
+            demands.extend(d);
+            skipped.extend(s);
+        }
+        // A running server (PostgreSQL, an Oracle instance, a JVM's pid)
+        // holds its own pages: they are its demand, not live segments to
+        // keep room for.
+        let running_jvm = self
+            .jvm
+            .as_deref()
+            .is_some_and(|j| j.trim().parse::<u32>().is_ok());
+        let named = self.oracle.is_some()
+            || self.dpdk.is_some()
+            || self.oracle_sid.is_some()
+            || self.jvm.is_some();
         let new_regions_only = !demands.is_empty()
             && !self.live
             && self.postgres.is_empty()
-            && self.oracle_sid.is_none();
+            && self.oracle_sid.is_none()
+            && !running_jvm;
         if self.live || (demands.is_empty() && !named) {
             // For their sizes and processes: findings are not advise's.
             let segs = crate::segments::build_with(probe, host, &Default::default());

@@ -32,6 +32,7 @@
 mod cgroups;
 mod findings;
 mod in_place;
+mod jvm;
 mod kept;
 pub(crate) mod oracle;
 pub mod run_record;
@@ -367,6 +368,7 @@ pub(crate) fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions)
     scan_wide.extend(oracle::amm_findings(probe, &report.segments));
     let huge = default_huge.unwrap_or(2 << 20);
     scan_wide.extend(oracle::sga_findings(probe, &report.segments, huge));
+    scan_wide.extend(jvm::jvm_findings(probe, host));
     scan_wide.append(&mut report.findings);
     report.findings = scan_wide;
     // 7. SysV first, then by size.
