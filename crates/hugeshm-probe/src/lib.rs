@@ -23,6 +23,7 @@ mod file_dax;
 mod host;
 mod maps;
 mod named_file;
+pub mod option_files;
 mod persisted;
 mod pmem;
 pub mod postgres;
