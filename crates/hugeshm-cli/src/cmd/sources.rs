@@ -39,6 +39,15 @@ pub struct SourceArgs {
     /// its granule; under AMM (memory_target), what turns AMM off.
     #[arg(long, value_name = "PFILE")]
     pub oracle: Option<PathBuf>,
+    /// MariaDB 10.11 with large_pages: its buffer pool, log buffers, key and
+    /// Aria caches, from OPTION_FILE (default: /etc/my.cnf, /etc/mysql/my.cnf
+    /// and their includes), each file root's and writable by nobody else.
+    #[arg(long, value_name = "OPTION_FILE", num_args = 0..=1)]
+    pub mariadb: Option<Option<PathBuf>>,
+    /// MySQL 8 with large_pages: its buffer pool chunks as SysV segments
+    /// (hugetlb_shm_group, memlock), the same way.
+    #[arg(long, value_name = "OPTION_FILE", num_args = 0..=1)]
+    pub mysql: Option<Option<PathBuf>>,
     /// Also count the shared memory live on this host (the default when no
     /// other source is given). Without it, a plan of --size or --spec
     /// regions keeps room for the huge pages live segments use: advise
@@ -78,6 +87,8 @@ impl SourceArgs {
             postgres_bin: self.postgres_bin.clone(),
             spec: self.spec.clone(),
             oracle: self.oracle.clone(),
+            mariadb: self.mariadb.clone(),
+            mysql: self.mysql.clone(),
             live: self.live,
             spare: self.spare,
             demote: self.demote,

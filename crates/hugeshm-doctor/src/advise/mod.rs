@@ -39,6 +39,7 @@ mod config;
 mod container;
 mod error;
 mod input;
+mod mariadb;
 mod model;
 mod oracle;
 mod plan;
@@ -53,6 +54,7 @@ pub use config::{parse_memlock_user, parse_systemd_unit, DEFAULT_MEMLOCK_KIB, LI
 pub use container::container_advice;
 pub use error::SourceError;
 pub use input::InputText;
+pub use mariadb::{Server, MARIADB_SERIES, MYSQL_SERIES};
 pub use model::{
     pool_name, summary, ConfigFile, ContainerAdvice, Counted, Demand, Placement, Plan, PlanConfig,
     PlanDemote, PlanPool, PodResource, Skipped,

@@ -40,6 +40,11 @@ pub struct Sources {
     /// An Oracle Database text parameter file (pfile), read the same way:
     /// its SGA rounded to its granule, or (under AMM) what replaces AMM.
     pub oracle: Option<PathBuf>,
+    /// A MariaDB server (`Some(None)`: its default option files), or the
+    /// option file it is started with: what `large_pages` puts on huge pages.
+    pub mariadb: Option<Option<PathBuf>>,
+    /// A MySQL 8 server, the same way (SysV segments).
+    pub mysql: Option<Option<PathBuf>>,
     /// Also count the shared memory live on the host (the default when no
     /// other source is given).
     pub live: bool,
@@ -67,6 +72,8 @@ impl Default for Sources {
             postgres_bin: None,
             spec: None,
             oracle: None,
+            mariadb: None,
+            mysql: None,
             live: false,
             spare: DEFAULT_SPARE_PAGES,
             demote: false,
@@ -112,6 +119,13 @@ impl Sources {
         }
         if let Some(p) = &self.oracle {
             opt("oracle", Some(path(p)));
+        }
+        for (name, f) in [("mariadb", &self.mariadb), ("mysql", &self.mysql)] {
+            match f {
+                Some(Some(p)) => opt(name, Some(path(p))),
+                Some(None) => opt(name, None),
+                None => {}
+            }
         }
         if self.live {
             opt("live", None);
@@ -187,8 +201,24 @@ impl Sources {
             demands.extend(d);
             skipped.extend(s);
         }
+        for (server, f) in [
+            (super::Server::MariaDb, &self.mariadb),
+            (super::Server::MySql, &self.mysql),
+        ] {
+            if let Some(file) = f {
+                let users = hugeshm_probe::Users::of(&probe.roots);
+                let (d, s) = server_demand(server, file.as_deref(), default, &users)?;
+                demands.extend(d);
+                skipped.extend(s);
+            }
+        }
         let new_regions_only = !demands.is_empty() && !self.live && self.postgres.is_none();
-        if self.live || (demands.is_empty() && self.oracle.is_none()) {
+        if self.live
+            || (demands.is_empty()
+                && self.oracle.is_none()
+                && self.mariadb.is_none()
+                && self.mysql.is_none())
+        {
             // For their sizes and processes: findings are not advise's.
             let segs = crate::segments::build_with(probe, host, &Default::default());
             let units_of = ServiceLookup::new(probe);
@@ -261,6 +291,25 @@ fn postgres_demand(
             ))
             .owned_by(owner),
     )
+}
+
+/// The demand of a MariaDB or MySQL server started with `file` (else its
+/// default option files), read by hugeshm-probe's trusted reader.
+fn server_demand(
+    server: super::Server,
+    file: Option<&Path>,
+    default: u64,
+    users: &hugeshm_probe::Users,
+) -> Result<(Vec<Demand>, Vec<Skipped>), SourceError> {
+    let named: Vec<PathBuf> = file.into_iter().map(Path::to_owned).collect();
+    let (settings, read) = hugeshm_probe::option_files::read_option_files(&named, &server.groups())
+        .map_err(|e| SourceError::Spec(format!("{}: {e}", server.flag())))?;
+    let files = super::mariadb::OptionFiles {
+        settings,
+        files: read.iter().map(|p| p.display().to_string()).collect(),
+        named: file.map(|f| f.display().to_string()),
+    };
+    super::mariadb::server_demands(server, &files, default, |login| users.ids_of(login))
 }
 
 /// The systemd services of the processes that map a segment, each process
