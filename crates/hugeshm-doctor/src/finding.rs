@@ -59,6 +59,7 @@ pub const CODES: &[(&str, &[Severity])] = {
         ("silent-fallback", &[Warning]),
         ("shm-file-4k", &[Info]),
         ("oracle-amm", &[Warning]),
+        ("mariadb-base-pages", &[Warning]),
         ("page-tables", &[Info]),
         ("thp-shmem", &[Info]),
         ("reserved-untouched", &[Info]),

@@ -27,13 +27,13 @@ use hugeshm_parse::mycnf::Settings;
 use hugeshm_parse::size::{format_bytes, round_up, GIB, MIB};
 
 /// The MariaDB series whose option groups are read (`[mariadb-10.11]`).
-pub const MARIADB_SERIES: &str = "10.11";
+pub(crate) const MARIADB_SERIES: &str = "10.11";
 /// The MySQL series whose option groups are read (`[mysqld-8.0]`).
-pub const MYSQL_SERIES: &str = "8.0";
+pub(crate) const MYSQL_SERIES: &str = "8.0";
 
 /// Which server the option files are for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Server {
+pub(crate) enum Server {
     /// MariaDB 10.11 (`mariadbd`): private `MAP_HUGETLB` mappings.
     MariaDb,
     /// MySQL 8 (`mysqld`): SysV `SHM_HUGETLB` segments.
@@ -67,7 +67,7 @@ impl Server {
 
 /// What the option files a server reads say, and which files they were.
 #[derive(Debug, Clone)]
-pub struct OptionFiles {
+pub(crate) struct OptionFiles {
     /// The settings of the server's groups.
     pub settings: Settings,
     /// Every file read, in order.
@@ -87,6 +87,73 @@ fn size_of(
         Some((v, o)) => (v, format!("{} [{}] {name}", o.file, o.group)),
         None => (default, format!("{server}'s default {name}")),
     })
+}
+
+/// One allocation MariaDB 10.11 puts on huge pages with `large_pages`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Part {
+    /// What it is (`InnoDB buffer pool`).
+    pub what: &'static str,
+    /// The setting it comes from (`FILE [group] name`, or the default's).
+    pub from: String,
+    /// The bytes of each mapping on huge pages (rounded up to the page).
+    pub bytes: u64,
+    /// How many such mappings.
+    pub count: usize,
+    /// Exactly `bytes` (else at most: a cache's block memory, whose
+    /// descriptors MariaDB takes out of the setting).
+    pub exact: bool,
+}
+
+/// What MariaDB 10.11 started with `s` maps on pages of `page` bytes with
+/// `large_pages`, in the order it maps them (measured on 10.11.19: the
+/// key cache, the Aria page cache, the buffer pool, the log buffers).
+pub(crate) fn mariadb_parts(s: &Settings, page: u64) -> Result<Vec<Part>, SourceError> {
+    let name = Server::MariaDb.name();
+    let up = |b: u64| round_up(b, page).unwrap_or(b);
+    let mut parts = Vec::new();
+    for (setting, what) in [
+        ("key_buffer_size", "MyISAM key cache"),
+        ("aria_pagecache_buffer_size", "Aria page cache"),
+    ] {
+        let (b, from) = size_of(s, setting, 128 * MIB, name)?;
+        parts.push(Part {
+            what,
+            from,
+            bytes: up(b),
+            count: 1,
+            exact: false,
+        });
+    }
+    let (bp, bp_from) = size_of(s, "innodb_buffer_pool_size", 128 * MIB, name)?;
+    let (max, from) = match s
+        .size("innodb_buffer_pool_size_max")
+        .map_err(SourceError::Spec)?
+    {
+        Some((v, o)) => (
+            v,
+            format!("{} [{}] innodb_buffer_pool_size_max", o.file, o.group),
+        ),
+        None => (bp, bp_from),
+    };
+    // A multiple of the 8 MiB extent (buf0buf.cc), mapped whole.
+    let max = round_up(max, 8 * MIB).unwrap_or(max);
+    parts.push(Part {
+        what: "InnoDB buffer pool",
+        from,
+        bytes: up(max),
+        count: 1,
+        exact: true,
+    });
+    let (log, from) = size_of(s, "innodb_log_buffer_size", 16 * MIB, name)?;
+    parts.push(Part {
+        what: "InnoDB log buffer",
+        from,
+        bytes: up(log),
+        count: 2,
+        exact: true,
+    });
+    Ok(parts)
 }
 
 /// The demand of `server` started with `files`' settings, on pages of
@@ -118,7 +185,6 @@ pub(super) fn server_demands(
                 .map_or("/etc/mysql/my.cnf", String::as_str)
         ),
     };
-    let (bp, bp_from) = size_of(s, "innodb_buffer_pool_size", 128 * MIB, name)?;
     let mut parts: Vec<(String, u64)> = Vec::new();
     let mut pages = 0u64;
     let mut add = |what: String, bytes: u64, pages: &mut u64| {
@@ -130,35 +196,18 @@ pub(super) fn server_demands(
     let mut owner = None;
     match server {
         Server::MariaDb => {
-            let (max, max_from) = match s.size("innodb_buffer_pool_size_max") {
-                Ok(Some((v, o))) => (
-                    v,
-                    format!("{} [{}] innodb_buffer_pool_size_max", o.file, o.group),
-                ),
-                _ => (bp, bp_from.clone()),
-            };
-            // A multiple of the 8 MiB extent (buf0buf.cc), mapped whole.
-            let max = round_up(max, 8 * MIB).unwrap_or(max);
-            add(
-                format!("InnoDB buffer pool ({max_from}), mapped whole"),
-                max,
-                &mut pages,
-            );
-            let (log, from) = size_of(s, "innodb_log_buffer_size", 16 * MIB, name)?;
-            add(
-                format!("2 InnoDB log buffers ({from})"),
-                2 * round_up(log, page).unwrap_or(log),
-                &mut pages,
-            );
-            for (setting, what) in [
-                ("key_buffer_size", "MyISAM key cache"),
-                ("aria_pagecache_buffer_size", "Aria page cache"),
-            ] {
-                let (b, from) = size_of(s, setting, 128 * MIB, name)?;
-                add(format!("{what} ({from}), at most"), b, &mut pages);
+            for part in mariadb_parts(s, page)? {
+                let at_most = if part.exact { "" } else { ", at most" };
+                let n = part.count as u64;
+                add(
+                    format!("{} ({}){at_most}", part.what, part.from),
+                    n * part.bytes,
+                    &mut pages,
+                );
             }
         }
         Server::MySql => {
+            let (bp, bp_from) = size_of(s, "innodb_buffer_pool_size", 128 * MIB, name)?;
             let (chunk, _) = size_of(s, "innodb_buffer_pool_chunk_size", 128 * MIB, name)?;
             let default_instances = if bp >= GIB { 8 } else { 1 };
             let instances = s

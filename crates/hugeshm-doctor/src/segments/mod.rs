@@ -33,6 +33,7 @@ mod cgroups;
 mod findings;
 mod in_place;
 mod kept;
+mod mariadb;
 mod oracle;
 pub mod run_record;
 mod sample;
@@ -365,6 +366,8 @@ pub(crate) fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions)
     // whose listing was cut short, records not shown).
     let mut scan_wide = findings::scan_findings(&report.unreadable, host);
     scan_wide.extend(oracle::amm_findings(probe, &report.segments));
+    let page = default_huge.unwrap_or(2 << 20);
+    scan_wide.extend(mariadb::base_page_findings(probe, page));
     scan_wide.append(&mut report.findings);
     report.findings = scan_wide;
     // 7. SysV first, then by size.
