@@ -55,6 +55,7 @@ pub mod guest;
 mod helper;
 mod host;
 pub mod live;
+pub mod mariadb;
 mod pool;
 pub mod postgres;
 mod skip;

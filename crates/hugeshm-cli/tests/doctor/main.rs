@@ -25,6 +25,7 @@ mod exporter_grafana;
 mod fixtures;
 mod generate;
 mod live;
+mod mariadb;
 mod planted_inputs;
 mod postgres;
 mod users;

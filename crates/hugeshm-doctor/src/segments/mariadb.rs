@@ -103,6 +103,12 @@ fn finding_of(p: &ServerProcess, maps: &[PrivateMapping], page: u64) -> Option<F
     if missing.is_empty() {
         return None;
     }
+    let why = if missing.iter().any(|m| m.contains("buffer pool")) {
+        "the buffer pool's MAP_HUGETLB mmap failed with ENOMEM and the server turned large \
+         pages off for what followed"
+    } else {
+        "what found too few free huge pages was mapped on base pages instead"
+    };
     let fix_file = file.map_or(String::new(), |f| {
         format!(" {}", hugeshm_fix::shell_quote(&f.to_string_lossy()))
     });
@@ -112,8 +118,7 @@ fn finding_of(p: &ServerProcess, maps: &[PrivateMapping], page: u64) -> Option<F
         format!(
             "mariadbd (pid {}) asked for large pages (large_pages = ON, {} [{}]) but {} {} on \
              base pages: {short} pages of {} short when it started. MariaDB 10.11 logs no \
-             warning for this: the buffer pool's MAP_HUGETLB mmap failed with ENOMEM and the \
-             server turned large pages off for what followed",
+             warning for this: {why}",
             p.pid,
             origin.file,
             origin.group,
