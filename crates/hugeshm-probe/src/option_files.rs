@@ -63,10 +63,12 @@ impl Reader<'_> {
             ));
         }
         let real = follow_trusted_links(path)?;
-        hugeshm_sys::check_trusted_file(&real)
-            .map_err(|e| format!("option file {}: {e}", path.display()))?;
-        let f = crate::read_named(&real, MAX_OPTION_FILE)
-            .map_err(|e| format!("option file {}: {e}", path.display()))?;
+        // (check_trusted_file speaks of binaries it would run.)
+        let said = |e: &dyn std::fmt::Display| {
+            format!("option file {e}").replace("refusing to run it", "refusing to read it")
+        };
+        hugeshm_sys::check_trusted_file(&real).map_err(|e| said(&e))?;
+        let f = crate::read_named(&real, MAX_OPTION_FILE).map_err(|e| said(&e))?;
         let lines = mycnf::parse(&f.text).map_err(|e| format!("{}: {e}", path.display()))?;
         self.read.push(real.clone());
         let shown = real.display().to_string();

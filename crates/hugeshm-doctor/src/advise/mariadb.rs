@@ -199,8 +199,13 @@ pub(super) fn server_demands(
             for part in mariadb_parts(s, page)? {
                 let at_most = if part.exact { "" } else { ", at most" };
                 let n = part.count as u64;
+                let many = if n > 1 {
+                    format!("{n} x ")
+                } else {
+                    String::new()
+                };
                 add(
-                    format!("{} ({}){at_most}", part.what, part.from),
+                    format!("{many}{} ({}){at_most}", part.what, part.from),
                     n * part.bytes,
                     &mut pages,
                 );
