@@ -22,6 +22,7 @@ mod cgroup;
 mod file_dax;
 mod host;
 mod maps;
+pub mod mariadb;
 mod named_file;
 pub mod option_files;
 mod persisted;

@@ -35,6 +35,17 @@ fn mariadb_findings(pid: u32) -> Vec<String> {
         .collect()
 }
 
+fn advise(cnf: &str) -> serde_json::Value {
+    json(hugeshm(&[
+        "advise",
+        "--mariadb",
+        cnf,
+        "--spare",
+        "0",
+        "--json",
+    ]))
+}
+
 #[test]
 fn advise_apply_and_see_mariadb_on_huge_pages() {
     let Some(pool) = live!() else { return };
@@ -48,14 +59,7 @@ fn advise_apply_and_see_mariadb_on_huge_pages() {
         )
         .expect("mariadb-install-db");
         let cnf = db.option_file().display().to_string();
-        let plan = json(hugeshm(&[
-            "advise",
-            "--mariadb",
-            &cnf,
-            "--spare",
-            "0",
-            "--json",
-        ]));
+        let plan = advise(&cnf);
         let counted = &plan["counted"][0];
         let pages = counted["pages"].as_u64().expect("pages");
         let note = counted["note"].as_str().unwrap();
@@ -95,6 +99,16 @@ fn advise_apply_and_see_mariadb_on_huge_pages() {
         let used: u64 = huge.iter().map(|b| b / M2).sum();
         assert_eq!(used, pages, "the plan's pages, all mapped: {huge:?}");
         assert_eq!(mariadb_findings(pid), Vec::<String>::new());
+        // Running: the server itself is asked over the socket its file names.
+        let again = advise(&cnf);
+        let note = again["counted"][0]["note"].as_str().unwrap();
+        assert!(
+            note.contains(&format!("running server (pid {pid}, socket "))
+                && note.contains("@@innodb_buffer_pool_size")
+                && note.contains("@@large_pages"),
+            "{note}"
+        );
+        assert_eq!(again["counted"][0]["pages"].as_u64(), Some(pages));
         db.stop();
 
         // One page too few: part of it on base pages, MariaDB silent about it.

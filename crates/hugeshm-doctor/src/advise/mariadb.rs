@@ -76,6 +76,16 @@ pub(crate) struct OptionFiles {
     pub named: Option<String>,
 }
 
+/// Where a setting came from: `FILE [group] name`, or (line 0) a running
+/// server's `SOURCE @@name`.
+fn origin(o: &hugeshm_parse::mycnf::Origin, name: &str) -> String {
+    if o.line == 0 {
+        format!("{} @@{name}", o.file)
+    } else {
+        format!("{} [{}] {name}", o.file, o.group)
+    }
+}
+
 /// A size setting, or its default; and the words that say where it came from.
 fn size_of(
     s: &Settings,
@@ -84,7 +94,7 @@ fn size_of(
     server: &str,
 ) -> Result<(u64, String), SourceError> {
     Ok(match s.size(name).map_err(SourceError::Spec)? {
-        Some((v, o)) => (v, format!("{} [{}] {name}", o.file, o.group)),
+        Some((v, o)) => (v, origin(o, name)),
         None => (default, format!("{server}'s default {name}")),
     })
 }
@@ -130,10 +140,7 @@ pub(crate) fn mariadb_parts(s: &Settings, page: u64) -> Result<Vec<Part>, Source
         .size("innodb_buffer_pool_size_max")
         .map_err(SourceError::Spec)?
     {
-        Some((v, o)) => (
-            v,
-            format!("{} [{}] innodb_buffer_pool_size_max", o.file, o.group),
-        ),
+        Some((v, o)) => (v, origin(o, "innodb_buffer_pool_size_max")),
         None => (bp, bp_from),
     };
     // A multiple of the 8 MiB extent (buf0buf.cc), mapped whole.
@@ -170,7 +177,7 @@ pub(super) fn server_demands(
     let label = format!("{} {shown}", server.flag().trim_start_matches("--"));
     let name = server.name();
     let switch = match s.switch("large_pages") {
-        Some((true, o)) => format!("large_pages = ON ({} [{}])", o.file, o.group),
+        Some((true, o)) => format!("large_pages = ON ({})", origin(o, "large_pages")),
         Some((false, o)) => format!(
             "large_pages is OFF ({} [{}]): set large_pages = ON there, or the server \
              uses none of these pages",

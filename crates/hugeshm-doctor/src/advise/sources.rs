@@ -206,8 +206,7 @@ impl Sources {
             (super::Server::MySql, &self.mysql),
         ] {
             if let Some(file) = f {
-                let users = hugeshm_probe::Users::of(&probe.roots);
-                let (d, s) = server_demand(server, file.as_deref(), default, &users)?;
+                let (d, s) = server_demand(server, file.as_deref(), default, probe)?;
                 demands.extend(d);
                 skipped.extend(s);
             }
@@ -299,17 +298,58 @@ fn server_demand(
     server: super::Server,
     file: Option<&Path>,
     default: u64,
-    users: &hugeshm_probe::Users,
+    probe: &Probe,
 ) -> Result<(Vec<Demand>, Vec<Skipped>), SourceError> {
+    let users = hugeshm_probe::Users::of(&probe.roots);
     let named: Vec<PathBuf> = file.into_iter().map(Path::to_owned).collect();
-    let (settings, read) = hugeshm_probe::option_files::read_option_files(&named, &server.groups())
+    let groups = server.groups();
+    let (mut settings, read) = hugeshm_probe::option_files::read_option_files(&named, &groups)
         .map_err(|e| SourceError::Spec(format!("{}: {e}", server.flag())))?;
+    if server == super::Server::MariaDb {
+        ask_running_mariadb(probe, &mut settings, &groups);
+    }
     let files = super::mariadb::OptionFiles {
         settings,
         files: read.iter().map(|p| p.display().to_string()).collect(),
         named: file.map(|f| f.display().to_string()),
     };
     super::mariadb::server_demands(server, &files, default, |login| users.ids_of(login))
+}
+
+/// Where a `mariadbd` (by its exe link) runs and the socket its option
+/// files name (else Debian's) is that process's user's, its own answer
+/// for the settings a plan reads wins over the files'.
+fn ask_running_mariadb(
+    probe: &Probe,
+    settings: &mut hugeshm_parse::mycnf::Settings,
+    groups: &[String],
+) {
+    let socket = settings
+        .get("socket")
+        .and_then(|(v, _)| v.map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/run/mysqld/mysqld.sock"));
+    for p in crate::segments::servers::processes_named(probe, &["mariadbd"]) {
+        let Ok(m) = std::fs::metadata(probe.proc_path(&p.pid.to_string())) else {
+            continue;
+        };
+        let uid = std::os::unix::fs::MetadataExt::uid(&m);
+        let Ok(vars) = hugeshm_probe::mariadb::server_variables(&socket, uid) else {
+            continue;
+        };
+        let version = vars
+            .iter()
+            .find(|(n, _)| n == "version")
+            .map_or("?", |(_, v)| v.split('-').next().unwrap_or(v));
+        let from = format!(
+            "MariaDB {version}'s running server (pid {}, socket {})",
+            p.pid,
+            socket.display()
+        );
+        for (n, v) in vars.iter().filter(|(n, _)| n != "version") {
+            settings.add(groups, Some("mysqld"), n, Some(v), &from, 0);
+        }
+        return;
+    }
 }
 
 /// The systemd services of the processes that map a segment, each process

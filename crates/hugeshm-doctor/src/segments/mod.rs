@@ -39,7 +39,7 @@ pub mod run_record;
 mod sample;
 mod scan;
 #[allow(dead_code)] // until the per-server findings of issue 35 use it all
-mod servers;
+pub(crate) mod servers;
 
 pub use cgroups::LimitedCgroup;
 pub use kept::KeptRegions;
