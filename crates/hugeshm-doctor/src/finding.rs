@@ -61,6 +61,7 @@ pub const CODES: &[(&str, &[Severity])] = {
         ("oracle-amm", &[Warning]),
         ("oracle-sga-4k", &[Warning]),
         ("jvm-base-pages", &[Warning]),
+        ("mariadb-base-pages", &[Warning]),
         ("page-tables", &[Info]),
         ("thp-shmem", &[Info]),
         ("reserved-untouched", &[Info]),

@@ -39,6 +39,7 @@ pub mod maps;
 pub mod meminfo;
 pub mod mountinfo;
 pub mod mounts;
+pub mod mycnf;
 pub mod nd;
 pub mod node;
 pub mod numa_maps;

@@ -53,6 +53,13 @@ impl Users {
         self.name_of(uid)
     }
 
+    /// The uid and primary gid of the login name `name` (the live host's
+    /// database only).
+    pub fn ids_of(&self, name: &str) -> Option<(u32, u32)> {
+        let u = hugeshm_sys::user_by_name(name).ok().flatten();
+        u.filter(|_| self.nss).map(|u| (u.uid, u.gid))
+    }
+
     /// The uid of the login name `name`.
     pub fn uid_of(&self, name: &str) -> Option<u32> {
         if self.nss {

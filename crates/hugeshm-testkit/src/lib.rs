@@ -56,6 +56,7 @@ mod helper;
 mod host;
 pub mod jvm;
 pub mod live;
+pub mod mariadb;
 mod mount;
 mod pool;
 pub mod postgres;

@@ -152,7 +152,7 @@ pub fn print(plan: &Plan, apply: &str, out: &mut Out) -> anyhow::Result<()> {
         out.line(format!("{} nothing counted", out.bold("Plan:")))?;
         out.line("")?;
         if plan.skipped.is_empty() {
-            out.line("Nothing to count: no huge page segments on this host (use --size, --postgres, --spec or --oracle).")?;
+            out.line("Nothing to count: no huge page segments on this host (use --size, --postgres, --spec, --oracle, --mariadb or --mysql).")?;
         }
         skipped(plan, out)?;
         return memory_and_warnings(plan, out);

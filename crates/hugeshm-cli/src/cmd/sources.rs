@@ -51,6 +51,15 @@ pub struct SourceArgs {
     /// pid: its heap, code cache and GC tables on huge pages.
     #[arg(long, value_name = "ARGS_OR_PID")]
     pub jvm: Option<String>,
+    /// MariaDB 10.11 with large_pages: its buffer pool, log buffers, key and
+    /// Aria caches, from OPTION_FILE (default: /etc/my.cnf, /etc/mysql/my.cnf
+    /// and their includes), each file root's and writable by nobody else.
+    #[arg(long, value_name = "OPTION_FILE", num_args = 0..=1)]
+    pub mariadb: Option<Option<PathBuf>>,
+    /// MySQL 8 with large_pages: its buffer pool chunks as SysV segments
+    /// (hugetlb_shm_group, memlock), the same way.
+    #[arg(long, value_name = "OPTION_FILE", num_args = 0..=1)]
+    pub mysql: Option<Option<PathBuf>>,
     /// Also count the shared memory live on this host (the default when no
     /// other source is given). Without it, a plan of --size or --spec
     /// regions keeps room for the huge pages live segments use: advise
@@ -93,6 +102,8 @@ impl SourceArgs {
             oracle_sid: self.oracle_sid.clone(),
             dpdk: self.dpdk.clone(),
             jvm: self.jvm.clone(),
+            mariadb: self.mariadb.clone(),
+            mysql: self.mysql.clone(),
             live: self.live,
             spare: self.spare,
             demote: self.demote,

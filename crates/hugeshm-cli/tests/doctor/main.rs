@@ -28,6 +28,7 @@ mod generate;
 mod jvm;
 mod kubelet;
 mod live;
+mod mariadb;
 mod oracle;
 mod planted_inputs;
 mod postgres;

@@ -41,6 +41,7 @@ mod dpdk;
 mod error;
 mod input;
 mod jvm;
+mod mariadb;
 mod model;
 mod oracle;
 mod plan;
@@ -55,6 +56,7 @@ pub use config::{parse_memlock_user, parse_systemd_unit, DEFAULT_MEMLOCK_KIB, LI
 pub use container::container_advice;
 pub use error::SourceError;
 pub use input::InputText;
+pub(crate) use mariadb::{mariadb_parts, Server};
 pub use model::{
     pool_name, summary, ConfigFile, ContainerAdvice, Counted, Demand, Placement, Plan, PlanConfig,
     PlanDemote, PlanPool, PodResource, Skipped,

@@ -49,6 +49,11 @@ pub struct Sources {
     /// A JVM: a java command line (one string, split as a shell splits
     /// words) or a running JVM's pid: what it maps on huge pages.
     pub jvm: Option<String>,
+    /// A MariaDB server (`Some(None)`: its default option files), or the
+    /// option file it is started with: what `large_pages` puts on huge pages.
+    pub mariadb: Option<Option<PathBuf>>,
+    /// A MySQL 8 server, the same way (SysV segments).
+    pub mysql: Option<Option<PathBuf>>,
     /// Also count the shared memory live on the host (the default when no
     /// other source is given).
     pub live: bool,
@@ -79,6 +84,8 @@ impl Default for Sources {
             oracle_sid: None,
             dpdk: None,
             jvm: None,
+            mariadb: None,
+            mysql: None,
             live: false,
             spare: DEFAULT_SPARE_PAGES,
             demote: false,
@@ -133,6 +140,13 @@ impl Sources {
         }
         if let Some(j) = &self.jvm {
             opt("jvm", Some(q(j).into_owned()));
+        }
+        for (name, f) in [("mariadb", &self.mariadb), ("mysql", &self.mysql)] {
+            match f {
+                Some(Some(p)) => opt(name, Some(path(p))),
+                Some(None) => opt(name, None),
+                None => {}
+            }
         }
         if self.live {
             opt("live", None);
@@ -227,6 +241,16 @@ impl Sources {
             demands.extend(d);
             skipped.extend(s);
         }
+        for (server, f) in [
+            (super::Server::MariaDb, &self.mariadb),
+            (super::Server::MySql, &self.mysql),
+        ] {
+            if let Some(file) = f {
+                let (d, s) = server_demand(server, file.as_deref(), default, probe)?;
+                demands.extend(d);
+                skipped.extend(s);
+            }
+        }
         // A running server (PostgreSQL, an Oracle instance, a JVM's pid)
         // holds its own pages: they are its demand, not live segments to
         // keep room for.
@@ -237,7 +261,9 @@ impl Sources {
         let named = self.oracle.is_some()
             || self.dpdk.is_some()
             || self.oracle_sid.is_some()
-            || self.jvm.is_some();
+            || self.jvm.is_some()
+            || self.mariadb.is_some()
+            || self.mysql.is_some();
         let new_regions_only = !demands.is_empty()
             && !self.live
             && self.postgres.is_empty()
@@ -317,6 +343,66 @@ fn postgres_demand(
             ))
             .owned_by(owner),
     )
+}
+
+/// The demand of a MariaDB or MySQL server started with `file` (else its
+/// default option files), read by hugeshm-probe's trusted reader.
+fn server_demand(
+    server: super::Server,
+    file: Option<&Path>,
+    default: u64,
+    probe: &Probe,
+) -> Result<(Vec<Demand>, Vec<Skipped>), SourceError> {
+    let users = hugeshm_probe::Users::of(&probe.roots);
+    let named: Vec<PathBuf> = file.into_iter().map(Path::to_owned).collect();
+    let groups = server.groups();
+    let (mut settings, read) = hugeshm_probe::option_files::read_option_files(&named, &groups)
+        .map_err(|e| SourceError::Spec(format!("{}: {e}", server.flag())))?;
+    if server == super::Server::MariaDb {
+        ask_running_mariadb(probe, &mut settings, &groups);
+    }
+    let files = super::mariadb::OptionFiles {
+        settings,
+        files: read.iter().map(|p| p.display().to_string()).collect(),
+        named: file.map(|f| f.display().to_string()),
+    };
+    super::mariadb::server_demands(server, &files, default, |login| users.ids_of(login))
+}
+
+/// Where a `mariadbd` (by its exe link) runs and the socket its option
+/// files name (else Debian's) is that process's user's, its own answer
+/// for the settings a plan reads wins over the files'.
+fn ask_running_mariadb(
+    probe: &Probe,
+    settings: &mut hugeshm_parse::mycnf::Settings,
+    groups: &[String],
+) {
+    let socket = settings
+        .get("socket")
+        .and_then(|(v, _)| v.map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/run/mysqld/mysqld.sock"));
+    for p in crate::segments::servers::processes_named(probe, &["mariadbd"]) {
+        let Ok(m) = std::fs::metadata(probe.proc_path(&p.pid.to_string())) else {
+            continue;
+        };
+        let uid = std::os::unix::fs::MetadataExt::uid(&m);
+        let Ok(vars) = hugeshm_probe::mariadb::server_variables(&socket, uid) else {
+            continue;
+        };
+        let version = vars
+            .iter()
+            .find(|(n, _)| n == "version")
+            .map_or("?", |(_, v)| v.split('-').next().unwrap_or(v));
+        let from = format!(
+            "MariaDB {version}'s running server (pid {}, socket {})",
+            p.pid,
+            socket.display()
+        );
+        for (n, v) in vars.iter().filter(|(n, _)| n != "version") {
+            settings.add(groups, Some("mysqld"), n, Some(v), &from, 0);
+        }
+        return;
+    }
 }
 
 /// The systemd services of the processes that map a segment, each process

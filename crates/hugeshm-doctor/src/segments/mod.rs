@@ -34,12 +34,13 @@ mod findings;
 mod in_place;
 mod jvm;
 mod kept;
+mod mariadb;
 pub(crate) mod oracle;
 pub mod run_record;
 mod sample;
 mod scan;
 #[allow(dead_code)] // until the per-server findings of issue 35 use it all
-mod servers;
+pub(crate) mod servers;
 
 pub use cgroups::LimitedCgroup;
 pub use kept::KeptRegions;
@@ -369,6 +370,7 @@ pub(crate) fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions)
     let huge = default_huge.unwrap_or(2 << 20);
     scan_wide.extend(oracle::sga_findings(probe, &report.segments, huge));
     scan_wide.extend(jvm::jvm_findings(probe, host));
+    scan_wide.extend(mariadb::base_page_findings(probe, huge));
     scan_wide.append(&mut report.findings);
     report.findings = scan_wide;
     // 7. SysV first, then by size.

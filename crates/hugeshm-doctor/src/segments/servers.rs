@@ -11,7 +11,7 @@ use hugeshm_probe::Probe;
 
 /// A process whose executable has one of the names asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct ServerProcess {
+pub(crate) struct ServerProcess {
     /// Pid.
     pub pid: u32,
     /// The executable's file name, as the kernel's exe link gives it.
@@ -22,7 +22,7 @@ pub(super) struct ServerProcess {
 
 /// Every process under the probe's `/proc` whose executable's file name is
 /// one of `names`, by pid.
-pub(super) fn processes_named(probe: &Probe, names: &[&str]) -> Vec<ServerProcess> {
+pub(crate) fn processes_named(probe: &Probe, names: &[&str]) -> Vec<ServerProcess> {
     let Ok(list) = probe.processes() else {
         return Vec::new();
     };
