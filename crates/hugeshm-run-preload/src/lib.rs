@@ -131,10 +131,16 @@ fn say_quiet(exit: bool) {
     {
         return;
     }
-    let due = STARTED
+    let lived = STARTED
         .get()
-        .is_some_and(|t| t.elapsed().as_secs() >= run::QUIET_SECONDS);
-    if !(exit || due) || QUIET_SAID.swap(true, Ordering::Relaxed) {
+        .map(|t| t.elapsed().as_secs_f64())
+        .unwrap_or(0.0);
+    let due = if exit {
+        lived >= run::QUIET_MIN_LIFE as f64
+    } else {
+        lived >= run::QUIET_SECONDS as f64
+    };
+    if !due || QUIET_SAID.swap(true, Ordering::Relaxed) {
         return;
     }
     let Some(s) = SETTINGS.get() else { return };

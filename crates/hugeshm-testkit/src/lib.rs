@@ -57,6 +57,7 @@ mod host;
 pub mod live;
 mod pool;
 pub mod postgres;
+pub mod run_servers;
 mod skip;
 mod tempdir;
 mod testproc;

@@ -15,6 +15,7 @@
  *     lib               whether libhugeshm-run is mapped here, and the
  *                       environment it would pass on
  *     hold              print {"op":"hold"} and wait for a line on stdin
+ *     sleep:MS          sleep MS milliseconds (a server that runs a while)
  *   SIZE in bytes, or with a k, m or g suffix.
  */
 #define _GNU_SOURCE
@@ -198,6 +199,8 @@ int main(int argc, char **argv) {
             }
             int st;
             waitpid(pid, &st, 0);
+        } else if (!strcmp(a, "sleep")) {
+            usleep((useconds_t)size * 1000);
         } else if (!strcmp(a, "hold")) {
             char buf[16];
             printf("{\"op\":\"hold\",\"pid\":%d}\n", (int)getpid());

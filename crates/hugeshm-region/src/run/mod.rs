@@ -57,7 +57,7 @@ pub use host::{check_host, HostRefusal};
 pub use prepare::{
     environment, prepare, Prepared, RunRequest, BUILD_LIBRARY_FILE, LIBRARY_ENV, LIBRARY_FILE,
 };
-pub use quiet::{nothing_placed, Missed, QUIET_SECONDS};
+pub use quiet::{nothing_placed, Missed, QUIET_MIN_LIFE, QUIET_SECONDS};
 pub use refusal::{Exposure, FileRole, PathPart, Replaceable, RunRefusal, RunWarning, SecureExec};
 pub use settings::{
     RunPageSize, RunPrefault, Settings, Target, DEFAULT_MIN_BYTES, MAX_SETTINGS_BYTES, MAX_THREADS,

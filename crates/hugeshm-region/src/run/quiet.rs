@@ -9,7 +9,9 @@
 //! mapping in its first 30 s will not make one: the line then comes with
 //! the server's next `mmap`, from a thread that maps anyway (a new thread
 //! stack is not one: glibc maps those itself). A target that maps nothing
-//! more says it at its exit. No timer thread is started in the server.
+//! more says it at its exit, if it ran for [`QUIET_MIN_LIFE`] at least (a
+//! one-shot run such as `postgres -V`, which `pg_ctl` makes before each
+//! start, says nothing). No timer thread is started in the server.
 
 use hugeshm_parse::size::format_bytes;
 
@@ -18,6 +20,11 @@ use super::Settings;
 /// Seconds after the target's start from which its first `mmap` says that
 /// nothing was placed.
 pub const QUIET_SECONDS: u64 = 30;
+
+/// A target that exits sooner than this (seconds) says nothing at its
+/// exit: it was a one-shot run of the server's program (`postgres -V`,
+/// which `pg_ctl` runs before each start; `java -version`), not a server.
+pub const QUIET_MIN_LIFE: u64 = 1;
 
 /// The largest anonymous read-write `mmap` of the target that did not
 /// qualify, for the line.
