@@ -241,6 +241,12 @@ impl JavaProgram {
         })
     }
 
+    /// Its directory: run it there, so that a crash report
+    /// (`hs_err_pid*.log`, written to the working directory) goes with it.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// `java JVM_OPTIONS -cp DIR CLASS` as words (after a wrapper).
     pub fn words(&self, jvm_options: &[&str]) -> Vec<OsString> {
         let mut w: Vec<OsString> = vec![Path::new(JDK17).join("bin/java").into()];

@@ -127,6 +127,7 @@ fn jvm_heap_committed_in_its_reservation_goes_on_2m_pages_and_gc_runs() {
     words.extend(prog.words(&["-Xms256m", "-Xmx256m"]));
     let mut child = Command::new(&words[0])
         .args(&words[1..])
+        .current_dir(prog.dir())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
