@@ -74,3 +74,38 @@ fn a_target_where_nothing_qualified_says_so_once() {
     assert!(!r.stderr.contains("made no mapping"), "{}", r.stderr);
     assert_eq!(kb(r.one("private"), "resident_kb"), 128 << 10);
 }
+
+#[test]
+fn a_commit_inside_a_reservation_goes_on_huge_pages_and_its_cuts_still_work() {
+    let Some(pool) = live!() else { return };
+    pool.ensure_free(M2, 8).expect("8 free 2 MiB pages");
+    let opts = ["--private", "--prefault", "--min-size", "8M"];
+    let r = ran(run_default(&opts, &probe(), &["reserve:16m"]));
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(r.stderr, "", "nothing to say when all went as asked");
+    let c = r.one("commit");
+    assert_eq!(
+        (
+            kb(c, "kernel_page_kb"),
+            kb(c, "size_kb"),
+            kb(c, "resident_kb")
+        ),
+        (2048, 16 << 10, 16 << 10),
+        "{c}"
+    );
+    // Each call that cuts a huge page does what it does on base pages:
+    // the bytes around the cut are kept, the page let go is zero.
+    let v = r.one("reserve");
+    for k in ["madvise", "uncommit", "mprotect", "recommit", "munmap"] {
+        assert_eq!(v[k], 0, "{k} failed: {v}");
+    }
+    assert_eq!(
+        (v["zeroed"].as_u64(), v["kept"].as_u64()),
+        (Some(1), Some(1)),
+        "{v}"
+    );
+    // And without hugeshm run's placement (--page-size keep), the same.
+    let r = ran(run_cmd(&opts, &probe(), &["reserve:16m"]));
+    assert_eq!(kb(r.one("commit"), "kernel_page_kb"), 4);
+    assert_eq!(r.one("reserve")["kept"], 1);
+}
