@@ -65,7 +65,10 @@ pub(crate) fn slow_commit(
         return None;
     }
     let f = next(&REAL_MMAP, c"mmap");
-    // SAFETY: the server's own call, unchanged.
+    // The server's own call, without MAP_POPULATE: its base pages are
+    // replaced at once (the huge pages are faulted as it asked).
+    let flags = flags & !libc::MAP_POPULATE;
+    // SAFETY: the server's own call, less a hint to fault its pages now.
     let made = unsafe { real_mmap(f, addr, len, prot, flags, -1, 0) };
     if made == libc::MAP_FAILED {
         return Some(made);

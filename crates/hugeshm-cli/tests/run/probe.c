@@ -23,6 +23,7 @@
  *                       an uncommit of 1 MiB (MAP_FIXED PROT_NONE), an
  *                       mprotect of 4 KiB, a re-commit of the 1 MiB; unmap
  *                       the reservation; report each result ("reserve")
+ *     reserve-populate:SIZE  the same, the commit with MAP_POPULATE (MariaDB 11)
  *   SIZE in bytes, or with a k, m or g suffix.
  */
 #define _GNU_SOURCE
@@ -130,7 +131,7 @@ static void keep(const char *op, void *addr, size_t asked, int shmid) {
         made[nmade++] = (struct made){op, addr, asked, shmid};
 }
 
-static void do_reserve(size_t size) {
+static void do_reserve(size_t size, int populate) {
     const size_t M = 1 << 20;
     int rw = PROT_READ | PROT_WRITE, anon = MAP_PRIVATE | MAP_ANONYMOUS;
     char *r = mmap(NULL, 4 * size, PROT_NONE, anon | MAP_NORESERVE, -1, 0);
@@ -139,7 +140,7 @@ static void do_reserve(size_t size) {
         return;
     }
     char *a = (char *)(((unsigned long)r + 2 * M - 1) & ~(2 * M - 1));
-    char *c = mmap(a, size, rw, anon | MAP_FIXED, -1, 0);
+    char *c = mmap(a, size, rw, anon | MAP_FIXED | (populate ? MAP_POPULATE : 0), -1, 0);
     report("commit", c == MAP_FAILED ? NULL : c, size, c == MAP_FAILED ? errno : 0, -1);
     if (c == MAP_FAILED)
         return;
@@ -237,8 +238,8 @@ int main(int argc, char **argv) {
             }
             int st;
             waitpid(pid, &st, 0);
-        } else if (!strcmp(a, "reserve")) {
-            do_reserve(size);
+        } else if (!strcmp(a, "reserve") || !strcmp(a, "reserve-populate")) {
+            do_reserve(size, !strcmp(a, "reserve-populate"));
         } else if (!strcmp(a, "sleep")) {
             usleep((useconds_t)size * 1000);
         } else if (!strcmp(a, "hold")) {

@@ -104,6 +104,20 @@ fn a_commit_inside_a_reservation_goes_on_huge_pages_and_its_cuts_still_work() {
         (Some(1), Some(1)),
         "{v}"
     );
+    // MariaDB 11 commits with MAP_POPULATE: without --prefault, the huge
+    // pages are faulted as it asked.
+    let r = ran(run_default(
+        &["--private", "--min-size", "8M"],
+        &probe(),
+        &["reserve-populate:16m"],
+    ));
+    let c = r.one("commit");
+    assert_eq!(
+        (kb(c, "kernel_page_kb"), kb(c, "resident_kb")),
+        (2048, 16 << 10),
+        "{c}\n{}",
+        r.stderr
+    );
     // And without hugeshm run's placement (--page-size keep), the same.
     let r = ran(run_cmd(&opts, &probe(), &["reserve:16m"]));
     assert_eq!(kb(r.one("commit"), "kernel_page_kb"), 4);

@@ -22,7 +22,7 @@ use hugeshm_parse::run_record::RunObject;
 use hugeshm_parse::size::format_bytes;
 use hugeshm_sys::MapOptions;
 
-use super::place::Placer;
+use super::place::{Fault, Placer};
 use super::table::Entry;
 use super::{Done, Outcome, Settings};
 use crate::model::{Backend, Policy};
@@ -38,6 +38,10 @@ pub struct CommitRequest {
     pub len: usize,
     /// `MAP_SHARED` (else `MAP_PRIVATE`).
     pub shared: bool,
+    /// `MAP_POPULATE` (MariaDB 11's commit): the interposer makes the
+    /// server's own commit without it, and the huge pages are faulted as
+    /// `--prefault` says, or with `MAP_POPULATE` without it.
+    pub populate: bool,
 }
 
 /// What the interposer does for [`place_commit`] (the calls that replace
@@ -69,7 +73,11 @@ impl Settings {
         prot: i32,
         flags: i32,
     ) -> Option<CommitRequest> {
-        let known = MAP_TYPE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE;
+        let known = MAP_TYPE
+            | libc::MAP_ANONYMOUS
+            | libc::MAP_FIXED
+            | libc::MAP_NORESERVE
+            | libc::MAP_POPULATE;
         if addr == 0
             || (len as u64) < self.min_bytes
             || prot != libc::PROT_READ | libc::PROT_WRITE
@@ -80,7 +88,12 @@ impl Settings {
             return None;
         }
         let shared = self.sharing(flags)?;
-        Some(CommitRequest { addr, len, shared })
+        Some(CommitRequest {
+            addr,
+            len,
+            shared,
+            populate: flags & libc::MAP_POPULATE != 0,
+        })
     }
 }
 
@@ -198,18 +211,23 @@ pub fn place_commit(s: &Settings, req: &CommitRequest, c: &mut dyn Committer) ->
         let why = plan.fallback.as_ref().map(|f| f.reason.as_str());
         return pass(p.say(why, &warnings));
     }
-    let placed = p.fault(&plan, false, &mut warnings).and_then(|fault| {
-        let mut o = MapOptions::new(len);
-        o.huge(plan.page_size).align(page);
-        if req.shared {
-            o.shared();
-        }
-        let map = o
-            .map_anon()
-            .map_err(|e| pool::map_refused(&p.probe, e, Some(plan.page_size), len as u64))?;
-        let st = p.settle(&map, req.shared, &plan, fault, 0.0)?;
-        Ok((map, st))
-    });
+    let placed = p
+        .fault(&plan, req.populate, &mut warnings)
+        .and_then(|fault| {
+            let mut o = MapOptions::new(len);
+            o.huge(plan.page_size).align(page);
+            if fault == Fault::MapPopulate && !p.binds() {
+                o.populate();
+            }
+            if req.shared {
+                o.shared();
+            }
+            let map = o
+                .map_anon()
+                .map_err(|e| pool::map_refused(&p.probe, e, Some(plan.page_size), len as u64))?;
+            let st = p.settle(&map, req.shared, &plan, fault, 0.0)?;
+            Ok((map, st))
+        });
     let (map, st) = match placed {
         Ok(done) => done,
         Err(e) if s.policy == Policy::Try => {
@@ -267,7 +285,10 @@ mod tests {
         assert_eq!(s.commit_request(at, 256 << 20, rw, fixed), None);
         s.private = true;
         let r = s.commit_request(at, 256 << 20, rw, fixed).unwrap();
-        assert!(!r.shared && r.addr == at && r.len == 256 << 20);
+        assert!(!r.shared && !r.populate && r.addr == at && r.len == 256 << 20);
+        // MariaDB 11's my_virtual_mem_commit adds MAP_POPULATE.
+        let r = s.commit_request(at, 256 << 20, rw, fixed | libc::MAP_POPULATE);
+        assert!(r.unwrap().populate);
         for (addr, len, prot, flags) in [
             (0, 256 << 20, rw, fixed),
             (at, 63 << 20, rw, fixed),

@@ -72,6 +72,12 @@ impl<'a> Placer<'a> {
         }
     }
 
+    /// Whether pages are bound to nodes (`mbind` before the first touch:
+    /// no `MAP_POPULATE`).
+    pub(super) fn binds(&self) -> bool {
+        self.mbind.is_some()
+    }
+
     pub(super) fn base(&self) -> u64 {
         self.extra.base
     }
