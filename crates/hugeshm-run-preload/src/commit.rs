@@ -90,7 +90,7 @@ pub(crate) fn slow_commit(
 /// mapping that the range cuts goes onto base pages, its contents kept,
 /// so that the call does what it does on base pages instead of failing
 /// with `EINVAL` (the JVM maps its archived heap, 480 KiB, over the top
-/// of its heap). The mapping's record goes: it is no longer one mapping.
+/// of its heap). The mapping's record becomes one per piece left.
 pub(crate) fn split_cuts(addr: usize, len: usize) {
     if TRACKED.load(Ordering::Relaxed) == 0 || is_busy() {
         return;
@@ -110,12 +110,12 @@ pub(crate) fn split_cuts(addr: usize, len: usize) {
         }
         let before = {
             let mut t = table();
-            let b = t.split(start);
+            let b = t.split(start, true);
             counted(&t);
             b
         };
         if let Some(e) = before {
-            run::forget(&e);
+            run::split_records(&e, start);
         }
     }
 }

@@ -115,10 +115,25 @@ extern "C" fn init() {
 #[link_section = ".fini_array"]
 static FINI: extern "C" fn() = fini;
 
-/// At the target's exit: the "nothing was placed" line, if it is due.
+/// At the target's exit: the "nothing was placed" line, if it is due, and
+/// the records of what it still maps (a JVM exits without unmapping its
+/// heap) go with it.
 extern "C" fn fini() {
     if STATE.load(Ordering::Relaxed) == TARGET {
-        let _ = std::panic::catch_unwind(|| say_quiet(true));
+        let _ = std::panic::catch_unwind(|| {
+            say_quiet(true);
+            if TRACKED.load(Ordering::Relaxed) != 0 {
+                let all = {
+                    let mut t = table();
+                    let all = t.take_all();
+                    counted(&t);
+                    all
+                };
+                for e in &all {
+                    run::forget(e);
+                }
+            }
+        });
     }
 }
 

@@ -9,8 +9,9 @@
 //! * OpenJDK 17 (`-Xms256m -Xmx256m`): the heap sits on 2 MiB pages but
 //!   for the one 2 MiB page the JVM maps its archived heap (CDS) into,
 //!   which is split onto base pages first (else that `MAP_FIXED` fails
-//!   with `EINVAL` and the JVM dies at start); a program that allocates
-//!   and collects runs to its end with exit 0.
+//!   with `EINVAL` and the JVM dies at start), with a record for the
+//!   piece; a program that allocates and collects runs to its end with
+//!   exit 0.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -167,6 +168,13 @@ fn jvm_heap_committed_in_its_reservation_goes_on_2m_pages_and_gc_runs() {
         huge.iter().map(hugetlb_kb).sum::<u64>(),
         heap_kb,
         "pre-faulted whole: {huge:#?}"
+    );
+    // Its record, for the piece left on 2 MiB pages.
+    let heap = huge.iter().max_by_key(|v| v.size_kb()).unwrap();
+    assert!(
+        records_of(pid).contains(&format!("hugeshm-run.{pid}.{:x}", heap.start)),
+        "its record: {:?}",
+        records_of(pid)
     );
     writeln!(stdin, "go").unwrap();
     drop(stdin);

@@ -231,6 +231,27 @@ pub fn forget(entry: &Entry) {
     }
 }
 
+/// After the huge page at `page_start` of `before` went onto base pages
+/// (the table split it, [`Table::split`]): the record of the whole is
+/// replaced by one for each piece left, when this process made it.
+pub fn split_records(before: &Entry, page_start: usize) {
+    if !(before.recorded && before.creator == std::process::id()) {
+        return;
+    }
+    let end = before.start + before.len;
+    let after = page_start + before.page;
+    let pieces: Vec<(u64, u64)> = [
+        (before.start, page_start - before.start),
+        (after, end.saturating_sub(after)),
+    ]
+    .into_iter()
+    .filter(|&(_, len)| len > 0)
+    .map(|(s, l)| (s as u64, l as u64))
+    .collect();
+    let uid = rustix::process::geteuid().as_raw();
+    record::split(before.creator, before.start as u64, uid, &pieces);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -169,9 +169,10 @@ impl Table {
 
     /// After the huge page at `page_start` went onto base pages: its
     /// mapping is two (the part before, the part after; the second kept
-    /// where a slot is free), neither recorded. Returns the entry as it was
-    /// (its record names the whole: the caller removes it).
-    pub fn split(&mut self, page_start: usize) -> Option<Entry> {
+    /// where a slot is free), each `recorded` as the caller says. Returns
+    /// the entry as it was (its record names the whole: the caller replaces
+    /// it, [`crate::run::record::split`]).
+    pub fn split(&mut self, page_start: usize, recorded: bool) -> Option<Entry> {
         let i = self.slots.iter().position(|s| {
             s.as_ref().is_some_and(|e| {
                 e.start != 0 && e.shmid.is_none() && e.start <= page_start && page_start < e.end()
@@ -183,11 +184,11 @@ impl Table {
         tail.start = page_end;
         tail.len = before.end().saturating_sub(page_end);
         tail.asked_len = tail.len;
-        tail.recorded = false;
+        tail.recorded = recorded;
         let head = self.slots[i].as_mut()?;
         head.len = page_start - before.start;
         head.asked_len = head.len;
-        head.recorded = false;
+        head.recorded = recorded;
         if head.len == 0 {
             self.slots[i] = None;
         }
@@ -195,6 +196,11 @@ impl Table {
             let _ = self.insert(tail);
         }
         Some(before)
+    }
+
+    /// Takes every entry out (at the process's exit: their records go).
+    pub fn take_all(&mut self) -> Vec<Entry> {
+        self.slots.iter_mut().filter_map(Option::take).collect()
     }
 
     /// Takes the pending entry of SysV segment `shmid` out of the table
@@ -375,12 +381,12 @@ mod tests {
         let cut = at + (255 << 20);
         assert_eq!(t.cuts(cut, 480 << 10), vec![(at + (254 << 20), M2)]);
         assert_eq!(t.cuts(at + 4096, 256 << 20), vec![(at, M2)]);
-        let before = t.split(at + (254 << 20)).unwrap();
+        let before = t.split(at + (254 << 20), false).unwrap();
         assert!(before.recorded && before.len == 256 << 20);
         assert_eq!(t.len(), 1, "the head; no tail after the last page");
         assert!(t.cuts(cut, 480 << 10).is_empty());
         // A page in the middle: head and tail.
-        t.split(at + M2).unwrap();
+        t.split(at + M2, true).unwrap();
         assert_eq!(t.len(), 2);
         assert_eq!(t.unmapped(at, 256 << 20).len(), 2);
     }
