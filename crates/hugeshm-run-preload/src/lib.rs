@@ -13,8 +13,8 @@
 //!   the library's entry out of `LD_PRELOAD` and `HUGESHM_RUN` out of the
 //!   environment, so that what the server execs (an `archive_command`'s
 //!   shell, `cp`) loads nothing.
-//! * **Every call** (`mmap`, `mmap64`, `munmap`, `mremap`, `shmget`,
-//!   `shmat`, `shmdt`): one load and compare, then the real function
+//! * **Every call** (`mmap`, `mmap64`, `munmap`, `mremap`, `mprotect`,
+//!   `madvise`, `shmget`, `shmat`, `shmdt`): one load and compare, then the real function
 //!   (`dlsym(RTLD_NEXT)`), unless the process is the target and the call
 //!   qualifies ([`Settings::mmap_request`]). Nothing is allocated or
 //!   written before that.
@@ -26,8 +26,16 @@
 //! * **Lengths**: what was changed is kept in a fixed [`Table`], so that the
 //!   server's `munmap`/`mremap`/`shmdt` of it use the rounded length, and
 //!   its record goes when the process that made it unmaps it.
+//! * **Commits inside reservations** (MariaDB's buffer pool, the JVM's
+//!   heap): a qualifying `MAP_FIXED` commit inside a `PROT_NONE`
+//!   reservation of the target's is made as the server asked, then its
+//!   huge-page-aligned part is mapped over it ([`run::place_commit`]). Any
+//!   `MAP_FIXED` over a changed mapping (an uncommit, a re-commit) takes it
+//!   out of the table.
 //! * **Output**: at most one line per changed mapping on stderr (what the
-//!   region library says), written with `write(2)`.
+//!   region library says), written with `write(2)`; and, where nothing was
+//!   changed at all, one line at the target's first `mmap` after
+//!   [`run::QUIET_SECONDS`] or at its exit ([`run::nothing_placed`]).
 //!
 //! x86-64 Linux only (`hugeshm run` refuses other executables): `mremap`'s
 //! optional fifth argument is read as a plain fifth argument, which the
@@ -41,10 +49,16 @@ compile_error!("libhugeshm-run.so is for x86-64 Linux");
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void, CStr};
-use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use hugeshm_region::run::{self, Done, Outcome, Settings, Table, SETTINGS_ENV};
+use hugeshm_region::run::{self, Done, Missed, Outcome, Settings, Table, SETTINGS_ENV};
+
+mod commit;
+mod real;
+
+use commit::{replaced, slow_commit, split_cuts};
+use real::*;
 
 /// Not yet decided (a call before the constructor ran): pass through.
 const UNKNOWN: u8 = 0;
@@ -60,6 +74,18 @@ static TABLE: Mutex<Table> = Mutex::new(Table::new());
 /// not 0.
 static TRACKED: AtomicUsize = AtomicUsize::new(0);
 
+/// The target's pid (a forked child says nothing of its parent's start).
+static TARGET_PID: AtomicU32 = AtomicU32::new(0);
+/// Calls the library acted on (placed, fell back or refused): the
+/// "nothing was placed" line is for a target where this stays 0.
+static ACTED: AtomicUsize = AtomicUsize::new(0);
+/// The "nothing was placed" line was said (or need not be).
+static QUIET_SAID: AtomicBool = AtomicBool::new(false);
+/// The largest anonymous read-write mmap that did not qualify, and its flags.
+static MISSED_LEN: AtomicUsize = AtomicUsize::new(0);
+static MISSED_FLAGS: AtomicI32 = AtomicI32::new(0);
+static STARTED: OnceLock<std::time::Instant> = OnceLock::new();
+
 thread_local! {
     /// This thread is inside the library.
     static BUSY: Cell<bool> = const { Cell::new(false) };
@@ -67,130 +93,6 @@ thread_local! {
 
 /// The library's file names (the build tree's and the package's).
 const LIBRARY_NAMES: [&str; 2] = ["libhugeshm-run.so", "libhugeshm_run.so"];
-
-// ---------------------------------------------------------------------------
-// The real functions
-// ---------------------------------------------------------------------------
-
-type MmapFn =
-    unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, c_int, libc::off_t) -> *mut c_void;
-type MunmapFn = unsafe extern "C" fn(*mut c_void, usize) -> c_int;
-type MremapFn = unsafe extern "C" fn(*mut c_void, usize, usize, c_int, *mut c_void) -> *mut c_void;
-type ShmgetFn = unsafe extern "C" fn(libc::key_t, usize, c_int) -> c_int;
-type ShmatFn = unsafe extern "C" fn(c_int, *const c_void, c_int) -> *mut c_void;
-type ShmdtFn = unsafe extern "C" fn(*const c_void) -> c_int;
-
-static REAL_MMAP: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-static REAL_MUNMAP: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-static REAL_MREMAP: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-static REAL_SHMGET: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-static REAL_SHMAT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-static REAL_SHMDT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-
-/// The next definition of `name` after this library (libc's), looked up
-/// once; null if there is none (then the system call is made directly).
-fn next(slot: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
-    let p = slot.load(Ordering::Relaxed);
-    if !p.is_null() {
-        return p;
-    }
-    // SAFETY: RTLD_NEXT and a NUL-terminated name; dlsym only reads them.
-    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
-    slot.store(p, Ordering::Relaxed);
-    p
-}
-
-/// `f` (libc's `mmap` or `mmap64`, from [`next`]), or the system call when
-/// it is null.
-///
-/// # Safety
-/// The caller's `mmap` contract.
-unsafe fn real_mmap(
-    f: *mut c_void,
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: libc::off_t,
-) -> *mut c_void {
-    if f.is_null() {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        return unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) }
-            as *mut c_void;
-    }
-    // SAFETY: `f` is libc's mmap (or mmap64, the same function on x86-64),
-    // whose type is MmapFn; the caller's arguments, passed on unchanged.
-    unsafe { std::mem::transmute::<*mut c_void, MmapFn>(f)(addr, len, prot, flags, fd, off) }
-}
-
-/// # Safety
-/// The caller's `munmap` contract for `addr..addr + len`.
-unsafe fn real_munmap(addr: *mut c_void, len: usize) -> c_int {
-    let f = next(&REAL_MUNMAP, c"munmap");
-    if f.is_null() {
-        // SAFETY: the caller's range.
-        return unsafe { libc::syscall(libc::SYS_munmap, addr, len) } as c_int;
-    }
-    // SAFETY: libc's munmap; the caller's range.
-    unsafe { std::mem::transmute::<*mut c_void, MunmapFn>(f)(addr, len) }
-}
-
-/// # Safety
-/// The caller's `mremap` contract for these arguments.
-unsafe fn real_mremap(
-    old: *mut c_void,
-    old_len: usize,
-    new_len: usize,
-    flags: c_int,
-    to: *mut c_void,
-) -> *mut c_void {
-    let f = next(&REAL_MREMAP, c"mremap");
-    if f.is_null() {
-        // SAFETY: the caller's arguments.
-        return unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, to) }
-            as *mut c_void;
-    }
-    // SAFETY: libc's mremap, variadic in its fifth argument, which the
-    // x86-64 convention passes in the same register as a fixed one; the
-    // caller's arguments.
-    unsafe { std::mem::transmute::<*mut c_void, MremapFn>(f)(old, old_len, new_len, flags, to) }
-}
-
-/// `shmget` has no memory argument.
-fn real_shmget(key: libc::key_t, size: usize, flags: c_int) -> c_int {
-    let f = next(&REAL_SHMGET, c"shmget");
-    if f.is_null() {
-        // SAFETY: integer arguments only.
-        return unsafe { libc::syscall(libc::SYS_shmget, key, size, flags) } as c_int;
-    }
-    // SAFETY: libc's shmget; integer arguments only.
-    unsafe { std::mem::transmute::<*mut c_void, ShmgetFn>(f)(key, size, flags) }
-}
-
-/// # Safety
-/// The caller's `shmat` contract for `addr` and `flags`.
-unsafe fn real_shmat(shmid: c_int, addr: *const c_void, flags: c_int) -> *mut c_void {
-    let f = next(&REAL_SHMAT, c"shmat");
-    if f.is_null() {
-        // SAFETY: the caller's arguments.
-        return unsafe { libc::syscall(libc::SYS_shmat, shmid, addr, flags) } as *mut c_void;
-    }
-    // SAFETY: libc's shmat; the caller's arguments.
-    unsafe { std::mem::transmute::<*mut c_void, ShmatFn>(f)(shmid, addr, flags) }
-}
-
-/// # Safety
-/// The caller's `shmdt` contract for `addr`.
-unsafe fn real_shmdt(addr: *const c_void) -> c_int {
-    let f = next(&REAL_SHMDT, c"shmdt");
-    if f.is_null() {
-        // SAFETY: the caller's address.
-        return unsafe { libc::syscall(libc::SYS_shmdt, addr) } as c_int;
-    }
-    // SAFETY: libc's shmdt; the caller's address.
-    unsafe { std::mem::transmute::<*mut c_void, ShmdtFn>(f)(addr) }
-}
 
 // ---------------------------------------------------------------------------
 // Load time
@@ -202,7 +104,84 @@ static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
     let decided = std::panic::catch_unwind(decide).unwrap_or(PASSIVE);
+    if decided == TARGET {
+        STARTED.get_or_init(std::time::Instant::now);
+        TARGET_PID.store(std::process::id(), Ordering::Relaxed);
+    }
     STATE.store(decided, Ordering::Release);
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static FINI: extern "C" fn() = fini;
+
+/// At the target's exit: the "nothing was placed" line, if it is due, and
+/// the records of what it still maps (a JVM exits without unmapping its
+/// heap) go with it.
+extern "C" fn fini() {
+    if STATE.load(Ordering::Relaxed) == TARGET {
+        let _ = std::panic::catch_unwind(|| {
+            say_quiet(true);
+            if TRACKED.load(Ordering::Relaxed) != 0 {
+                let all = {
+                    let mut t = table();
+                    let all = t.take_all();
+                    counted(&t);
+                    all
+                };
+                for e in &all {
+                    run::forget(e);
+                }
+            }
+        });
+    }
+}
+
+/// Says once that nothing was placed, in the target itself, when nothing
+/// was and (unless at `exit`) its first [`run::QUIET_SECONDS`] are over.
+fn say_quiet(exit: bool) {
+    if QUIET_SAID.load(Ordering::Relaxed)
+        || ACTED.load(Ordering::Relaxed) != 0
+        || TARGET_PID.load(Ordering::Relaxed) != std::process::id()
+    {
+        return;
+    }
+    let lived = STARTED
+        .get()
+        .map(|t| t.elapsed().as_secs_f64())
+        .unwrap_or(0.0);
+    let due = if exit {
+        lived >= run::QUIET_MIN_LIFE as f64
+    } else {
+        lived >= run::QUIET_SECONDS as f64
+    };
+    if !due || QUIET_SAID.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let Some(s) = SETTINGS.get() else { return };
+    let exe = std::fs::read_link("/proc/self/exe")
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let missed = Missed {
+        len: MISSED_LEN.load(Ordering::Relaxed),
+        flags: MISSED_FLAGS.load(Ordering::Relaxed),
+    };
+    say(&run::nothing_placed(s, &exe, exit, missed));
+}
+
+/// Notes an anonymous read-write mmap that did not qualify (the largest is
+/// named in the "nothing was placed" line).
+fn missed(len: usize, prot: c_int, flags: c_int) {
+    if ACTED.load(Ordering::Relaxed) == 0
+        && prot == libc::PROT_READ | libc::PROT_WRITE
+        && flags & libc::MAP_ANONYMOUS != 0
+        && flags & libc::MAP_STACK == 0
+        && len > MISSED_LEN.load(Ordering::Relaxed)
+    {
+        MISSED_LEN.store(len, Ordering::Relaxed);
+        MISSED_FLAGS.store(flags, Ordering::Relaxed);
+    }
 }
 
 /// Whether this process is the target (and, if so, the settings are set
@@ -323,8 +302,9 @@ fn set_errno(errno: c_int) {
 }
 
 /// Runs a placement, saying its line; a panic passes the call through.
-fn run_placement(f: impl FnOnce() -> Done + std::panic::UnwindSafe) -> Option<Outcome> {
-    let done = std::panic::catch_unwind(f).ok()?;
+fn run_placement(f: impl FnOnce() -> Done) -> Option<Outcome> {
+    ACTED.fetch_add(1, Ordering::Relaxed);
+    let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok()?;
     if let Some(line) = &done.line {
         say(line);
     }
@@ -355,7 +335,16 @@ fn has_room() -> bool {
 #[cold]
 fn slow_mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int) -> Option<*mut c_void> {
     let s = SETTINGS.get()?;
-    let req = s.mmap_request(addr as usize, len, prot, flags)?;
+    if !QUIET_SAID.load(Ordering::Relaxed) && ACTED.load(Ordering::Relaxed) == 0 {
+        say_quiet(false);
+    }
+    if flags & libc::MAP_FIXED != 0 {
+        return slow_commit(s, addr, len, prot, flags);
+    }
+    let Some(req) = s.mmap_request(addr as usize, len, prot, flags) else {
+        missed(len, prot, flags);
+        return None;
+    };
     let _busy = Busy::enter()?;
     if !has_room() {
         return None;
@@ -439,8 +428,15 @@ pub unsafe extern "C" fn mmap(
             return p;
         }
     }
+    if flags & libc::MAP_FIXED != 0 {
+        split_cuts(addr as usize, len);
+    }
     // SAFETY: the caller's arguments, passed on unchanged.
-    unsafe { real_mmap(next(&REAL_MMAP, c"mmap"), addr, len, prot, flags, fd, off) }
+    let p = unsafe { real_mmap(next(&REAL_MMAP, c"mmap"), addr, len, prot, flags, fd, off) };
+    if flags & libc::MAP_FIXED != 0 && p != libc::MAP_FAILED {
+        replaced(p as usize, len);
+    }
+    p
 }
 
 /// `mmap64(2)`: on x86-64 the same function as `mmap` (glibc exports one
@@ -473,6 +469,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
         return unsafe { real_munmap(addr, len) };
     }
     let len = table().unmap_len(addr as usize, len).unwrap_or(len);
+    split_cuts(addr as usize, len);
     // SAFETY: the caller's range, extended only over the rest of a mapping
     // this library made for it.
     let rc = unsafe { real_munmap(addr, len) };
@@ -488,6 +485,48 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
         }
     }
     rc
+}
+
+/// `mprotect(2)`: a range that cuts a huge page of a changed mapping
+/// splits it first.
+///
+/// # Safety
+/// As `mprotect(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int {
+    split_cuts(addr as usize, len);
+    // SAFETY: the caller's arguments.
+    unsafe {
+        real_range_call(
+            &REAL_MPROTECT,
+            c"mprotect",
+            libc::SYS_mprotect,
+            addr,
+            len,
+            prot,
+        )
+    }
+}
+
+/// `madvise(2)`: a range that cuts a huge page of a changed mapping
+/// splits it first (`MADV_DONTNEED` of part of one, say).
+///
+/// # Safety
+/// As `madvise(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
+    split_cuts(addr as usize, len);
+    // SAFETY: the caller's arguments.
+    unsafe {
+        real_range_call(
+            &REAL_MADVISE,
+            c"madvise",
+            libc::SYS_madvise,
+            addr,
+            len,
+            advice,
+        )
+    }
 }
 
 /// `mremap(2)`, with its optional fifth argument.

@@ -60,6 +60,7 @@ pub mod mariadb;
 mod mount;
 mod pool;
 pub mod postgres;
+pub mod run_servers;
 mod skip;
 mod tempdir;
 mod testproc;

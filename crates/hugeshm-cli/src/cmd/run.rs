@@ -30,11 +30,13 @@ Examples:
   hugeshm run --prefault -- postgres -D /var/lib/postgresql/15/main
   hugeshm run --target postgres --numa interleave --prefault --policy only -- \\
       pg_ctl -D /srv/pg -l /srv/pg/log start
-  hugeshm run --private --page-size 1g --prefault -- mysqld
+  hugeshm run --private --prefault -- mariadbd --innodb-buffer-pool-size=256M
   hugeshm run --target postgres --prefault --print-env     (for a systemd drop-in)
 
 In the target process only, each shared anonymous mmap and each SysV segment of at least
---min-size (and with --private each private anonymous mmap) is put on the page size asked for,
+--min-size (and with --private each private anonymous mmap, and each MAP_FIXED commit inside a
+PROT_NONE reservation of the target's) is put on the page size asked for (by default the host's
+default huge page size),
 placed on the NUMA nodes asked for before its first touch, pre-faulted in parallel before the
 call returns, verified, and recorded for `hugeshm segments`. Everything else, and every other
 process of the chain (pg_ctl, a shell, what the server execs), is left as it is.
@@ -46,7 +48,7 @@ pub struct Args {
     #[arg(long, value_name = "NAME|PATH", value_hint = clap::ValueHint::AnyPath)]
     pub target: Option<OsString>,
     /// The page size mappings are moved onto, their length rounded up.
-    #[arg(long, default_value = "keep",
+    #[arg(long, default_value = "default",
           value_parser = crate::values::Listed::new(&RUN_PAGE_SIZES, parse_page_size))]
     pub page_size: RunPageSize,
     /// What a mapping that cannot get its huge pages does.
@@ -95,19 +97,25 @@ pub struct Args {
 }
 
 /// `--page-size`'s values in help and completions.
-const RUN_PAGE_SIZES: [(&str, &str); 3] = [
+const RUN_PAGE_SIZES: [(&str, &str); 4] = [
+    (
+        "default",
+        "The host's default huge page size, or the server's own huge page size",
+    ),
     ("keep", "The page size the server asks for"),
     ("2m", "2 MiB huge pages"),
     ("1g", "1 GiB huge pages"),
 ];
 
 fn parse_page_size(s: &str) -> Result<RunPageSize, String> {
-    if s.trim().eq_ignore_ascii_case("keep") {
-        return Ok(RunPageSize::Keep);
+    match s.trim().to_ascii_lowercase().as_str() {
+        "keep" => return Ok(RunPageSize::Keep),
+        "default" => return Ok(RunPageSize::Default),
+        _ => {}
     }
     match crate::values::huge_page_bytes(s)? {
         p if p >= 2 << 20 => Ok(RunPageSize::Huge(p)),
-        _ => Err(format!("{s:?}: expected keep, 2m or 1g")),
+        _ => Err(format!("{s:?}: expected default, keep, 2m or 1g")),
     }
 }
 

@@ -124,7 +124,10 @@ fn completions_offer_each_options_values_not_file_names() {
             &["4k", "2m", "1g"][..],
         ),
         ("hugeshm advise --page-size ", &["2m", "1g"][..]),
-        ("hugeshm run --page-size ", &["keep", "2m", "1g"][..]),
+        (
+            "hugeshm run --page-size ",
+            &["default", "keep", "2m", "1g"][..],
+        ),
         ("hugeshm bench oltp --dist ", &["uniform", "zipf"][..]),
         ("hugeshm bench dmbc --dist ", &["uniform", "zipf"][..]),
         (

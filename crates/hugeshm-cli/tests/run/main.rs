@@ -1,5 +1,5 @@
 //! `hugeshm run` against real programs: the C probe of `probe.c` (compiled
-//! by the tests) and an unmodified PostgreSQL.
+//! by the tests), an unmodified PostgreSQL, MariaDB and OpenJDK.
 //!
 //! One test binary with a module per former test file (each module's docs
 //! say what it covers). One module alone:
@@ -10,5 +10,7 @@ mod common;
 
 mod records;
 mod run;
+mod run_defaults;
 mod run_owner;
 mod run_postgres;
+mod run_servers;

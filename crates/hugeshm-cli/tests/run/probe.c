@@ -15,6 +15,15 @@
  *     lib               whether libhugeshm-run is mapped here, and the
  *                       environment it would pass on
  *     hold              print {"op":"hold"} and wait for a line on stdin
+ *     sleep:MS          sleep MS milliseconds (a server that runs a while)
+ *     reserve:SIZE      what MariaDB and the JVM do: reserve 4 x SIZE
+ *                       PROT_NONE, commit SIZE 2 MiB-aligned inside it
+ *                       (MAP_FIXED, reported as "commit"), fill it, then
+ *                       cut into its pages: MADV_DONTNEED of one 4 KiB page,
+ *                       an uncommit of 1 MiB (MAP_FIXED PROT_NONE), an
+ *                       mprotect of 4 KiB, a re-commit of the 1 MiB; unmap
+ *                       the reservation; report each result ("reserve")
+ *     reserve-populate:SIZE  the same, the commit with MAP_POPULATE (MariaDB 11)
  *   SIZE in bytes, or with a k, m or g suffix.
  */
 #define _GNU_SOURCE
@@ -122,6 +131,37 @@ static void keep(const char *op, void *addr, size_t asked, int shmid) {
         made[nmade++] = (struct made){op, addr, asked, shmid};
 }
 
+static void do_reserve(size_t size, int populate) {
+    const size_t M = 1 << 20;
+    int rw = PROT_READ | PROT_WRITE, anon = MAP_PRIVATE | MAP_ANONYMOUS;
+    char *r = mmap(NULL, 4 * size, PROT_NONE, anon | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) {
+        report("commit", NULL, size, errno, -1);
+        return;
+    }
+    char *a = (char *)(((unsigned long)r + 2 * M - 1) & ~(2 * M - 1));
+    char *c = mmap(a, size, rw, anon | MAP_FIXED | (populate ? MAP_POPULATE : 0), -1, 0);
+    report("commit", c == MAP_FAILED ? NULL : c, size, c == MAP_FAILED ? errno : 0, -1);
+    if (c == MAP_FAILED)
+        return;
+    memset(c, 7, size);
+    int e1 = madvise(c + M + 4096, 4096, MADV_DONTNEED) ? errno : 0;
+    int zeroed = c[M + 4096] == 0, kept = c[M] == 7 && c[M + 8192] == 7 && c[0] == 7;
+    int e2 = mmap(c + 3 * M, M, PROT_NONE, anon | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED ? errno : 0;
+    int e3 = mprotect(c + 5 * M + 4096, 4096, PROT_READ) ? errno : 0;
+    kept = kept && c[5 * M + 4096] == 7 && c[4 * M] == 7 && c[2 * M] == 7;
+    int e4 = mmap(c + 3 * M, M, rw, anon | MAP_FIXED, -1, 0) == MAP_FAILED ? errno : 0;
+    if (!e4) {
+        c[3 * M] = 1;
+        kept = kept && c[3 * M + 4096] == 0 && c[4 * M] == 7;
+    }
+    int e5 = munmap(r, 4 * size) ? errno : 0;
+    printf("{\"op\":\"reserve\",\"madvise\":%d,\"uncommit\":%d,\"mprotect\":%d,"
+           "\"recommit\":%d,\"munmap\":%d,\"zeroed\":%d,\"kept\":%d}\n",
+           e1, e2, e3, e4, e5, zeroed, kept);
+    fflush(stdout);
+}
+
 static void do_mmap(const char *op, size_t size, int flags, int full) {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, flags, -1, 0);
     if (p == MAP_FAILED) {
@@ -198,6 +238,10 @@ int main(int argc, char **argv) {
             }
             int st;
             waitpid(pid, &st, 0);
+        } else if (!strcmp(a, "reserve") || !strcmp(a, "reserve-populate")) {
+            do_reserve(size, !strcmp(a, "reserve-populate"));
+        } else if (!strcmp(a, "sleep")) {
+            usleep((useconds_t)size * 1000);
         } else if (!strcmp(a, "hold")) {
             char buf[16];
             printf("{\"op\":\"hold\",\"pid\":%d}\n", (int)getpid());

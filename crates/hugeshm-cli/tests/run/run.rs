@@ -78,8 +78,20 @@ pub(crate) fn probe() -> PathBuf {
     P.get_or_init(|| compile("probe", &[])).clone()
 }
 
-/// `hugeshm run OPTIONS -- PROGRAM ARGS` as a command.
-fn run_cmd(options: &[&str], program: &Path, args: &[&str]) -> Command {
+/// `hugeshm run OPTIONS -- PROGRAM ARGS` as a command; `--page-size keep`
+/// unless OPTIONS name a page size (these tests are of what the probe asks
+/// for; `run_defaults.rs` tests the default, the host's huge page size).
+pub(crate) fn run_cmd(options: &[&str], program: &Path, args: &[&str]) -> Command {
+    let mut all: Vec<&str> = vec!["run"];
+    if !options.contains(&"--page-size") {
+        all.extend(["--page-size", "keep"]);
+    }
+    all.extend_from_slice(options);
+    run_default(&all[1..], program, args)
+}
+
+/// `hugeshm run OPTIONS -- PROGRAM ARGS` with OPTIONS as they are.
+pub(crate) fn run_default(options: &[&str], program: &Path, args: &[&str]) -> Command {
     run_library_built().expect("libhugeshm_run.so");
     let mut all: Vec<&str> = vec!["run"];
     all.extend_from_slice(options);
@@ -94,10 +106,10 @@ fn run_cmd(options: &[&str], program: &Path, args: &[&str]) -> Command {
 
 /// What the probe said (its JSON lines), what was said on stderr, and how
 /// it ended.
-struct Ran {
+pub(crate) struct Ran {
     lines: Vec<Value>,
-    stderr: String,
-    code: Option<i32>,
+    pub(crate) stderr: String,
+    pub(crate) code: Option<i32>,
 }
 
 impl Ran {
@@ -105,7 +117,7 @@ impl Ran {
         self.lines.iter().filter(|l| l["op"] == op).collect()
     }
 
-    fn one(&self, op: &str) -> &Value {
+    pub(crate) fn one(&self, op: &str) -> &Value {
         let v = self.op(op);
         assert_eq!(
             v.len(),
@@ -118,7 +130,7 @@ impl Ran {
     }
 }
 
-fn ran(mut c: Command) -> Ran {
+pub(crate) fn ran(mut c: Command) -> Ran {
     let out = c.output().expect("run");
     let stdout = String::from_utf8_lossy(&out.stdout);
     Ran {
@@ -132,7 +144,7 @@ fn ran(mut c: Command) -> Ran {
     }
 }
 
-fn kb(v: &Value, key: &str) -> u64 {
+pub(crate) fn kb(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or_else(|| panic!("{key} in {v}"))
 }
 

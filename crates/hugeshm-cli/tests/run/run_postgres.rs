@@ -24,7 +24,7 @@ use serde_json::Value;
 const M2: u64 = 2 << 20;
 
 /// `hugeshm run ARGS --`, the wrapper of `pg_ctl`.
-fn run_wrapper(args: &[&str]) -> Vec<OsString> {
+pub(crate) fn run_wrapper(args: &[&str]) -> Vec<OsString> {
     run_library_built().expect("libhugeshm_run.so");
     let mut w: Vec<OsString> = vec![env!("CARGO_BIN_EXE_hugeshm").into(), "run".into()];
     w.extend(args.iter().map(OsString::from));
@@ -87,7 +87,7 @@ fn resident_kb(v: &SmapsVma) -> u64 {
         .sum()
 }
 
-fn records_of(pid: u32) -> Vec<String> {
+pub(crate) fn records_of(pid: u32) -> Vec<String> {
     std::fs::read_dir("/dev/shm")
         .unwrap()
         .flatten()

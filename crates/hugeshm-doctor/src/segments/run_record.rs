@@ -392,7 +392,47 @@ fn place(host: &HostSnapshot, file: String, rec: RunRecord, i: usize, report: &m
             ));
         }
     }
+    // Placed on 4 KiB pages by run itself (--page-size keep, or a pool too
+    // short under try): the fix is run's, not the server's settings.
+    if r.page_size_bytes <= BASE_PAGE {
+        let fix = run_base_fix(host, r);
+        for f in seg
+            .findings
+            .iter_mut()
+            .filter(|f| f.code == "silent-fallback")
+        {
+            f.fix = Some(fix.clone());
+        }
+    }
     seg.run = Some(placement);
+}
+
+/// The fix of a mapping `hugeshm run` placed on 4 KiB pages: restart the
+/// server under `run --page-size` with the pool it needs.
+fn run_base_fix(host: &HostSnapshot, r: &RunRecord) -> String {
+    let huge = host.default_page_size().unwrap_or(2 << 20);
+    let pages = r.size_bytes.div_ceil(huge);
+    let avail = host.pool(huge).map(|p| p.available()).unwrap_or(0);
+    let total = host.pool(huge).map(|p| p.total()).unwrap_or(0);
+    let pool = if avail < pages {
+        format!(
+            "{}, then ",
+            pool_fix(huge, Some(huge), total + (pages - avail) + 2)
+        )
+    } else {
+        String::new()
+    };
+    let why = match &r.fallback {
+        Some(f) => format!("it fell back: {}", f.chars().take(120).collect::<String>()),
+        None => "--page-size keep".to_owned(),
+    };
+    format!(
+        "{pool}restart {} under hugeshm run --page-size {} ({} pages of {}; hugeshm run put it on 4 KiB pages: {why})",
+        r.exe,
+        format_bytes(huge).replace(" MiB", "m").replace(" GiB", "g"),
+        pages,
+        format_bytes(huge)
+    )
 }
 
 #[cfg(test)]
@@ -472,6 +512,44 @@ mod tests {
             &mut report,
         );
         report.segments.remove(0)
+    }
+
+    #[test]
+    fn a_mapping_run_left_on_base_pages_gets_runs_fix() {
+        let mut host = HostSnapshot::default();
+        host.pools = vec![PoolCounters::new(2 * MIB, 8, 2, Some(0), 0, Some(0))];
+        let mut seg = segment(&[("0", 16 * MIB)]);
+        seg.findings.push(Finding::new(
+            Severity::Warning,
+            "silent-fallback",
+            "x".to_owned(),
+            Some(
+                "restart its owner with huge pages required (PostgreSQL huge_pages=on)".to_owned(),
+            ),
+        ));
+        let mut report = SegmentsReport {
+            segments: vec![seg],
+            ..Default::default()
+        };
+        let mut rec = record();
+        rec.page_size_bytes = 4096;
+        rec.page_size_asked_bytes = 4096;
+        rec.verified_page_size_bytes = 4096;
+        rec.fallback = Some("2 MiB pages: required 8, available 2".into());
+        place(&host, "f".into(), rec, 0, &mut report);
+        let fix = report.segments[0].findings[0].fix.clone().unwrap();
+        assert!(
+            fix.starts_with("sysctl -w vm.nr_hugepages=16, then "),
+            "{fix}"
+        );
+        assert!(
+            fix.ends_with(
+                "then restart /usr/lib/postgresql/15/bin/postgres under hugeshm run --page-size 2m \
+                 (8 pages of 2 MiB; hugeshm run put it on 4 KiB pages: it fell back: 2 MiB pages: \
+                 required 8, available 2)"
+            ),
+            "{fix}"
+        );
     }
 
     #[test]

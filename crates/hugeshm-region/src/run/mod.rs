@@ -41,19 +41,23 @@
 //! mapping unmaps it.
 
 mod checks;
+mod commit;
 mod fault;
 mod host;
 mod place;
 mod prepare;
+mod quiet;
 pub mod record;
 mod refusal;
 mod settings;
 mod table;
 
+pub use commit::{place_commit, prot_at, reserved, CommitRequest, Committer};
 pub use host::{check_host, HostRefusal};
 pub use prepare::{
     environment, prepare, Prepared, RunRequest, BUILD_LIBRARY_FILE, LIBRARY_ENV, LIBRARY_FILE,
 };
+pub use quiet::{nothing_placed, Missed, QUIET_MIN_LIFE, QUIET_SECONDS};
 pub use refusal::{Exposure, FileRole, PathPart, Replaceable, RunRefusal, RunWarning, SecureExec};
 pub use settings::{
     RunPageSize, RunPrefault, Settings, Target, DEFAULT_MIN_BYTES, MAX_SETTINGS_BYTES, MAX_THREADS,
@@ -158,11 +162,7 @@ impl Settings {
         {
             return None;
         }
-        let shared = match flags & MAP_TYPE {
-            libc::MAP_SHARED => true,
-            libc::MAP_PRIVATE if self.private => false,
-            _ => return None,
-        };
+        let shared = self.sharing(flags)?;
         Some(MmapRequest {
             len,
             shared,
@@ -170,6 +170,17 @@ impl Settings {
                 .then_some(((flags & HUGE_MASK) >> libc::MAP_HUGE_SHIFT) as u32),
             populate: flags & libc::MAP_POPULATE != 0,
         })
+    }
+
+    /// `Some(true)` for `MAP_SHARED`, `Some(false)` for `MAP_PRIVATE` with
+    /// `--private`, else `None` (left as it is).
+    #[inline]
+    fn sharing(&self, flags: i32) -> Option<bool> {
+        match flags & MAP_TYPE {
+            libc::MAP_SHARED => Some(true),
+            libc::MAP_PRIVATE if self.private => Some(false),
+            _ => None,
+        }
     }
 
     /// The server's `shmget(key, size, flags)` as a request `hugeshm run`
@@ -218,6 +229,27 @@ pub fn forget(entry: &Entry) {
             rustix::process::geteuid().as_raw(),
         );
     }
+}
+
+/// After the huge page at `page_start` of `before` went onto base pages
+/// (the table split it, [`Table::split`]): the record of the whole is
+/// replaced by one for each piece left, when this process made it.
+pub fn split_records(before: &Entry, page_start: usize) {
+    if !(before.recorded && before.creator == std::process::id()) {
+        return;
+    }
+    let end = before.start + before.len;
+    let after = page_start + before.page;
+    let pieces: Vec<(u64, u64)> = [
+        (before.start, page_start - before.start),
+        (after, end.saturating_sub(after)),
+    ]
+    .into_iter()
+    .filter(|&(_, len)| len > 0)
+    .map(|(s, l)| (s as u64, l as u64))
+    .collect();
+    let uid = rustix::process::geteuid().as_raw();
+    record::split(before.creator, before.start as u64, uid, &pieces);
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use crate::{placement, prefault, verify};
 
 /// How a mapping is pre-faulted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fault {
+pub(super) enum Fault {
     None,
     /// `MADV_POPULATE_WRITE` (or touching) with this many threads.
     Threads(PrefaultMethod, usize),
@@ -29,23 +29,23 @@ enum Fault {
 }
 
 /// What placing a mapping found out.
-struct Settled {
+pub(super) struct Settled {
     method: &'static str,
     threads: usize,
     seconds: f64,
     v: verify::Verification,
     nodes: std::collections::BTreeMap<u32, u64>,
-    warnings: Vec<String>,
+    pub(super) warnings: Vec<String>,
     /// `--fallback thp`: what the collapse made of the base pages.
     thp: Option<String>,
 }
 
 /// One placement's context: the settings, one host snapshot, the policy.
-struct Placer<'a> {
+pub(super) struct Placer<'a> {
     s: &'a Settings,
-    probe: Probe,
+    pub(super) probe: Probe,
     host: HostSnapshot,
-    extra: HostExtra,
+    pub(super) extra: HostExtra,
     numa: Option<(MemPolicy, String)>,
     mbind: Option<MemPolicy>,
     cpus: Vec<u32>,
@@ -53,7 +53,7 @@ struct Placer<'a> {
 }
 
 impl<'a> Placer<'a> {
-    fn new(s: &'a Settings, what: String) -> Self {
+    pub(super) fn new(s: &'a Settings, what: String) -> Self {
         let probe = Probe::default();
         let host = probe.host_for_regions();
         let extra = HostExtra {
@@ -72,13 +72,19 @@ impl<'a> Placer<'a> {
         }
     }
 
-    fn base(&self) -> u64 {
+    /// Whether pages are bound to nodes (`mbind` before the first touch:
+    /// no `MAP_POPULATE`).
+    pub(super) fn binds(&self) -> bool {
+        self.mbind.is_some()
+    }
+
+    pub(super) fn base(&self) -> u64 {
         self.extra.base
     }
 
     /// The page size the server asked for: `log2` from its flags (0: the
     /// default huge page size), `None` for base pages.
-    fn asked_page(&self, huge_log2: Option<u32>) -> u64 {
+    pub(super) fn asked_page(&self, huge_log2: Option<u32>) -> u64 {
         match huge_log2 {
             None => self.base(),
             Some(0) => self.host.default_page_size().unwrap_or(2 << 20),
@@ -86,9 +92,11 @@ impl<'a> Placer<'a> {
         }
     }
 
-    fn request(&self, backend: Backend, asked_page: u64, bytes: u64) -> Request {
+    pub(super) fn request(&self, backend: Backend, asked_page: u64, bytes: u64) -> Request {
         let want = match self.s.page_size {
             RunPageSize::Keep => asked_page,
+            RunPageSize::Default if asked_page > self.base() => asked_page,
+            RunPageSize::Default => self.host.default_page_size().unwrap_or(asked_page),
             RunPageSize::Huge(p) => p,
         };
         Request {
@@ -106,7 +114,7 @@ impl<'a> Placer<'a> {
     }
 
     /// The plan, or the `only` refusal.
-    fn plan(&self, req: &Request) -> Result<Plan, RegionError> {
+    pub(super) fn plan(&self, req: &Request) -> Result<Plan, RegionError> {
         let plan = pool::checked(
             req,
             &self.host,
@@ -126,7 +134,7 @@ impl<'a> Placer<'a> {
 
     /// How to pre-fault a mapping of `plan` (a `--prefault` that would
     /// drive the host into reclaim is dropped under `try`, with the reason).
-    fn fault(
+    pub(super) fn fault(
         &self,
         plan: &Plan,
         server_populate: bool,
@@ -201,7 +209,7 @@ impl<'a> Placer<'a> {
 
     /// `mbind`, pre-fault (a shared mapping from a child: [`super::fault`])
     /// and verify a fresh mapping of `plan`.
-    fn settle(
+    pub(super) fn settle(
         &self,
         map: &Mapping,
         shared: bool,
@@ -334,9 +342,9 @@ impl<'a> Placer<'a> {
 
     /// The record of a settled mapping (written; a failure is a warning).
     #[allow(clippy::too_many_arguments)]
-    fn record(
+    pub(super) fn record(
         &self,
-        map: &Mapping,
+        map: (usize, usize),
         object: RunObject,
         plan: &Plan,
         asked: (u64, u64),
@@ -352,8 +360,8 @@ impl<'a> Placer<'a> {
                 .map(|p| printable(&p.display().to_string()))
                 .unwrap_or_default(),
             object,
-            address: map.addr() as u64,
-            size_bytes: map.len() as u64,
+            address: map.0 as u64,
+            size_bytes: map.1 as u64,
             requested_bytes: asked.0,
             page_size_asked_bytes: asked.1,
             page_size_bytes: plan.page_size,
@@ -381,7 +389,7 @@ impl<'a> Placer<'a> {
 
     /// The `only` refusal: `ENOMEM` (or the call's own errno) and the line
     /// with the numbers and the fix.
-    fn refuse(&self, e: RegionError) -> Done {
+    pub(super) fn refuse(&self, e: RegionError) -> Done {
         let errno = match &e {
             RegionError::Sys(s) => s.errno().unwrap_or(libc::ENOMEM),
             _ => libc::ENOMEM,
@@ -408,7 +416,7 @@ impl<'a> Placer<'a> {
     }
 
     /// The one line a `try` placement says, if anything.
-    fn say(&self, fallback: Option<&str>, warnings: &[String]) -> Option<String> {
+    pub(super) fn say(&self, fallback: Option<&str>, warnings: &[String]) -> Option<String> {
         let parts: Vec<&str> = fallback
             .into_iter()
             .chain(warnings.iter().map(String::as_str))
@@ -427,11 +435,11 @@ fn printable(s: &str) -> String {
 }
 
 /// A line never spans lines.
-fn one_line(s: String) -> String {
+pub(super) fn one_line(s: String) -> String {
     s.replace(['\n', '\r'], " ")
 }
 
-fn refused(e: &RegionError) -> bool {
+pub(super) fn refused(e: &RegionError) -> bool {
     matches!(
         e,
         RegionError::PoolShortfall { .. } | RegionError::FaultRefused { .. }
@@ -498,7 +506,7 @@ pub(crate) fn place_mmap(s: &Settings, req: &MmapRequest) -> Done {
                     RunObject::Private
                 };
                 let recorded = p.record(
-                    &map,
+                    (map.addr(), map.len()),
                     object,
                     &plan,
                     (req.len as u64, asked_page),
@@ -678,7 +686,8 @@ pub(crate) fn attach_shm(s: &Settings, mut entry: Entry) -> Done {
             let said = plan.warnings.len();
             let mut all = plan.warnings.clone();
             all.extend(warnings.iter().cloned());
-            entry.recorded = p.record(&map, object, &plan, asked, &st, fallback, &mut all);
+            let at = (map.addr(), map.len());
+            entry.recorded = p.record(at, object, &plan, asked, &st, fallback, &mut all);
             let line = p.say(st.thp.as_deref(), &all[said..]);
             let (addr, _) = map.into_raw();
             entry.start = addr;

@@ -67,7 +67,7 @@ impl RunRequest {
         RunRequest {
             command,
             target: None,
-            page_size: RunPageSize::Keep,
+            page_size: RunPageSize::Default,
             policy: Policy::Try,
             numa: None,
             prefault: RunPrefault::Off,

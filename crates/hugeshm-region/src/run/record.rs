@@ -95,3 +95,38 @@ pub fn remove(pid: u32, address: u64, uid: u32) {
         let _ = std::fs::remove_file(&path);
     }
 }
+
+/// After `pid`'s mapping at `address` was split (a huge page in it went
+/// onto base pages): its record is removed and each piece left, `(start,
+/// length)`, gets one of its own, what the whole's said for its range
+/// (resident bytes and the node split in proportion). Whether each was
+/// written.
+pub fn split(pid: u32, address: u64, uid: u32, pieces: &[(u64, u64)]) -> Vec<bool> {
+    let path = record_path(pid, address);
+    let text = owned_file(&path, uid)
+        .then(|| std::fs::read_to_string(&path).ok())
+        .flatten();
+    remove(pid, address, uid);
+    let Some(whole) = text.and_then(|t| hugeshm_parse::run_record::parse(&t).ok()) else {
+        return vec![false; pieces.len()];
+    };
+    let part = |v: u64, len: u64| {
+        (u128::from(v) * u128::from(len) / u128::from(whole.size_bytes.max(1))) as u64
+    };
+    pieces
+        .iter()
+        .map(|&(start, len)| {
+            let mut rec = whole.clone();
+            rec.address = start;
+            rec.size_bytes = len;
+            rec.requested_bytes = whole.requested_bytes.min(len);
+            rec.resident_bytes = part(whole.resident_bytes, len).min(len);
+            rec.nodes = whole
+                .nodes
+                .iter()
+                .map(|(n, b)| (*n, part(*b, len)))
+                .collect();
+            write(&rec).is_ok()
+        })
+        .collect()
+}

@@ -72,6 +72,10 @@ impl fmt::Display for Target {
 /// `--page-size`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunPageSize {
+    /// The host's default huge page size (`Hugepagesize`), or the huge
+    /// page size the server asked for where it asks for one; base pages on
+    /// a host without huge pages. What `hugeshm run` defaults to.
+    Default,
     /// What the server asked for.
     Keep,
     /// This huge page size (bytes).
@@ -81,6 +85,7 @@ pub enum RunPageSize {
 impl fmt::Display for RunPageSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            RunPageSize::Default => f.write_str("default"),
             RunPageSize::Keep => f.write_str("keep"),
             RunPageSize::Huge(p) => f.write_str(&format_bytes(*p)),
         }
@@ -131,7 +136,7 @@ impl Settings {
         Settings {
             target,
             min_bytes: DEFAULT_MIN_BYTES,
-            page_size: RunPageSize::Keep,
+            page_size: RunPageSize::Default,
             policy: Policy::Try,
             numa: Placement::Default,
             prefault: RunPrefault::Off,
@@ -148,6 +153,7 @@ impl Settings {
             Target::Name(n) => format!("name:{}", escape(n.as_bytes())),
         };
         let page = match self.page_size {
+            RunPageSize::Default => "default".to_owned(),
             RunPageSize::Keep => "keep".to_owned(),
             RunPageSize::Huge(p) => p.to_string(),
         };
@@ -238,6 +244,8 @@ impl Settings {
                 "page" => {
                     s.page_size = if value == "keep" {
                         RunPageSize::Keep
+                    } else if value == "default" {
+                        RunPageSize::Default
                     } else {
                         let p = number(value)?;
                         if !p.is_power_of_two() || !((2 << 20)..=(16 << 30)).contains(&p) {

@@ -143,6 +143,66 @@ impl Table {
         gone
     }
 
+    /// The huge pages of changed mappings that a call over `addr..addr +
+    /// len` cuts (`(start, page size)`): each end of the range that lies
+    /// inside a mapping on huge pages but not on a page boundary. The
+    /// kernel cannot split a huge page (the call would fail with
+    /// `EINVAL`): each goes onto base pages first ([`Table::split`]).
+    pub fn cuts(&self, addr: usize, len: usize) -> Vec<(usize, usize)> {
+        let end = addr.saturating_add(len);
+        let mut cuts = Vec::new();
+        for e in self.slots.iter().flatten() {
+            if e.start == 0 || e.shmid.is_some() || e.page <= 4096 {
+                continue;
+            }
+            for edge in [addr, end] {
+                if edge > e.start && edge < e.end() && (edge - e.start) % e.page != 0 {
+                    let page = e.start + (edge - e.start) / e.page * e.page;
+                    if !cuts.contains(&(page, e.page)) {
+                        cuts.push((page, e.page));
+                    }
+                }
+            }
+        }
+        cuts
+    }
+
+    /// After the huge page at `page_start` went onto base pages: its
+    /// mapping is two (the part before, the part after; the second kept
+    /// where a slot is free), each `recorded` as the caller says. Returns
+    /// the entry as it was (its record names the whole: the caller replaces
+    /// it, [`crate::run::record::split`]).
+    pub fn split(&mut self, page_start: usize, recorded: bool) -> Option<Entry> {
+        let i = self.slots.iter().position(|s| {
+            s.as_ref().is_some_and(|e| {
+                e.start != 0 && e.shmid.is_none() && e.start <= page_start && page_start < e.end()
+            })
+        })?;
+        let before = self.slots[i].clone()?;
+        let page_end = page_start + before.page;
+        let mut tail = before.clone();
+        tail.start = page_end;
+        tail.len = before.end().saturating_sub(page_end);
+        tail.asked_len = tail.len;
+        tail.recorded = recorded;
+        let head = self.slots[i].as_mut()?;
+        head.len = page_start - before.start;
+        head.asked_len = head.len;
+        head.recorded = recorded;
+        if head.len == 0 {
+            self.slots[i] = None;
+        }
+        if tail.len > 0 {
+            let _ = self.insert(tail);
+        }
+        Some(before)
+    }
+
+    /// Takes every entry out (at the process's exit: their records go).
+    pub fn take_all(&mut self) -> Vec<Entry> {
+        self.slots.iter_mut().filter_map(Option::take).collect()
+    }
+
     /// Takes the pending entry of SysV segment `shmid` out of the table
     /// (the caller places it and puts it back).
     pub fn take_pending(&mut self, shmid: i32) -> Option<Entry> {
@@ -307,6 +367,28 @@ mod tests {
             .unwrap();
         assert!(before.recorded);
         assert_eq!(t.unmap_len(0x3000_0000, (5 << 20) + 1), Some(6 << 20));
+    }
+
+    #[test]
+    fn a_cut_inside_a_huge_page_splits_the_mapping_around_it() {
+        let mut t = Table::new();
+        let at = 0xf000_0000;
+        t.insert(entry(at, 256 << 20, 256 << 20)).unwrap();
+        // On page boundaries: nothing to split.
+        assert!(t.cuts(at, 256 << 20).is_empty());
+        assert!(t.cuts(at + M2, M2).is_empty());
+        // The JVM maps its archived heap over the top of its heap.
+        let cut = at + (255 << 20);
+        assert_eq!(t.cuts(cut, 480 << 10), vec![(at + (254 << 20), M2)]);
+        assert_eq!(t.cuts(at + 4096, 256 << 20), vec![(at, M2)]);
+        let before = t.split(at + (254 << 20), false).unwrap();
+        assert!(before.recorded && before.len == 256 << 20);
+        assert_eq!(t.len(), 1, "the head; no tail after the last page");
+        assert!(t.cuts(cut, 480 << 10).is_empty());
+        // A page in the middle: head and tail.
+        t.split(at + M2, true).unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.unmapped(at, 256 << 20).len(), 2);
     }
 
     #[test]
