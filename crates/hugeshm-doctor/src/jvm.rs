@@ -41,7 +41,7 @@ pub struct JvmOptions {
 }
 
 /// The options `spec` names: a pid of a running JVM, or a command line.
-pub fn jvm_options(probe: &Probe, spec: &str) -> Result<JvmOptions, String> {
+pub(crate) fn jvm_options(probe: &Probe, spec: &str) -> Result<JvmOptions, String> {
     let split = |s: &str| jvm_args::split_words(s).map_err(|e| e.message);
     if let Ok(pid) = spec.trim().parse::<u32>() {
         let j = running_jvm(&probe.roots.proc, pid).map_err(|e| e.to_string())?;

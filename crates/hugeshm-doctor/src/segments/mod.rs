@@ -39,7 +39,6 @@ pub(crate) mod oracle;
 pub mod run_record;
 mod sample;
 mod scan;
-#[allow(dead_code)] // until the per-server findings of issue 35 use it all
 pub(crate) mod servers;
 
 pub use cgroups::LimitedCgroup;
