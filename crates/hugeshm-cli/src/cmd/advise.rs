@@ -221,16 +221,19 @@ pub fn print(plan: &Plan, apply: &str, out: &mut Out) -> anyhow::Result<()> {
     } else {
         users.join(", ")
     };
-    out.line(format!(
-        "  memlock:  {} KiB for {whom}; systemd: {} {}",
-        plan.config.memlock_kib,
-        plan.config.systemd,
-        if plan.config.systemd_units.is_empty() {
-            "for the server's unit (--systemd-unit NAME writes its drop-in)".to_string()
-        } else {
-            format!("in a drop-in for {}", plan.config.systemd_units.join(", "))
-        }
-    ))?;
+    out.line(match &plan.config.memlock_not_needed {
+        Some(why) => format!("  memlock:  no lines: {why}"),
+        None => format!(
+            "  memlock:  {} KiB for {whom}; systemd: {} {}",
+            plan.config.memlock_kib,
+            plan.config.systemd,
+            if plan.config.systemd_units.is_empty() {
+                "for the server's unit (--systemd-unit NAME writes its drop-in)".to_string()
+            } else {
+                format!("in a drop-in for {}", plan.config.systemd_units.join(", "))
+            }
+        ),
+    })?;
     if let Some(g) = plan.config.hugetlb_shm_group {
         out.line(format!(
             "  SysV:     vm.hugetlb_shm_group = {g} (lets that group create SHM_HUGETLB segments)"

@@ -78,6 +78,13 @@ fn advise_jvm_sizes_what_the_jvm_maps_on_huge_pages() {
         "{notes:#?}"
     );
     assert!(pages > 128 + 120, "heap, code cache and more: {plan:#}");
+    // MAP_HUGETLB: no memlock limit binds the JVM, and the plan says so.
+    assert!(
+        plan["config"]["memlock_not_needed"].is_string(),
+        "{:#}",
+        plan["config"]
+    );
+    assert!(!plan["config"]["files"].to_string().contains("limits.d"));
 
     let applied = json(hugeshm(&[
         "apply", "--jvm", &line, "--spare", "0", "--json",

@@ -70,6 +70,13 @@ fn advise_apply_and_see_mariadb_on_huge_pages() {
         assert!(note.contains("large_pages = ON"), "{note}");
         // More than the buffer pool ÷ 2 MiB (128): the log buffers and caches.
         assert!(pages > 128, "{plan:#}");
+        // MAP_HUGETLB: no memlock limit binds mariadbd; no limits.d lines.
+        assert!(
+            plan["config"]["memlock_not_needed"].is_string(),
+            "{:#}",
+            plan["config"]
+        );
+        assert!(!plan["config"]["files"].to_string().contains("limits.d"));
 
         let applied = json(hugeshm(&[
             "apply",

@@ -127,6 +127,7 @@ pub(super) fn config_for(
         systemd: limit_memlock(memlock_kib),
         hugetlb_shm_group: gid,
         thp_shmem: thp_shmem.map(str::to_owned),
+        memlock_not_needed: None,
         thp: "madvise".into(),
         thp_reason: "shared memory on hugetlb pages does not need THP; 'always' makes khugepaged and fault-time compaction stall database processes and bloats their private memory, while 'madvise' keeps THP for programs that ask".into(),
     }
@@ -297,6 +298,16 @@ impl PlanConfig {
         self.systemd = limit_memlock(self.memlock_kib);
         self.rewrite_limits_file();
         self.set_systemd_units(self.systemd_units.clone());
+    }
+
+    /// No memlock lines (limits.d, the drop-ins): every server the plan
+    /// counts maps its pages so that no memlock limit binds it (`why`).
+    pub fn without_memlock(&mut self, why: String) {
+        self.files
+            .retain(|f| f.path != LIMITS_FILE && !f.path.starts_with(SYSTEMD_DIR));
+        self.memlock_users.clear();
+        self.systemd_units.clear();
+        self.memlock_not_needed = Some(why);
     }
 
     fn rewrite_limits_file(&mut self) {

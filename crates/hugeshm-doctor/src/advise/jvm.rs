@@ -90,6 +90,9 @@ pub(super) fn jvm_demands(
         .map(|p| {
             let mut d = Demand::new(format!("{label} {}", p.name), p.bytes(), p.page)
                 .with_note(part_note(p, &m, &source, switch));
+            if !m.shm {
+                d = d.memlock_free();
+            }
             if let (true, Some((uid, gid))) = (m.shm, opts.owner) {
                 d = d.owned_by(uid);
                 if gid != 0 {

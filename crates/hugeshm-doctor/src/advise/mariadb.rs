@@ -269,6 +269,9 @@ pub(super) fn server_demands(
     if let Some(g) = sysv_gid {
         d = d.with_sysv_gid(g);
     }
+    if server == Server::MariaDb {
+        d = d.memlock_free();
+    }
     if let Some(u) = owner {
         d = d.owned_by(u);
     }

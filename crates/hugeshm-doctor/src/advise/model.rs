@@ -63,6 +63,11 @@ pub struct Demand {
     /// apply to them, so the plan gives each a drop-in with its memlock limit.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub units: Vec<String>,
+    /// Its server maps its huge pages with `mmap(MAP_HUGETLB)` and locks
+    /// nothing (MariaDB 10.5+, a JVM without `-XX:+UseSHM`): no memlock
+    /// limit binds it. A plan of such demands only writes no memlock lines.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub memlock_free: bool,
 }
 
 impl Demand {
@@ -79,7 +84,14 @@ impl Demand {
             nodes: BTreeMap::new(),
             owner_uid: None,
             units: Vec::new(),
+            memlock_free: false,
         }
+    }
+
+    /// The same, for a server no memlock limit binds.
+    pub fn memlock_free(mut self) -> Self {
+        self.memlock_free = true;
+        self
     }
 
     /// The same, owned by this uid.
@@ -230,6 +242,11 @@ pub struct PlanConfig {
     /// was chosen otherwise (`deny`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thp_shmem: Option<String>,
+    /// Why the plan writes no memlock lines (limits.d, drop-ins): every
+    /// server it counts maps with `mmap(MAP_HUGETLB)`, which no memlock
+    /// limit binds. Absent where the lines are written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memlock_not_needed: Option<String>,
 }
 
 /// The plan (`advise --json` prints exactly this; `apply --plan` reads it).

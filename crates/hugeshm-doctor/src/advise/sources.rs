@@ -290,6 +290,19 @@ impl Sources {
         if !units.is_empty() {
             plan.config.set_systemd_units(units);
         }
+        if memlock_user.is_none() && !demands.is_empty() && demands.iter().all(|d| d.memlock_free) {
+            let servers: BTreeSet<&str> = demands
+                .iter()
+                .filter_map(|d| d.label.split(' ').next())
+                .collect();
+            let servers: Vec<&str> = servers.into_iter().collect();
+            plan.config.without_memlock(format!(
+                "the servers counted ({}) map their huge pages with mmap(MAP_HUGETLB), which no \
+                 memlock limit binds",
+                servers.join(", ")
+            ));
+            return Ok(plan);
+        }
         match memlock_user {
             Some(u) => plan.config.set_memlock_users(vec![u]),
             None => {
