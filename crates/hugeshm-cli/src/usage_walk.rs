@@ -14,7 +14,27 @@ const BAD: &str = "bad/value%";
 
 /// Options and arguments whose value is free text by design, refused (if
 /// at all) when the command runs: (command path, argument id, why).
-const FREE_TEXT: [(&str, &str, &str); 2] = [
+const FREE_TEXT: [(&str, &str, &str); 6] = [
+    (
+        "hugeshm advise",
+        "dpdk",
+        "EAL arguments as the application takes them; what DPDK refuses is refused (exit 2) when the plan is made",
+    ),
+    (
+        "hugeshm apply",
+        "dpdk",
+        "EAL arguments as the application takes them; what DPDK refuses is refused (exit 2) when the plan is made",
+    ),
+    (
+        "hugeshm advise",
+        "jvm",
+        "a java command line (shell words) or a running JVM's pid, read when the plan is made",
+    ),
+    (
+        "hugeshm apply",
+        "jvm",
+        "a java command line (shell words) or a running JVM's pid, read when the plan is made",
+    ),
     (
         "hugeshm bench interrupted",
         "regions",

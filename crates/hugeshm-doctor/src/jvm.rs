@@ -66,8 +66,18 @@ pub(crate) fn jvm_options(probe: &Probe, spec: &str) -> Result<JvmOptions, Strin
     }
     let all = split(spec)?;
     let (java, rest) = match all.split_first() {
-        Some((first, rest)) if !first.starts_with(['-', '@']) => (Some(PathBuf::from(first)), rest),
-        _ => (None, &all[..]),
+        None => return Err("an empty command line: give java's, its options, or a pid".into()),
+        Some((first, rest)) if !first.starts_with(['-', '@']) => {
+            let java = PathBuf::from(first);
+            if java.file_name().is_none_or(|n| n != "java") {
+                return Err(format!(
+                    "{first:?} is not java: give a java command line (java -Xmx8g ...), its \
+                     options alone (-Xmx8g ...), or a running JVM's pid"
+                ));
+            }
+            (Some(java), rest)
+        }
+        Some(_) => (None, &all[..]),
     };
     Ok(JvmOptions {
         what: "command line".to_owned(),

@@ -41,7 +41,7 @@ pub struct SourceArgs {
     pub oracle: Option<PathBuf>,
     /// A running Oracle instance: the SysV segments its own processes (exe
     /// `oracle`, ora_pmon_SID / oracleSID) attach, each rounded to its page size.
-    #[arg(long, value_name = "SID")]
+    #[arg(long, value_name = "SID", value_parser = advise::parse_oracle_sid)]
     pub oracle_sid: Option<String>,
     /// A DPDK application's EAL arguments as one string ("-l 0-3 -m 1024"):
     /// what its EAL preallocates at start (-m, or socket-mem per node).
@@ -49,7 +49,7 @@ pub struct SourceArgs {
     pub dpdk: Option<String>,
     /// A JVM: a java command line (one quoted string) or a running JVM's
     /// pid: its heap, code cache and GC tables on huge pages.
-    #[arg(long, value_name = "ARGS_OR_PID")]
+    #[arg(long, value_name = "ARGS_OR_PID", allow_hyphen_values = true)]
     pub jvm: Option<String>,
     /// MariaDB 10.11 with large_pages: its buffer pool, log buffers, key and
     /// Aria caches, from OPTION_FILE (default: /etc/my.cnf, /etc/mysql/my.cnf

@@ -549,3 +549,20 @@ fn the_apply_command_advise_prints_runs_as_printed() {
     assert_eq!(applied["plan"]["pools"], advised["pools"], "{applied:#}");
     assert_eq!(advised["pools"][0]["spare_pages"].as_u64(), Some(3));
 }
+
+/// A server source's text is checked when the plan is made: what is not
+/// a java command line, its options or a pid, and what is not an Oracle
+/// SID, are usage errors; options alone may start with a hyphen.
+#[test]
+fn a_server_source_that_names_no_server_is_a_usage_error() {
+    let e = exits(&["advise", "--jvm", "bad/value%"], 2);
+    assert!(e.contains("is not java"), "{e}");
+    let e = exits(&["advise", "--jvm", ""], 2);
+    assert!(e.contains("empty command line"), "{e}");
+    let e = exits(&["advise", "--oracle-sid", "../x"], 2);
+    assert!(e.contains("not an Oracle SID"), "{e}");
+    exits(
+        &["advise", "--jvm", "-Xmx64m -XX:+UseLargePages", "--json"],
+        0,
+    );
+}

@@ -61,7 +61,7 @@ pub use model::{
     pool_name, summary, ConfigFile, ContainerAdvice, Counted, Demand, Placement, Plan, PlanConfig,
     PlanDemote, PlanPool, PodResource, Skipped,
 };
-pub use oracle::granule;
+pub use oracle::{granule, parse_oracle_sid};
 pub(crate) use plan::{add_demotion, demands_from_segments, keep_room_for_live, live_pages};
 pub use plan::{crowded_pools, min_left_bytes, plan, DEFAULT_SPARE_PAGES};
 pub use sources::Sources;

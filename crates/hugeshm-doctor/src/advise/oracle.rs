@@ -108,6 +108,22 @@ pub(super) fn oracle_demands(
 /// What the running instance `sid` asks of pools: its SysV segments (each
 /// rounded up to its page size), or a skipped entry where no `oracle`
 /// process of that SID attaches one.
+/// An Oracle SID as `--oracle-sid` takes it: a letter, then letters,
+/// digits or `_`, at most 30 (Oracle's own limit is 12 on most platforms;
+/// the name only selects processes, never a path).
+pub fn parse_oracle_sid(s: &str) -> Result<String, String> {
+    let ok = s.len() <= 30
+        && s.starts_with(|c: char| c.is_ascii_alphabetic())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{s:?} is not an Oracle SID: a letter, then letters, digits or _ (as ORACLE_SID)"
+        ))
+    }
+}
+
 pub(super) fn oracle_sid_demands(
     probe: &hugeshm_probe::Probe,
     host: &hugeshm_probe::HostSnapshot,
@@ -153,6 +169,14 @@ mod tests {
 
     fn file(text: &str) -> InputText {
         InputText::new("initorcl.ora".into(), text.into(), None)
+    }
+
+    #[test]
+    fn a_sid_is_a_name_not_a_path() {
+        assert_eq!(parse_oracle_sid("ORCL_1").as_deref(), Ok("ORCL_1"));
+        for bad in ["", "1ORCL", "bad/value%", "../x", "a b", &"A".repeat(31)] {
+            assert!(parse_oracle_sid(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
