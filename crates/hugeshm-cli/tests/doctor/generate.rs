@@ -34,7 +34,13 @@ fn subcommands(help: &str) -> Vec<String> {
 /// The long options of a help text (`--json`, `--size`, ...), `--help` and
 /// `--version` aside.
 fn long_options(help: &str) -> BTreeSet<String> {
-    help.split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == ']')
+    // In an example, the words after a lone `--` are the server's own
+    // (`-- mariadbd --innodb-buffer-pool-size=256M`), not hugeshm's.
+    help.lines()
+        .flat_map(|line| {
+            line.split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == ']')
+                .take_while(|w| *w != "--")
+        })
         .filter(|w| w.starts_with("--") && w.len() > 2)
         .map(|w| {
             w.split(['=', '<'])
