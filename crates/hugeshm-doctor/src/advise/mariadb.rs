@@ -324,7 +324,7 @@ mod tests {
             "{note}"
         );
         assert!(
-            note.contains("large_pages = ON (my.cnf [mariadbd])"),
+            note.contains("large_pages = ON (my.cnf [mariadbd] large_pages)"),
             "{note}"
         );
         assert!(note.contains("no memlock"), "{note}");
