@@ -125,12 +125,14 @@ pub fn running_jvm(proc: &Path, pid: u32) -> Result<RunningJvm, JvmError> {
 /// 64 KiB read; it only picks which JDK's layout is counted.
 pub fn release_major(exe: &Path) -> Option<u32> {
     let release = exe.parent()?.parent()?.join("release");
-    let f = std::fs::File::open(&release).ok()?;
-    if !f.metadata().ok()?.is_file() {
-        return None;
-    }
+    // Any user may run a java of their own: no FIFO is waited on, no link
+    // followed (OpenCheck: O_NOFOLLOW|O_NONBLOCK, a regular file).
+    let f = hugeshm_sys::OpenCheck::read().open(&release).ok()?;
     let mut text = String::new();
-    f.take(64 << 10).read_to_string(&mut text).ok()?;
+    std::fs::File::from(f.into_fd())
+        .take(64 << 10)
+        .read_to_string(&mut text)
+        .ok()?;
     hugeshm_parse::jvm_args::java_major(&text)
 }
 
@@ -267,6 +269,20 @@ pub fn flags_final<S: AsRef<str>>(java: &Path, words: &[S]) -> Result<String, Jv
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_planted_release_fifo_is_not_waited_on() {
+        let t = hugeshm_testkit::TempDir::new("jdk-release");
+        std::fs::create_dir_all(t.join("bin")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(t.join("release"))
+            .status();
+        assert!(made.is_ok_and(|s| s.success()));
+        assert_eq!(release_major(&t.join("bin/java")), None);
+        std::fs::remove_file(t.join("release")).unwrap();
+        std::fs::write(t.join("release"), "JAVA_VERSION=\"17.0.15\"\n").unwrap();
+        assert_eq!(release_major(&t.join("bin/java")), Some(17));
+    }
 
     #[test]
     fn only_sizing_options_reach_the_java_asked() {

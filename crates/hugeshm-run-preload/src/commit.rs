@@ -175,8 +175,8 @@ unsafe fn split_page(start: usize, page: usize) -> bool {
     true
 }
 
-/// After a `MAP_FIXED` of the server over `addr..addr + len`: what it
-/// replaced of the changed mappings leaves the table (their records go
+/// After a `MAP_FIXED` or `munmap` of the server over `addr..addr + len`:
+/// what it replaced or unmapped of the changed mappings leaves the table (their records go
 /// when it was all of one).
 pub(crate) fn replaced(addr: usize, len: usize) {
     if TRACKED.load(Ordering::Relaxed) == 0 || is_busy() {

@@ -474,15 +474,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
     // this library made for it.
     let rc = unsafe { real_munmap(addr, len) };
     if rc == 0 {
-        let gone = {
-            let mut t = table();
-            let gone = t.unmapped(addr as usize, len);
-            counted(&t);
-            gone
-        };
-        for e in &gone {
-            run::forget(e);
-        }
+        replaced(addr as usize, len);
     }
     rc
 }

@@ -11,10 +11,9 @@
 //! Each start has its own `--file-prefix`; its runtime directory
 //! (`/var/run/dpdk/PREFIX`) and its page files are removed on drop.
 
-use std::io::Read;
+use crate::logged::LoggedChild;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 /// The testpmd binary, where it is installed.
 pub fn testpmd_path() -> Option<PathBuf> {
@@ -91,9 +90,8 @@ impl TestpmdOptions {
 
 /// A running testpmd; killed and reaped on drop.
 pub struct Testpmd {
-    child: Child,
+    child: LoggedChild,
     pid: u32,
-    log: PathBuf,
     prefix: String,
     huge_dir: Option<PathBuf>,
     _dir: crate::TempDir,
@@ -152,26 +150,15 @@ impl Testpmd {
         // prlimit and setpriv exec, so the child's pid is testpmd's.
         let pid = child.id();
         let mut t = Testpmd {
-            child,
+            child: LoggedChild::new(child, &log),
             pid,
-            log,
             prefix,
             huge_dir: o.huge_dir.clone(),
             _dir: dir,
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(Some(st)) = t.child.try_wait() {
-                return Err(format!("testpmd exited ({st}): {}", t.log()));
-            }
-            if t.log().contains("testpmd>") {
-                return Ok(t);
-            }
-            if Instant::now() > deadline {
-                return Err(format!("testpmd not ready after 60 s: {}", t.log()));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        t.child
+            .wait_ready("testpmd", |log| log.contains("testpmd>"))?;
+        Ok(t)
     }
 
     /// Its pid.
@@ -181,26 +168,14 @@ impl Testpmd {
 
     /// What it printed so far.
     pub fn log(&self) -> String {
-        let mut s = String::new();
-        if let Ok(mut f) = std::fs::File::open(&self.log) {
-            let _ = f.read_to_string(&mut s);
-        }
-        s
+        self.child.log()
     }
 }
 
 impl Drop for Testpmd {
     fn drop(&mut self) {
-        // Closing stdin ends interactive mode; kill in case it does not.
-        drop(self.child.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline && !matches!(self.child.try_wait(), Ok(Some(_))) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if !matches!(self.child.try_wait(), Ok(Some(_))) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        // Closing stdin ends interactive mode; killed in case it does not.
+        self.child.stop();
         // What it leaves: its runtime directory (as root) and, without
         // --in-memory, its page files, which keep their pages.
         let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.prefix));

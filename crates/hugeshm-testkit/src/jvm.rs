@@ -3,10 +3,9 @@
 //! written to a temporary directory, that prints `ready` and holds until its
 //! standard input closes. Killed and reaped on drop.
 
-use std::io::Read;
+use crate::logged::LoggedChild;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 /// The program the JVM runs.
 const HOLD: &str = "public class Hold {\n    public static void main(String[] a) throws Exception {\n        System.out.println(\"ready\");\n        System.out.flush();\n        while (System.in.read() >= 0) {}\n    }\n}\n";
@@ -33,9 +32,8 @@ pub fn skip_unless_java(test: &str) -> bool {
 
 /// A running JVM; killed and reaped on drop.
 pub struct Jvm {
-    child: Child,
+    child: LoggedChild,
     pid: u32,
-    log: PathBuf,
     _dir: crate::TempDir,
 }
 
@@ -65,24 +63,13 @@ impl Jvm {
             .map_err(|e| format!("spawn {}: {e}", java.display()))?;
         let pid = child.id();
         let mut j = Jvm {
-            child,
+            child: LoggedChild::new(child, &log),
             pid,
-            log,
             _dir: dir,
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(Some(st)) = j.child.try_wait() {
-                return Err(format!("java exited ({st}): {}", j.log()));
-            }
-            if j.log().lines().any(|l| l == "ready") {
-                return Ok(j);
-            }
-            if Instant::now() > deadline {
-                return Err(format!("java not ready after 60 s: {}", j.log()));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        j.child
+            .wait_ready("java", |log| log.lines().any(|l| l == "ready"))?;
+        Ok(j)
     }
 
     /// Its pid.
@@ -92,25 +79,12 @@ impl Jvm {
 
     /// What it printed so far (its warnings included).
     pub fn log(&self) -> String {
-        let mut s = String::new();
-        if let Ok(mut f) = std::fs::File::open(&self.log) {
-            let _ = f.read_to_string(&mut s);
-        }
-        s
+        self.child.log()
     }
 }
 
 impl Drop for Jvm {
     fn drop(&mut self) {
-        drop(self.child.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.stop();
     }
 }

@@ -56,6 +56,7 @@ mod helper;
 mod host;
 pub mod jvm;
 pub mod live;
+mod logged;
 pub mod mariadb;
 mod mount;
 mod pool;

@@ -184,3 +184,15 @@ pub fn compile_c(name: &str, dir: &std::path::Path) -> std::path::PathBuf {
     assert!(st.success(), "cc {} failed", src.display());
     out
 }
+
+/// The sizes of `pid`'s private mappings on 2 MiB hugetlb pages (a
+/// server's buffer pool or heap), from its smaps, in address order.
+pub fn private_2m_mappings(pid: u32) -> Vec<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).expect("smaps");
+    hugeshm_parse::smaps::parse(&text)
+        .expect("smaps parses")
+        .iter()
+        .filter(|e| e.kernel_page_size_bytes == Some(2 << 20) && !e.map.perms.shared)
+        .map(|e| e.size_bytes)
+        .collect()
+}

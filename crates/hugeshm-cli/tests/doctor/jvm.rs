@@ -26,16 +26,7 @@ fn counted_pages(plan: &Value) -> u64 {
         .sum()
 }
 
-/// The sizes of `pid`'s mappings on 2 MiB hugetlb pages, from its smaps.
-fn huge_mappings(pid: u32) -> Vec<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
-    hugeshm_parse::smaps::parse(&text)
-        .unwrap()
-        .iter()
-        .filter(|e| e.kernel_page_size_bytes == Some(M2))
-        .map(|e| e.size_bytes)
-        .collect()
-}
+use crate::common::private_2m_mappings as huge_mappings;
 
 /// The `jvm-base-pages` findings of `segments` that name `pid`.
 fn jvm_findings(pid: u32) -> Vec<Value> {

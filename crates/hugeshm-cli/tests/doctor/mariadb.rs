@@ -12,16 +12,7 @@ use hugeshm_testkit::mariadb::{skip_unless_mariadb, MariaDb};
 
 const M2: u64 = 2 << 20;
 
-/// The sizes of `pid`'s private hugetlb mappings of 2 MiB pages.
-fn huge_mappings(pid: u32) -> Vec<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).expect("smaps");
-    let smaps = hugeshm_parse::smaps::parse(&text).expect("smaps parses");
-    smaps
-        .iter()
-        .filter(|e| e.kernel_page_size_bytes == Some(M2) && !e.map.perms.shared)
-        .map(|e| e.size_bytes)
-        .collect()
-}
+use crate::common::private_2m_mappings as huge_mappings;
 
 fn mariadb_findings(pid: u32) -> Vec<String> {
     let doc = json(hugeshm(&["segments", "--json"]));

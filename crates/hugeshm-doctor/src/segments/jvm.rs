@@ -9,7 +9,7 @@
 //! the process has is one that fell back. SysV (`-XX:+UseSHM`) is left to
 //! the segments' own findings.
 
-use super::servers::{private_mappings, processes_named};
+use super::servers::{private_mappings, ServerProcess};
 use crate::finding::{plural, Finding, Severity};
 use crate::jvm::{huge_parts, jvm_options, resolve, JvmPart};
 use hugeshm_parse::jvm_args;
@@ -17,14 +17,19 @@ use hugeshm_parse::size::{format_bytes, MIB};
 use hugeshm_probe::jvm::release_major;
 use hugeshm_probe::{HostSnapshot, Probe};
 
-/// One `jvm-base-pages` per JVM that asked for large pages and has parts
-/// of them on base pages.
-pub(super) fn jvm_findings(probe: &Probe, host: &HostSnapshot) -> Vec<Finding> {
+/// One `jvm-base-pages` per JVM (of `servers`, the processes known by
+/// their exe) that asked for large pages and has parts of them on base
+/// pages.
+pub(super) fn jvm_findings(
+    probe: &Probe,
+    host: &HostSnapshot,
+    servers: &[ServerProcess],
+) -> Vec<Finding> {
     let default_page = host.default_page_size().unwrap_or(2 * MIB);
     let offered: Vec<u64> = host.pools.iter().map(|p| p.page_size_bytes).collect();
     let (mem_total, cpus) = crate::jvm::ram_and_cpus(host);
     let mut out = Vec::new();
-    for p in processes_named(probe, &["java"]) {
+    for p in servers.iter().filter(|p| p.exe_name == "java") {
         let Ok(opts) = jvm_options(probe, &p.pid.to_string()) else {
             continue;
         };

@@ -8,7 +8,7 @@
 //! the server turns large pages off for all that follows. Each of those
 //! allocations that has no huge page mapping of its size is named here.
 
-use super::servers::{private_mappings, processes_named, PrivateMapping, ServerProcess};
+use super::servers::{private_mappings, PrivateMapping, ServerProcess};
 use crate::advise::{mariadb_parts, Server};
 use crate::finding::{Finding, Severity};
 use hugeshm_parse::mycnf::Settings;
@@ -16,12 +16,18 @@ use hugeshm_parse::size::{format_bytes, MIB};
 use hugeshm_probe::Probe;
 use std::path::PathBuf;
 
-/// `mariadb-base-pages`, one per `mariadbd` with `large_pages` on that
-/// lacks a huge page mapping for one of its large page allocations.
-pub(super) fn base_page_findings(probe: &Probe, page: u64) -> Vec<Finding> {
-    processes_named(probe, &["mariadbd"])
-        .into_iter()
-        .filter_map(|p| finding_of(&p, &private_mappings(probe, p.pid, MIB), page))
+/// `mariadb-base-pages`, one per `mariadbd` (of `servers`, the processes
+/// known by their exe) with `large_pages` on that lacks a huge page
+/// mapping for one of its large page allocations.
+pub(super) fn base_page_findings(
+    probe: &Probe,
+    page: u64,
+    servers: &[ServerProcess],
+) -> Vec<Finding> {
+    servers
+        .iter()
+        .filter(|p| p.exe_name == "mariadbd")
+        .filter_map(|p| finding_of(p, &private_mappings(probe, p.pid, MIB), page))
         .collect()
 }
 

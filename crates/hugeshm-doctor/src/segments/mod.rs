@@ -368,8 +368,10 @@ pub(crate) fn build_with(probe: &Probe, host: &HostSnapshot, kept: &KeptRegions)
     scan_wide.extend(oracle::amm_findings(probe, &report.segments));
     let huge = default_huge.unwrap_or(2 << 20);
     scan_wide.extend(oracle::sga_findings(probe, &report.segments, huge));
-    scan_wide.extend(jvm::jvm_findings(probe, host));
-    scan_wide.extend(mariadb::base_page_findings(probe, huge));
+    // One walk of the exe links for the servers known by name.
+    let servers = servers::processes_named(probe, &["java", "mariadbd"]);
+    scan_wide.extend(jvm::jvm_findings(probe, host, &servers));
+    scan_wide.extend(mariadb::base_page_findings(probe, huge, &servers));
     scan_wide.append(&mut report.findings);
     report.findings = scan_wide;
     // 7. SysV first, then by size.

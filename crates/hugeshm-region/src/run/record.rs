@@ -103,9 +103,21 @@ pub fn remove(pid: u32, address: u64, uid: u32) {
 /// written.
 pub fn split(pid: u32, address: u64, uid: u32, pieces: &[(u64, u64)]) -> Vec<bool> {
     let path = record_path(pid, address);
-    let text = owned_file(&path, uid)
-        .then(|| std::fs::read_to_string(&path).ok())
-        .flatten();
+    // Opened as the other records are checked: no link followed, no FIFO
+    // waited on, a regular file of `uid`'s.
+    let text = hugeshm_sys::OpenCheck::read()
+        .open(&path)
+        .ok()
+        .filter(|f| f.uid() == uid)
+        .and_then(|f| {
+            let mut text = String::new();
+            std::io::Read::read_to_string(
+                &mut std::io::Read::take(std::fs::File::from(f.into_fd()), 64 << 10),
+                &mut text,
+            )
+            .ok()
+            .map(|_| text)
+        });
     remove(pid, address, uid);
     let Some(whole) = text.and_then(|t| hugeshm_parse::run_record::parse(&t).ok()) else {
         return vec![false; pieces.len()];
